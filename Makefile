@@ -1,0 +1,38 @@
+# agentgate — see README.md. Every target installs what it needs, idempotently.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: help z3 build test lint unit-tests bench demo fmt clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+z3: ## install the pinned Z3 shared library into .tools/z3
+	@./hack/install-z3.sh
+
+build: z3 ## release binaries into target/release/
+	$(CARGO) build --release --locked -p agentgate
+
+lint: z3 ## rustfmt and clippy, warnings are errors
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+unit-tests: z3 ## every Rust test (unit, property, golden)
+	$(CARGO) test --locked --workspace
+
+test: lint unit-tests ## everything CI runs
+
+bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
+	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment
+
+demo: build ## run the CLI on examples/: within, exceeds with its counterexample, a diff with its cost
+	@./hack/demo.sh
+
+fmt: ## format the code
+	$(CARGO) fmt --all
+
+clean: ## remove build output and the local Z3
+	$(CARGO) clean
+	rm -rf .tools

@@ -1,0 +1,8 @@
+//! agentgate: keeps AI agents inside the authority their operators grant
+//! them. This crate holds the pure core (policy language, prover, verdicts)
+//! and the command-line interface; see docs/architecture.md.
+
+pub mod cli;
+pub mod policy;
+pub mod prover;
+pub mod verdict;

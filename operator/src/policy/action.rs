@@ -1,0 +1,313 @@
+//! Concrete actions (POLICY-SEMANTICS.md §1) and their canonical forms.
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The layer a network action runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// Raw TCP.
+    L4,
+    /// HTTP requests (method and path are meaningful).
+    Rest,
+}
+
+impl Layer {
+    /// The layer's name as written in policies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::L4 => "l4",
+            Layer::Rest => "rest",
+        }
+    }
+}
+
+/// A network action `(binary, host, port, layer, method, path)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NetworkAction {
+    /// Absolute path of the executable opening the connection.
+    pub binary: String,
+    /// Lower-case DNS name.
+    pub host: String,
+    /// TCP port, 1..=65535.
+    pub port: u16,
+    /// `l4` or `rest`.
+    pub layer: Layer,
+    /// HTTP method (empty for `l4`).
+    pub method: String,
+    /// Request path (empty for `l4`).
+    pub path: String,
+}
+
+/// Filesystem access kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Read a file or list a directory.
+    Read,
+    /// Create, modify or delete.
+    Write,
+}
+
+impl Access {
+    /// The access kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        }
+    }
+}
+
+/// A filesystem action `(access, path)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FilesystemAction {
+    /// Read or write.
+    pub access: Access,
+    /// Canonical absolute path.
+    pub path: String,
+}
+
+/// Either kind of action. Serialises with a `kind` tag, as `verify --output
+/// json` prints counterexamples.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Action {
+    /// A connection or request.
+    Network(NetworkAction),
+    /// A file access.
+    Filesystem(FilesystemAction),
+}
+
+impl fmt::Display for NetworkAction {
+    /// `POST https://api.github.com:443/repos/acme by /usr/bin/gh (layer rest)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.layer {
+            Layer::Rest => write!(
+                f,
+                "{} https://{}:{}{} by {} (layer rest)",
+                self.method, self.host, self.port, self.path, self.binary
+            ),
+            Layer::L4 => write!(
+                f,
+                "connect {}:{} by {} (layer l4)",
+                self.host, self.port, self.binary
+            ),
+        }
+    }
+}
+
+impl fmt::Display for FilesystemAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.access.as_str(), self.path)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Network(a) => a.fmt(f),
+            Action::Filesystem(a) => a.fmt(f),
+        }
+    }
+}
+
+/// The longest canonical request path.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// The longest canonical host name.
+pub const MAX_HOST_BYTES: usize = 253;
+
+/// Why a value is not canonical.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct CanonicalError {
+    /// Which field of the action.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(field: &'static str, message: impl Into<String>) -> CanonicalError {
+    CanonicalError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Checks a binary or filesystem path: absolute, non-empty segments (or the
+/// root `/`), no `.`/`..` segments, no NUL, ASCII.
+pub fn check_absolute_path(field: &'static str, value: &str) -> Result<(), CanonicalError> {
+    let Some(rest) = value.strip_prefix('/') else {
+        return Err(err(field, "must start with /"));
+    };
+    if !value.is_ascii() || value.contains('\0') {
+        return Err(err(field, "must be ASCII without NUL"));
+    }
+    if value.len() > MAX_PATH_BYTES {
+        return Err(err(field, "longer than 4096 bytes"));
+    }
+    if rest.is_empty() {
+        return Ok(());
+    }
+    for segment in rest.split('/') {
+        if segment.is_empty() {
+            return Err(err(field, "empty segment"));
+        }
+        if segment == "." || segment == ".." {
+            return Err(err(field, "`.` and `..` segments are not canonical"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a REST request path.
+pub fn check_request_path(value: &str) -> Result<(), CanonicalError> {
+    let Some(rest) = value.strip_prefix('/') else {
+        return Err(err("path", "must start with /"));
+    };
+    if !value.is_ascii() || value.contains(['\0', '?', '#', ';']) {
+        return Err(err("path", "must be ASCII without NUL, ?, # or ;"));
+    }
+    if value.len() > MAX_PATH_BYTES {
+        return Err(err("path", "longer than 4096 bytes"));
+    }
+    let segments: Vec<&str> = rest.split('/').collect();
+    let last = segments.len() - 1;
+    for (i, segment) in segments.iter().enumerate() {
+        if segment.is_empty() && i != last {
+            return Err(err("path", "contains //"));
+        }
+        if *segment == "." || *segment == ".." {
+            return Err(err("path", "`.` and `..` segments are not canonical"));
+        }
+    }
+    Ok(())
+}
+
+/// True for a byte allowed in a host label.
+pub fn is_host_byte(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+}
+
+/// Checks a host name: lower-case labels of `[a-z0-9_-]`, 1..=127 labels of
+/// 1..=63 bytes, at most 253 bytes, no trailing dot.
+pub fn check_host(value: &str) -> Result<(), CanonicalError> {
+    if value.is_empty() || value.len() > MAX_HOST_BYTES {
+        return Err(err("host", "must be 1..253 bytes"));
+    }
+    let labels: Vec<&str> = value.split('.').collect();
+    if labels.len() > 127 {
+        return Err(err("host", "more than 127 labels"));
+    }
+    for label in labels {
+        if label.is_empty() || label.len() > 63 {
+            return Err(err("host", "labels must be 1..63 bytes"));
+        }
+        if !label.bytes().all(is_host_byte) {
+            return Err(err("host", "labels are lower-case [a-z0-9_-]"));
+        }
+    }
+    Ok(())
+}
+
+/// True for an RFC 9110 `tchar`.
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Checks an HTTP method token: upper-case, 1..64 `tchar`s.
+pub fn check_method(value: &str) -> Result<(), CanonicalError> {
+    if value.is_empty() || value.len() > 64 {
+        return Err(err("method", "must be 1..64 characters"));
+    }
+    if !value.bytes().all(is_tchar) || value.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(err("method", "must be an upper-case HTTP token"));
+    }
+    Ok(())
+}
+
+impl NetworkAction {
+    /// Checks that every field is in canonical form (§1).
+    pub fn check_canonical(&self) -> Result<(), CanonicalError> {
+        check_absolute_path("binary", &self.binary)?;
+        check_host(&self.host)?;
+        if self.port == 0 {
+            return Err(err("port", "must be 1..65535"));
+        }
+        match self.layer {
+            Layer::L4 => {
+                if !self.method.is_empty() || !self.path.is_empty() {
+                    return Err(err("layer", "l4 actions have no method or path"));
+                }
+            }
+            Layer::Rest => {
+                check_method(&self.method)?;
+                check_request_path(&self.path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FilesystemAction {
+    /// Checks that the path is canonical.
+    pub fn check_canonical(&self) -> Result<(), CanonicalError> {
+        check_absolute_path("path", &self.path)
+    }
+}
+
+impl Action {
+    /// Checks that the action is in canonical form (§1).
+    pub fn check_canonical(&self) -> Result<(), CanonicalError> {
+        match self {
+            Action::Network(a) => a.check_canonical(),
+            Action::Filesystem(a) => a.check_canonical(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_paths() {
+        assert!(check_request_path("/repos/").is_ok());
+        assert!(check_request_path("/").is_ok());
+        assert!(check_request_path("/a//b").is_err());
+        assert!(check_request_path("/a/./b").is_err());
+        assert!(check_request_path("/a/..").is_err());
+        assert!(check_request_path("/a?b").is_err());
+        assert!(check_absolute_path("binary", "/usr/bin/").is_err());
+        assert!(check_absolute_path("binary", "/usr/bin/gh").is_ok());
+    }
+
+    #[test]
+    fn canonical_hosts_and_methods() {
+        assert!(check_host("api.github.com").is_ok());
+        assert!(check_host("API.github.com").is_err());
+        assert!(check_host("a..b").is_err());
+        assert!(check_host("a.").is_err());
+        assert!(check_method("GET").is_ok());
+        assert!(check_method("get").is_err());
+    }
+
+    #[test]
+    fn display_reads_naturally() {
+        let a = NetworkAction {
+            binary: "/usr/bin/gh".into(),
+            host: "api.github.com".into(),
+            port: 443,
+            layer: Layer::Rest,
+            method: "POST".into(),
+            path: "/repos/acme".into(),
+        };
+        assert_eq!(
+            a.to_string(),
+            "POST https://api.github.com:443/repos/acme by /usr/bin/gh (layer rest)"
+        );
+    }
+}

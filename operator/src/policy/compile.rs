@@ -1,0 +1,448 @@
+//! Validation of a [`PolicyDocument`] and its compiled form, which the
+//! matcher and the prover both read. Every error names its field path.
+
+use std::collections::{BTreeSet, HashSet};
+
+use crate::policy::action::{Layer, check_absolute_path, check_method};
+use crate::policy::error::{Reason, ReasonCode};
+use crate::policy::glob::{Glob, GlobKind};
+use crate::policy::model::{AccessLevel, PolicyDocument, Protocol, Region, RuleEntry};
+
+/// Who wrote the policy: decides what is allowed (review markers and broad
+/// hosts only in a MaximumPolicy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A ceiling.
+    Maximum,
+    /// A sandbox policy or a proposal.
+    Sandbox,
+}
+
+/// Size limits (POLICY-SEMANTICS.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Network rules per policy.
+    pub rules: usize,
+    /// Endpoints per policy.
+    pub endpoints: usize,
+    /// Binary globs per policy.
+    pub binary_globs: usize,
+    /// Allow and deny entries per policy.
+    pub entries: usize,
+    /// Input YAML bytes.
+    pub input_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            rules: 1024,
+            endpoints: 4096,
+            binary_globs: 4096,
+            entries: 16_384,
+            input_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// The methods an allow or deny entry covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MethodSet {
+    /// `*`.
+    Any,
+    /// These methods (`GET` already expanded to include `HEAD`).
+    Only(BTreeSet<String>),
+}
+
+impl MethodSet {
+    /// True when `method` is covered.
+    pub fn contains(&self, method: &str) -> bool {
+        match self {
+            MethodSet::Any => true,
+            MethodSet::Only(set) => set.contains(method),
+        }
+    }
+
+    fn of(methods: &[&str]) -> MethodSet {
+        MethodSet::Only(methods.iter().map(|m| m.to_string()).collect())
+    }
+}
+
+/// A compiled allow or deny entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledEntry {
+    /// Covered methods.
+    pub methods: MethodSet,
+    /// Path glob; `None` means any path.
+    pub path: Option<Glob>,
+}
+
+/// What an endpoint allows beyond host, port and binary.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EndpointKind {
+    /// Raw TCP: every layer, method and path.
+    L4,
+    /// REST: layer `rest`, within `scope`, method/path per `allow`, minus `deny`.
+    Rest {
+        /// The endpoint's `path` scope.
+        scope: Option<Glob>,
+        /// Allow entries (presets expanded).
+        allow: Vec<CompiledEntry>,
+        /// Deny entries.
+        deny: Vec<CompiledEntry>,
+    },
+}
+
+/// A compiled endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledEndpoint {
+    /// Host glob.
+    pub host: Glob,
+    /// Exact ports.
+    pub ports: Vec<u16>,
+    /// Layer-specific part.
+    pub kind: EndpointKind,
+    /// True when the endpoint or its rule is marked `review.required`.
+    pub review_required: bool,
+}
+
+/// A compiled network rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledRule {
+    /// The rule's name.
+    pub name: String,
+    /// Binary globs; empty means any binary.
+    pub binaries: Vec<Glob>,
+    /// Endpoints.
+    pub endpoints: Vec<CompiledEndpoint>,
+}
+
+/// Compiled filesystem grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CompiledFilesystem {
+    /// Paths readable (readOnly ∪ readWrite).
+    pub read: Vec<String>,
+    /// Paths writable (readWrite).
+    pub write: Vec<String>,
+}
+
+/// A validated policy, ready for the matcher and the prover.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CompiledPolicy {
+    /// Filesystem grants.
+    pub filesystem: CompiledFilesystem,
+    /// Network rules.
+    pub rules: Vec<CompiledRule>,
+}
+
+/// A compiled region (invariants, trifecta sinks). `None` means any value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CompiledRegion {
+    /// Binary globs.
+    pub binaries: Option<Vec<Glob>>,
+    /// Host globs.
+    pub hosts: Option<Vec<Glob>>,
+    /// Ports.
+    pub ports: Option<Vec<u16>>,
+    /// Layers.
+    pub layers: Option<Vec<Layer>>,
+    /// Methods (REST only).
+    pub methods: Option<MethodSet>,
+    /// Path globs (REST only).
+    pub paths: Option<Vec<Glob>>,
+}
+
+const READ_ONLY_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS"];
+const READ_WRITE_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"];
+
+fn glob(kind: GlobKind, field: &str, pattern: &str) -> Result<Glob, Reason> {
+    Glob::parse(kind, pattern).map_err(|e| Reason::at(ReasonCode::InvalidGlob, field, e.0))
+}
+
+fn shape(field: impl Into<String>, message: impl Into<String>) -> Reason {
+    Reason::at(ReasonCode::UnsupportedPolicyShape, field, message)
+}
+
+fn methods(field: &str, methods: &[String]) -> Result<MethodSet, Reason> {
+    if methods.is_empty() {
+        return Err(shape(field, "at least one method (or *) is required"));
+    }
+    let mut set = BTreeSet::new();
+    for (i, method) in methods.iter().enumerate() {
+        if method == "*" {
+            return Ok(MethodSet::Any);
+        }
+        check_method(method).map_err(|e| shape(format!("{field}[{i}]"), e.message))?;
+        if method == "GET" {
+            set.insert("HEAD".to_string());
+        }
+        set.insert(method.clone());
+    }
+    Ok(MethodSet::Only(set))
+}
+
+fn entry(field: &str, e: &RuleEntry) -> Result<CompiledEntry, Reason> {
+    Ok(CompiledEntry {
+        methods: methods(&format!("{field}.methods"), &e.methods)?,
+        path: e
+            .path
+            .as_deref()
+            .map(|p| glob(GlobKind::Path, &format!("{field}.path"), p))
+            .transpose()?,
+    })
+}
+
+fn filesystem_paths(field: &str, paths: &[String]) -> Result<Vec<String>, Reason> {
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let field = format!("{field}[{i}]");
+            if p.contains('*') {
+                return Err(shape(
+                    field,
+                    "filesystem entries are literal paths; wildcards are not supported",
+                ));
+            }
+            check_absolute_path("path", p).map_err(|e| shape(field, e.message))?;
+            Ok(p.clone())
+        })
+        .collect()
+}
+
+/// Validates and compiles a policy document.
+pub fn compile(doc: &PolicyDocument, role: Role, limits: &Limits) -> Result<CompiledPolicy, Reason> {
+    let read_only = filesystem_paths("filesystem.readOnly", &doc.filesystem.read_only)?;
+    let read_write = filesystem_paths("filesystem.readWrite", &doc.filesystem.read_write)?;
+    let filesystem = CompiledFilesystem {
+        read: read_only.into_iter().chain(read_write.iter().cloned()).collect(),
+        write: read_write,
+    };
+
+    if doc.network.len() > limits.rules {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            "network",
+            format!("more than {} rules", limits.rules),
+        ));
+    }
+    let (mut endpoints_seen, mut binaries_seen, mut entries_seen) = (0usize, 0usize, 0usize);
+    let mut names = HashSet::new();
+    let mut rules = Vec::with_capacity(doc.network.len());
+    for (r, rule) in doc.network.iter().enumerate() {
+        let at = format!("network[{r}]");
+        if rule.name.trim().is_empty() {
+            return Err(shape(format!("{at}.name"), "every rule needs a name"));
+        }
+        if !names.insert(rule.name.as_str()) {
+            return Err(shape(
+                format!("{at}.name"),
+                format!("duplicate rule name {:?}", rule.name),
+            ));
+        }
+        if rule.review.is_some() && role != Role::Maximum {
+            return Err(shape(
+                format!("{at}.review"),
+                "review markers belong in a MaximumPolicy only",
+            ));
+        }
+        let rule_review = rule.review.as_ref().is_some_and(|r| r.required);
+        binaries_seen += rule.binaries.len();
+        endpoints_seen += rule.endpoints.len();
+        if binaries_seen > limits.binary_globs || endpoints_seen > limits.endpoints {
+            return Err(Reason::at(
+                ReasonCode::ResourceLimit,
+                at,
+                format!(
+                    "more than {} endpoints or {} binary globs",
+                    limits.endpoints, limits.binary_globs
+                ),
+            ));
+        }
+        let binaries = rule
+            .binaries
+            .iter()
+            .enumerate()
+            .map(|(i, b)| glob(GlobKind::Binary, &format!("{at}.binaries[{i}]"), b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut endpoints = Vec::with_capacity(rule.endpoints.len());
+        for (e, endpoint) in rule.endpoints.iter().enumerate() {
+            let at = format!("{at}.endpoints[{e}]");
+            let host = glob(GlobKind::Host, &format!("{at}.host"), &endpoint.host)?;
+            if role != Role::Maximum && host.is_broad_host() {
+                return Err(Reason::at(
+                    ReasonCode::InvalidGlob,
+                    format!("{at}.host"),
+                    "a bare * or ** host, or a wildcard over a single-label suffix, is allowed only in a MaximumPolicy",
+                ));
+            }
+            let ports = match (endpoint.port, endpoint.ports.is_empty()) {
+                (Some(_), false) => {
+                    return Err(shape(format!("{at}.port"), "give either port or ports, not both"));
+                }
+                (Some(port), true) => vec![port],
+                (None, true) => return Err(shape(format!("{at}.ports"), "at least one port is required")),
+                (None, false) => endpoint.ports.clone(),
+            };
+            if let Some(i) = ports.iter().position(|&p| p == 0) {
+                return Err(shape(format!("{at}.ports[{i}]"), "ports are 1..65535"));
+            }
+            if endpoint.review.is_some() && role != Role::Maximum {
+                return Err(shape(
+                    format!("{at}.review"),
+                    "review markers belong in a MaximumPolicy only",
+                ));
+            }
+            let kind = match endpoint.protocol {
+                Protocol::L4 => {
+                    let l7_field = if endpoint.path.is_some() {
+                        Some("path")
+                    } else if endpoint.access.is_some() {
+                        Some("access")
+                    } else if !endpoint.rules.is_empty() {
+                        Some("rules")
+                    } else if !endpoint.deny_rules.is_empty() {
+                        Some("denyRules")
+                    } else {
+                        None
+                    };
+                    if let Some(field) = l7_field {
+                        return Err(shape(
+                            format!("{at}.{field}"),
+                            "only protocol: rest endpoints take path, access, rules or denyRules (an l4 endpoint already covers every request)",
+                        ));
+                    }
+                    EndpointKind::L4
+                }
+                Protocol::Rest => {
+                    if endpoint.access.is_some() && !endpoint.rules.is_empty() {
+                        return Err(shape(format!("{at}.rules"), "access and rules are exclusive"));
+                    }
+                    entries_seen += endpoint.rules.len() + endpoint.deny_rules.len();
+                    if entries_seen > limits.entries {
+                        return Err(Reason::at(
+                            ReasonCode::ResourceLimit,
+                            at,
+                            format!("more than {} allow/deny entries", limits.entries),
+                        ));
+                    }
+                    let scope = endpoint
+                        .path
+                        .as_deref()
+                        .map(|p| glob(GlobKind::Path, &format!("{at}.path"), p))
+                        .transpose()?;
+                    let allow = match endpoint.access {
+                        Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
+                            methods: MethodSet::of(READ_ONLY_METHODS),
+                            path: None,
+                        }],
+                        Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
+                            methods: MethodSet::of(READ_WRITE_METHODS),
+                            path: None,
+                        }],
+                        Some(AccessLevel::Full) => vec![CompiledEntry {
+                            methods: MethodSet::Any,
+                            path: None,
+                        }],
+                        None => endpoint
+                            .rules
+                            .iter()
+                            .enumerate()
+                            .map(|(i, e)| entry(&format!("{at}.rules[{i}]"), e))
+                            .collect::<Result<_, _>>()?,
+                    };
+                    let deny = endpoint
+                        .deny_rules
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| entry(&format!("{at}.denyRules[{i}]"), e))
+                        .collect::<Result<_, _>>()?;
+                    EndpointKind::Rest { scope, allow, deny }
+                }
+                reserved => {
+                    return Err(shape(
+                        format!("{at}.protocol"),
+                        format!(
+                            "protocol {} is reserved and not modelled yet; only l4 and rest are supported",
+                            reserved.as_str()
+                        ),
+                    ));
+                }
+            };
+            endpoints.push(CompiledEndpoint {
+                host,
+                ports,
+                kind,
+                review_required: rule_review || endpoint.review.as_ref().is_some_and(|r| r.required),
+            });
+        }
+        rules.push(CompiledRule {
+            name: rule.name.clone(),
+            binaries,
+            endpoints,
+        });
+    }
+    Ok(CompiledPolicy { filesystem, rules })
+}
+
+/// Validates and compiles a region (`field` prefixes error paths).
+pub fn compile_region(region: &Region, field: &str) -> Result<CompiledRegion, Reason> {
+    let globs = |kind: GlobKind, name: &str, list: &Option<Vec<String>>| {
+        list.as_ref()
+            .map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, p)| glob(kind, &format!("{field}.{name}[{i}]"), p))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+    };
+    Ok(CompiledRegion {
+        binaries: globs(GlobKind::Binary, "binaries", &region.binaries)?,
+        hosts: globs(GlobKind::Host, "hosts", &region.hosts)?,
+        ports: region.ports.clone(),
+        layers: region.layers.clone(),
+        methods: region
+            .methods
+            .as_ref()
+            .map(|m| methods(&format!("{field}.methods"), m))
+            .transpose()?,
+        paths: globs(GlobKind::Path, "paths", &region.paths)?,
+    })
+}
+
+impl CompiledPolicy {
+    /// The auto-eligible view of a maximum (DESIGN.md §4 step 7): the same
+    /// policy with the allow part of every review-required endpoint removed.
+    /// Deny entries stay, so the view is never larger than the maximum.
+    pub fn auto_eligible_view(&self) -> CompiledPolicy {
+        let mut view = self.clone();
+        for rule in &mut view.rules {
+            for endpoint in &mut rule.endpoints {
+                if endpoint.review_required {
+                    endpoint.kind = match &endpoint.kind {
+                        EndpointKind::L4 => EndpointKind::Rest {
+                            scope: None,
+                            allow: Vec::new(),
+                            deny: Vec::new(),
+                        },
+                        EndpointKind::Rest { scope, deny, .. } => EndpointKind::Rest {
+                            scope: scope.clone(),
+                            allow: Vec::new(),
+                            deny: deny.clone(),
+                        },
+                    };
+                    endpoint.review_required = false;
+                }
+            }
+        }
+        view
+    }
+
+    /// True when any endpoint is marked review-required.
+    pub fn has_review_regions(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.endpoints.iter().any(|e| e.review_required))
+    }
+}

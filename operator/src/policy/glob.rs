@@ -1,0 +1,430 @@
+//! Glob patterns of POLICY-SEMANTICS.md §3: parsing, validation and concrete
+//! matching.
+//!
+//! Two independent views of a glob live here on purpose:
+//! - [`Glob::matches`] matches a concrete value by walking segments/labels as
+//!   §3 describes them (the runtime matcher uses it);
+//! - [`Glob::tokens`] is a character-level token sequence that the prover's
+//!   automata are built from.
+//!
+//! The differential tests compare the prover against the matcher, so the two
+//! must not share matching code.
+
+use std::fmt;
+
+/// Which kind of value a glob matches; decides the separator and the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GlobKind {
+    /// Executable paths (separator `/`, no trailing slash in values).
+    Binary,
+    /// REST request paths (separator `/`).
+    Path,
+    /// DNS host names (separator `.`, wildcards only in the first label).
+    Host,
+}
+
+/// Why a pattern is not a valid glob.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GlobError(pub String);
+
+/// One character-level token of a compiled glob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Token {
+    /// Exactly this byte.
+    Literal(u8),
+    /// Zero or more bytes other than the separator.
+    Star,
+    /// Zero or more bytes of any kind (trailing `/**`, a `**` host label, `**`).
+    AnyString,
+    /// Zero or more whole segments, each followed by `/`: `([^/]*/)*`
+    /// (an interior `**` path segment).
+    Segments,
+}
+
+/// A validated glob pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Glob {
+    kind: GlobKind,
+    source: String,
+    tokens: Vec<Token>,
+}
+
+/// The maximum length of one pattern (POLICY-SEMANTICS.md §6).
+pub const MAX_PATTERN_BYTES: usize = 4096;
+
+impl Glob {
+    /// Parses and validates a pattern. Host patterns are lower-cased.
+    pub fn parse(kind: GlobKind, pattern: &str) -> Result<Glob, GlobError> {
+        if pattern.is_empty() {
+            return Err(GlobError("empty pattern".into()));
+        }
+        if pattern.len() > MAX_PATTERN_BYTES {
+            return Err(GlobError(format!(
+                "pattern is longer than {MAX_PATTERN_BYTES} bytes"
+            )));
+        }
+        for c in pattern.chars() {
+            if !c.is_ascii() {
+                return Err(GlobError(format!("non-ASCII character {c:?}")));
+            }
+            if matches!(c, '?' | '[' | ']' | '{' | '}' | '\\' | '\0') {
+                return Err(GlobError(format!(
+                    "character {c:?} is not supported in globs (only * and ** are wildcards)"
+                )));
+            }
+        }
+        match kind {
+            GlobKind::Host => parse_host(pattern),
+            GlobKind::Path | GlobKind::Binary => parse_path(kind, pattern),
+        }
+    }
+
+    /// The pattern as written (lower-cased for hosts).
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The kind of value this glob matches.
+    pub fn kind(&self) -> GlobKind {
+        self.kind
+    }
+
+    /// The character-level token form used by the prover's automata.
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// True when the pattern contains a wildcard.
+    pub fn has_wildcard(&self) -> bool {
+        self.source.contains('*')
+    }
+
+    /// True when the pattern contains a recursive wildcard (`**`).
+    pub fn has_recursive_wildcard(&self) -> bool {
+        self.tokens
+            .iter()
+            .any(|t| matches!(t, Token::AnyString | Token::Segments))
+    }
+
+    /// A bare `*`/`**` host or a wildcard whose remaining suffix is a single
+    /// label (`*.com`): allowed only in a MaximumPolicy (§3).
+    pub fn is_broad_host(&self) -> bool {
+        if self.kind != GlobKind::Host || !self.has_wildcard() {
+            return false;
+        }
+        self.source.split('.').count() <= 2
+    }
+
+    /// Matches a canonical value (§3), segment by segment.
+    pub fn matches(&self, value: &str) -> bool {
+        match self.kind {
+            GlobKind::Host => host_matches(&self.source, &value.to_ascii_lowercase()),
+            GlobKind::Path | GlobKind::Binary => path_matches(&self.source, value),
+        }
+    }
+}
+
+impl fmt::Display for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+fn parse_host(pattern: &str) -> Result<Glob, GlobError> {
+    let source = pattern.to_ascii_lowercase();
+    let labels: Vec<&str> = source.split('.').collect();
+    for (i, label) in labels.iter().enumerate() {
+        if label.is_empty() {
+            return Err(GlobError("empty label (leading, trailing or double dot)".into()));
+        }
+        if i > 0 && label.contains('*') {
+            return Err(GlobError("wildcard allowed only in the first label".into()));
+        }
+        if let Some(c) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*')))
+        {
+            return Err(GlobError(format!(
+                "character {c:?} cannot occur in a host name"
+            )));
+        }
+        if label.trim_matches('*').len() > 63 {
+            return Err(GlobError("label longer than 63 characters".into()));
+        }
+    }
+    let mut tokens = Vec::with_capacity(source.len());
+    let first = labels[0];
+    if first == "**" {
+        tokens.push(Token::AnyString);
+    } else {
+        push_segment(&mut tokens, first);
+    }
+    for label in &labels[1..] {
+        tokens.push(Token::Literal(b'.'));
+        tokens.extend(label.bytes().map(Token::Literal));
+    }
+    Ok(Glob {
+        kind: GlobKind::Host,
+        source,
+        tokens,
+    })
+}
+
+fn parse_path(kind: GlobKind, pattern: &str) -> Result<Glob, GlobError> {
+    if pattern == "**" || pattern == "/**" {
+        return Ok(Glob {
+            kind,
+            source: pattern.to_string(),
+            tokens: vec![Token::AnyString],
+        });
+    }
+    let Some(rest) = pattern.strip_prefix('/') else {
+        return Err(GlobError("path pattern must start with / (or be **)".into()));
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let last = segments.len() - 1;
+    for (i, segment) in segments.iter().enumerate() {
+        if segment.is_empty() && (i != last || kind == GlobKind::Binary) {
+            if i == last {
+                return Err(GlobError("binary pattern cannot end with /".into()));
+            }
+            return Err(GlobError("empty segment (//) never matches a canonical path".into()));
+        }
+        if *segment == "." || *segment == ".." {
+            return Err(GlobError(format!(
+                "segment {segment:?} never matches a canonical path"
+            )));
+        }
+        if kind == GlobKind::Path && segment.contains(['#', ';']) {
+            return Err(GlobError("'#' and ';' never occur in a canonical request path".into()));
+        }
+    }
+    let mut tokens = Vec::with_capacity(pattern.len());
+    let mut after_segments = false;
+    for (i, segment) in segments.iter().enumerate() {
+        if !after_segments {
+            tokens.push(Token::Literal(b'/'));
+        }
+        after_segments = false;
+        if *segment == "**" {
+            if i == last {
+                tokens.push(Token::AnyString);
+            } else {
+                tokens.push(Token::Segments);
+                after_segments = true;
+            }
+        } else {
+            push_segment(&mut tokens, segment);
+        }
+    }
+    Ok(Glob {
+        kind,
+        source: pattern.to_string(),
+        tokens,
+    })
+}
+
+/// Pushes one segment/label: literals, with every run of `*` as one [`Token::Star`].
+fn push_segment(tokens: &mut Vec<Token>, segment: &str) {
+    let mut previous_star = false;
+    for b in segment.bytes() {
+        if b == b'*' {
+            if !previous_star {
+                tokens.push(Token::Star);
+            }
+            previous_star = true;
+        } else {
+            tokens.push(Token::Literal(b));
+            previous_star = false;
+        }
+    }
+}
+
+/// `*`-only wildcard match of one segment or label (no separators inside).
+fn segment_matches(pattern: &[u8], value: &[u8]) -> bool {
+    // Classic greedy-with-backtrack wildcard matching, linear in practice.
+    let (mut p, mut v) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while v < value.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, v));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == value[v] {
+            p += 1;
+            v += 1;
+        } else if let Some((sp, sv)) = star {
+            p = sp + 1;
+            v = sv + 1;
+            star = Some((sp, sv + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&b| b == b'*')
+}
+
+fn path_matches(pattern: &str, value: &str) -> bool {
+    if pattern == "**" || pattern == "/**" {
+        return value.starts_with('/');
+    }
+    let (Some(pattern), Some(value)) = (pattern.strip_prefix('/'), value.strip_prefix('/')) else {
+        return false;
+    };
+    let pattern: Vec<&str> = pattern.split('/').collect();
+    let value: Vec<&str> = value.split('/').collect();
+    let last = pattern.len() - 1;
+    // reach[i][j]: pattern segments [..i] can consume value segments [..j].
+    let mut reach = vec![vec![false; value.len() + 1]; pattern.len() + 1];
+    reach[0][0] = true;
+    for i in 0..pattern.len() {
+        let segment = pattern[i];
+        for j in 0..=value.len() {
+            if !reach[i][j] {
+                continue;
+            }
+            if segment == "**" {
+                // Interior: zero or more segments. Trailing: one or more
+                // (so `/repos/**` matches `/repos/` but not `/repos`).
+                let min = if i == last { 1 } else { 0 };
+                for k in (j + min)..=value.len() {
+                    reach[i + 1][k] = true;
+                }
+            } else if j < value.len() && segment_matches(segment.as_bytes(), value[j].as_bytes()) {
+                reach[i + 1][j + 1] = true;
+            }
+        }
+    }
+    reach[pattern.len()][value.len()]
+}
+
+fn host_matches(pattern: &str, value: &str) -> bool {
+    let pattern: Vec<&str> = pattern.split('.').collect();
+    let value: Vec<&str> = value.split('.').collect();
+    let suffix = &pattern[1..];
+    if value.len() < suffix.len() + 1 {
+        return false;
+    }
+    let split = value.len() - suffix.len();
+    if value[split..] != *suffix {
+        return false;
+    }
+    let head = &value[..split];
+    if pattern[0] == "**" {
+        // One or more whole labels.
+        !head.is_empty()
+    } else {
+        head.len() == 1 && segment_matches(pattern[0].as_bytes(), head[0].as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(p: &str) -> Glob {
+        Glob::parse(GlobKind::Path, p).unwrap()
+    }
+    fn host(p: &str) -> Glob {
+        Glob::parse(GlobKind::Host, p).unwrap()
+    }
+
+    #[test]
+    fn star_matches_within_one_segment() {
+        let g = path("/repos/*/issues");
+        assert!(g.matches("/repos/x/issues"));
+        assert!(g.matches("/repos//issues") == false);
+        assert!(!g.matches("/repos/x/y/issues"));
+        assert!(path("/a*b").matches("/ab"));
+        assert!(path("/a*b").matches("/axxb"));
+        assert!(!path("/a*b").matches("/a/b"));
+        assert!(path("/a***b").matches("/axb"), "*** inside a segment is *");
+    }
+
+    #[test]
+    fn double_star_segment_matches_zero_or_more_segments() {
+        let g = path("/a/**/b");
+        assert!(g.matches("/a/b"));
+        assert!(g.matches("/a/x/b"));
+        assert!(g.matches("/a/x/y/b"));
+        assert!(!g.matches("/a/x/c"));
+    }
+
+    #[test]
+    fn trailing_double_star_needs_the_slash() {
+        let g = path("/repos/**");
+        assert!(g.matches("/repos/"));
+        assert!(g.matches("/repos/x"));
+        assert!(g.matches("/repos/x/y"));
+        assert!(!g.matches("/repos"));
+        assert!(!g.matches("/reposx"));
+    }
+
+    #[test]
+    fn bare_double_star_matches_every_path() {
+        for p in ["**", "/**"] {
+            let g = path(p);
+            assert!(g.matches("/"));
+            assert!(g.matches("/a/b/c"));
+        }
+    }
+
+    #[test]
+    fn literals_are_case_sensitive() {
+        assert!(!path("/Repos").matches("/repos"));
+        assert!(path("/Repos").matches("/Repos"));
+    }
+
+    #[test]
+    fn rejected_characters() {
+        for p in ["/a?", "/a[b]", "/{a,b}", "/a\\b", "/é"] {
+            assert!(Glob::parse(GlobKind::Path, p).is_err(), "{p}");
+        }
+        assert!(Glob::parse(GlobKind::Path, "relative").is_err());
+        assert!(Glob::parse(GlobKind::Binary, "/usr/bin/").is_err());
+        assert!(Glob::parse(GlobKind::Path, "/a//b").is_err());
+    }
+
+    #[test]
+    fn host_wildcards_only_in_first_label() {
+        let e = Glob::parse(GlobKind::Host, "api.*.example.com").unwrap_err();
+        assert_eq!(e.0, "wildcard allowed only in the first label");
+        assert!(Glob::parse(GlobKind::Host, "a..b").is_err());
+    }
+
+    #[test]
+    fn host_star_is_one_label() {
+        let g = host("*.example.com");
+        assert!(g.matches("x.example.com"));
+        assert!(!g.matches("example.com"));
+        assert!(!g.matches("a.b.example.com"));
+        let g = host("api*.example.com");
+        assert!(g.matches("api.example.com"));
+        assert!(g.matches("api-v2.example.com"));
+        assert!(!g.matches("xapi.example.com"));
+    }
+
+    #[test]
+    fn host_double_star_is_one_or_more_labels() {
+        let g = host("**.example.com");
+        assert!(g.matches("a.example.com"));
+        assert!(g.matches("a.b.example.com"));
+        assert!(!g.matches("example.com"));
+    }
+
+    #[test]
+    fn hosts_are_case_insensitive() {
+        let g = host("API.Example.com");
+        assert_eq!(g.as_str(), "api.example.com");
+        assert!(g.matches("API.EXAMPLE.COM"));
+    }
+
+    #[test]
+    fn broad_hosts_are_flagged() {
+        assert!(host("*").is_broad_host());
+        assert!(host("**").is_broad_host());
+        assert!(host("*.com").is_broad_host());
+        assert!(!host("*.example.com").is_broad_host());
+        assert!(!host("example.com").is_broad_host());
+    }
+}

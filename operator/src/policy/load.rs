@@ -1,0 +1,259 @@
+//! Reading policy files: a bare policy document (keys `filesystem`,
+//! `network`) or a MaximumPolicy/AgentSandbox manifest (its `spec.policy`).
+//!
+//! Unknown fields, and the reserved ones (`query`, `allowedIPs`, `tls`), make
+//! the document Unsupported with the field's path; nothing is silently
+//! ignored.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::policy::compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};
+use crate::policy::error::{Reason, ReasonCode};
+use crate::policy::model::{Budget, Invariant, PolicyDocument};
+
+/// What a file held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocumentKind {
+    /// A bare policy document.
+    Bare,
+    /// A MaximumPolicy manifest.
+    MaximumPolicy,
+    /// An AgentSandbox manifest.
+    AgentSandbox,
+}
+
+/// A policy read from a file, not yet compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedDocument {
+    /// What the file held.
+    pub kind: DocumentKind,
+    /// `metadata.name` of a manifest.
+    pub name: Option<String>,
+    /// The policy.
+    pub policy: PolicyDocument,
+    /// A MaximumPolicy's invariants.
+    pub invariants: Vec<Invariant>,
+    /// A MaximumPolicy's budget.
+    pub budget: Option<Budget>,
+    /// Where the policy sits in the file (`""` or `spec.policy`), for error paths.
+    pub policy_field: &'static str,
+}
+
+/// A named, compiled invariant region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledInvariant {
+    /// The invariant's name.
+    pub name: String,
+    /// Why it exists.
+    pub reason: Option<String>,
+    /// The forbidden region.
+    pub region: CompiledRegion,
+}
+
+/// A compiled document: policy plus MaximumPolicy extras.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledDocument {
+    /// The policy.
+    pub policy: CompiledPolicy,
+    /// Invariants (MaximumPolicy only).
+    pub invariants: Vec<CompiledInvariant>,
+    /// Budget (MaximumPolicy only).
+    pub budget: Option<Budget>,
+}
+
+/// Why a file could not be read as a policy.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    /// Not YAML at all (a usage/I-O error, exit 2).
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
+    /// YAML, but not a policy this model covers.
+    #[error("{0}")]
+    Invalid(Reason),
+}
+
+const DOCUMENT_FIELDS: &[&str] = &["filesystem", "network"];
+const FILESYSTEM_FIELDS: &[&str] = &["readOnly", "readWrite"];
+const RULE_FIELDS: &[&str] = &["name", "binaries", "endpoints", "review"];
+const ENDPOINT_FIELDS: &[&str] = &[
+    "host", "port", "ports", "protocol", "path", "access", "rules", "denyRules", "review",
+];
+const ENTRY_FIELDS: &[&str] = &["methods", "path"];
+const REVIEW_FIELDS: &[&str] = &["required", "reason"];
+/// Fields that other policy languages have and this one deliberately does not
+/// model yet; named so the message says so instead of "unknown".
+const RESERVED_FIELDS: &[&str] = &["query", "allowedIPs", "allowed_ips", "tls"];
+
+fn shape(field: impl Into<String>, message: impl Into<String>) -> Reason {
+    Reason::at(ReasonCode::UnsupportedPolicyShape, field, message)
+}
+
+fn check_keys(value: &Value, field: &str, allowed: &[&str]) -> Result<(), Reason> {
+    let Some(map) = value.as_object() else {
+        return Ok(()); // type errors are reported by the typed pass
+    };
+    for key in map.keys() {
+        if allowed.contains(&key.as_str()) {
+            continue;
+        }
+        let at = if field.is_empty() { key.clone() } else { format!("{field}.{key}") };
+        if RESERVED_FIELDS.contains(&key.as_str()) {
+            return Err(shape(at, format!("{key} is not modelled by policy language v1")));
+        }
+        return Err(shape(at, format!("unknown field {key:?}")));
+    }
+    Ok(())
+}
+
+fn each<'a>(value: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    value
+        .get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+/// Rejects unknown and reserved fields anywhere in a policy document.
+fn check_policy_fields(doc: &Value) -> Result<(), Reason> {
+    check_keys(doc, "", DOCUMENT_FIELDS)?;
+    if let Some(fs) = doc.get("filesystem") {
+        check_keys(fs, "filesystem", FILESYSTEM_FIELDS)?;
+    }
+    for (r, rule) in each(doc, "network") {
+        let at = format!("network[{r}]");
+        check_keys(rule, &at, RULE_FIELDS)?;
+        if let Some(review) = rule.get("review") {
+            check_keys(review, &format!("{at}.review"), REVIEW_FIELDS)?;
+        }
+        for (e, endpoint) in each(rule, "endpoints") {
+            let at = format!("{at}.endpoints[{e}]");
+            check_keys(endpoint, &at, ENDPOINT_FIELDS)?;
+            if let Some(review) = endpoint.get("review") {
+                check_keys(review, &format!("{at}.review"), REVIEW_FIELDS)?;
+            }
+            for list in ["rules", "denyRules"] {
+                for (i, entry) in each(endpoint, list) {
+                    check_keys(entry, &format!("{at}.{list}[{i}]"), ENTRY_FIELDS)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deserialises a typed value, reporting the failing field's path.
+pub fn typed<T: DeserializeOwned>(value: &Value, field: &str) -> Result<T, Reason> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let at = match (field.is_empty(), path == ".") {
+            (true, _) => path,
+            (false, true) => field.to_string(),
+            (false, false) => format!("{field}.{path}"),
+        };
+        shape(at, e.into_inner().to_string())
+    })
+}
+
+/// Parses one YAML document into a JSON value (one document per file).
+pub fn parse_yaml(text: &str, limits: &Limits) -> Result<Value, LoadError> {
+    if text.len() > limits.input_bytes {
+        return Err(LoadError::Invalid(Reason::general(
+            ReasonCode::ResourceLimit,
+            format!("input is larger than {} bytes", limits.input_bytes),
+        )));
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| LoadError::Yaml(e.to_string()))
+}
+
+/// Reads a policy file's text.
+pub fn load_document(text: &str, limits: &Limits) -> Result<LoadedDocument, LoadError> {
+    let value = parse_yaml(text, limits)?;
+    load_value(&value).map_err(LoadError::Invalid)
+}
+
+/// Reads a parsed policy file.
+pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
+    if !value.is_object() {
+        return Err(Reason::general(
+            ReasonCode::UnsupportedPolicyShape,
+            "expected a policy document (filesystem/network) or a MaximumPolicy/AgentSandbox manifest",
+        ));
+    }
+    let Some(kind) = value.get("kind") else {
+        check_policy_fields(value)?;
+        return Ok(LoadedDocument {
+            kind: DocumentKind::Bare,
+            name: None,
+            policy: typed(value, "")?,
+            invariants: Vec::new(),
+            budget: None,
+            policy_field: "",
+        });
+    };
+    let kind = match kind.as_str() {
+        Some("MaximumPolicy") => DocumentKind::MaximumPolicy,
+        Some("AgentSandbox") => DocumentKind::AgentSandbox,
+        other => {
+            return Err(shape(
+                "kind",
+                format!("expected MaximumPolicy or AgentSandbox, found {other:?}"),
+            ));
+        }
+    };
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let empty = Value::Object(Default::default());
+    let policy = value.pointer("/spec/policy").unwrap_or(&empty);
+    check_policy_fields(policy).map_err(|r| r.within("spec.policy"))?;
+    let policy: PolicyDocument = typed(policy, "spec.policy")?;
+    let (invariants, budget) = if kind == DocumentKind::MaximumPolicy {
+        let invariants = match value.pointer("/spec/invariants") {
+            Some(v) => typed(v, "spec.invariants")?,
+            None => Vec::new(),
+        };
+        let budget = match value.pointer("/spec/budget") {
+            Some(v) => Some(typed(v, "spec.budget")?),
+            None => None,
+        };
+        (invariants, budget)
+    } else {
+        (Vec::new(), None)
+    };
+    Ok(LoadedDocument {
+        kind,
+        name,
+        policy,
+        invariants,
+        budget,
+        policy_field: "spec.policy",
+    })
+}
+
+impl LoadedDocument {
+    /// Validates and compiles the policy and invariants.
+    pub fn compile(&self, role: Role, limits: &Limits) -> Result<CompiledDocument, Reason> {
+        let policy =
+            compile(&self.policy, role, limits).map_err(|r| r.within(self.policy_field))?;
+        let invariants = self
+            .invariants
+            .iter()
+            .enumerate()
+            .map(|(i, inv)| {
+                Ok(CompiledInvariant {
+                    name: inv.name.clone(),
+                    reason: inv.reason.clone(),
+                    region: compile_region(&inv.region, &format!("spec.invariants[{i}].match"))?,
+                })
+            })
+            .collect::<Result<_, Reason>>()?;
+        Ok(CompiledDocument {
+            policy,
+            invariants,
+            budget: self.budget,
+        })
+    }
+}

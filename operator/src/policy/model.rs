@@ -1,0 +1,254 @@
+//! The policy document of POLICY-SEMANTICS.md §2 as serde/schemars types.
+//! These are the shapes people write (and, later, the CRD schemas); they are
+//! checked and compiled into [`crate::policy::CompiledPolicy`] before use.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::action::Layer;
+
+/// A policy: filesystem grants and network rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyDocument {
+    /// Filesystem grants.
+    #[serde(default, skip_serializing_if = "Filesystem::is_empty")]
+    pub filesystem: Filesystem,
+    /// Network rules; each rule is a grant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<NetworkRule>,
+}
+
+/// Filesystem grants: each entry covers the path and everything below it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Filesystem {
+    /// Paths granted for reading.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
+    /// Paths granted for reading and writing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_write: Vec<String>,
+}
+
+impl Filesystem {
+    /// True when no path is granted.
+    pub fn is_empty(&self) -> bool {
+        self.read_only.is_empty() && self.read_write.is_empty()
+    }
+}
+
+/// A named network grant: these binaries may reach these endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NetworkRule {
+    /// Unique within the policy.
+    pub name: String,
+    /// Executable path globs; empty or absent means any binary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binaries: Vec<String>,
+    /// Where the binaries may connect.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// MaximumPolicy only: grants under this rule need a human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+}
+
+/// Protocol of an endpoint. Only `l4` and `rest` are modelled; the others are
+/// reserved and make a policy Unsupported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Raw TCP: covers every layer.
+    #[default]
+    L4,
+    /// HTTP with method/path rules.
+    Rest,
+    /// Reserved.
+    Websocket,
+    /// Reserved.
+    Mcp,
+    /// Reserved.
+    Graphql,
+}
+
+impl Protocol {
+    /// The protocol's name as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::L4 => "l4",
+            Protocol::Rest => "rest",
+            Protocol::Websocket => "websocket",
+            Protocol::Mcp => "mcp",
+            Protocol::Graphql => "graphql",
+        }
+    }
+
+    fn is_l4(&self) -> bool {
+        *self == Protocol::L4
+    }
+}
+
+/// Method presets for REST endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLevel {
+    /// GET, HEAD, OPTIONS.
+    ReadOnly,
+    /// Read-only plus POST, PUT, PATCH.
+    ReadWrite,
+    /// Any method.
+    Full,
+}
+
+impl AccessLevel {
+    /// The preset's name as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessLevel::ReadOnly => "read-only",
+            AccessLevel::ReadWrite => "read-write",
+            AccessLevel::Full => "full",
+        }
+    }
+}
+
+/// One destination of a rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Endpoint {
+    /// Host glob.
+    pub host: String,
+    /// Shorthand for `ports: [port]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Exact ports (non-empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// `l4` (default) or `rest`.
+    #[serde(default, skip_serializing_if = "Protocol::is_l4")]
+    pub protocol: Protocol,
+    /// REST only: the endpoint's path scope (a path glob).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// REST only: a method preset (exclusive with `rules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<AccessLevel>,
+    /// REST only: allow entries (exclusive with `access`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleEntry>,
+    /// REST only: deny entries; a deny wins over every allow of the policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_rules: Vec<RuleEntry>,
+    /// MaximumPolicy only: grants under this endpoint need a human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+}
+
+/// An allow or deny entry: methods and a path glob.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuleEntry {
+    /// Upper-case methods or `*`; `GET` also covers `HEAD`.
+    pub methods: Vec<String>,
+    /// Path glob; absent means any path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// A review requirement on a region of a MaximumPolicy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Review {
+    /// When true, agent proposals inside this region are never auto-applied.
+    #[serde(default)]
+    pub required: bool,
+    /// Why, shown to the reviewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A region of network actions: each present field restricts it; an absent
+/// field means any value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Region {
+    /// Binary globs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binaries: Option<Vec<String>>,
+    /// Host globs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+    /// Exact ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<u16>>,
+    /// Layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<Layer>>,
+    /// Methods (REST actions only) or `*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+    /// Path globs (REST actions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<String>>,
+}
+
+/// A hard invariant of a MaximumPolicy: no governed policy may allow any
+/// action in its region.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Invariant {
+    /// Name, used in verdicts.
+    pub name: String,
+    /// Why the region is forbidden.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The forbidden region.
+    #[serde(rename = "match")]
+    pub region: Region,
+}
+
+/// Weights of the least-privilege cost of a new grant (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct CostWeights {
+    /// Every new endpoint or filesystem entry.
+    pub grant: u32,
+    /// A `*` in a host.
+    pub host_wildcard: u32,
+    /// A `*` in a path.
+    pub path_wildcard: u32,
+    /// A `**` in a host or path.
+    pub recursive_wildcard: u32,
+    /// Any method (`*` or `access: full`).
+    pub method_wildcard: u32,
+    /// Any binary (absent list) or a binary glob with `*`.
+    pub binary_wildcard: u32,
+    /// A raw L4 grant, which covers every request at every layer.
+    pub l7_to_l4: u32,
+}
+
+impl Default for CostWeights {
+    fn default() -> Self {
+        CostWeights {
+            grant: 1,
+            host_wildcard: 3,
+            path_wildcard: 2,
+            recursive_wildcard: 6,
+            method_wildcard: 3,
+            binary_wildcard: 4,
+            l7_to_l4: 8,
+        }
+    }
+}
+
+/// The least-privilege budget for auto-applied agent proposals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Budget {
+    /// The largest cost a proposal may have and still be applied automatically.
+    pub max_cost: u32,
+    /// Weights; absent ones take the defaults.
+    #[serde(default)]
+    pub weights: CostWeights,
+}

@@ -6,12 +6,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::action::Action;
 use crate::policy::compile::CompiledPolicy;
+use crate::policy::compile::CompiledRegion;
 use crate::policy::error::ReasonCode;
 use crate::policy::load::CompiledInvariant;
 use crate::policy::model::{Budget, CostWeights, PolicyDocument};
 use crate::prover::budget::{Cost, delta_cost};
 use crate::prover::{Outcome, Proof, Prover};
-use crate::policy::compile::CompiledRegion;
 
 /// The proofs a verdict needs. [`Prover`] is the real one.
 pub trait ProofEngine {
@@ -220,7 +220,10 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
                 let mut v = b.verdict(
                     Decision::Reject,
                     Step::Containment,
-                    format!("exceeds MaximumPolicy {:?}: {counterexample} is not allowed", m.name),
+                    format!(
+                        "exceeds MaximumPolicy {:?}: {counterexample} is not allowed",
+                        m.name
+                    ),
                 );
                 v.maximum = Some(m.name.to_string());
                 v.counterexample = Some(counterexample.clone());
@@ -230,7 +233,10 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
                 let mut v = b.verdict(
                     Decision::Reject,
                     Step::Containment,
-                    format!("cannot prove containment in MaximumPolicy {:?}: {reason}", m.name),
+                    format!(
+                        "cannot prove containment in MaximumPolicy {:?}: {reason}",
+                        m.name
+                    ),
                 );
                 v.maximum = Some(m.name.to_string());
                 v.code = Some(reason.code);
@@ -244,7 +250,11 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
         for inv in m.invariants {
             let proof = engine.intersection(candidate, &inv.region);
             b.record(format!("invariant {}", inv.name), Some(m.name), &proof);
-            let why = inv.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+            let why = inv
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             match &proof.outcome {
                 Outcome::Within => {}
                 Outcome::Exceeds { counterexample } => {
@@ -294,7 +304,11 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
     // 5. Approved, or asked by someone who may approve.
     match input.source {
         Source::Approved => {
-            let mut v = b.verdict(Decision::Apply, Step::Approved, "approved by a reviewer".into());
+            let mut v = b.verdict(
+                Decision::Apply,
+                Step::Approved,
+                "approved by a reviewer".into(),
+            );
             v.counterexample = example;
             return v;
         }
@@ -364,7 +378,9 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
         let cost = delta_cost(current_doc, candidate_doc, &weights);
         if let Some(budget) = m.budget
             && cost.total > budget.max_cost
-            && worst_cost.as_ref().is_none_or(|(c, _, _)| cost.total > c.total)
+            && worst_cost
+                .as_ref()
+                .is_none_or(|(c, _, _)| cost.total > c.total)
         {
             worst_cost = Some((cost, m.name, budget.max_cost));
         }
@@ -400,4 +416,302 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
     v.cost = Some(cost);
     v.counterexample = example;
     v
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::policy::compile::{Limits, Role};
+    use crate::policy::error::Reason;
+    use crate::policy::load::{CompiledDocument, load_document};
+
+    const MAXIMUM: &str = r#"
+kind: MaximumPolicy
+metadata: {name: org-ceiling}
+spec:
+  policy:
+    filesystem: {readWrite: [/sandbox]}
+    network:
+      - name: github
+        binaries: [/usr/bin/gh]
+        endpoints:
+          - host: api.github.com
+            ports: [443]
+            protocol: rest
+            rules:
+              - {methods: [GET], path: /repos/acme/**}
+              - {methods: [POST], path: /repos/acme/*/issues/**}
+          - host: api.github.com
+            ports: [443]
+            protocol: rest
+            path: /repos/acme/*/pulls/**
+            access: read-write
+            review: {required: true, reason: code changes}
+      - name: anything
+        endpoints:
+          - {host: "**.internal", ports: [80]}
+  invariants:
+    - name: no-metadata
+      reason: credentials theft
+      match: {hosts: [metadata.internal]}
+  budget: {maxCost: 4}
+"#;
+
+    const CURRENT: &str = r#"
+network:
+  - name: read
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - host: api.github.com
+        ports: [443]
+        protocol: rest
+        rules: [{methods: [GET], path: /repos/acme/x/issues/**}]
+"#;
+
+    fn doc(yaml: &str, role: Role) -> (PolicyDocument, CompiledDocument) {
+        let loaded = load_document(yaml, &Limits::default()).unwrap();
+        let compiled = loaded.compile(role, &Limits::default()).unwrap();
+        (loaded.policy, compiled)
+    }
+
+    /// CURRENT plus one more rule.
+    fn with_rule(rule: &str) -> String {
+        format!("{CURRENT}{rule}")
+    }
+
+    struct Case {
+        maximum: CompiledDocument,
+        current: (PolicyDocument, CompiledDocument),
+        candidate: (PolicyDocument, CompiledDocument),
+    }
+
+    fn case(candidate: &str) -> Case {
+        Case {
+            maximum: doc(MAXIMUM, Role::Maximum).1,
+            current: doc(CURRENT, Role::Sandbox),
+            candidate: doc(candidate, Role::Sandbox),
+        }
+    }
+
+    fn run(
+        c: &Case,
+        maximums: usize,
+        source: Source,
+        mode: Mode,
+        engine: &dyn ProofEngine,
+    ) -> Verdict {
+        let m = GoverningMaximum {
+            name: "org-ceiling",
+            policy: &c.maximum.policy,
+            invariants: &c.maximum.invariants,
+            budget: c.maximum.budget,
+        };
+        let list = vec![m; maximums];
+        decide(
+            &VerdictInput {
+                maximums: &list,
+                current: (&c.current.0, &c.current.1.policy),
+                candidate: (&c.candidate.0, &c.candidate.1.policy),
+                source,
+                mode,
+                allow_unmanaged: false,
+            },
+            engine,
+        )
+    }
+
+    const COMMENT: &str = r#"
+  - name: comment
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - host: api.github.com
+        ports: [443]
+        protocol: rest
+        rules: [{methods: [POST], path: /repos/acme/x/issues/*/comments}]
+"#;
+
+    #[test]
+    fn step1_no_maximum_rejects() {
+        let c = case(&with_rule(COMMENT));
+        let v = run(&c, 0, Source::Agent, Mode::Auto, &Prover::default());
+        assert_eq!((v.decision, v.step), (Decision::Reject, Step::Unmanaged));
+    }
+
+    #[test]
+    fn step1_unmanaged_allowed_goes_on() {
+        let c = case("network: []");
+        let v = decide(
+            &VerdictInput {
+                maximums: &[],
+                current: (&c.current.0, &c.current.1.policy),
+                candidate: (&c.candidate.0, &c.candidate.1.policy),
+                source: Source::Agent,
+                mode: Mode::Auto,
+                allow_unmanaged: true,
+            },
+            &Prover::default(),
+        );
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Removal));
+    }
+
+    #[test]
+    fn step2_exceeding_rejects_with_counterexample() {
+        let c = case(&with_rule(
+            r#"
+  - name: delete
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [DELETE], path: /repos/acme/x}]}
+"#,
+        ));
+        let v = run(&c, 1, Source::Approved, Mode::Auto, &Prover::default());
+        assert_eq!((v.decision, v.step), (Decision::Reject, Step::Containment));
+        assert_eq!(v.maximum.as_deref(), Some("org-ceiling"));
+        let action = v.counterexample.unwrap().to_string();
+        assert_eq!(
+            action,
+            "DELETE https://api.github.com:443/repos/acme/x by /usr/bin/gh (layer rest)"
+        );
+        assert!(
+            v.reason
+                .starts_with("exceeds MaximumPolicy \"org-ceiling\": DELETE"),
+            "{}",
+            v.reason
+        );
+    }
+
+    /// An engine whose every answer is the same.
+    struct Always(Outcome);
+    impl ProofEngine for Always {
+        fn containment(&self, _: &CompiledPolicy, _: &CompiledPolicy) -> Proof {
+            Proof {
+                outcome: self.0.clone(),
+                solver_millis: 0.0,
+                cached: false,
+            }
+        }
+        fn intersection(&self, _: &CompiledPolicy, _: &CompiledRegion) -> Proof {
+            self.containment(&CompiledPolicy::default(), &CompiledPolicy::default())
+        }
+        fn new_authority_within(
+            &self,
+            a: &CompiledPolicy,
+            _: &CompiledPolicy,
+            b: &CompiledPolicy,
+        ) -> Proof {
+            self.containment(a, b)
+        }
+    }
+
+    #[test]
+    fn step2_inconclusive_rejects_with_code() {
+        let c = case(&with_rule(COMMENT));
+        let engine = Always(Outcome::Inconclusive {
+            reason: Reason::general(ReasonCode::SolverTimeout, "deadline"),
+        });
+        let v = run(&c, 1, Source::Approved, Mode::Auto, &engine);
+        assert_eq!((v.decision, v.step), (Decision::Reject, Step::Containment));
+        assert_eq!(v.code, Some(ReasonCode::SolverTimeout));
+    }
+
+    #[test]
+    fn step3_invariant_rejects_naming_it() {
+        let c = case(&with_rule(
+            r#"
+  - name: meta
+    endpoints: [{host: metadata.internal, ports: [80]}]
+"#,
+        ));
+        let v = run(&c, 1, Source::Approved, Mode::Auto, &Prover::default());
+        assert_eq!((v.decision, v.step), (Decision::Reject, Step::Invariant));
+        assert_eq!(v.invariant.as_deref(), Some("no-metadata"));
+        assert!(v.reason.contains("credentials theft"), "{}", v.reason);
+    }
+
+    #[test]
+    fn step4_removal_applies() {
+        let c = case("network: []");
+        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Removal));
+    }
+
+    #[test]
+    fn step5_approved_or_approver_applies() {
+        let c = case(&with_rule(COMMENT));
+        for source in [Source::Approved, Source::HumanWithApprove] {
+            let v = run(&c, 1, source, Mode::Ask, &Prover::default());
+            assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
+        }
+    }
+
+    #[test]
+    fn step6_ask_mode_asks() {
+        let c = case(&with_rule(COMMENT));
+        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        assert_eq!((v.decision, v.step), (Decision::Ask, Step::AskMode));
+        assert!(v.counterexample.is_some());
+    }
+
+    #[test]
+    fn step7_auto_eligible_within_budget_applies() {
+        let c = case(&with_rule(COMMENT));
+        let v = run(&c, 2, Source::Agent, Mode::Auto, &Prover::default());
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Apply, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        assert_eq!(v.cost.unwrap().total, 3);
+        assert_eq!(v.proofs.len(), 2 + 2 + 1 + 2);
+    }
+
+    #[test]
+    fn step7_review_region_asks() {
+        let c = case(&with_rule(
+            r#"
+  - name: pr
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [POST], path: /repos/acme/x/pulls/1}]}
+"#,
+        ));
+        let v = run(&c, 1, Source::Agent, Mode::Auto, &Prover::default());
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Ask, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        assert_eq!(
+            v.counterexample.unwrap().to_string(),
+            "POST https://api.github.com:443/repos/acme/x/pulls/1 by /usr/bin/gh (layer rest)"
+        );
+    }
+
+    #[test]
+    fn step7_over_budget_asks() {
+        let c = case(&with_rule(
+            r#"
+  - name: wide
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /repos/acme/**}]}
+"#,
+        ));
+        let v = run(&c, 1, Source::Agent, Mode::Auto, &Prover::default());
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Ask, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        assert_eq!(v.cost.unwrap().total, 7);
+        assert!(
+            v.reason.contains("cost 7 exceeds the budget 4"),
+            "{}",
+            v.reason
+        );
+    }
 }

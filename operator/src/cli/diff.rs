@@ -42,20 +42,23 @@ pub fn run(args: &DiffArgs) -> u8 {
     let load = |path: &PathBuf| match load_file(path, Role::Maximum, &limits) {
         Ok(pair) => Ok(pair),
         Err(FileProblem::Usage(msg)) => Err((EXIT_USAGE, msg)),
-        Err(FileProblem::Reason(reason)) => Err((EXIT_UNPROVEN, format!("{}: {reason}", path.display()))),
+        Err(FileProblem::Reason(reason)) => {
+            Err((EXIT_UNPROVEN, format!("{}: {reason}", path.display())))
+        }
     };
     let loaded = load(&args.current).and_then(|c| load(&args.candidate).map(|n| (c, n)));
     let weights = match &args.weights_from {
         None => Ok(CostWeights::default()),
         Some(path) => load(path).map(|(doc, _)| doc.budget.map(|b| b.weights).unwrap_or_default()),
     };
-    let (((current_doc, current), (candidate_doc, candidate)), weights) = match loaded.and_then(|l| weights.map(|w| (l, w))) {
-        Ok(all) => all,
-        Err((code, msg)) => {
-            eprintln!("agentgate diff: {msg}");
-            return code;
-        }
-    };
+    let (((current_doc, current), (candidate_doc, candidate)), weights) =
+        match loaded.and_then(|l| weights.map(|w| (l, w))) {
+            Ok(all) => all,
+            Err((code, msg)) => {
+                eprintln!("agentgate diff: {msg}");
+                return code;
+            }
+        };
     let prover = Prover::new(ProverOptions {
         timeout: timeout(args.timeout_ms),
         ..ProverOptions::default()
@@ -75,7 +78,11 @@ pub fn run(args: &DiffArgs) -> u8 {
             if found.examples.is_empty() {
                 println!("no new authority");
             } else {
-                println!("new authority ({} example{}):", found.examples.len(), if found.examples.len() == 1 { "" } else { "s" });
+                println!(
+                    "new authority ({} example{}):",
+                    found.examples.len(),
+                    if found.examples.len() == 1 { "" } else { "s" }
+                );
                 for a in &found.examples {
                     println!("  {a}");
                 }

@@ -7,8 +7,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::cli::{EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN};
 use crate::policy::compile::{Limits, Role, compile};
-use crate::policy::load::parse_yaml;
 use crate::policy::load::LoadError;
+use crate::policy::load::parse_yaml;
 use crate::policy::openshell::import;
 
 /// Formats an import can print.

@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::policy::compile::{Limits, Role};
-use crate::policy::load::{CompiledDocument, LoadError, LoadedDocument, load_document};
 use crate::policy::error::Reason;
+use crate::policy::load::{CompiledDocument, LoadError, LoadedDocument, load_document};
 
 /// Exit code: proved within / success.
 pub const EXIT_WITHIN: u8 = 0;
@@ -73,11 +73,17 @@ pub enum FileProblem {
 }
 
 /// Reads, parses and compiles a policy file.
-pub fn load_file(path: &Path, role: Role, limits: &Limits) -> Result<(LoadedDocument, CompiledDocument), FileProblem> {
+pub fn load_file(
+    path: &Path,
+    role: Role,
+    limits: &Limits,
+) -> Result<(LoadedDocument, CompiledDocument), FileProblem> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| FileProblem::Usage(format!("{}: {e}", path.display())))?;
     let loaded = load_document(&text, limits).map_err(|e| match e {
-        LoadError::Yaml(msg) => FileProblem::Usage(format!("{}: invalid YAML: {msg}", path.display())),
+        LoadError::Yaml(msg) => {
+            FileProblem::Usage(format!("{}: invalid YAML: {msg}", path.display()))
+        }
         LoadError::Invalid(reason) => FileProblem::Reason(reason),
     })?;
     let compiled = loaded.compile(role, limits).map_err(FileProblem::Reason)?;

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use crate::cli::{EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, Output, load_file, timeout};
+use crate::cli::{
+    EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, Output, load_file, timeout,
+};
 use crate::policy::action::Action;
 use crate::policy::compile::{Limits, Role};
 use crate::policy::error::Reason;
@@ -60,7 +62,10 @@ fn check(args: &VerifyArgs) -> Result<Report, String> {
     for path in &args.maximums {
         match load_file(path, Role::Maximum, &limits) {
             Ok((loaded, compiled)) => {
-                let name = loaded.name.clone().unwrap_or_else(|| path.display().to_string());
+                let name = loaded
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| path.display().to_string());
                 maximums.push((name, compiled));
             }
             Err(FileProblem::Usage(msg)) => return Err(msg),
@@ -127,7 +132,10 @@ fn print_text(report: &Report, maximums: usize) {
             } else {
                 println!("within all {maximums} maximums");
             }
-            println!("proved in {:.1} ms ({} checks)", report.solver_millis, report.checks);
+            println!(
+                "proved in {:.1} ms ({} checks)",
+                report.solver_millis, report.checks
+            );
         }
         Outcome::Exceeds { counterexample } => {
             match &report.invariant {

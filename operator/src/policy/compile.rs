@@ -211,11 +211,18 @@ fn filesystem_paths(field: &str, paths: &[String]) -> Result<Vec<String>, Reason
 }
 
 /// Validates and compiles a policy document.
-pub fn compile(doc: &PolicyDocument, role: Role, limits: &Limits) -> Result<CompiledPolicy, Reason> {
+pub fn compile(
+    doc: &PolicyDocument,
+    role: Role,
+    limits: &Limits,
+) -> Result<CompiledPolicy, Reason> {
     let read_only = filesystem_paths("filesystem.readOnly", &doc.filesystem.read_only)?;
     let read_write = filesystem_paths("filesystem.readWrite", &doc.filesystem.read_write)?;
     let filesystem = CompiledFilesystem {
-        read: read_only.into_iter().chain(read_write.iter().cloned()).collect(),
+        read: read_only
+            .into_iter()
+            .chain(read_write.iter().cloned())
+            .collect(),
         write: read_write,
     };
 
@@ -278,10 +285,18 @@ pub fn compile(doc: &PolicyDocument, role: Role, limits: &Limits) -> Result<Comp
             }
             let ports = match (endpoint.port, endpoint.ports.is_empty()) {
                 (Some(_), false) => {
-                    return Err(shape(format!("{at}.port"), "give either port or ports, not both"));
+                    return Err(shape(
+                        format!("{at}.port"),
+                        "give either port or ports, not both",
+                    ));
                 }
                 (Some(port), true) => vec![port],
-                (None, true) => return Err(shape(format!("{at}.ports"), "at least one port is required")),
+                (None, true) => {
+                    return Err(shape(
+                        format!("{at}.ports"),
+                        "at least one port is required",
+                    ));
+                }
                 (None, false) => endpoint.ports.clone(),
             };
             if let Some(i) = ports.iter().position(|&p| p == 0) {
@@ -316,7 +331,10 @@ pub fn compile(doc: &PolicyDocument, role: Role, limits: &Limits) -> Result<Comp
                 }
                 Protocol::Rest => {
                     if endpoint.access.is_some() && !endpoint.rules.is_empty() {
-                        return Err(shape(format!("{at}.rules"), "access and rules are exclusive"));
+                        return Err(shape(
+                            format!("{at}.rules"),
+                            "access and rules are exclusive",
+                        ));
                     }
                     entries_seen += endpoint.rules.len() + endpoint.deny_rules.len();
                     if entries_seen > limits.entries {
@@ -373,7 +391,8 @@ pub fn compile(doc: &PolicyDocument, role: Role, limits: &Limits) -> Result<Comp
                 host,
                 ports,
                 kind,
-                review_required: rule_review || endpoint.review.as_ref().is_some_and(|r| r.required),
+                review_required: rule_review
+                    || endpoint.review.as_ref().is_some_and(|r| r.required),
             });
         }
         rules.push(CompiledRule {

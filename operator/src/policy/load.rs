@@ -8,7 +8,9 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::policy::compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};
+use crate::policy::compile::{
+    CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
+};
 use crate::policy::error::{Reason, ReasonCode};
 use crate::policy::model::{Budget, Invariant, PolicyDocument};
 
@@ -77,7 +79,15 @@ const DOCUMENT_FIELDS: &[&str] = &["filesystem", "network"];
 const FILESYSTEM_FIELDS: &[&str] = &["readOnly", "readWrite"];
 const RULE_FIELDS: &[&str] = &["name", "binaries", "endpoints", "review"];
 const ENDPOINT_FIELDS: &[&str] = &[
-    "host", "port", "ports", "protocol", "path", "access", "rules", "denyRules", "review",
+    "host",
+    "port",
+    "ports",
+    "protocol",
+    "path",
+    "access",
+    "rules",
+    "denyRules",
+    "review",
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
 const REVIEW_FIELDS: &[&str] = &["required", "reason"];
@@ -97,9 +107,16 @@ fn check_keys(value: &Value, field: &str, allowed: &[&str]) -> Result<(), Reason
         if allowed.contains(&key.as_str()) {
             continue;
         }
-        let at = if field.is_empty() { key.clone() } else { format!("{field}.{key}") };
+        let at = if field.is_empty() {
+            key.clone()
+        } else {
+            format!("{field}.{key}")
+        };
         if RESERVED_FIELDS.contains(&key.as_str()) {
-            return Err(shape(at, format!("{key} is not modelled by policy language v1")));
+            return Err(shape(
+                at,
+                format!("{key} is not modelled by policy language v1"),
+            ));
         }
         return Err(shape(at, format!("unknown field {key:?}")));
     }

@@ -124,10 +124,22 @@ pub fn allows(policy: &CompiledPolicy, action: &Action) -> bool {
 /// hold only for REST actions (an l4 action has neither).
 pub fn region_contains(region: &CompiledRegion, a: &NetworkAction) -> bool {
     let rest = a.layer == Layer::Rest;
-    region.binaries.as_ref().is_none_or(|g| g.iter().any(|g| g.matches(&a.binary)))
-        && region.hosts.as_ref().is_none_or(|g| g.iter().any(|g| g.matches(&a.host)))
+    region
+        .binaries
+        .as_ref()
+        .is_none_or(|g| g.iter().any(|g| g.matches(&a.binary)))
+        && region
+            .hosts
+            .as_ref()
+            .is_none_or(|g| g.iter().any(|g| g.matches(&a.host)))
         && region.ports.as_ref().is_none_or(|p| p.contains(&a.port))
         && region.layers.as_ref().is_none_or(|l| l.contains(&a.layer))
-        && region.methods.as_ref().is_none_or(|m| rest && m.contains(&a.method))
-        && region.paths.as_ref().is_none_or(|g| rest && g.iter().any(|g| g.matches(&a.path)))
+        && region
+            .methods
+            .as_ref()
+            .is_none_or(|m| rest && m.contains(&a.method))
+        && region
+            .paths
+            .as_ref()
+            .is_none_or(|g| rest && g.iter().any(|g| g.matches(&a.path)))
 }

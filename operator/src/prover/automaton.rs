@@ -150,7 +150,11 @@ fn nfa(pattern: usize, position: usize, inside: bool) -> NfaState {
 }
 
 fn unpack(s: NfaState) -> (usize, usize, bool) {
-    ((s >> 32) as usize, ((s & 0xffff_ffff) >> 1) as usize, s & 1 == 1)
+    (
+        (s >> 32) as usize,
+        ((s & 0xffff_ffff) >> 1) as usize,
+        s & 1 == 1,
+    )
 }
 
 struct Explorer<'a> {
@@ -187,16 +191,10 @@ impl Explorer<'_> {
             }
             match tokens.get(position) {
                 None => {}
-                Some(Token::Literal(l)) => {
-                    if *l == c {
-                        self.close(p, position + 1, out);
-                    }
-                }
-                Some(Token::Star) => {
-                    if c != separator {
-                        self.close(p, position, out);
-                    }
-                }
+                Some(Token::Literal(l)) if *l == c => self.close(p, position + 1, out),
+                Some(Token::Literal(_)) => {}
+                Some(Token::Star) if c != separator => self.close(p, position, out),
+                Some(Token::Star) => {}
                 Some(Token::AnyString) => self.close(p, position, out),
                 Some(Token::Segments) => {
                     if c == b'/' {
@@ -242,7 +240,9 @@ impl Explorer<'_> {
             .iter()
             .find(|f| out.binary_search(f).is_err())
         {
-            out.push(*filler);
+            // Tried first, so that among equally short witnesses the one
+            // with a neutral filler wins (`x.example.com`, not `e.example.com`).
+            out.insert(0, *filler);
         }
     }
 }
@@ -340,7 +340,10 @@ mod tests {
     use std::time::Duration;
 
     fn sigs(domain: Domain, kind: GlobKind, patterns: &[&str]) -> Signatures {
-        let globs: Vec<Glob> = patterns.iter().map(|p| Glob::parse(kind, p).unwrap()).collect();
+        let globs: Vec<Glob> = patterns
+            .iter()
+            .map(|p| Glob::parse(kind, p).unwrap())
+            .collect();
         let tokens: Vec<&[Token]> = globs.iter().map(|g| g.tokens()).collect();
         let deadline = Instant::now() + Duration::from_secs(10);
         let s = signatures(domain, "test", &tokens, 100_000, deadline).unwrap();
@@ -378,19 +381,37 @@ mod tests {
 
     #[test]
     fn trailing_slash_counts() {
-        let s = sigs(Domain::RequestPath, GlobKind::Path, &["/repos/**", "/repos"]);
+        let s = sigs(
+            Domain::RequestPath,
+            GlobKind::Path,
+            &["/repos/**", "/repos"],
+        );
         assert!(has(&s, &[0]));
         assert!(has(&s, &[1]));
         assert!(!has(&s, &[0, 1]));
-        let w = &s.signatures.iter().find(|sig| sig.members == [0]).unwrap().witness;
+        let w = &s
+            .signatures
+            .iter()
+            .find(|sig| sig.members == [0])
+            .unwrap()
+            .witness;
         assert_eq!(w, "/repos/");
     }
 
     #[test]
     fn hosts_need_canonical_labels() {
-        let s = sigs(Domain::Host, GlobKind::Host, &["*.example.com", "example.com"]);
+        let s = sigs(
+            Domain::Host,
+            GlobKind::Host,
+            &["*.example.com", "example.com"],
+        );
         assert!(!has(&s, &[0, 1]));
-        let w = &s.signatures.iter().find(|sig| sig.members == [0]).unwrap().witness;
+        let w = &s
+            .signatures
+            .iter()
+            .find(|sig| sig.members == [0])
+            .unwrap()
+            .witness;
         assert_eq!(w, "x.example.com");
     }
 
@@ -398,7 +419,12 @@ mod tests {
     fn dot_segments_are_not_canonical() {
         // `/a/*` would match `/a/..`, which is not a canonical path.
         let s = sigs(Domain::RequestPath, GlobKind::Path, &["/a/*", "/a/.*"]);
-        let w = &s.signatures.iter().find(|sig| sig.members == [0, 1]).unwrap().witness;
+        let w = &s
+            .signatures
+            .iter()
+            .find(|sig| sig.members == [0, 1])
+            .unwrap()
+            .witness;
         assert_eq!(w, "/a/.x");
     }
 

@@ -43,12 +43,18 @@ fn endpoint_cost(cost: &mut Cost, w: &CostWeights, at: &str, binaries: &[String]
     }
     let first_label = e.host.split('.').next().unwrap_or_default();
     if first_label == "**" {
-        cost.add(format!("{at}: recursive host wildcard {}", e.host), w.recursive_wildcard);
+        cost.add(
+            format!("{at}: recursive host wildcard {}", e.host),
+            w.recursive_wildcard,
+        );
     } else if first_label.contains('*') {
         cost.add(format!("{at}: host wildcard {}", e.host), w.host_wildcard);
     }
     if e.protocol == Protocol::L4 {
-        cost.add(format!("{at}: raw L4 grant (covers every request)"), w.l7_to_l4);
+        cost.add(
+            format!("{at}: raw L4 grant (covers every request)"),
+            w.l7_to_l4,
+        );
         return;
     }
     let mut paths: Vec<&str> = e.path.iter().map(String::as_str).collect();
@@ -59,12 +65,17 @@ fn endpoint_cost(cost: &mut Cost, w: &CostWeights, at: &str, binaries: &[String]
     }
     for p in paths {
         if p.split('/').any(|s| s == "**") {
-            cost.add(format!("{at}: recursive path wildcard {p}"), w.recursive_wildcard);
+            cost.add(
+                format!("{at}: recursive path wildcard {p}"),
+                w.recursive_wildcard,
+            );
         } else if p.contains('*') {
             cost.add(format!("{at}: path wildcard {p}"), w.path_wildcard);
         }
     }
-    if e.access == Some(AccessLevel::Full) || e.rules.iter().any(|r| r.methods.iter().any(|m| m == "*")) {
+    if e.access == Some(AccessLevel::Full)
+        || e.rules.iter().any(|r| r.methods.iter().any(|m| m == "*"))
+    {
         cost.add(format!("{at}: any method"), w.method_wildcard);
     }
 }
@@ -83,12 +94,26 @@ pub fn delta_cost(current: &PolicyDocument, candidate: &PolicyDocument, w: &Cost
             if existing.is_some_and(|r| r.endpoints.contains(e)) {
                 continue;
             }
-            endpoint_cost(&mut cost, w, &format!("network[{}].endpoints[{i}]", rule.name), &rule.binaries, e);
+            endpoint_cost(
+                &mut cost,
+                w,
+                &format!("network[{}].endpoints[{i}]", rule.name),
+                &rule.binaries,
+                e,
+            );
         }
     }
     let fs = [
-        ("readOnly", &candidate.filesystem.read_only, &current.filesystem.read_only),
-        ("readWrite", &candidate.filesystem.read_write, &current.filesystem.read_write),
+        (
+            "readOnly",
+            &candidate.filesystem.read_only,
+            &current.filesystem.read_only,
+        ),
+        (
+            "readWrite",
+            &candidate.filesystem.read_write,
+            &current.filesystem.read_write,
+        ),
     ];
     for (name, new, old) in fs {
         for p in new.iter().filter(|p| !old.contains(p)) {
@@ -121,7 +146,10 @@ mod tests {
     fn exact_is_cheaper_than_wildcards_than_l4() {
         let w = CostWeights::default();
         let mut exact = endpoint("api.github.com", Protocol::Rest);
-        exact.rules = vec![RuleEntry { methods: vec!["GET".into()], path: Some("/repos/acme".into()) }];
+        exact.rules = vec![RuleEntry {
+            methods: vec!["GET".into()],
+            path: Some("/repos/acme".into()),
+        }];
         let mut star = exact.clone();
         star.rules[0].path = Some("/repos/*".into());
         let mut recursive = exact.clone();

@@ -26,7 +26,7 @@ impl ContentHasher {
     }
 
     /// Adds a value.
-    pub fn add<T: Hash + ?Sized>(mut self, value: &T) -> Self {
+    pub fn with<T: Hash + ?Sized>(mut self, value: &T) -> Self {
         value.hash(&mut self);
         self
     }

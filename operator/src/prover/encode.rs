@@ -135,16 +135,31 @@ impl<'a> Universe<'a> {
                     if let Some(scope) = scope {
                         self.paths.add(scope);
                     }
-                    allow.iter().chain(deny).for_each(|entry| self.add_entry(entry));
+                    allow
+                        .iter()
+                        .chain(deny)
+                        .for_each(|entry| self.add_entry(entry));
                 }
             }
         }
     }
 
     fn add_region(&mut self, region: &'a CompiledRegion) {
-        region.binaries.iter().flatten().for_each(|g| self.binaries.add(g));
-        region.hosts.iter().flatten().for_each(|g| self.hosts.add(g));
-        region.paths.iter().flatten().for_each(|g| self.paths.add(g));
+        region
+            .binaries
+            .iter()
+            .flatten()
+            .for_each(|g| self.binaries.add(g));
+        region
+            .hosts
+            .iter()
+            .flatten()
+            .for_each(|g| self.hosts.add(g));
+        region
+            .paths
+            .iter()
+            .flatten()
+            .for_each(|g| self.paths.add(g));
         self.ports.extend(region.ports.iter().flatten());
         if let Some(m) = &region.methods {
             self.add_methods(m);
@@ -205,12 +220,14 @@ fn other_port(ports: &[u16]) -> Option<u16> {
 }
 
 fn other_method(methods: &[String]) -> String {
-    ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE", "CONNECT"]
-        .into_iter()
-        .map(str::to_string)
-        .chain((0..).map(|i| format!("X-METHOD-{i}")))
-        .find(|m| methods.binary_search(m).is_err())
-        .unwrap_or_default()
+    [
+        "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE", "CONNECT",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .chain((0..).map(|i| format!("X-METHOD-{i}")))
+    .find(|m| methods.binary_search(m).is_err())
+    .unwrap_or_default()
 }
 
 /// Z3 variables of one dimension.
@@ -285,7 +302,10 @@ impl DimVars {
 fn any(terms: Vec<Bool>) -> Bool {
     match terms.len() {
         0 => Bool::from_bool(false),
-        1 => terms.into_iter().next().unwrap_or_else(|| Bool::from_bool(false)),
+        1 => terms
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Bool::from_bool(false)),
         _ => Bool::or(&terms),
     }
 }
@@ -293,7 +313,10 @@ fn any(terms: Vec<Bool>) -> Bool {
 fn all(terms: Vec<Bool>) -> Bool {
     match terms.len() {
         0 => Bool::from_bool(true),
-        1 => terms.into_iter().next().unwrap_or_else(|| Bool::from_bool(true)),
+        1 => terms
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Bool::from_bool(true)),
         _ => Bool::and(&terms),
     }
 }
@@ -391,10 +414,16 @@ impl NetworkVars<'_, '_> {
         let mut terms = Vec::new();
         let u = self.universe;
         if let Some(b) = &r.binaries {
-            terms.push(any(b.iter().map(|g| self.binary.atoms[u.binaries.id(g)].clone()).collect()));
+            terms.push(any(b
+                .iter()
+                .map(|g| self.binary.atoms[u.binaries.id(g)].clone())
+                .collect()));
         }
         if let Some(h) = &r.hosts {
-            terms.push(any(h.iter().map(|g| self.host.atoms[u.hosts.id(g)].clone()).collect()));
+            terms.push(any(h
+                .iter()
+                .map(|g| self.host.atoms[u.hosts.id(g)].clone())
+                .collect()));
         }
         if let Some(p) = &r.ports {
             terms.push(any(p.iter().map(|&p| self.port(p)).collect()));
@@ -434,14 +463,21 @@ fn unknown_reason(solver: &Solver) -> Reason {
     if why.contains("timeout") || why.contains("canceled") {
         Reason::general(ReasonCode::SolverTimeout, format!("solver gave up: {why}"))
     } else {
-        Reason::general(ReasonCode::SolverUnknown, format!("solver answered unknown: {why}"))
+        Reason::general(
+            ReasonCode::SolverUnknown,
+            format!("solver answered unknown: {why}"),
+        )
     }
 }
 
 /// Searches for up to `k` network actions answering the question.
 pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
     let mut universe = Universe::default();
-    question.positive.iter().chain(question.negative).for_each(|p| universe.add_policy(p));
+    question
+        .positive
+        .iter()
+        .chain(question.negative)
+        .for_each(|p| universe.add_policy(p));
     question.regions.iter().for_each(|r| universe.add_region(r));
     universe.finish();
 
@@ -453,15 +489,30 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
     };
     let binary = match dimension(Domain::AbsolutePath, "binary", &universe.binaries) {
         Ok(c) => c,
-        Err(r) => return Search { examples: Vec::new(), end: SearchEnd::Inconclusive(r) },
+        Err(r) => {
+            return Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(r),
+            };
+        }
     };
     let host = match dimension(Domain::Host, "host", &universe.hosts) {
         Ok(c) => c,
-        Err(r) => return Search { examples: Vec::new(), end: SearchEnd::Inconclusive(r) },
+        Err(r) => {
+            return Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(r),
+            };
+        }
     };
     let path = match dimension(Domain::RequestPath, "path", &universe.paths) {
         Ok(c) => c,
-        Err(r) => return Search { examples: Vec::new(), end: SearchEnd::Inconclusive(r) },
+        Err(r) => {
+            return Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(r),
+            };
+        }
     };
     let port = literal_choices(&universe.ports, other_port(&universe.ports));
     let method = literal_choices(&universe.methods, Some(other_method(&universe.methods)));
@@ -500,7 +551,10 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
                 SatResult::Sat => {}
             }
             let Some(model) = solver.get_model() else {
-                return Err(Reason::general(ReasonCode::SolverUnknown, "solver returned no model"));
+                return Err(Reason::general(
+                    ReasonCode::SolverUnknown,
+                    "solver returned no model",
+                ));
             };
             let rest = model.eval(&vars.rest, true).and_then(|b| b.as_bool()) == Some(true);
             let picks = [
@@ -511,7 +565,10 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
                 vars.path.chosen(&model),
             ];
             let (method_value, path_value) = if rest {
-                (method.values[picks[3]].clone(), path.values[picks[4]].clone())
+                (
+                    method.values[picks[3]].clone(),
+                    path.values[picks[4]].clone(),
+                )
             } else {
                 (String::new(), String::new())
             };
@@ -524,7 +581,11 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
                 path: path_value,
             });
             // Block this combination of signatures so the next example differs.
-            let mut same = vec![if rest { vars.rest.clone() } else { vars.rest.not() }];
+            let mut same = vec![if rest {
+                vars.rest.clone()
+            } else {
+                vars.rest.not()
+            }];
             same.extend(vars.binary.is_chosen(picks[0]));
             same.extend(vars.host.is_chosen(picks[1]));
             same.extend(vars.port.is_chosen(picks[2]));
@@ -539,9 +600,16 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
     match outcome {
         Ok((found, exhausted)) => Search {
             examples: found.into_iter().map(Action::Network).collect(),
-            end: if exhausted { SearchEnd::Exhausted } else { SearchEnd::Enough },
+            end: if exhausted {
+                SearchEnd::Exhausted
+            } else {
+                SearchEnd::Enough
+            },
         },
-        Err(reason) => Search { examples: Vec::new(), end: SearchEnd::Inconclusive(reason) },
+        Err(reason) => Search {
+            examples: Vec::new(),
+            end: SearchEnd::Inconclusive(reason),
+        },
     }
 }
 
@@ -560,7 +628,10 @@ fn filesystem_patterns(entry: &str) -> [Vec<Token>; 2] {
 /// (regions are network-only, so a question with regions has none).
 pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
     if !question.regions.is_empty() || k == 0 {
-        return Search { examples: Vec::new(), end: SearchEnd::Exhausted };
+        return Search {
+            examples: Vec::new(),
+            end: SearchEnd::Exhausted,
+        };
     }
     let mut entries: Vec<&str> = question
         .positive
@@ -571,10 +642,24 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     entries.sort_unstable();
     entries.dedup();
     let tokens: Vec<[Vec<Token>; 2]> = entries.iter().map(|e| filesystem_patterns(e)).collect();
-    let flat: Vec<&[Token]> = tokens.iter().flat_map(|t| [t[0].as_slice(), t[1].as_slice()]).collect();
-    let choices = match signatures(Domain::AbsolutePath, "filesystem", &flat, budget.max_states, budget.deadline) {
+    let flat: Vec<&[Token]> = tokens
+        .iter()
+        .flat_map(|t| [t[0].as_slice(), t[1].as_slice()])
+        .collect();
+    let choices = match signatures(
+        Domain::AbsolutePath,
+        "filesystem",
+        &flat,
+        budget.max_states,
+        budget.deadline,
+    ) {
         Ok(s) => Choices::from_signatures(s, flat.len()),
-        Err(e) => return Search { examples: Vec::new(), end: SearchEnd::Inconclusive(automaton_reason(e)) },
+        Err(e) => {
+            return Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(automaton_reason(e)),
+            };
+        }
     };
     let entries = &entries;
     let choices = &choices;
@@ -609,12 +694,19 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
                 SatResult::Sat => {}
             }
             let Some(model) = solver.get_model() else {
-                return Err(Reason::general(ReasonCode::SolverUnknown, "solver returned no model"));
+                return Err(Reason::general(
+                    ReasonCode::SolverUnknown,
+                    "solver returned no model",
+                ));
             };
             let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
             let pick = path.chosen(&model);
             found.push(FilesystemAction {
-                access: if is_write { Access::Write } else { Access::Read },
+                access: if is_write {
+                    Access::Write
+                } else {
+                    Access::Read
+                },
                 path: choices.values[pick].clone(),
             });
             let mut same = vec![if is_write { write.clone() } else { write.not() }];
@@ -626,8 +718,15 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     match outcome {
         Ok((found, exhausted)) => Search {
             examples: found.into_iter().map(Action::Filesystem).collect(),
-            end: if exhausted { SearchEnd::Exhausted } else { SearchEnd::Enough },
+            end: if exhausted {
+                SearchEnd::Exhausted
+            } else {
+                SearchEnd::Enough
+            },
         },
-        Err(reason) => Search { examples: Vec::new(), end: SearchEnd::Inconclusive(reason) },
+        Err(reason) => Search {
+            examples: Vec::new(),
+            end: SearchEnd::Inconclusive(reason),
+        },
     }
 }

@@ -150,7 +150,9 @@ fn replay(question: &Question<'_>, action: &Action) -> Result<(), Reason> {
             format!("counterexample {action} failed replay: {why}"),
         )
     };
-    action.check_canonical().map_err(|e| invalid(e.to_string()))?;
+    action
+        .check_canonical()
+        .map_err(|e| invalid(e.to_string()))?;
     if let Some(i) = question.positive.iter().position(|p| !allows(p, action)) {
         return Err(invalid(format!("positive policy {i} does not allow it")));
     }
@@ -185,7 +187,10 @@ impl Prover {
     /// The same prover with another per-check timeout (shares the cache).
     pub fn with_timeout(&self, timeout: Duration) -> Self {
         Prover {
-            options: ProverOptions { timeout, ..self.options },
+            options: ProverOptions {
+                timeout,
+                ..self.options
+            },
             cache: self.cache.clone(),
         }
     }
@@ -207,7 +212,11 @@ impl Prover {
             result.examples.extend(fs.examples);
             result.end = fs.end;
         }
-        if let Some(bad) = result.examples.iter().find_map(|a| replay(question, a).err()) {
+        if let Some(bad) = result
+            .examples
+            .iter()
+            .find_map(|a| replay(question, a).err())
+        {
             result = Search {
                 examples: Vec::new(),
                 end: SearchEnd::Inconclusive(bad),
@@ -251,8 +260,8 @@ impl Prover {
     /// counterexample the candidate allows and the maximum does not.
     pub fn containment(&self, candidate: &CompiledPolicy, maximum: &CompiledPolicy) -> Proof {
         let key = cache::ContentHasher::new("containment")
-            .add(candidate)
-            .add(maximum)
+            .with(candidate)
+            .with(maximum)
             .key();
         self.cached(key, || {
             self.exists(&Question {
@@ -272,9 +281,9 @@ impl Prover {
         ceiling: &CompiledPolicy,
     ) -> Proof {
         let key = cache::ContentHasher::new("new-authority-within")
-            .add(candidate)
-            .add(current)
-            .add(ceiling)
+            .with(candidate)
+            .with(current)
+            .with(ceiling)
             .key();
         self.cached(key, || {
             self.exists(&Question {
@@ -289,8 +298,8 @@ impl Prover {
     /// gives an action the candidate allows inside the region.
     pub fn intersection(&self, candidate: &CompiledPolicy, region: &CompiledRegion) -> Proof {
         let key = cache::ContentHasher::new("intersection")
-            .add(candidate)
-            .add(region)
+            .with(candidate)
+            .with(region)
             .key();
         self.cached(key, || {
             self.exists(&Question {

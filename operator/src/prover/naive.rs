@@ -28,7 +28,7 @@ fn regex(glob: &Glob) -> Regexp {
         GlobKind::Host => ".",
         GlobKind::Path | GlobKind::Binary => "/",
     };
-    let not_separator = Regexp::allchar().diff(&Regexp::literal(separator));
+    let not_separator = Regexp::allchar().diff(Regexp::literal(separator));
     let parts: Vec<Regexp> = glob
         .tokens()
         .iter()
@@ -56,17 +56,28 @@ struct Vars {
 }
 
 fn or(terms: Vec<Bool>) -> Bool {
-    if terms.is_empty() { Bool::from_bool(false) } else { Bool::or(&terms) }
+    if terms.is_empty() {
+        Bool::from_bool(false)
+    } else {
+        Bool::or(&terms)
+    }
 }
 
 fn and(terms: Vec<Bool>) -> Bool {
-    if terms.is_empty() { Bool::from_bool(true) } else { Bool::and(&terms) }
+    if terms.is_empty() {
+        Bool::from_bool(true)
+    } else {
+        Bool::and(&terms)
+    }
 }
 
 fn methods(v: &Vars, set: &MethodSet) -> Bool {
     match set {
         MethodSet::Any => Bool::from_bool(true),
-        MethodSet::Only(m) => or(m.iter().map(|m| v.method.eq(ZString::from(m.as_str()))).collect()),
+        MethodSet::Only(m) => or(m
+            .iter()
+            .map(|m| v.method.eq(ZString::from(m.as_str())))
+            .collect()),
     }
 }
 
@@ -85,17 +96,28 @@ fn allows(v: &Vars, policy: &CompiledPolicy) -> Bool {
         let binary_ok = if rule.binaries.is_empty() {
             Bool::from_bool(true)
         } else {
-            or(rule.binaries.iter().map(|b| v.binary.regex_matches(&regex(b))).collect())
+            or(rule
+                .binaries
+                .iter()
+                .map(|b| v.binary.regex_matches(&regex(b)))
+                .collect())
         };
         for e in &rule.endpoints {
             let connection = and(vec![
                 binary_ok.clone(),
                 v.host.regex_matches(&regex(&e.host)),
-                or(e.ports.iter().map(|&p| v.port.eq(Int::from_u64(p as u64))).collect()),
+                or(e.ports
+                    .iter()
+                    .map(|&p| v.port.eq(Int::from_u64(p as u64)))
+                    .collect()),
             ]);
             match &e.kind {
                 EndpointKind::L4 => allow.push(connection),
-                EndpointKind::Rest { scope, allow: entries, deny: denies } => {
+                EndpointKind::Rest {
+                    scope,
+                    allow: entries,
+                    deny: denies,
+                } => {
                     let mut terms = vec![connection.clone(), v.rest.clone()];
                     if let Some(s) = scope {
                         terms.push(v.path.regex_matches(&regex(s)));

@@ -137,8 +137,8 @@ fn err(field: &'static str, message: impl Into<String>) -> CanonicalError {
     }
 }
 
-/// Checks a binary or filesystem path: absolute, non-empty segments (or the
-/// root `/`), no `.`/`..` segments, no NUL, ASCII.
+/// Checks a binary or filesystem path: absolute, non-empty segments (or, for
+/// filesystem paths, the root `/`), no `.`/`..` segments, no NUL, ASCII.
 pub fn check_absolute_path(field: &'static str, value: &str) -> Result<(), CanonicalError> {
     let Some(rest) = value.strip_prefix('/') else {
         return Err(err(field, "must start with /"));
@@ -150,7 +150,12 @@ pub fn check_absolute_path(field: &'static str, value: &str) -> Result<(), Canon
         return Err(err(field, "longer than 4096 bytes"));
     }
     if rest.is_empty() {
-        return Ok(());
+        // The root is a directory: fine for filesystem access, never an executable.
+        return if field == "binary" {
+            Err(err(field, "must name a file, not /"))
+        } else {
+            Ok(())
+        };
     }
     for segment in rest.split('/') {
         if segment.is_empty() {

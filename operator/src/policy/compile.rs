@@ -31,6 +31,8 @@ pub struct Limits {
     pub entries: usize,
     /// Input YAML bytes.
     pub input_bytes: usize,
+    /// Bytes per pattern (glob).
+    pub pattern_bytes: usize,
 }
 
 impl Default for Limits {
@@ -41,6 +43,7 @@ impl Default for Limits {
             binary_globs: 4096,
             entries: 16_384,
             input_bytes: 4 * 1024 * 1024,
+            pattern_bytes: 4 * 1024,
         }
     }
 }
@@ -156,6 +159,17 @@ const READ_ONLY_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS"];
 const READ_WRITE_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"];
 
 fn glob(kind: GlobKind, field: &str, pattern: &str) -> Result<Glob, Reason> {
+    glob_within(kind, field, pattern, Limits::default().pattern_bytes)
+}
+
+fn glob_within(kind: GlobKind, field: &str, pattern: &str, max: usize) -> Result<Glob, Reason> {
+    if pattern.len() > max {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            field,
+            format!("pattern is longer than {max} bytes"),
+        ));
+    }
     Glob::parse(kind, pattern).map_err(|e| Reason::at(ReasonCode::InvalidGlob, field, e.0))
 }
 
@@ -181,13 +195,13 @@ fn methods(field: &str, methods: &[String]) -> Result<MethodSet, Reason> {
     Ok(MethodSet::Only(set))
 }
 
-fn entry(field: &str, e: &RuleEntry) -> Result<CompiledEntry, Reason> {
+fn entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEntry, Reason> {
     Ok(CompiledEntry {
         methods: methods(&format!("{field}.methods"), &e.methods)?,
         path: e
             .path
             .as_deref()
-            .map(|p| glob(GlobKind::Path, &format!("{field}.path"), p))
+            .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
             .transpose()?,
     })
 }
@@ -270,12 +284,24 @@ pub fn compile(
             .binaries
             .iter()
             .enumerate()
-            .map(|(i, b)| glob(GlobKind::Binary, &format!("{at}.binaries[{i}]"), b))
+            .map(|(i, b)| {
+                glob_within(
+                    GlobKind::Binary,
+                    &format!("{at}.binaries[{i}]"),
+                    b,
+                    limits.pattern_bytes,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut endpoints = Vec::with_capacity(rule.endpoints.len());
         for (e, endpoint) in rule.endpoints.iter().enumerate() {
             let at = format!("{at}.endpoints[{e}]");
-            let host = glob(GlobKind::Host, &format!("{at}.host"), &endpoint.host)?;
+            let host = glob_within(
+                GlobKind::Host,
+                &format!("{at}.host"),
+                &endpoint.host,
+                limits.pattern_bytes,
+            )?;
             if role != Role::Maximum && host.is_broad_host() {
                 return Err(Reason::at(
                     ReasonCode::InvalidGlob,
@@ -347,7 +373,14 @@ pub fn compile(
                     let scope = endpoint
                         .path
                         .as_deref()
-                        .map(|p| glob(GlobKind::Path, &format!("{at}.path"), p))
+                        .map(|p| {
+                            glob_within(
+                                GlobKind::Path,
+                                &format!("{at}.path"),
+                                p,
+                                limits.pattern_bytes,
+                            )
+                        })
                         .transpose()?;
                     let allow = match endpoint.access {
                         Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
@@ -366,14 +399,18 @@ pub fn compile(
                             .rules
                             .iter()
                             .enumerate()
-                            .map(|(i, e)| entry(&format!("{at}.rules[{i}]"), e))
+                            .map(|(i, e)| {
+                                entry(&format!("{at}.rules[{i}]"), e, limits.pattern_bytes)
+                            })
                             .collect::<Result<_, _>>()?,
                     };
                     let deny = endpoint
                         .deny_rules
                         .iter()
                         .enumerate()
-                        .map(|(i, e)| entry(&format!("{at}.denyRules[{i}]"), e))
+                        .map(|(i, e)| {
+                            entry(&format!("{at}.denyRules[{i}]"), e, limits.pattern_bytes)
+                        })
                         .collect::<Result<_, _>>()?;
                     EndpointKind::Rest { scope, allow, deny }
                 }

@@ -50,19 +50,12 @@ pub struct Glob {
     tokens: Vec<Token>,
 }
 
-/// The maximum length of one pattern (POLICY-SEMANTICS.md §6).
-pub const MAX_PATTERN_BYTES: usize = 4096;
-
 impl Glob {
-    /// Parses and validates a pattern. Host patterns are lower-cased.
+    /// Parses and validates a pattern. Host patterns are lower-cased. Length
+    /// limits are the caller's (`Limits::pattern_bytes`).
     pub fn parse(kind: GlobKind, pattern: &str) -> Result<Glob, GlobError> {
         if pattern.is_empty() {
             return Err(GlobError("empty pattern".into()));
-        }
-        if pattern.len() > MAX_PATTERN_BYTES {
-            return Err(GlobError(format!(
-                "pattern is longer than {MAX_PATTERN_BYTES} bytes"
-            )));
         }
         for c in pattern.chars() {
             if !c.is_ascii() {

@@ -91,6 +91,21 @@ const ENDPOINT_FIELDS: &[&str] = &[
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
 const REVIEW_FIELDS: &[&str] = &["required", "reason"];
+const MAXIMUM_SPEC_FIELDS: &[&str] = &[
+    "selector",
+    "allowedModes",
+    "defaultMode",
+    "policy",
+    "invariants",
+    "budget",
+];
+const SANDBOX_SPEC_FIELDS: &[&str] = &[
+    "mode",
+    "agentServiceAccount",
+    "template",
+    "policy",
+    "acceptedFindings",
+];
 /// Fields that other policy languages have and this one deliberately does not
 /// model yet; named so the message says so instead of "unknown".
 const RESERVED_FIELDS: &[&str] = &["query", "allowedIPs", "allowed_ips", "tls"];
@@ -167,6 +182,7 @@ pub fn typed<T: DeserializeOwned>(value: &Value, field: &str) -> Result<T, Reaso
         let at = match (field.is_empty(), path == ".") {
             (true, _) => path,
             (false, true) => field.to_string(),
+            (false, false) if path.starts_with('[') => format!("{field}{path}"),
             (false, false) => format!("{field}.{path}"),
         };
         shape(at, e.into_inner().to_string())
@@ -223,6 +239,13 @@ pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .map(str::to_string);
+    let spec_fields: &[&str] = match kind {
+        DocumentKind::MaximumPolicy => MAXIMUM_SPEC_FIELDS,
+        _ => SANDBOX_SPEC_FIELDS,
+    };
+    if let Some(spec) = value.get("spec") {
+        check_keys(spec, "spec", spec_fields)?;
+    }
     let empty = Value::Object(Default::default());
     let policy = value.pointer("/spec/policy").unwrap_or(&empty);
     check_policy_fields(policy).map_err(|r| r.within("spec.policy"))?;

@@ -19,15 +19,18 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::policy::action::is_host_byte;
+use crate::policy::action::{MAX_HOST_BYTES, MAX_PATH_BYTES, is_host_byte};
 use crate::policy::glob::Token;
 
 /// Which canonical form the values of a dimension take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Domain {
-    /// Executable paths and filesystem paths: `/` or `/seg(/seg)*`, segments
-    /// non-empty and not `.`/`..`.
+    /// Filesystem paths: `/` or `/seg(/seg)*`, segments non-empty and not
+    /// `.`/`..`.
     AbsolutePath,
+    /// Executable paths: like [`Domain::AbsolutePath`] without the root `/`
+    /// (a directory is not an executable).
+    Binary,
     /// REST request paths: like [`Domain::AbsolutePath`] but a trailing `/` is
     /// allowed and `? # ;` are not.
     RequestPath,
@@ -39,7 +42,7 @@ impl Domain {
     fn separator(self) -> u8 {
         match self {
             Domain::Host => b'.',
-            Domain::AbsolutePath | Domain::RequestPath => b'/',
+            Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b'/',
         }
     }
 
@@ -47,14 +50,14 @@ impl Domain {
     fn special(self) -> &'static [u8] {
         match self {
             Domain::Host => b".",
-            Domain::AbsolutePath | Domain::RequestPath => b"/.",
+            Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b"/.",
         }
     }
 
     fn allowed(self, c: u8) -> bool {
         match self {
             Domain::Host => is_host_byte(c) || c == b'.',
-            Domain::AbsolutePath => c.is_ascii() && c != 0,
+            Domain::AbsolutePath | Domain::Binary => c.is_ascii() && c != 0,
             Domain::RequestPath => c.is_ascii() && !matches!(c, 0 | b'?' | b'#' | b';'),
         }
     }
@@ -63,8 +66,24 @@ impl Domain {
     fn fillers(self) -> &'static [u8] {
         match self {
             Domain::Host => b"xyzabcdefghijklmnopqrstuvw0123456789-_",
-            Domain::AbsolutePath | Domain::RequestPath => {
+            Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => {
                 b"xyzabcdefghijklmnopqrstuvw0123456789-_~XYZABCDEFGHIJKLMNOPQRSTUVW"
+            }
+        }
+    }
+
+    /// The length limits of §1, which the automaton does not count. The BFS
+    /// finds the shortest value of each signature, so a signature whose
+    /// shortest value breaks a limit has no canonical value at all.
+    fn within_length_limits(self, value: &[u8]) -> bool {
+        match self {
+            Domain::Host => {
+                value.len() <= MAX_HOST_BYTES
+                    && value.split(|&b| b == b'.').count() <= 127
+                    && value.split(|&b| b == b'.').all(|label| label.len() <= 63)
+            }
+            Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => {
+                value.len() <= MAX_PATH_BYTES
             }
         }
     }
@@ -86,7 +105,7 @@ impl Domain {
                 (_, b'.') => None,
                 _ => Some(1),
             },
-            Domain::AbsolutePath | Domain::RequestPath => match (state, c) {
+            Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => match (state, c) {
                 (0, b'/') => Some(1),
                 (0, _) => None,
                 (1 | 2, b'/') => None,
@@ -103,6 +122,7 @@ impl Domain {
         match self {
             Domain::Host => state == 1,
             Domain::AbsolutePath => matches!(state, 1 | 5),
+            Domain::Binary => state == 5,
             Domain::RequestPath => matches!(state, 1 | 2 | 5),
         }
     }
@@ -269,7 +289,17 @@ pub fn signatures(
     let mut parents: Vec<(u32, u8)> = Vec::new();
     let mut queue: VecDeque<(u32, u8, Vec<NfaState>)> = VecDeque::new();
     let mut found: HashMap<Vec<u32>, u32> = HashMap::new();
-    let mut order: Vec<(Vec<u32>, u32)> = Vec::new();
+    let mut order: Vec<(Vec<u32>, String)> = Vec::new();
+    let witness = |parents: &[(u32, u8)], mut id: u32| {
+        let mut bytes = Vec::new();
+        while id != 0 {
+            let (parent, c) = parents[id as usize];
+            bytes.push(c);
+            id = parent;
+        }
+        bytes.reverse();
+        bytes
+    };
 
     ids.insert((domain.start(), start.clone()), 0);
     parents.push((u32::MAX, 0));
@@ -284,7 +314,10 @@ pub fn signatures(
             let members = explorer.members(&set);
             if !found.contains_key(&members) {
                 found.insert(members.clone(), id);
-                order.push((members, id));
+                let value = witness(&parents, id);
+                if domain.within_length_limits(&value) {
+                    order.push((members, String::from_utf8_lossy(&value).into_owned()));
+                }
             }
         }
         explorer.classes(&set, &mut classes);
@@ -311,23 +344,10 @@ pub fn signatures(
             queue.push_back((new_id, key.0, key.1));
         }
     }
-    let witness = |mut id: u32| {
-        let mut bytes = Vec::new();
-        while id != 0 {
-            let (parent, c) = parents[id as usize];
-            bytes.push(c);
-            id = parent;
-        }
-        bytes.reverse();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
     Ok(Signatures {
         signatures: order
             .into_iter()
-            .map(|(members, id)| Signature {
-                members,
-                witness: witness(id),
-            })
+            .map(|(members, witness)| Signature { members, witness })
             .collect(),
         states: parents.len(),
     })

@@ -55,6 +55,8 @@ pub struct Search {
 /// Tuning of one check.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
+    /// When the check started (for timing logs).
+    pub started: Instant,
     /// When the whole check must be over.
     pub deadline: Instant,
     /// Largest automaton per dimension.
@@ -450,6 +452,13 @@ impl NetworkVars<'_, '_> {
     }
 }
 
+/// The questions are propositional with cardinality constraints: Z3's
+/// finite-domain logic routes them to its SAT solver, which handles
+/// "exactly one" natively.
+fn new_solver() -> Solver {
+    Solver::new_for_logic("QF_FD").unwrap_or_default()
+}
+
 fn z3_config(budget: &Budget) -> Config {
     let mut cfg = Config::new();
     let remaining = budget.deadline.saturating_duration_since(Instant::now());
@@ -487,7 +496,34 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             .map(|s| Choices::from_signatures(s, patterns.globs.len()))
             .map_err(automaton_reason)
     };
-    let binary = match dimension(Domain::AbsolutePath, "binary", &universe.binaries) {
+    // Host wildcards sit only in the first label, so read right to left the
+    // patterns are literal first and diverge at once: the DFA stays a suffix
+    // trie instead of carrying every `**.` pattern through every state. The
+    // canonical host form is symmetric, so the reversed witness is canonical.
+    let reversed_hosts = || {
+        let reversed: Vec<Vec<Token>> = universe
+            .hosts
+            .globs
+            .iter()
+            .map(|g| g.tokens().iter().rev().copied().collect())
+            .collect();
+        let tokens: Vec<&[Token]> = reversed.iter().map(Vec::as_slice).collect();
+        signatures(
+            Domain::Host,
+            "host",
+            &tokens,
+            budget.max_states,
+            budget.deadline,
+        )
+        .map(|mut s| {
+            for sig in &mut s.signatures {
+                sig.witness = sig.witness.chars().rev().collect();
+            }
+            Choices::from_signatures(s, universe.hosts.globs.len())
+        })
+        .map_err(automaton_reason)
+    };
+    let binary = match dimension(Domain::Binary, "binary", &universe.binaries) {
         Ok(c) => c,
         Err(r) => {
             return Search {
@@ -496,7 +532,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             };
         }
     };
-    let host = match dimension(Domain::Host, "host", &universe.hosts) {
+    let host = match reversed_hosts() {
         Ok(c) => c,
         Err(r) => {
             return Search {
@@ -514,6 +550,15 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             };
         }
     };
+    tracing::debug!(
+        binaries = binary.members.len(),
+        hosts = host.members.len(),
+        paths = path.members.len(),
+        host_patterns = universe.hosts.globs.len(),
+        path_patterns = universe.paths.globs.len(),
+        automata_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "signatures built"
+    );
     let port = literal_choices(&universe.ports, other_port(&universe.ports));
     let method = literal_choices(&universe.methods, Some(other_method(&universe.methods)));
     if Instant::now() >= budget.deadline {
@@ -524,7 +569,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
     let (binary, host, path, port, method) = (&binary, &host, &path, &port, &method);
     let cfg = z3_config(budget);
     let outcome: Result<(Vec<NetworkAction>, bool), Reason> = with_z3_config(&cfg, move || {
-        let solver = Solver::new();
+        let solver = new_solver();
         let vars = NetworkVars {
             universe,
             binary: DimVars::new("binary", binary, &solver),
@@ -543,9 +588,19 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         for r in question.regions {
             solver.assert(vars.region(r));
         }
+        tracing::debug!(
+            encoded_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+            "encoded"
+        );
         let mut found = Vec::new();
         while found.len() < k {
-            match solver.check() {
+            let check = solver.check();
+            tracing::debug!(
+                solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+                ?check,
+                "solved"
+            );
+            match check {
                 SatResult::Unsat => return Ok((found, true)),
                 SatResult::Unknown => return Err(unknown_reason(&solver)),
                 SatResult::Sat => {}
@@ -665,7 +720,7 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     let choices = &choices;
     let cfg = z3_config(budget);
     let outcome: Result<(Vec<FilesystemAction>, bool), Reason> = with_z3_config(&cfg, move || {
-        let solver = Solver::new();
+        let solver = new_solver();
         let path = DimVars::new("fspath", choices, &solver);
         let write = Bool::new_const("write");
         let covers = |list: &[String]| {

@@ -197,6 +197,7 @@ impl Prover {
 
     fn budget(&self, started: Instant) -> encode::Budget {
         encode::Budget {
+            started,
             deadline: started + self.options.timeout,
             max_states: self.options.max_states,
         }
@@ -361,5 +362,56 @@ impl Prover {
     /// Number of cached answers.
     pub fn cached_answers(&self) -> usize {
         self.cache.len()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::policy::compile::{Limits, Role};
+    use crate::policy::load::load_document;
+
+    fn policy(yaml: &str) -> CompiledPolicy {
+        let doc = load_document(yaml, &Limits::default()).unwrap();
+        doc.compile(Role::Maximum, &Limits::default())
+            .unwrap()
+            .policy
+    }
+
+    const NARROW: &str = "network: [{name: a, endpoints: [{host: a.example.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /x/*}]}]}]";
+    const WIDE: &str = "network: [{name: a, endpoints: [{host: '*.example.com', ports: [443], protocol: rest, rules: [{methods: [GET], path: /x/**}]}]}]";
+
+    #[test]
+    fn async_containment_runs_off_the_runtime() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let prover = Prover::default();
+        let (narrow, wide) = (Arc::new(policy(NARROW)), Arc::new(policy(WIDE)));
+        let within = rt.block_on(prover.containment_async(narrow.clone(), wide.clone()));
+        assert_eq!(within.outcome, Outcome::Within);
+        let exceeds = rt.block_on(prover.containment_async(wide, narrow));
+        assert_eq!(
+            exceeds.outcome.counterexample().unwrap().to_string(),
+            "GET https://x.example.com:443/x/ by /x (layer rest)"
+        );
+    }
+
+    #[test]
+    fn answers_are_cached_by_content_but_timeouts_are_not() {
+        let prover = Prover::default();
+        let (narrow, wide) = (policy(NARROW), policy(WIDE));
+        assert!(!prover.containment(&narrow, &wide).cached);
+        assert!(prover.containment(&narrow, &wide).cached);
+        assert_eq!(prover.cached_answers(), 1);
+        let hurried = prover.with_timeout(Duration::from_nanos(1));
+        let other = policy("network: []");
+        let proof = hurried.containment(&wide, &other);
+        assert_eq!(
+            proof.outcome.reason().map(|r| r.code),
+            Some(ReasonCode::SolverTimeout)
+        );
+        assert_eq!(prover.cached_answers(), 1);
     }
 }

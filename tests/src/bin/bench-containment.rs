@@ -1,0 +1,999 @@
+//! `make bench`: containment latency of the prover on generated policy pairs,
+//! side by side with the naive string/regex baseline, plus a drift test.
+//!
+//! This is a program that prints numbers (copied into docs/benchmarks.md),
+//! not a test; it still exits non-zero when the prover's answer disagrees
+//! with the generator's expectation or is inconclusive.
+//!
+//! Inputs are generated deterministically (splitmix64, fixed seed): for each
+//! size N, pairs (candidate, maximum) of N network rules each, half where the
+//! maximum is a strict widening of the candidate (Within) and half where one
+//! rule of the candidate, at a random position, is widened by one change so
+//! that it escapes the maximum (Exceeds).
+//!
+//! Knobs (environment):
+//! - `BENCH_QUICK=1`: fast smoke run (N up to 100, fewer repetitions).
+//! - `BENCH_SIZES=1,10,100,1000`: the sizes N.
+//! - `BENCH_PAIRS=10`: pairs per N (half within, half exceeding).
+//! - `BENCH_REPS=30,30,10,3`: repetitions per pair, one value or one per N.
+//! - `BENCH_NAIVE_TIMEOUT_MS=10000`: per-check timeout of the naive baseline.
+//! - `BENCH_NAIVE_SAMPLES=4,4,2,1`: pairs per N given to the naive baseline.
+//! - `BENCH_DRIFT_CHECKS=3000`: checks in the drift test (0 skips it).
+//! - `BENCH_SEED`: the PRNG seed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use agentgate::policy::compile::{CompiledPolicy, Limits, Role, compile};
+use agentgate::policy::load::load_document;
+use agentgate::policy::matcher::allows;
+use agentgate::prover::naive::{NaiveOutcome, naive_containment};
+use agentgate::prover::{Outcome, Prover, ProverOptions};
+
+/// Timeout of the real prover per check.
+const PROVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Targets for the real encoding (p99, milliseconds) by N.
+const TARGETS: &[(usize, f64)] = &[(100, 10.0), (1000, 100.0)];
+
+// ---------------------------------------------------------------------------
+// Deterministic PRNG
+
+/// splitmix64: small, fast, good enough for input generation.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    fn coin(&mut self) -> bool {
+        self.next_u64() & 1 == 1
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Policy generation
+
+/// The shapes a generated rule takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// REST, `*.svc{i}.example.com`, allow rules with `/v1/org{i}/*/items/**`,
+    /// deny rules; binaries `/usr/bin/*` or exact.
+    Svc,
+    /// REST, exact host `api{i}.example.com`, path scope `/repos/acme{i}/**`,
+    /// `access: read-only`, sometimes a deny rule; exact binaries.
+    Api,
+    /// REST, `**.corp{i}.example.net`, any binary, deny rules; the maximum
+    /// allows `*` methods (or an explicit list).
+    Corp,
+    /// L4, `db{i}.internal.example.org:5432`, exact binary.
+    Db,
+}
+
+/// The single widening applied to one candidate rule in an exceeding pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mutation {
+    /// One more method.
+    Method,
+    /// A wider path glob.
+    Path,
+    /// A wider host glob.
+    Host,
+    /// One more port.
+    Port,
+    /// A wider binary glob.
+    Binary,
+    /// The deny rule removed.
+    DenyRemoval,
+    /// The REST endpoint turned into raw L4.
+    ToL4,
+}
+
+/// One generated rule: its index (which makes its hosts and paths unique)
+/// and the random choices that vary its text.
+#[derive(Debug, Clone, Copy)]
+struct RuleSpec {
+    i: usize,
+    shape: Shape,
+    /// Svc: API version segment.
+    version: &'static str,
+    /// Svc: the candidate's port (443 or 8443).
+    port: u16,
+    /// Svc: `/usr/bin/*` (true) or `/usr/bin/curl` (false).
+    /// Corp: maximum methods `*` (true) or an explicit list (false).
+    flag: bool,
+    /// Api/Svc: whether the candidate carries a deny rule (mirrored in the maximum).
+    deny: bool,
+}
+
+impl RuleSpec {
+    fn random(i: usize, rng: &mut Rng) -> RuleSpec {
+        let shape = match rng.below(20) {
+            0..=6 => Shape::Svc,
+            7..=12 => Shape::Api,
+            13..=16 => Shape::Corp,
+            _ => Shape::Db,
+        };
+        RuleSpec {
+            i,
+            shape,
+            version: rng.pick(&["v1", "v2"]),
+            port: rng.pick(&[443, 8443]),
+            flag: rng.coin(),
+            deny: rng.coin(),
+        }
+    }
+
+    /// The mutations that make this rule escape its maximum.
+    fn mutations(&self) -> Vec<Mutation> {
+        use Mutation::*;
+        match self.shape {
+            Shape::Svc if self.deny => vec![Method, Path, Host, Port, Binary, DenyRemoval, ToL4],
+            Shape::Svc => vec![Method, Path, Host, Port, Binary, ToL4],
+            Shape::Api if self.deny => vec![Method, Path, Host, Port, Binary, DenyRemoval, ToL4],
+            Shape::Api => vec![Method, Path, Host, Port, Binary, ToL4],
+            Shape::Corp if self.flag => vec![Path, Host, Port, DenyRemoval, ToL4],
+            Shape::Corp => vec![Method, Path, Host, Port, DenyRemoval, ToL4],
+            Shape::Db => vec![Host, Port, Binary],
+        }
+    }
+}
+
+fn list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("\"{s}\"")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+fn strs(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// An allow or deny entry as YAML lines at the given indent.
+fn entry(out: &mut String, indent: &str, methods: &[&str], path: &str) {
+    let _ = writeln!(out, "{indent}- methods: {}", list(&strs(methods)));
+    let _ = writeln!(out, "{indent}  path: \"{path}\"");
+}
+
+/// The candidate's text of a rule, with `mutation` applied if any.
+fn candidate_rule(out: &mut String, r: &RuleSpec, mutation: Option<Mutation>) {
+    let i = r.i;
+    let m = |x: Mutation| mutation == Some(x);
+    let l4 = m(Mutation::ToL4);
+    match r.shape {
+        Shape::Svc => {
+            let bins = if m(Mutation::Binary) {
+                "/usr/**"
+            } else if r.flag {
+                "/usr/bin/*"
+            } else {
+                "/usr/bin/curl"
+            };
+            let host = if m(Mutation::Host) {
+                "**.example.com".to_string()
+            } else {
+                format!("*.svc{i}.example.com")
+            };
+            let ports = if m(Mutation::Port) {
+                format!("[{}, 80]", r.port)
+            } else {
+                format!("[{}]", r.port)
+            };
+            let v = r.version;
+            let _ = writeln!(out, "  - name: svc-{i}");
+            let _ = writeln!(out, "    binaries: [\"{bins}\"]");
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"{host}\"");
+            let _ = writeln!(out, "        ports: {ports}");
+            if l4 {
+                return;
+            }
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            let get: &[&str] = if m(Mutation::Method) {
+                &["GET", "DELETE"]
+            } else {
+                &["GET"]
+            };
+            let path = if m(Mutation::Path) {
+                format!("/{v}/*/*/items/**")
+            } else {
+                format!("/{v}/org{i}/*/items/**")
+            };
+            entry(out, "          ", get, &path);
+            entry(
+                out,
+                "          ",
+                &["POST"],
+                &format!("/{v}/org{i}/*/items"),
+            );
+            if r.deny && !m(Mutation::DenyRemoval) {
+                let _ = writeln!(out, "        denyRules:");
+                entry(
+                    out,
+                    "          ",
+                    &["POST"],
+                    &format!("/{v}/org{i}/locked/items"),
+                );
+            }
+        }
+        Shape::Api => {
+            let mut bins = strs(&["/usr/bin/curl", "/usr/local/bin/agent"]);
+            if m(Mutation::Binary) {
+                bins.push("/usr/bin/*".into());
+            }
+            let host = if m(Mutation::Host) {
+                format!("api{i}*.example.com")
+            } else {
+                format!("api{i}.example.com")
+            };
+            let ports = if m(Mutation::Port) {
+                "[443, 8080]"
+            } else {
+                "[443]"
+            };
+            let _ = writeln!(out, "  - name: api-{i}");
+            let _ = writeln!(out, "    binaries: {}", list(&bins));
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"{host}\"");
+            let _ = writeln!(out, "        ports: {ports}");
+            if l4 {
+                return;
+            }
+            let scope = if m(Mutation::Path) {
+                "/repos/**".to_string()
+            } else {
+                format!("/repos/acme{i}/**")
+            };
+            let access = if m(Mutation::Method) {
+                "read-write"
+            } else {
+                "read-only"
+            };
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        path: \"{scope}\"");
+            let _ = writeln!(out, "        access: {access}");
+            if r.deny && !m(Mutation::DenyRemoval) {
+                let _ = writeln!(out, "        denyRules:");
+                entry(
+                    out,
+                    "          ",
+                    &["GET"],
+                    &format!("/repos/acme{i}/*/private/**"),
+                );
+            }
+        }
+        Shape::Corp => {
+            let host = if m(Mutation::Host) {
+                "**.example.net".to_string()
+            } else {
+                format!("**.corp{i}.example.net")
+            };
+            let ports = if m(Mutation::Port) {
+                "[8443, 80]"
+            } else {
+                "[8443]"
+            };
+            let _ = writeln!(out, "  - name: corp-{i}");
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"{host}\"");
+            let _ = writeln!(out, "        ports: {ports}");
+            if l4 {
+                return;
+            }
+            let methods: &[&str] = if m(Mutation::Method) {
+                &["GET", "POST", "PUT", "DELETE"]
+            } else {
+                &["GET", "POST", "PUT"]
+            };
+            let path = if m(Mutation::Path) {
+                "/**".to_string()
+            } else {
+                format!("/api/v2/team{i}/**")
+            };
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            entry(out, "          ", methods, &path);
+            if !m(Mutation::DenyRemoval) {
+                let _ = writeln!(out, "        denyRules:");
+                entry(
+                    out,
+                    "          ",
+                    &["PUT"],
+                    &format!("/api/v2/team{i}/config/**"),
+                );
+            }
+        }
+        Shape::Db => {
+            let bins = if m(Mutation::Binary) {
+                "/usr/bin/*"
+            } else {
+                "/usr/bin/psql"
+            };
+            let host = if m(Mutation::Host) {
+                "*.internal.example.org".to_string()
+            } else {
+                format!("db{i}.internal.example.org")
+            };
+            let ports = if m(Mutation::Port) {
+                "[5432, 6432]"
+            } else {
+                "[5432]"
+            };
+            let _ = writeln!(out, "  - name: db-{i}");
+            let _ = writeln!(out, "    binaries: [\"{bins}\"]");
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"{host}\"");
+            let _ = writeln!(out, "        ports: {ports}");
+        }
+    }
+}
+
+/// The maximum's text of a rule: a strict widening of the candidate's.
+fn maximum_rule(out: &mut String, r: &RuleSpec) {
+    let i = r.i;
+    match r.shape {
+        Shape::Svc => {
+            let v = r.version;
+            let _ = writeln!(out, "  - name: svc-{i}");
+            let _ = writeln!(out, "    binaries: [\"/usr/bin/*\", \"/usr/local/bin/*\"]");
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"**.svc{i}.example.com\"");
+            let _ = writeln!(out, "        ports: [443, 8443]");
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            entry(
+                out,
+                "          ",
+                &["GET", "POST", "PUT"],
+                &format!("/{v}/org{i}/**"),
+            );
+            let _ = writeln!(out, "        denyRules:");
+            entry(out, "          ", &["DELETE"], "**");
+            if r.deny {
+                entry(
+                    out,
+                    "          ",
+                    &["POST"],
+                    &format!("/{v}/org{i}/locked/items"),
+                );
+            }
+        }
+        Shape::Api => {
+            let _ = writeln!(out, "  - name: api-{i}");
+            let _ = writeln!(
+                out,
+                "    binaries: [\"/usr/bin/curl\", \"/usr/bin/git\", \"/usr/local/bin/agent\"]"
+            );
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"api{i}.example.com\"");
+            let _ = writeln!(out, "        ports: [443]");
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        path: \"/repos/acme{i}/**\"");
+            let _ = writeln!(out, "        rules:");
+            entry(out, "          ", &["GET", "OPTIONS"], "**");
+            entry(
+                out,
+                "          ",
+                &["POST", "PATCH"],
+                &format!("/repos/acme{i}/*/issues/**"),
+            );
+            let _ = writeln!(out, "        denyRules:");
+            entry(out, "          ", &["DELETE"], "**");
+            if r.deny {
+                entry(
+                    out,
+                    "          ",
+                    &["GET"],
+                    &format!("/repos/acme{i}/*/private/**"),
+                );
+            }
+        }
+        Shape::Corp => {
+            let methods: &[&str] = if r.flag {
+                &["*"]
+            } else {
+                &["GET", "POST", "PUT", "PATCH"]
+            };
+            let _ = writeln!(out, "  - name: corp-{i}");
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"**.corp{i}.example.net\"");
+            let _ = writeln!(out, "        ports: [8443, 9443]");
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            entry(out, "          ", methods, "/api/**");
+            let _ = writeln!(out, "        denyRules:");
+            entry(
+                out,
+                "          ",
+                &["PUT", "DELETE"],
+                &format!("/api/v2/team{i}/config/**"),
+            );
+        }
+        Shape::Db => {
+            let _ = writeln!(out, "  - name: db-{i}");
+            let _ = writeln!(
+                out,
+                "    binaries: [\"/usr/bin/psql\", \"/usr/bin/pg_dump\"]"
+            );
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"db{i}*.internal.example.org\"");
+            let _ = writeln!(out, "        ports: [5432, 5433]");
+        }
+    }
+}
+
+/// A generated pair with its expected answer.
+struct Pair {
+    n: usize,
+    index: usize,
+    expect_within: bool,
+    /// For exceeding pairs: which rule was widened and how.
+    mutation: Option<(usize, Shape, Mutation)>,
+    candidate_yaml: String,
+    maximum_yaml: String,
+    candidate: CompiledPolicy,
+    maximum: CompiledPolicy,
+}
+
+impl Pair {
+    fn label(&self) -> String {
+        match self.mutation {
+            None => format!("N={} pair {} (within)", self.n, self.index),
+            Some((rule, shape, m)) => format!(
+                "N={} pair {} (exceeds: rule {rule} {shape:?} widened by {m:?})",
+                self.n, self.index
+            ),
+        }
+    }
+
+    fn dump(&self) -> String {
+        format!(
+            "--- {} ---\n# candidate\n{}\n# maximum\n{}",
+            self.label(),
+            self.candidate_yaml,
+            self.maximum_yaml
+        )
+    }
+}
+
+fn load(yaml: &str, role: Role) -> Result<CompiledPolicy, String> {
+    let loaded = load_document(yaml, &Limits::default()).map_err(|e| e.to_string())?;
+    compile(&loaded.policy, role, &Limits::default()).map_err(|e| e.to_string())
+}
+
+fn generate_pair(n: usize, index: usize, rng: &mut Rng) -> Result<Pair, String> {
+    let specs: Vec<RuleSpec> = (0..n).map(|i| RuleSpec::random(i, rng)).collect();
+    // Interleave: even pairs within, odd pairs exceeding.
+    let expect_within = index.is_multiple_of(2);
+    let mutation = if expect_within {
+        None
+    } else {
+        let rule = rng.below(n);
+        let choices = specs[rule].mutations();
+        Some((rule, specs[rule].shape, rng.pick(&choices)))
+    };
+    let mut candidate_yaml =
+        String::from("filesystem:\n  readOnly: [/usr, /app]\n  readWrite: [/sandbox]\nnetwork:\n");
+    let mut maximum_yaml = String::from(
+        "filesystem:\n  readOnly: [/usr, /app, /etc/ssl]\n  readWrite: [/sandbox, /tmp]\nnetwork:\n",
+    );
+    for spec in &specs {
+        let m = mutation.and_then(|(rule, _, m)| (rule == spec.i).then_some(m));
+        candidate_rule(&mut candidate_yaml, spec, m);
+        maximum_rule(&mut maximum_yaml, spec);
+    }
+    let candidate = load(&candidate_yaml, Role::Sandbox)
+        .map_err(|e| format!("generated candidate does not compile: {e}\n{candidate_yaml}"))?;
+    let maximum = load(&maximum_yaml, Role::Maximum)
+        .map_err(|e| format!("generated maximum does not compile: {e}\n{maximum_yaml}"))?;
+    Ok(Pair {
+        n,
+        index,
+        expect_within,
+        mutation,
+        candidate_yaml,
+        maximum_yaml,
+        candidate,
+        maximum,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Statistics and environment
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn env_list(name: &str) -> Option<Vec<usize>> {
+    let text = std::env::var(name).ok()?;
+    let parsed: Result<Vec<usize>, _> = text.split(',').map(|s| s.trim().parse()).collect();
+    match parsed {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            eprintln!("ignoring {name}={text:?}: expected comma-separated integers");
+            None
+        }
+    }
+}
+
+/// Value for the k-th size: one value for all, or one per size.
+fn per_size(list: &[usize], k: usize) -> usize {
+    match list.len() {
+        0 => 1,
+        1 => list[0],
+        len => list[k.min(len - 1)],
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            eprintln!("ignoring {name}={text:?}: expected an integer");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+fn command_line(program: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn proc_field(file: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+fn print_machine() {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = proc_field("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into());
+    let mem = proc_field("/proc/meminfo", "MemTotal")
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|k| k.parse::<f64>().ok())
+        })
+        .map_or("unknown".to_string(), |kib| {
+            format!("{:.1} GiB", kib / 1024.0 / 1024.0)
+        });
+    let date = command_line("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"]).unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        format!("{secs} s since the Unix epoch")
+    });
+    let kernel = command_line("uname", &["-sr"]).unwrap_or_else(|| "unknown".into());
+    println!("# machine");
+    println!("date:    {date}");
+    println!("nproc:   {cores}");
+    println!("cpu:     {cpu}");
+    println!("memory:  {mem}");
+    println!("kernel:  {kernel}");
+    println!(
+        "load:    {} (1/5/15 min; other work on the machine skews the numbers)",
+        load_average()
+    );
+    println!(
+        "build:   {}",
+        if cfg!(debug_assertions) {
+            "DEBUG (numbers are not representative)"
+        } else {
+            "release"
+        }
+    );
+    println!();
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn rss_kib() -> Option<u64> {
+    proc_field("/proc/self/status", "VmRSS")
+        .and_then(|v| v.split_whitespace().next().and_then(|k| k.parse().ok()))
+}
+
+// ---------------------------------------------------------------------------
+// Runs
+
+/// Per-N results of the real prover.
+#[derive(Default)]
+struct RealStats {
+    samples: Vec<f64>,
+    /// Samples per pair index, for the ratio on the naive sample.
+    per_pair: BTreeMap<usize, Vec<f64>>,
+    within: usize,
+    exceeds: usize,
+    inconclusive: usize,
+    other: usize,
+    mismatches: usize,
+}
+
+/// Per-N results of the naive baseline.
+#[derive(Default)]
+struct NaiveStats {
+    samples: Vec<f64>,
+    pairs: Vec<usize>,
+    timeouts: usize,
+    disagreements: usize,
+}
+
+/// Checks the real prover's answer against the expectation; returns a
+/// description of the problem, if any.
+fn judge(pair: &Pair, outcome: &Outcome) -> Option<String> {
+    match (outcome, pair.expect_within) {
+        (Outcome::Within, true) => None,
+        (Outcome::Exceeds { counterexample }, false) => {
+            // The prover replays its witness; check again independently.
+            let ok =
+                allows(&pair.candidate, counterexample) && !allows(&pair.maximum, counterexample);
+            (!ok).then(|| format!("counterexample {counterexample} does not separate the policies"))
+        }
+        (Outcome::Exceeds { counterexample }, true) => Some(format!(
+            "expected within, got exceeds with {counterexample}"
+        )),
+        (Outcome::Within, false) => Some("expected exceeds, got within".into()),
+        (other, _) => Some(format!(
+            "got {}: {}",
+            other.name(),
+            other.reason().map_or(String::new(), |r| r.to_string())
+        )),
+    }
+}
+
+fn run_real(prover: &Prover, pairs: &[Pair], reps: usize, problems: &mut Vec<String>) -> RealStats {
+    let mut stats = RealStats::default();
+    let mut reported = vec![false; pairs.len()];
+    for _ in 0..reps {
+        for (p, pair) in pairs.iter().enumerate() {
+            let started = Instant::now();
+            let proof = prover.containment(&pair.candidate, &pair.maximum);
+            let ms = millis(started.elapsed());
+            stats.samples.push(ms);
+            stats.per_pair.entry(p).or_default().push(ms);
+            match &proof.outcome {
+                Outcome::Within => stats.within += 1,
+                Outcome::Exceeds { .. } => stats.exceeds += 1,
+                Outcome::Inconclusive { .. } => stats.inconclusive += 1,
+                Outcome::Unsupported { .. } => stats.other += 1,
+            }
+            if let Some(problem) = judge(pair, &proof.outcome) {
+                stats.mismatches +=
+                    usize::from(!matches!(proof.outcome, Outcome::Inconclusive { .. }));
+                if !reported[p] {
+                    reported[p] = true;
+                    problems.push(format!(
+                        "{}: {problem} ({ms:.1} ms)\n{}",
+                        pair.label(),
+                        pair.dump()
+                    ));
+                }
+            }
+        }
+    }
+    stats
+}
+
+fn run_naive(pairs: &[Pair], sample: usize, timeout: Duration) -> NaiveStats {
+    let mut stats = NaiveStats::default();
+    for (p, pair) in pairs.iter().enumerate().take(sample) {
+        let (outcome, elapsed) = naive_containment(&pair.candidate, &pair.maximum, timeout);
+        let ms = match outcome {
+            NaiveOutcome::Unknown => {
+                stats.timeouts += 1;
+                millis(timeout).max(millis(elapsed))
+            }
+            NaiveOutcome::Within | NaiveOutcome::Exceeds => millis(elapsed),
+        };
+        let agrees = match outcome {
+            NaiveOutcome::Within => pair.expect_within,
+            NaiveOutcome::Exceeds => !pair.expect_within,
+            NaiveOutcome::Unknown => true,
+        };
+        if !agrees {
+            stats.disagreements += 1;
+            println!(
+                "  note: naive baseline answered {outcome:?} on {}",
+                pair.label()
+            );
+        }
+        println!("  naive {}: {outcome:?} in {ms:.1} ms", pair.label());
+        stats.samples.push(ms);
+        stats.pairs.push(p);
+    }
+    stats
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn drift(prover: &Prover, pairs: &[Pair], checks: usize, problems: &mut Vec<String>) -> bool {
+    let mut samples = Vec::with_capacity(checks);
+    let mut bad = 0usize;
+    let rss_before = rss_kib();
+    let started = Instant::now();
+    for k in 0..checks {
+        let pair = &pairs[k % pairs.len()];
+        let t = Instant::now();
+        let proof = prover.containment(&pair.candidate, &pair.maximum);
+        samples.push(millis(t.elapsed()));
+        if let Some(problem) = judge(pair, &proof.outcome) {
+            bad += 1;
+            if bad == 1 {
+                problems.push(format!("drift check {k}, {}: {problem}", pair.label()));
+            }
+        }
+    }
+    let total = started.elapsed();
+    let window = (checks / 10).max(1).min(checks);
+    let first = sorted(samples[..window].to_vec());
+    let last = sorted(samples[checks - window..].to_vec());
+    let (p50_first, p50_last) = (percentile(&first, 50.0), percentile(&last, 50.0));
+    println!(
+        "# drift: {checks} consecutive checks, N=10, {} pairs, cache disabled",
+        pairs.len()
+    );
+    println!("total:             {:.1} s", total.as_secs_f64());
+    println!(
+        "first {window}:         p50 {} ms  p99 {} ms",
+        fmt_ms(p50_first),
+        fmt_ms(percentile(&first, 99.0))
+    );
+    println!(
+        "last {window}:          p50 {} ms  p99 {} ms",
+        fmt_ms(p50_last),
+        fmt_ms(percentile(&last, 99.0))
+    );
+    println!("ratio last/first:  {:.2}", p50_last / p50_first);
+    if let (Some(before), Some(after)) = (rss_before, rss_kib()) {
+        println!(
+            "RSS:               {:.1} MiB before, {:.1} MiB after",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0
+        );
+    }
+    println!("wrong answers:     {bad}");
+    println!();
+    bad == 0
+}
+
+fn main() -> ExitCode {
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let sizes = env_list("BENCH_SIZES").unwrap_or_else(|| {
+        if quick {
+            vec![1, 10, 100]
+        } else {
+            vec![1, 10, 100, 1000]
+        }
+    });
+    let pairs_per_size = env_u64("BENCH_PAIRS", if quick { 4 } else { 10 }).max(1) as usize;
+    let reps = env_list("BENCH_REPS").unwrap_or_else(|| {
+        if quick {
+            vec![5, 5, 2]
+        } else {
+            vec![30, 30, 20, 5]
+        }
+    });
+    let naive_samples = env_list("BENCH_NAIVE_SAMPLES").unwrap_or_else(|| {
+        if quick {
+            vec![2, 2, 1]
+        } else {
+            vec![4, 4, 2, 1]
+        }
+    });
+    let naive_timeout = Duration::from_millis(env_u64("BENCH_NAIVE_TIMEOUT_MS", 10_000));
+    let drift_checks = env_u64("BENCH_DRIFT_CHECKS", if quick { 300 } else { 3000 }) as usize;
+    let seed = env_u64("BENCH_SEED", 0x00A6_E47A_7E00_0001);
+
+    print_machine();
+    println!("# settings");
+    println!("quick: {quick}  sizes: {sizes:?}  pairs/N: {pairs_per_size}  reps/N: {reps:?}");
+    println!(
+        "prover: timeout {} s, cache disabled  |  naive: timeout {} ms, pairs/N {naive_samples:?}  |  seed {seed:#x}",
+        PROVER_TIMEOUT.as_secs(),
+        naive_timeout.as_millis()
+    );
+    println!();
+
+    let prover = Prover::new(ProverOptions {
+        timeout: PROVER_TIMEOUT,
+        cache_entries: 0,
+        ..ProverOptions::default()
+    });
+    let mut rng = Rng(seed);
+    let mut problems = Vec::new();
+    let mut rows = Vec::new();
+    let mut naive_disagreements = 0;
+
+    for (k, &n) in sizes.iter().enumerate() {
+        let generated: Result<Vec<Pair>, String> = (0..pairs_per_size)
+            .map(|p| generate_pair(n, p, &mut rng))
+            .collect();
+        let pairs = match generated {
+            Ok(pairs) => pairs,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        };
+        let bytes: usize = pairs
+            .iter()
+            .map(|p| p.candidate_yaml.len() + p.maximum_yaml.len())
+            .sum();
+        println!(
+            "# N={n}: {} pairs ({} within, {} exceeding), {:.0} KiB of YAML per pair",
+            pairs.len(),
+            pairs.iter().filter(|p| p.expect_within).count(),
+            pairs.iter().filter(|p| !p.expect_within).count(),
+            bytes as f64 / pairs.len() as f64 / 1024.0
+        );
+        // Warm-up (not measured): page in code, initialise Z3.
+        let _ = prover.containment(&pairs[0].candidate, &pairs[0].maximum);
+        let real = run_real(&prover, &pairs, per_size(&reps, k), &mut problems);
+        for (p, samples) in &real.per_pair {
+            let s = sorted(samples.clone());
+            println!(
+                "  real {}: p50 {} ms, max {} ms",
+                pairs[*p].label(),
+                fmt_ms(percentile(&s, 50.0)),
+                fmt_ms(s.last().copied().unwrap_or(f64::NAN))
+            );
+        }
+        let naive = run_naive(
+            &pairs,
+            per_size(&naive_samples, k).min(pairs.len()),
+            naive_timeout,
+        );
+        naive_disagreements += naive.disagreements;
+        println!();
+        rows.push((n, real, naive));
+    }
+
+    // The table.
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| N | checks | within | exceeds | inconcl. | mismatch | real p50 ms | real p99 ms | real max ms | naive checks (timeouts) | naive p50 ms | naive p99 ms | real p50 ms, same pairs | speed-up (naive p50 / real p50) |"
+    );
+    let _ = writeln!(
+        table,
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut ok = problems.is_empty();
+    for (n, real, naive) in &rows {
+        let all = sorted(real.samples.clone());
+        let same = sorted(
+            naive
+                .pairs
+                .iter()
+                .flat_map(|p| real.per_pair.get(p).cloned().unwrap_or_default())
+                .collect(),
+        );
+        let naive_sorted = sorted(naive.samples.clone());
+        let naive_p50 = percentile(&naive_sorted, 50.0);
+        let same_p50 = percentile(&same, 50.0);
+        let speedup = if naive.samples.is_empty() {
+            "-".to_string()
+        } else {
+            // With timeouts the naive p50 may be the timeout: a lower bound.
+            let bound = if naive.timeouts > 0 && naive_p50 >= millis(naive_timeout) {
+                ">="
+            } else {
+                ""
+            };
+            format!("{bound}{:.0}x", naive_p50 / same_p50)
+        };
+        let _ = writeln!(
+            table,
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {speedup} |",
+            real.samples.len(),
+            real.within,
+            real.exceeds,
+            real.inconclusive + real.other,
+            real.mismatches,
+            fmt_ms(percentile(&all, 50.0)),
+            fmt_ms(percentile(&all, 99.0)),
+            fmt_ms(all.last().copied().unwrap_or(f64::NAN)),
+            naive.samples.len(),
+            naive.timeouts,
+            fmt_ms(naive_p50),
+            fmt_ms(percentile(&naive_sorted, 99.0)),
+            fmt_ms(same_p50),
+        );
+        if real.mismatches > 0 || real.inconclusive > 0 || real.other > 0 {
+            ok = false;
+        }
+    }
+    println!("# containment latency (wall clock around Prover::containment, cache disabled)");
+    print!("{table}");
+    println!();
+    for (n, real, _) in &rows {
+        if let Some((_, target)) = TARGETS.iter().find(|(t, _)| t == n) {
+            let p99 = percentile(&sorted(real.samples.clone()), 99.0);
+            let verdict = if p99 <= *target { "met" } else { "NOT met" };
+            println!(
+                "target N={n}: p99 <= {target} ms: {verdict} (p99 = {} ms)",
+                fmt_ms(p99)
+            );
+        }
+    }
+    println!("naive baseline answers that disagree with the expectation: {naive_disagreements}");
+    println!();
+
+    if drift_checks > 0 {
+        let generated: Result<Vec<Pair>, String> =
+            (0..10).map(|p| generate_pair(10, p, &mut rng)).collect();
+        match generated {
+            Ok(pairs) => ok &= drift(&prover, &pairs, drift_checks, &mut problems),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+
+    println!("load at the end: {}", load_average());
+    if !problems.is_empty() {
+        println!("# PROBLEMS ({})", problems.len());
+        for p in &problems {
+            println!("{p}");
+        }
+    }
+    if ok {
+        println!("all real-encoding answers match the expectation");
+        ExitCode::SUCCESS
+    } else {
+        println!("FAILED: wrong or inconclusive real-encoding answers (see above)");
+        ExitCode::FAILURE
+    }
+}

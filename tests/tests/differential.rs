@@ -301,3 +301,34 @@ proptest! {
         }
     }
 }
+
+/// Many hosts pose the same sub-problem (the prover solves it once); one
+/// differs in a way that changes the answer and must still be found.
+#[test]
+fn memoised_components_do_not_hide_a_different_one() {
+    let rule = |i: usize, host: &str, path: &str| {
+        format!(
+            "  - name: r{i}\n    binaries: [/usr/bin/*]\n    endpoints:\n      - host: \"{host}\"\n        ports: [443]\n        protocol: rest\n        rules: [{{methods: [GET], path: \"{path}\"}}]\n        denyRules: [{{methods: [DELETE], path: /v1/org{i}/admin/**}}]\n"
+        )
+    };
+    let mut candidate = String::from("network:\n");
+    let mut maximum = String::from("network:\n");
+    for i in 0..60 {
+        candidate += &rule(i, &format!("*.svc{i}.example.com"), &format!("/v1/org{i}/*/items/**"));
+        let wide_path = if i == 37 { format!("/v1/org{i}/*/items/*") } else { format!("/v1/org{i}/**") };
+        maximum += &rule(i, &format!("**.svc{i}.example.com"), &wide_path);
+    }
+    let c = agentgate_tests::policy(&candidate, Role::Sandbox);
+    let m = agentgate_tests::policy(&maximum, Role::Maximum);
+    let proof = prover().containment(&c, &m);
+    let Outcome::Exceeds { counterexample } = &proof.outcome else {
+        panic!("expected exceeds, got {:?}", proof.outcome);
+    };
+    let Action::Network(a) = counterexample else { panic!("{counterexample}") };
+    assert_eq!(a.host, "x.svc37.example.com");
+    assert!(allows(&c, counterexample) && !allows(&m, counterexample));
+    // And with rule 37 fixed, everything is within.
+    let fixed = maximum.replace("/v1/org37/*/items/*", "/v1/org37/**");
+    let m = agentgate_tests::policy(&fixed, Role::Maximum);
+    assert_eq!(prover().containment(&c, &m).outcome, Outcome::Within);
+}

@@ -6,7 +6,7 @@
 //! Z3 never sees a string; that is what makes a check take milliseconds
 //! instead of seconds (docs/proofs.md).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use z3::ast::Bool;
@@ -184,6 +184,16 @@ struct Choices<V> {
     atoms: usize,
 }
 
+impl<V> Choices<V> {
+    /// Removes the choice that makes no atom true.
+    fn drop_empty(&mut self) {
+        if let Some(i) = self.members.iter().position(Vec::is_empty) {
+            self.members.remove(i);
+            self.values.remove(i);
+        }
+    }
+}
+
 impl Choices<String> {
     fn from_signatures(s: Signatures, atoms: usize) -> Self {
         let (members, values) = s
@@ -241,7 +251,9 @@ struct DimVars {
 }
 
 impl DimVars {
-    fn new<V>(name: &str, choices: &Choices<V>, solver: &Solver) -> DimVars {
+    /// Variables for `choices`; the "exactly one" constraint is asserted
+    /// under `guard` (so a component's constraints bind only when it is on).
+    fn new<V>(name: &str, choices: &Choices<V>, solver: &Solver, guard: &Bool) -> DimVars {
         let k = choices.members.len();
         if k == 1 {
             let mut atoms = vec![Bool::from_bool(false); choices.atoms];
@@ -257,7 +269,7 @@ impl DimVars {
             .map(|i| Bool::new_const(format!("{name}#{i}")))
             .collect();
         let weighted: Vec<(&Bool, i32)> = selectors.iter().map(|s| (s, 1)).collect();
-        solver.assert(Bool::pb_eq(&weighted, 1));
+        solver.assert(guard.implies(Bool::pb_eq(&weighted, 1)));
         let mut holders: Vec<Vec<usize>> = vec![Vec::new(); choices.atoms];
         for (i, members) in choices.members.iter().enumerate() {
             for &m in members {
@@ -323,140 +335,466 @@ fn all(terms: Vec<Bool>) -> Bool {
     }
 }
 
-struct NetworkVars<'u, 'a> {
-    universe: &'u Universe<'a>,
-    binary: DimVars,
-    host: DimVars,
-    path: DimVars,
-    port: DimVars,
-    method: DimVars,
-    rest: Bool,
+/// The question split by host: host patterns that occur together in some
+/// realizable host signature form one component. A host value's signature
+/// lies in exactly one component, so only that component's endpoints can
+/// match it; each component therefore gets its own small selectors for the
+/// other dimensions, projected onto the patterns its endpoints (and the
+/// regions) use. Z3 then sees many small independent sub-problems instead of
+/// one problem whose every dimension has thousands of choices.
+struct Component {
+    /// Host patterns of this component.
+    hosts: Vec<usize>,
+    /// Per positive policy: whether it has an allow endpoint here (if not,
+    /// nothing in this component can answer the question).
+    candidate: Vec<bool>,
+    binaries: Vec<usize>,
+    paths: Vec<usize>,
+    ports: Vec<u16>,
+    methods: Vec<String>,
 }
 
-impl NetworkVars<'_, '_> {
-    fn port(&self, p: u16) -> Bool {
-        match self.universe.ports.binary_search(&p) {
-            Ok(i) => self.port.atoms[i].clone(),
-            Err(_) => Bool::from_bool(false),
+/// A string dimension projected onto some of its patterns.
+struct Projected {
+    /// Global pattern ids, ascending; local atom i stands for `patterns[i]`.
+    patterns: Vec<usize>,
+    choices: Choices<String>,
+}
+
+/// Per global pattern: the choices containing it, and whether it is
+/// constant (in every choice, or in none).
+struct Holders {
+    of: Vec<Vec<usize>>,
+    choices: usize,
+}
+
+impl Holders {
+    fn new<V>(choices: &Choices<V>) -> Holders {
+        let mut of = vec![Vec::new(); choices.atoms];
+        for (i, members) in choices.members.iter().enumerate() {
+            for &m in members {
+                of[m as usize].push(i);
+            }
+        }
+        Holders {
+            of,
+            choices: choices.members.len(),
         }
     }
 
-    fn methods(&self, set: &MethodSet) -> Bool {
-        match set {
-            MethodSet::Any => Bool::from_bool(true),
-            MethodSet::Only(methods) => any(methods
+    fn constant(&self, pattern: usize) -> Option<bool> {
+        match self.of[pattern].len() {
+            0 => Some(false),
+            n if n == self.choices => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The realizable signatures over `patterns` (non-constant global ids):
+    /// every global signature restricted to them, deduplicated, each with
+    /// the shortest witness among the signatures that restrict to it.
+    fn project(&self, global: &Choices<String>, patterns: Vec<usize>) -> Projected {
+        let mut touched: Vec<usize> = patterns
+            .iter()
+            .flat_map(|&p| self.of[p].iter().copied())
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let mut seen: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut members: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &sig in &touched {
+            let local: Vec<u32> = global.members[sig]
                 .iter()
-                .filter_map(|m| self.universe.methods.binary_search(m).ok())
-                .map(|i| self.method.atoms[i].clone())
-                .collect()),
+                .filter_map(|m| {
+                    patterns
+                        .binary_search(&(*m as usize))
+                        .ok()
+                        .map(|i| i as u32)
+                })
+                .collect();
+            match seen.get(&local) {
+                // Choices are in shortest-witness order: keep the earliest.
+                Some(&at) if members[at].0 <= sig => {}
+                Some(&at) => members[at].0 = sig,
+                None => {
+                    seen.insert(local.clone(), members.len());
+                    members.push((sig, local));
+                }
+            }
+        }
+        if touched.len() < self.choices {
+            // Some value matches none of these patterns.
+            let untouched = (0..self.choices)
+                .find(|i| touched.binary_search(i).is_err())
+                .unwrap_or(0);
+            if !seen.contains_key(&Vec::new()) {
+                members.push((untouched, Vec::new()));
+            }
+        }
+        let atoms = patterns.len();
+        Projected {
+            patterns,
+            choices: Choices {
+                values: members
+                    .iter()
+                    .map(|(sig, _)| global.values[*sig].clone())
+                    .collect(),
+                members: members.into_iter().map(|(_, m)| m).collect(),
+                atoms,
+            },
+        }
+    }
+}
+
+/// The projected choices of one component, as plain data.
+struct ComponentChoices {
+    host: Projected,
+    binary: Projected,
+    path: Projected,
+    port: Choices<u16>,
+    method: Choices<String>,
+}
+
+/// A dimension of a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Dim {
+    Host,
+    Binary,
+    Path,
+    Port,
+    Method,
+}
+
+/// A propositional formula over a component's atoms: built and hashed in
+/// Rust before any Z3 call, so that components posing the same problem are
+/// solved once (see [`ComponentProblem`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Formula {
+    Const(bool),
+    /// Atom `i` of a dimension (pattern or literal `i` of its projection).
+    Atom(Dim, u32),
+    /// The action is a REST request (else raw L4).
+    Rest,
+    And(Vec<Formula>),
+    Or(Vec<Formula>),
+    Not(Box<Formula>),
+}
+
+impl Formula {
+    fn and(terms: Vec<Formula>) -> Formula {
+        let mut out = Vec::with_capacity(terms.len());
+        for t in terms {
+            match t {
+                Formula::Const(true) => {}
+                Formula::Const(false) => return Formula::Const(false),
+                Formula::And(inner) => out.extend(inner),
+                t => out.push(t),
+            }
+        }
+        match out.len() {
+            0 => Formula::Const(true),
+            1 => out.pop().unwrap_or(Formula::Const(true)),
+            _ => Formula::And(out),
         }
     }
 
-    fn path(&self, g: &Glob) -> Bool {
-        self.path.atoms[self.universe.paths.id(g)].clone()
+    fn or(terms: Vec<Formula>) -> Formula {
+        let mut out = Vec::with_capacity(terms.len());
+        for t in terms {
+            match t {
+                Formula::Const(false) => {}
+                Formula::Const(true) => return Formula::Const(true),
+                Formula::Or(inner) => out.extend(inner),
+                t => out.push(t),
+            }
+        }
+        match out.len() {
+            0 => Formula::Const(false),
+            1 => out.pop().unwrap_or(Formula::Const(false)),
+            _ => Formula::Or(out),
+        }
     }
 
-    fn entry(&self, e: &CompiledEntry) -> Bool {
+    fn not(self) -> Formula {
+        match self {
+            Formula::Const(b) => Formula::Const(!b),
+            Formula::Not(inner) => *inner,
+            f => Formula::Not(Box::new(f)),
+        }
+    }
+}
+
+/// Everything that decides whether a component has an answer: the shape of
+/// each dimension's choices (which atoms each choice makes true) and the
+/// asserted formulas. Two components with equal problems are both
+/// satisfiable or both not, whatever their concrete patterns.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ComponentProblem {
+    choices: [Vec<Vec<u32>>; 5],
+    atoms: [usize; 5],
+    assertions: Vec<Formula>,
+}
+
+/// Builds a component's formulas (POLICY-SEMANTICS.md §4) over its
+/// projected atoms.
+struct ComponentFormulas<'u, 'a> {
+    universe: &'u Universe<'a>,
+    choices: &'u ComponentChoices,
+    binary_holders: &'u Holders,
+    path_holders: &'u Holders,
+}
+
+impl ComponentFormulas<'_, '_> {
+    fn projected(dim: Dim, projected: &Projected, pattern: usize) -> Formula {
+        match projected.patterns.binary_search(&pattern) {
+            Ok(i) => Formula::Atom(dim, i as u32),
+            Err(_) => Formula::Const(false),
+        }
+    }
+
+    fn string_atom(dim: Dim, holders: &Holders, projected: &Projected, pattern: usize) -> Formula {
+        match holders.constant(pattern) {
+            Some(c) => Formula::Const(c),
+            None => Self::projected(dim, projected, pattern),
+        }
+    }
+
+    fn host(&self, g: &Glob) -> Formula {
+        // Host patterns outside this component match no value of it.
+        Self::projected(Dim::Host, &self.choices.host, self.universe.hosts.id(g))
+    }
+
+    fn binary(&self, g: &Glob) -> Formula {
+        let id = self.universe.binaries.id(g);
+        Self::string_atom(Dim::Binary, self.binary_holders, &self.choices.binary, id)
+    }
+
+    fn path(&self, g: &Glob) -> Formula {
+        let id = self.universe.paths.id(g);
+        Self::string_atom(Dim::Path, self.path_holders, &self.choices.path, id)
+    }
+
+    fn port(&self, p: u16) -> Formula {
+        let c = &self.choices.port;
+        match c.values[..c.atoms].iter().position(|&v| v == p) {
+            Some(i) => Formula::Atom(Dim::Port, i as u32),
+            None => Formula::Const(false),
+        }
+    }
+
+    fn methods(&self, set: &MethodSet) -> Formula {
+        let c = &self.choices.method;
+        match set {
+            MethodSet::Any => Formula::Const(true),
+            MethodSet::Only(methods) => Formula::or(
+                methods
+                    .iter()
+                    .filter_map(|m| c.values[..c.atoms].iter().position(|v| v == m))
+                    .map(|i| Formula::Atom(Dim::Method, i as u32))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn entry(&self, e: &CompiledEntry) -> Formula {
         let mut terms = vec![self.methods(&e.methods)];
         if let Some(path) = &e.path {
             terms.push(self.path(path));
         }
-        all(terms)
+        Formula::and(terms)
     }
 
-    fn binary_ok(&self, rule: &CompiledRule) -> Bool {
+    fn binary_ok(&self, rule: &CompiledRule) -> Formula {
         if rule.binaries.is_empty() {
-            return Bool::from_bool(true);
+            return Formula::Const(true);
         }
-        any(rule
-            .binaries
-            .iter()
-            .map(|b| self.binary.atoms[self.universe.binaries.id(b)].clone())
-            .collect())
+        Formula::or(rule.binaries.iter().map(|b| self.binary(b)).collect())
     }
 
-    /// `allows_P(a)` of §4: some endpoint allows and no endpoint denies.
-    fn allows(&self, policy: &CompiledPolicy) -> Bool {
+    /// `allows_P(a)` of §4 for actions whose host lies in this component:
+    /// some endpoint allows and no endpoint denies.
+    fn allows(&self, policy: &CompiledPolicy) -> Formula {
         let mut allows = Vec::new();
         let mut denies = Vec::new();
         for rule in &policy.rules {
-            let binary_ok = self.binary_ok(rule);
             for e in &rule.endpoints {
-                let connection = all(vec![
-                    binary_ok.clone(),
-                    self.host.atoms[self.universe.hosts.id(&e.host)].clone(),
-                    any(e.ports.iter().map(|&p| self.port(p)).collect()),
+                let host = self.host(&e.host);
+                if host == Formula::Const(false) {
+                    continue; // never matches a host of this component
+                }
+                let connection = Formula::and(vec![
+                    self.binary_ok(rule),
+                    host,
+                    Formula::or(e.ports.iter().map(|&p| self.port(p)).collect()),
                 ]);
                 match &e.kind {
                     EndpointKind::L4 => allows.push(connection),
                     EndpointKind::Rest { scope, allow, deny } => {
                         if !allow.is_empty() {
-                            let mut terms = vec![connection.clone(), self.rest.clone()];
+                            let mut terms = vec![connection.clone(), Formula::Rest];
                             if let Some(scope) = scope {
                                 terms.push(self.path(scope));
                             }
-                            terms.push(any(allow.iter().map(|a| self.entry(a)).collect()));
-                            allows.push(all(terms));
+                            terms.push(Formula::or(allow.iter().map(|a| self.entry(a)).collect()));
+                            allows.push(Formula::and(terms));
                         }
                         if !deny.is_empty() {
-                            denies.push(all(vec![
+                            denies.push(Formula::and(vec![
                                 connection,
-                                self.rest.clone(),
-                                any(deny.iter().map(|d| self.entry(d)).collect()),
+                                Formula::Rest,
+                                Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
                             ]));
                         }
                     }
                 }
             }
         }
-        all(vec![any(allows), any(denies).not()])
+        Formula::and(vec![Formula::or(allows), Formula::or(denies).not()])
     }
 
-    fn region(&self, r: &CompiledRegion) -> Bool {
+    fn region(&self, r: &CompiledRegion) -> Formula {
         let mut terms = Vec::new();
-        let u = self.universe;
         if let Some(b) = &r.binaries {
-            terms.push(any(b
-                .iter()
-                .map(|g| self.binary.atoms[u.binaries.id(g)].clone())
-                .collect()));
+            terms.push(Formula::or(b.iter().map(|g| self.binary(g)).collect()));
         }
         if let Some(h) = &r.hosts {
-            terms.push(any(h
-                .iter()
-                .map(|g| self.host.atoms[u.hosts.id(g)].clone())
-                .collect()));
+            terms.push(Formula::or(h.iter().map(|g| self.host(g)).collect()));
         }
         if let Some(p) = &r.ports {
-            terms.push(any(p.iter().map(|&p| self.port(p)).collect()));
+            terms.push(Formula::or(p.iter().map(|&p| self.port(p)).collect()));
         }
         if let Some(layers) = &r.layers {
-            terms.push(any(layers
-                .iter()
-                .map(|l| match l {
-                    Layer::Rest => self.rest.clone(),
-                    Layer::L4 => self.rest.not(),
-                })
-                .collect()));
+            terms.push(Formula::or(
+                layers
+                    .iter()
+                    .map(|l| match l {
+                        Layer::Rest => Formula::Rest,
+                        Layer::L4 => Formula::Rest.not(),
+                    })
+                    .collect(),
+            ));
         }
         if let Some(m) = &r.methods {
-            terms.push(all(vec![self.rest.clone(), self.methods(m)]));
+            terms.push(Formula::and(vec![Formula::Rest, self.methods(m)]));
         }
         if let Some(paths) = &r.paths {
-            terms.push(all(vec![
-                self.rest.clone(),
-                any(paths.iter().map(|g| self.path(g)).collect()),
+            terms.push(Formula::and(vec![
+                Formula::Rest,
+                Formula::or(paths.iter().map(|g| self.path(g)).collect()),
             ]));
         }
-        all(terms)
+        Formula::and(terms)
+    }
+
+    /// The component's whole problem for a question.
+    fn problem(&self, question: &Question<'_>) -> ComponentProblem {
+        let mut assertions = Vec::new();
+        assertions.extend(question.positive.iter().map(|p| self.allows(p)));
+        assertions.extend(question.negative.iter().map(|n| self.allows(n).not()));
+        assertions.extend(question.regions.iter().map(|r| self.region(r)));
+        let c = self.choices;
+        ComponentProblem {
+            choices: [
+                c.host.choices.members.clone(),
+                c.binary.choices.members.clone(),
+                c.path.choices.members.clone(),
+                c.port.members.clone(),
+                c.method.members.clone(),
+            ],
+            atoms: [
+                c.host.choices.atoms,
+                c.binary.choices.atoms,
+                c.path.choices.atoms,
+                c.port.atoms,
+                c.method.atoms,
+            ],
+            assertions,
+        }
     }
 }
 
-/// The questions are propositional with cardinality constraints: Z3's
-/// finite-domain logic routes them to its SAT solver, which handles
-/// "exactly one" natively.
+/// Z3 variables of one component.
+struct ComponentVars<'u> {
+    choices: &'u ComponentChoices,
+    dims: [DimVars; 5],
+    rest: Bool,
+}
+
+impl<'u> ComponentVars<'u> {
+    fn new(choices: &'u ComponentChoices, solver: &Solver) -> Self {
+        let always = Bool::from_bool(true);
+        ComponentVars {
+            choices,
+            dims: [
+                DimVars::new("host", &choices.host.choices, solver, &always),
+                DimVars::new("binary", &choices.binary.choices, solver, &always),
+                DimVars::new("path", &choices.path.choices, solver, &always),
+                DimVars::new("port", &choices.port, solver, &always),
+                DimVars::new("method", &choices.method, solver, &always),
+            ],
+            rest: Bool::new_const("layer_rest"),
+        }
+    }
+
+    fn dim(&self, dim: Dim) -> &DimVars {
+        &self.dims[dim as usize]
+    }
+
+    fn z3(&self, f: &Formula) -> Bool {
+        match f {
+            Formula::Const(b) => Bool::from_bool(*b),
+            Formula::Atom(dim, i) => self.dim(*dim).atoms[*i as usize].clone(),
+            Formula::Rest => self.rest.clone(),
+            Formula::And(terms) => Bool::and(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
+            Formula::Or(terms) => Bool::or(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
+            Formula::Not(inner) => self.z3(inner).not(),
+        }
+    }
+
+    /// The action the model describes, and a formula for "the same
+    /// combination of signatures" to block it for the next example.
+    fn decode(&self, model: &Model) -> (NetworkAction, Bool) {
+        let rest = model.eval(&self.rest, true).and_then(|b| b.as_bool()) == Some(true);
+        let picks = self.dims.each_ref().map(|d| d.chosen(model));
+        let c = self.choices;
+        let action = NetworkAction {
+            host: c.host.choices.values[picks[Dim::Host as usize]].clone(),
+            binary: c.binary.choices.values[picks[Dim::Binary as usize]].clone(),
+            port: c.port.values[picks[Dim::Port as usize]],
+            layer: if rest { Layer::Rest } else { Layer::L4 },
+            method: if rest {
+                c.method.values[picks[Dim::Method as usize]].clone()
+            } else {
+                String::new()
+            },
+            path: if rest {
+                c.path.choices.values[picks[Dim::Path as usize]].clone()
+            } else {
+                String::new()
+            },
+        };
+        let mut same = vec![if rest {
+            self.rest.clone()
+        } else {
+            self.rest.not()
+        }];
+        for dim in [Dim::Host, Dim::Binary, Dim::Port] {
+            same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+        }
+        if rest {
+            for dim in [Dim::Method, Dim::Path] {
+                same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+            }
+        }
+        (action, all(same))
+    }
+}
+
+/// Z3's default solver: for many small incremental sub-questions
+/// (push/check/pop per component) it was measured faster than the
+/// finite-domain (SAT) solver, whose per-check set-up dominates there.
 fn new_solver() -> Solver {
-    Solver::new_for_logic("QF_FD").unwrap_or_default()
+    Solver::new()
 }
 
 fn z3_config(budget: &Budget) -> Config {
@@ -479,8 +817,68 @@ fn unknown_reason(solver: &Solver) -> Reason {
     }
 }
 
+fn union_find_root(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+/// Groups host patterns into components: patterns that occur together in
+/// some realizable host signature share one. Returns the patterns of each
+/// component and the component of every pattern (`None`: it matches no
+/// canonical host).
+fn host_components(host: &Choices<String>) -> (Vec<Vec<usize>>, Vec<Option<usize>>) {
+    let mut parent: Vec<usize> = (0..host.atoms).collect();
+    for members in &host.members {
+        for pair in members.windows(2) {
+            let (a, b) = (
+                union_find_root(&mut parent, pair[0] as usize),
+                union_find_root(&mut parent, pair[1] as usize),
+            );
+            parent[a] = b;
+        }
+    }
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut components: Vec<Vec<usize>> = Vec::new();
+    let mut component_of_host = vec![None; host.atoms];
+    // Choices come shortest witness first, so components do too.
+    for members in &host.members {
+        for &m in members {
+            let m = m as usize;
+            if component_of_host[m].is_some() {
+                continue;
+            }
+            let root = union_find_root(&mut parent, m);
+            let k = *index.entry(root).or_insert_with(|| {
+                components.push(Vec::new());
+                components.len() - 1
+            });
+            components[k].push(m);
+            component_of_host[m] = Some(k);
+        }
+    }
+    for patterns in &mut components {
+        patterns.sort_unstable();
+    }
+    (components, component_of_host)
+}
+
 /// Searches for up to `k` network actions answering the question.
+///
+/// The question is split by host component (see [`Component`]): actions in
+/// different components share no host pattern, so each component is an
+/// independent, small sub-question over its own projected signatures. They
+/// are solved one after another in one Z3 context; only components where
+/// every positive policy has an allow endpoint can answer at all.
 pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
+    if question.positive.is_empty() {
+        return inconclusive(
+            ReasonCode::SolverUnknown,
+            "internal: a question needs at least one policy that must allow the action",
+        );
+    }
     let mut universe = Universe::default();
     question
         .positive
@@ -523,8 +921,15 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         })
         .map_err(automaton_reason)
     };
-    let binary = match dimension(Domain::Binary, "binary", &universe.binaries) {
-        Ok(c) => c,
+    let dimensions = reversed_hosts().and_then(|host| {
+        Ok((
+            host,
+            dimension(Domain::Binary, "binary", &universe.binaries)?,
+            dimension(Domain::RequestPath, "path", &universe.paths)?,
+        ))
+    });
+    let (host, binary, path) = match dimensions {
+        Ok(d) => d,
         Err(r) => {
             return Search {
                 examples: Vec::new(),
@@ -532,125 +937,196 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             };
         }
     };
-    let host = match reversed_hosts() {
-        Ok(c) => c,
-        Err(r) => {
-            return Search {
-                examples: Vec::new(),
-                end: SearchEnd::Inconclusive(r),
-            };
+    let (components, component_of_host) = host_components(&host);
+
+    // What each component uses (regions apply to all of them).
+    let positives = question.positive.len();
+    let mut parts: Vec<Component> = components
+        .into_iter()
+        .map(|hosts| Component {
+            hosts,
+            candidate: vec![false; positives],
+            binaries: Vec::new(),
+            paths: Vec::new(),
+            ports: Vec::new(),
+            methods: Vec::new(),
+        })
+        .collect();
+    let u = &universe;
+    let policies = question
+        .positive
+        .iter()
+        .map(|p| (Some(()), p))
+        .enumerate()
+        .map(|(i, (_, p))| (Some(i), *p));
+    let policies: Vec<(Option<usize>, &CompiledPolicy)> = policies
+        .chain(question.negative.iter().map(|p| (None, *p)))
+        .collect();
+    for (positive, policy) in policies {
+        for rule in &policy.rules {
+            for e in &rule.endpoints {
+                let Some(c) = component_of_host[u.hosts.id(&e.host)] else {
+                    continue;
+                };
+                let part = &mut parts[c];
+                part.binaries
+                    .extend(rule.binaries.iter().map(|b| u.binaries.id(b)));
+                part.ports.extend(&e.ports);
+                let allows_something = match &e.kind {
+                    EndpointKind::L4 => true,
+                    EndpointKind::Rest { scope, allow, deny } => {
+                        if let Some(scope) = scope {
+                            part.paths.push(u.paths.id(scope));
+                        }
+                        for entry in allow.iter().chain(deny) {
+                            if let MethodSet::Only(m) = &entry.methods {
+                                part.methods.extend(m.iter().cloned());
+                            }
+                            if let Some(p) = &entry.path {
+                                part.paths.push(u.paths.id(p));
+                            }
+                        }
+                        !allow.is_empty()
+                    }
+                };
+                if let Some(i) = positive {
+                    part.candidate[i] |= allows_something;
+                }
+            }
         }
-    };
-    let path = match dimension(Domain::RequestPath, "path", &universe.paths) {
-        Ok(c) => c,
-        Err(r) => {
-            return Search {
-                examples: Vec::new(),
-                end: SearchEnd::Inconclusive(r),
-            };
+    }
+    let binary_holders = Holders::new(&binary);
+    let path_holders = Holders::new(&path);
+    let host_holders = Holders::new(&host);
+    let mut relevant: Vec<ComponentChoices> = Vec::new();
+    for part in &mut parts {
+        if !part.candidate.iter().all(|&c| c) {
+            continue;
         }
-    };
+        for r in question.regions {
+            part.binaries
+                .extend(r.binaries.iter().flatten().map(|b| u.binaries.id(b)));
+            part.paths
+                .extend(r.paths.iter().flatten().map(|p| u.paths.id(p)));
+            part.ports.extend(r.ports.iter().flatten());
+            if let Some(MethodSet::Only(m)) = &r.methods {
+                part.methods.extend(m.iter().cloned());
+            }
+        }
+        let relevant_ids = |ids: &mut Vec<usize>, holders: &Holders| {
+            ids.sort_unstable();
+            ids.dedup();
+            ids.retain(|&p| holders.constant(p).is_none());
+            std::mem::take(ids)
+        };
+        let binaries = relevant_ids(&mut part.binaries, &binary_holders);
+        let paths = relevant_ids(&mut part.paths, &path_holders);
+        part.ports.sort_unstable();
+        part.ports.dedup();
+        part.methods.sort_unstable();
+        part.methods.dedup();
+        let mut host_choice = host_holders.project(&host, part.hosts.clone());
+        // Values matching none of the component's hosts belong elsewhere.
+        host_choice.choices.drop_empty();
+        relevant.push(ComponentChoices {
+            host: host_choice,
+            binary: binary_holders.project(&binary, binaries),
+            path: path_holders.project(&path, paths),
+            port: literal_choices(&part.ports, other_port(&part.ports)),
+            method: literal_choices(&part.methods, Some(other_method(&part.methods))),
+        });
+    }
     tracing::debug!(
-        binaries = binary.members.len(),
-        hosts = host.members.len(),
-        paths = path.members.len(),
-        host_patterns = universe.hosts.globs.len(),
-        path_patterns = universe.paths.globs.len(),
+        host_choices = host.members.len(),
+        components = parts.len(),
+        relevant = relevant.len(),
         automata_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-        "signatures built"
+        "signatures projected"
     );
-    let port = literal_choices(&universe.ports, other_port(&universe.ports));
-    let method = literal_choices(&universe.methods, Some(other_method(&universe.methods)));
+    if relevant.is_empty() {
+        return Search {
+            examples: Vec::new(),
+            end: SearchEnd::Exhausted,
+        };
+    }
     if Instant::now() >= budget.deadline {
         return inconclusive(ReasonCode::SolverTimeout, "deadline reached before solving");
     }
 
-    let universe = &universe;
-    let (binary, host, path, port, method) = (&binary, &host, &path, &port, &method);
+    let relevant = &relevant;
+    let holders = (&binary_holders, &path_holders);
     let cfg = z3_config(budget);
     let outcome: Result<(Vec<NetworkAction>, bool), Reason> = with_z3_config(&cfg, move || {
         let solver = new_solver();
-        let vars = NetworkVars {
-            universe,
-            binary: DimVars::new("binary", binary, &solver),
-            host: DimVars::new("host", host, &solver),
-            path: DimVars::new("path", path, &solver),
-            port: DimVars::new("port", port, &solver),
-            method: DimVars::new("method", method, &solver),
-            rest: Bool::new_const("layer_rest"),
-        };
-        for p in question.positive {
-            solver.assert(vars.allows(p));
-        }
-        for n in question.negative {
-            solver.assert(vars.allows(n).not());
-        }
-        for r in question.regions {
-            solver.assert(vars.region(r));
+        let mut found = Vec::new();
+        // Problems already proved to have no answer in this check.
+        let mut unsat: HashSet<ComponentProblem> = HashSet::new();
+        let (mut solved, mut reused) = (0usize, 0usize);
+        for choices in relevant {
+            if Instant::now() >= budget.deadline {
+                return Err(Reason::general(
+                    ReasonCode::SolverTimeout,
+                    "deadline reached while solving",
+                ));
+            }
+            let formulas = ComponentFormulas {
+                universe: u,
+                choices,
+                binary_holders: holders.0,
+                path_holders: holders.1,
+            };
+            let problem = formulas.problem(question);
+            if problem.assertions.contains(&Formula::Const(false)) {
+                continue; // decided by constant folding: e.g. no allow endpoint survives
+            }
+            if unsat.contains(&problem) {
+                reused += 1;
+                continue;
+            }
+            solved += 1;
+            solver.push();
+            let vars = ComponentVars::new(choices, &solver);
+            for assertion in &problem.assertions {
+                solver.assert(vars.z3(assertion));
+            }
+            let before = found.len();
+            while found.len() < k {
+                match solver.check() {
+                    SatResult::Unsat => break,
+                    SatResult::Unknown => return Err(unknown_reason(&solver)),
+                    SatResult::Sat => {}
+                }
+                let Some(model) = solver.get_model() else {
+                    return Err(Reason::general(
+                        ReasonCode::SolverUnknown,
+                        "solver returned no model",
+                    ));
+                };
+                let (action, same) = vars.decode(&model);
+                found.push(action);
+                solver.assert(same.not());
+            }
+            solver.pop(1);
+            if found.len() == before {
+                unsat.insert(problem);
+            }
+            if found.len() >= k {
+                tracing::debug!(
+                    solved,
+                    reused,
+                    solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+                    "enough examples"
+                );
+                return Ok((found, false));
+            }
         }
         tracing::debug!(
-            encoded_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-            "encoded"
+            solved,
+            reused,
+            solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+            "exhausted"
         );
-        let mut found = Vec::new();
-        while found.len() < k {
-            let check = solver.check();
-            tracing::debug!(
-                solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-                ?check,
-                "solved"
-            );
-            match check {
-                SatResult::Unsat => return Ok((found, true)),
-                SatResult::Unknown => return Err(unknown_reason(&solver)),
-                SatResult::Sat => {}
-            }
-            let Some(model) = solver.get_model() else {
-                return Err(Reason::general(
-                    ReasonCode::SolverUnknown,
-                    "solver returned no model",
-                ));
-            };
-            let rest = model.eval(&vars.rest, true).and_then(|b| b.as_bool()) == Some(true);
-            let picks = [
-                vars.binary.chosen(&model),
-                vars.host.chosen(&model),
-                vars.port.chosen(&model),
-                vars.method.chosen(&model),
-                vars.path.chosen(&model),
-            ];
-            let (method_value, path_value) = if rest {
-                (
-                    method.values[picks[3]].clone(),
-                    path.values[picks[4]].clone(),
-                )
-            } else {
-                (String::new(), String::new())
-            };
-            found.push(NetworkAction {
-                binary: binary.values[picks[0]].clone(),
-                host: host.values[picks[1]].clone(),
-                port: port.values[picks[2]],
-                layer: if rest { Layer::Rest } else { Layer::L4 },
-                method: method_value,
-                path: path_value,
-            });
-            // Block this combination of signatures so the next example differs.
-            let mut same = vec![if rest {
-                vars.rest.clone()
-            } else {
-                vars.rest.not()
-            }];
-            same.extend(vars.binary.is_chosen(picks[0]));
-            same.extend(vars.host.is_chosen(picks[1]));
-            same.extend(vars.port.is_chosen(picks[2]));
-            if rest {
-                same.extend(vars.method.is_chosen(picks[3]));
-                same.extend(vars.path.is_chosen(picks[4]));
-            }
-            solver.assert(all(same).not());
-        }
-        Ok((found, false))
+        Ok((found, true))
     });
     match outcome {
         Ok((found, exhausted)) => Search {
@@ -721,7 +1197,7 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     let cfg = z3_config(budget);
     let outcome: Result<(Vec<FilesystemAction>, bool), Reason> = with_z3_config(&cfg, move || {
         let solver = new_solver();
-        let path = DimVars::new("fspath", choices, &solver);
+        let path = DimVars::new("fspath", choices, &solver, &Bool::from_bool(true));
         let write = Bool::new_const("write");
         let covers = |list: &[String]| {
             any(list

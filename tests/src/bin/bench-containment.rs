@@ -19,7 +19,9 @@
 //! - `BENCH_NAIVE_TIMEOUT_MS=10000`: per-check timeout of the naive baseline.
 //! - `BENCH_NAIVE_SAMPLES=4,4,2,1`: pairs per N given to the naive baseline.
 //! - `BENCH_DRIFT_CHECKS=3000`: checks in the drift test (0 skips it).
-//! - `BENCH_SEED`: the PRNG seed.
+//! - `BENCH_SEED`: the PRNG seed (each pair has its own stream derived from
+//!   the seed, N and the pair's index, so a pair is reproducible alone).
+//! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -471,12 +473,38 @@ impl Pair {
     }
 }
 
+/// Writes every pair's YAML to `dir` (BENCH_DUMP_DIR), to reproduce a case
+/// with `agentgate verify`.
+fn dump(dir: &str, pairs: &[Pair]) {
+    let dir = std::path::Path::new(dir);
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("cannot create {}: {e}", dir.display());
+        return;
+    }
+    for pair in pairs {
+        let stem = format!("n{}-pair{}", pair.n, pair.index);
+        for (side, text) in [
+            ("candidate", &pair.candidate_yaml),
+            ("maximum", &pair.maximum_yaml),
+        ] {
+            let file = dir.join(format!("{stem}-{side}.yaml"));
+            if let Err(e) = std::fs::write(&file, text) {
+                eprintln!("cannot write {}: {e}", file.display());
+            }
+        }
+    }
+}
+
 fn load(yaml: &str, role: Role) -> Result<CompiledPolicy, String> {
     let loaded = load_document(yaml, &Limits::default()).map_err(|e| e.to_string())?;
     compile(&loaded.policy, role, &Limits::default()).map_err(|e| e.to_string())
 }
 
-fn generate_pair(n: usize, index: usize, rng: &mut Rng) -> Result<Pair, String> {
+/// Pair `index` of size `n`: its own PRNG stream, so a pair does not depend on
+/// which other sizes or how many pairs are generated (reproducible alone).
+fn generate_pair(seed: u64, n: usize, index: usize) -> Result<Pair, String> {
+    let mut mix = Rng(seed ^ (n as u64).rotate_left(32) ^ index as u64);
+    let rng = &mut Rng(mix.next_u64());
     let specs: Vec<RuleSpec> = (0..n).map(|i| RuleSpec::random(i, rng)).collect();
     // Interleave: even pairs within, odd pairs exceeding.
     let expect_within = index.is_multiple_of(2);
@@ -850,14 +878,13 @@ fn main() -> ExitCode {
         cache_entries: 0,
         ..ProverOptions::default()
     });
-    let mut rng = Rng(seed);
     let mut problems = Vec::new();
     let mut rows = Vec::new();
     let mut naive_disagreements = 0;
 
     for (k, &n) in sizes.iter().enumerate() {
         let generated: Result<Vec<Pair>, String> = (0..pairs_per_size)
-            .map(|p| generate_pair(n, p, &mut rng))
+            .map(|p| generate_pair(seed, n, p))
             .collect();
         let pairs = match generated {
             Ok(pairs) => pairs,
@@ -866,6 +893,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        if let Ok(dir) = std::env::var("BENCH_DUMP_DIR") {
+            dump(&dir, &pairs);
+        }
         let bytes: usize = pairs
             .iter()
             .map(|p| p.candidate_yaml.len() + p.maximum_yaml.len())
@@ -972,7 +1002,7 @@ fn main() -> ExitCode {
 
     if drift_checks > 0 {
         let generated: Result<Vec<Pair>, String> =
-            (0..10).map(|p| generate_pair(10, p, &mut rng)).collect();
+            (1000..1010).map(|p| generate_pair(seed, 10, p)).collect();
         match generated {
             Ok(pairs) => ok &= drift(&prover, &pairs, drift_checks, &mut problems),
             Err(e) => {

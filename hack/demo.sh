@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # `make demo`: the proof core on examples/, as a new user would try it.
+# Every command is also documented (and tested) in docs/cli.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=./target/release/agentgate
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; printf '(exit %s)\n' "$?"; }
+say() { printf '\n\033[1;34m# %s\033[0m\n' "$*"; }
+step() { printf '\033[1m$ %s\033[0m\n' "${*/#.\/target\/release\//}"; "$@"; printf '(exit %s)\n' "$?"; }
 
+say "1. The sandbox's declared policy is proved inside the org ceiling (exit 0)."
 step $bin verify --maximum examples/maximum.yaml examples/sandbox.yaml
+say "2. A candidate that asks for too much: refused with a concrete, replayed counterexample (exit 1)."
 step $bin verify --maximum examples/maximum.yaml examples/candidate-exceeds.yaml
+say "3. The same answer as JSON, for CI and other tools."
 step $bin verify --maximum examples/maximum.yaml examples/candidate-exceeds.yaml --output json
+say "4. Inside a broad ceiling, but inside one of its hard invariants too (exit 1)."
 step $bin verify --maximum examples/maximum-egress.yaml examples/candidate-metadata.yaml
+say "5. A surface the model does not cover fails closed, naming the field (exit 3)."
 step $bin verify --maximum examples/maximum.yaml examples/candidate-graphql.yaml
+say "6. What a narrowed request would add, with example actions and its least-privilege cost."
 step $bin diff examples/sandbox.yaml examples/candidate-comment.yaml --weights-from examples/maximum.yaml
+say "7. An OpenShell policy converted into ours (notes on stderr)."
 step $bin import openshell examples/openshell/policy.yaml --workdir /sandbox
+printf '\nMore: docs/cli.md. Next: make test.\n'
 exit 0

@@ -314,8 +314,16 @@ fn memoised_components_do_not_hide_a_different_one() {
     let mut candidate = String::from("network:\n");
     let mut maximum = String::from("network:\n");
     for i in 0..60 {
-        candidate += &rule(i, &format!("*.svc{i}.example.com"), &format!("/v1/org{i}/*/items/**"));
-        let wide_path = if i == 37 { format!("/v1/org{i}/*/items/*") } else { format!("/v1/org{i}/**") };
+        candidate += &rule(
+            i,
+            &format!("*.svc{i}.example.com"),
+            &format!("/v1/org{i}/*/items/**"),
+        );
+        let wide_path = if i == 37 {
+            format!("/v1/org{i}/*/items/*")
+        } else {
+            format!("/v1/org{i}/**")
+        };
         maximum += &rule(i, &format!("**.svc{i}.example.com"), &wide_path);
     }
     let c = agentgate_tests::policy(&candidate, Role::Sandbox);
@@ -324,7 +332,9 @@ fn memoised_components_do_not_hide_a_different_one() {
     let Outcome::Exceeds { counterexample } = &proof.outcome else {
         panic!("expected exceeds, got {:?}", proof.outcome);
     };
-    let Action::Network(a) = counterexample else { panic!("{counterexample}") };
+    let Action::Network(a) = counterexample else {
+        panic!("{counterexample}")
+    };
     assert_eq!(a.host, "x.svc37.example.com");
     assert!(allows(&c, counterexample) && !allows(&m, counterexample));
     // And with rule 37 fixed, everything is within.

@@ -42,8 +42,9 @@ pub enum Token {
     Segments,
 }
 
-/// A validated glob pattern.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A validated glob pattern. Equality and hashing use the kind and the
+/// source text, which determine the tokens.
+#[derive(Debug, Clone)]
 pub struct Glob {
     kind: GlobKind,
     source: String,
@@ -115,6 +116,21 @@ impl Glob {
             GlobKind::Host => host_matches(&self.source, &value.to_ascii_lowercase()),
             GlobKind::Path | GlobKind::Binary => path_matches(&self.source, value),
         }
+    }
+}
+
+impl PartialEq for Glob {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.source == other.source
+    }
+}
+
+impl Eq for Glob {}
+
+impl std::hash::Hash for Glob {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.kind.hash(state);
+        self.source.hash(state);
     }
 }
 

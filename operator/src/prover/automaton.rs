@@ -16,7 +16,8 @@
 //! exploration proportional to the patterns, not to the alphabet. See
 //! docs/proofs.md for why this is exact.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use crate::policy::action::{MAX_HOST_BYTES, MAX_PATH_BYTES, is_host_byte};
@@ -229,16 +230,14 @@ impl Explorer<'_> {
         out.dedup();
     }
 
-    fn members(&self, set: &[NfaState]) -> Vec<u32> {
-        let mut members: Vec<u32> = set
-            .iter()
-            .filter_map(|&s| {
-                let (p, position, inside) = unpack(s);
-                (!inside && position == self.patterns[p].len()).then_some(p as u32)
-            })
-            .collect();
-        members.dedup();
-        members
+    /// The patterns whose NFA accepts in `set`, ascending, into `out`.
+    fn members(&self, set: &[NfaState], out: &mut Vec<u32>) {
+        out.clear();
+        out.extend(set.iter().filter_map(|&s| {
+            let (p, position, inside) = unpack(s);
+            (!inside && position == self.patterns[p].len()).then_some(p as u32)
+        }));
+        out.dedup();
     }
 
     /// The characters worth trying from `set`: expected literals, the
@@ -267,6 +266,36 @@ impl Explorer<'_> {
     }
 }
 
+/// A `Hasher` for keys that already are hashes ([`state_hash`]).
+#[derive(Default)]
+struct PrehashedKey(u64);
+
+impl Hasher for PrehashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; fold anything else in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A fast, non-cryptographic hash of a DFA state (FxHash-style mixing);
+/// collisions are resolved by comparing the states themselves.
+fn state_hash(canonical: u8, set: &[NfaState]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    set.iter().fold(canonical as u64, |h, &s| {
+        (h.rotate_left(5) ^ s).wrapping_mul(K)
+    })
+}
+
 /// Explores the product automaton of `patterns` (token sequences, see
 /// [`crate::policy::glob::Glob::tokens`]) and the canonical form of `domain`.
 pub fn signatures(
@@ -284,11 +313,15 @@ pub fn signatures(
     start.sort_unstable();
     start.dedup();
 
-    // State table: (canonical state, NFA set) -> id; parent links for witnesses.
-    let mut ids: HashMap<(u8, Vec<NfaState>), u32> = HashMap::new();
+    // States are numbered in discovery order, which is BFS order, so the
+    // work list is simply the ids not yet expanded. `index` maps a cheap
+    // hash of (canonical state, NFA set) to the ids with that hash.
+    let mut states: Vec<(u8, Vec<NfaState>)> = Vec::new();
+    let mut index: HashMap<u64, u32, BuildHasherDefault<PrehashedKey>> = HashMap::default();
+    // States whose hash collided with a different earlier state (rare).
+    let mut collided: HashMap<u64, Vec<u32>> = HashMap::new();
     let mut parents: Vec<(u32, u8)> = Vec::new();
-    let mut queue: VecDeque<(u32, u8, Vec<NfaState>)> = VecDeque::new();
-    let mut found: HashMap<Vec<u32>, u32> = HashMap::new();
+    let mut found: HashSet<Vec<u32>> = HashSet::new();
     let mut order: Vec<(Vec<u32>, String)> = Vec::new();
     let witness = |parents: &[(u32, u8)], mut id: u32| {
         let mut bytes = Vec::new();
@@ -301,22 +334,29 @@ pub fn signatures(
         bytes
     };
 
-    ids.insert((domain.start(), start.clone()), 0);
+    index.insert(state_hash(domain.start(), &start), 0);
+    states.push((domain.start(), start));
     parents.push((u32::MAX, 0));
-    queue.push_back((0, domain.start(), start));
-    let mut classes = Vec::new();
-    let mut next = Vec::new();
-    while let Some((id, canonical, set)) = queue.pop_front() {
-        if id % 256 == 0 && Instant::now() >= deadline {
+    let (mut classes, mut next, mut set, mut members) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut id = 0usize;
+    while id < states.len() {
+        if id.is_multiple_of(256) && Instant::now() >= deadline {
             return Err(AutomatonError::Deadline(dimension));
         }
+        let canonical = states[id].0;
+        set.clear();
+        set.extend_from_slice(&states[id].1);
         if domain.accepting(canonical) {
-            let members = explorer.members(&set);
-            if !found.contains_key(&members) {
-                found.insert(members.clone(), id);
-                let value = witness(&parents, id);
+            explorer.members(&set, &mut members);
+            if !found.contains(members.as_slice()) {
+                found.insert(members.clone());
+                let value = witness(&parents, id as u32);
                 if domain.within_length_limits(&value) {
-                    order.push((members, String::from_utf8_lossy(&value).into_owned()));
+                    order.push((
+                        members.clone(),
+                        String::from_utf8_lossy(&value).into_owned(),
+                    ));
                 }
             }
         }
@@ -327,29 +367,41 @@ pub fn signatures(
             };
             next.clear();
             explorer.step(&set, c, &mut next);
-            let key = (next_canonical, std::mem::take(&mut next));
-            if ids.contains_key(&key) {
-                next = key.1;
-                continue;
+            let hash = state_hash(next_canonical, &next);
+            let same = |other: u32| {
+                states[other as usize].0 == next_canonical && states[other as usize].1 == next
+            };
+            let new_id = states.len() as u32;
+            match index.get(&hash) {
+                Some(&first) if same(first) => continue,
+                Some(_) => {
+                    let others = collided.entry(hash).or_default();
+                    if others.iter().any(|&o| same(o)) {
+                        continue;
+                    }
+                    others.push(new_id);
+                }
+                None => {
+                    index.insert(hash, new_id);
+                }
             }
-            let new_id = parents.len() as u32;
-            if parents.len() >= max_states {
+            if states.len() >= max_states {
                 return Err(AutomatonError::TooManyStates {
                     dimension,
                     limit: max_states,
                 });
             }
-            parents.push((id, c));
-            ids.insert(key.clone(), new_id);
-            queue.push_back((new_id, key.0, key.1));
+            parents.push((id as u32, c));
+            states.push((next_canonical, std::mem::take(&mut next)));
         }
+        id += 1;
     }
     Ok(Signatures {
         signatures: order
             .into_iter()
             .map(|(members, witness)| Signature { members, witness })
             .collect(),
-        states: parents.len(),
+        states: states.len(),
     })
 }
 

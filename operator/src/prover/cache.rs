@@ -13,16 +13,18 @@ use sha2::{Digest, Sha256};
 /// A content hash.
 pub type Key = [u8; 32];
 
-/// A `Hasher` that feeds SHA-256, so derived `Hash` impls give a content hash.
-pub struct ContentHasher(Sha256);
+/// A `Hasher` whose output is SHA-256 over everything written, so derived
+/// `Hash` impls give a content hash. Writes are buffered and digested once:
+/// derived impls make many tiny writes, each costly as a SHA-256 update.
+pub struct ContentHasher(Vec<u8>);
 
 impl ContentHasher {
     /// A hasher for a question of kind `tag`.
     pub fn new(tag: &str) -> Self {
-        let mut h = Sha256::new();
-        h.update(tag.as_bytes());
-        h.update([0]);
-        ContentHasher(h)
+        let mut buffer = Vec::with_capacity(4096);
+        buffer.extend_from_slice(tag.as_bytes());
+        buffer.push(0);
+        ContentHasher(buffer)
     }
 
     /// Adds a value.
@@ -33,7 +35,7 @@ impl ContentHasher {
 
     /// The final key.
     pub fn key(self) -> Key {
-        self.0.finalize().into()
+        Sha256::digest(&self.0).into()
     }
 }
 
@@ -44,7 +46,7 @@ impl Hasher for ContentHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+        self.0.extend_from_slice(bytes);
     }
 }
 
@@ -84,6 +86,11 @@ impl<V: Clone> Cache<V> {
                 }
             }
         }
+    }
+
+    /// False when the cache keeps nothing (then keys need not be computed).
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
     }
 
     /// Number of cached answers.

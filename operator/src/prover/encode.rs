@@ -14,7 +14,8 @@ use z3::{Config, Model, SatResult, Solver, with_z3_config};
 
 use crate::policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
 use crate::policy::compile::{
-    CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind, MethodSet,
+    CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
+    MethodSet,
 };
 use crate::policy::error::{Reason, ReasonCode};
 use crate::policy::glob::{Glob, Token};
@@ -342,9 +343,12 @@ fn all(terms: Vec<Bool>) -> Bool {
 /// other dimensions, projected onto the patterns its endpoints (and the
 /// regions) use. Z3 then sees many small independent sub-problems instead of
 /// one problem whose every dimension has thousands of choices.
-struct Component {
+struct Component<'q> {
     /// Host patterns of this component.
     hosts: Vec<usize>,
+    /// The endpoints whose host pattern lies here, by policy (positives
+    /// first, then negatives, as in the question).
+    endpoints: Vec<Vec<(&'q CompiledRule, &'q CompiledEndpoint)>>,
     /// Per positive policy: whether it has an allow endpoint here (if not,
     /// nothing in this component can answer the question).
     candidate: Vec<bool>,
@@ -447,7 +451,9 @@ impl Holders {
 }
 
 /// The projected choices of one component, as plain data.
-struct ComponentChoices {
+struct ComponentChoices<'q> {
+    /// Per policy of the question, its endpoints in this component.
+    endpoints: Vec<Vec<(&'q CompiledRule, &'q CompiledEndpoint)>>,
     host: Projected,
     binary: Projected,
     path: Projected,
@@ -539,7 +545,7 @@ struct ComponentProblem {
 /// projected atoms.
 struct ComponentFormulas<'u, 'a> {
     universe: &'u Universe<'a>,
-    choices: &'u ComponentChoices,
+    choices: &'u ComponentChoices<'u>,
     binary_holders: &'u Holders,
     path_holders: &'u Holders,
 }
@@ -613,38 +619,33 @@ impl ComponentFormulas<'_, '_> {
 
     /// `allows_P(a)` of §4 for actions whose host lies in this component:
     /// some endpoint allows and no endpoint denies.
-    fn allows(&self, policy: &CompiledPolicy) -> Formula {
+    fn allows(&self, policy: usize) -> Formula {
         let mut allows = Vec::new();
         let mut denies = Vec::new();
-        for rule in &policy.rules {
-            for e in &rule.endpoints {
-                let host = self.host(&e.host);
-                if host == Formula::Const(false) {
-                    continue; // never matches a host of this component
-                }
-                let connection = Formula::and(vec![
-                    self.binary_ok(rule),
-                    host,
-                    Formula::or(e.ports.iter().map(|&p| self.port(p)).collect()),
-                ]);
-                match &e.kind {
-                    EndpointKind::L4 => allows.push(connection),
-                    EndpointKind::Rest { scope, allow, deny } => {
-                        if !allow.is_empty() {
-                            let mut terms = vec![connection.clone(), Formula::Rest];
-                            if let Some(scope) = scope {
-                                terms.push(self.path(scope));
-                            }
-                            terms.push(Formula::or(allow.iter().map(|a| self.entry(a)).collect()));
-                            allows.push(Formula::and(terms));
+        for &(rule, e) in &self.choices.endpoints[policy] {
+            let host = self.host(&e.host);
+            let connection = Formula::and(vec![
+                self.binary_ok(rule),
+                host,
+                Formula::or(e.ports.iter().map(|&p| self.port(p)).collect()),
+            ]);
+            match &e.kind {
+                EndpointKind::L4 => allows.push(connection),
+                EndpointKind::Rest { scope, allow, deny } => {
+                    if !allow.is_empty() {
+                        let mut terms = vec![connection.clone(), Formula::Rest];
+                        if let Some(scope) = scope {
+                            terms.push(self.path(scope));
                         }
-                        if !deny.is_empty() {
-                            denies.push(Formula::and(vec![
-                                connection,
-                                Formula::Rest,
-                                Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
-                            ]));
-                        }
+                        terms.push(Formula::or(allow.iter().map(|a| self.entry(a)).collect()));
+                        allows.push(Formula::and(terms));
+                    }
+                    if !deny.is_empty() {
+                        denies.push(Formula::and(vec![
+                            connection,
+                            Formula::Rest,
+                            Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
+                        ]));
                     }
                 }
             }
@@ -689,8 +690,9 @@ impl ComponentFormulas<'_, '_> {
     /// The component's whole problem for a question.
     fn problem(&self, question: &Question<'_>) -> ComponentProblem {
         let mut assertions = Vec::new();
-        assertions.extend(question.positive.iter().map(|p| self.allows(p)));
-        assertions.extend(question.negative.iter().map(|n| self.allows(n).not()));
+        let positives = question.positive.len();
+        assertions.extend((0..positives).map(|p| self.allows(p)));
+        assertions.extend((0..question.negative.len()).map(|n| self.allows(positives + n).not()));
         assertions.extend(question.regions.iter().map(|r| self.region(r)));
         let c = self.choices;
         ComponentProblem {
@@ -715,13 +717,13 @@ impl ComponentFormulas<'_, '_> {
 
 /// Z3 variables of one component.
 struct ComponentVars<'u> {
-    choices: &'u ComponentChoices,
+    choices: &'u ComponentChoices<'u>,
     dims: [DimVars; 5],
     rest: Bool,
 }
 
 impl<'u> ComponentVars<'u> {
-    fn new(choices: &'u ComponentChoices, solver: &Solver) -> Self {
+    fn new(choices: &'u ComponentChoices<'u>, solver: &Solver) -> Self {
         let always = Bool::from_bool(true);
         ComponentVars {
             choices,
@@ -921,6 +923,10 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         })
         .map_err(automaton_reason)
     };
+    tracing::debug!(
+        universe_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "universe built"
+    );
     let dimensions = reversed_hosts().and_then(|host| {
         Ok((
             host,
@@ -928,6 +934,10 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             dimension(Domain::RequestPath, "path", &universe.paths)?,
         ))
     });
+    tracing::debug!(
+        dims_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "automata built"
+    );
     let (host, binary, path) = match dimensions {
         Ok(d) => d,
         Err(r) => {
@@ -945,6 +955,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         .into_iter()
         .map(|hosts| Component {
             hosts,
+            endpoints: vec![Vec::new(); positives + question.negative.len()],
             candidate: vec![false; positives],
             binaries: Vec::new(),
             paths: Vec::new(),
@@ -953,22 +964,22 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         })
         .collect();
     let u = &universe;
-    let policies = question
+    // Positives first, then negatives: the slot order of `Component::endpoints`.
+    let policies: Vec<(Option<usize>, &CompiledPolicy)> = question
         .positive
         .iter()
-        .map(|p| (Some(()), p))
         .enumerate()
-        .map(|(i, (_, p))| (Some(i), *p));
-    let policies: Vec<(Option<usize>, &CompiledPolicy)> = policies
+        .map(|(i, p)| (Some(i), *p))
         .chain(question.negative.iter().map(|p| (None, *p)))
         .collect();
-    for (positive, policy) in policies {
+    for (slot, (positive, policy)) in policies.into_iter().enumerate() {
         for rule in &policy.rules {
             for e in &rule.endpoints {
                 let Some(c) = component_of_host[u.hosts.id(&e.host)] else {
                     continue;
                 };
                 let part = &mut parts[c];
+                part.endpoints[slot].push((rule, e));
                 part.binaries
                     .extend(rule.binaries.iter().map(|b| u.binaries.id(b)));
                 part.ports.extend(&e.ports);
@@ -995,6 +1006,10 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             }
         }
     }
+    tracing::debug!(
+        parts_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "components split"
+    );
     let binary_holders = Holders::new(&binary);
     let path_holders = Holders::new(&path);
     let host_holders = Holders::new(&host);
@@ -1029,6 +1044,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         // Values matching none of the component's hosts belong elsewhere.
         host_choice.choices.drop_empty();
         relevant.push(ComponentChoices {
+            endpoints: std::mem::take(&mut part.endpoints),
             host: host_choice,
             binary: binary_holders.project(&binary, binaries),
             path: path_holders.project(&path, paths),

@@ -226,8 +226,12 @@ impl Prover {
         (result, started.elapsed().as_secs_f64() * 1000.0)
     }
 
-    fn cached(&self, key: cache::Key, compute: impl FnOnce() -> Proof) -> Proof {
+    fn cached(&self, key: impl FnOnce() -> cache::Key, compute: impl FnOnce() -> Proof) -> Proof {
+        if !self.cache.enabled() {
+            return compute();
+        }
         let started = Instant::now();
+        let key = key();
         if let Some(outcome) = self.cache.get(&key) {
             return Proof {
                 outcome,
@@ -260,17 +264,21 @@ impl Prover {
     /// Containment `candidate ⊆ maximum`: Within, or Exceeds with a
     /// counterexample the candidate allows and the maximum does not.
     pub fn containment(&self, candidate: &CompiledPolicy, maximum: &CompiledPolicy) -> Proof {
-        let key = cache::ContentHasher::new("containment")
-            .with(candidate)
-            .with(maximum)
-            .key();
-        self.cached(key, || {
-            self.exists(&Question {
-                positive: &[candidate],
-                negative: &[maximum],
-                regions: &[],
-            })
-        })
+        self.cached(
+            || {
+                cache::ContentHasher::new("containment")
+                    .with(candidate)
+                    .with(maximum)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[maximum],
+                    regions: &[],
+                })
+            },
+        )
     }
 
     /// Whether `candidate ∖ current` lies inside `ceiling`: Within, or
@@ -281,34 +289,42 @@ impl Prover {
         current: &CompiledPolicy,
         ceiling: &CompiledPolicy,
     ) -> Proof {
-        let key = cache::ContentHasher::new("new-authority-within")
-            .with(candidate)
-            .with(current)
-            .with(ceiling)
-            .key();
-        self.cached(key, || {
-            self.exists(&Question {
-                positive: &[candidate],
-                negative: &[current, ceiling],
-                regions: &[],
-            })
-        })
+        self.cached(
+            || {
+                cache::ContentHasher::new("new-authority-within")
+                    .with(candidate)
+                    .with(current)
+                    .with(ceiling)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[current, ceiling],
+                    regions: &[],
+                })
+            },
+        )
     }
 
     /// Intersection `candidate ∩ region`: Within means disjoint; Exceeds
     /// gives an action the candidate allows inside the region.
     pub fn intersection(&self, candidate: &CompiledPolicy, region: &CompiledRegion) -> Proof {
-        let key = cache::ContentHasher::new("intersection")
-            .with(candidate)
-            .with(region)
-            .key();
-        self.cached(key, || {
-            self.exists(&Question {
-                positive: &[candidate],
-                negative: &[],
-                regions: &[region],
-            })
-        })
+        self.cached(
+            || {
+                cache::ContentHasher::new("intersection")
+                    .with(candidate)
+                    .with(region)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[],
+                    regions: &[region],
+                })
+            },
+        )
     }
 
     /// New authority `candidate ∖ current` with up to `k` distinct examples.

@@ -22,6 +22,7 @@
 //! - `BENCH_SEED`: the PRNG seed (each pair has its own stream derived from
 //!   the seed, N and the pair's index, so a pair is reproducible alone).
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
+//! - `BENCH_SOURCE`: what to print as the source commit (default: `git rev-parse`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -640,6 +641,23 @@ fn print_machine() {
         "load:    {} (1/5/15 min; other work on the machine skews the numbers)",
         load_average()
     );
+    let git = std::env::var("BENCH_SOURCE")
+        .ok()
+        .or_else(|| command_line("git", &["rev-parse", "--short", "HEAD"]));
+    let source = match git {
+        Some(commit) => {
+            let dirty = command_line("git", &["status", "--porcelain", "--", "operator"])
+                .is_some_and(|s| !s.is_empty());
+            let note = if dirty {
+                " + uncommitted changes under operator/"
+            } else {
+                ""
+            };
+            format!("commit {commit}{note}")
+        }
+        None => "unknown (not run from a git checkout)".into(),
+    };
+    println!("source:  {source}");
     println!(
         "build:   {}",
         if cfg!(debug_assertions) {
@@ -655,6 +673,73 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// CPU ticks (USER_HZ) busy on the whole machine, spent by this process,
+/// and stolen by the hypervisor: to tell how much other work ran meanwhile.
+#[derive(Clone, Copy)]
+struct CpuTicks {
+    machine_busy: u64,
+    own: u64,
+    steal: u64,
+}
+
+impl CpuTicks {
+    fn now() -> CpuTicks {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal
+        let field = |i: usize| cpu.get(i).copied().unwrap_or(0);
+        let own = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|t| {
+                let after = t.rsplit_once(')')?.1.to_string();
+                let f: Vec<u64> = after
+                    .split_whitespace()
+                    .filter_map(|v| v.parse().ok())
+                    .collect();
+                // utime and stime are fields 14 and 15 (indexes 11, 12 after the state).
+                Some(f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0))
+            })
+            .unwrap_or(0);
+        CpuTicks {
+            machine_busy: field(0) + field(1) + field(2) + field(5) + field(6),
+            own,
+            steal: field(7),
+        }
+    }
+
+    /// "other work: X cores, steal: Y cores" on average since `self`.
+    fn other_since(&self, wall: Duration) -> String {
+        let now = CpuTicks::now();
+        let secs = wall.as_secs_f64().max(1e-9);
+        let other = now.machine_busy.saturating_sub(self.machine_busy) as f64
+            - now.own.saturating_sub(self.own) as f64;
+        let steal = now.steal.saturating_sub(self.steal) as f64;
+        format!(
+            "other processes used {:.2} cores on average meanwhile (steal {:.2})",
+            (other / 100.0 / secs).max(0.0),
+            steal / 100.0 / secs
+        )
+    }
+}
+
+/// Minor page faults of this process so far (/proc/self/stat field 10).
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|t| {
+            let after = t.rsplit_once(')')?.1;
+            after.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 fn rss_kib() -> Option<u64> {
@@ -676,6 +761,8 @@ struct RealStats {
     inconclusive: usize,
     other: usize,
     mismatches: usize,
+    /// Minor page faults during the timed checks.
+    faults: u64,
 }
 
 /// Per-N results of the naive baseline.
@@ -715,9 +802,11 @@ fn run_real(prover: &Prover, pairs: &[Pair], reps: usize, problems: &mut Vec<Str
     let mut reported = vec![false; pairs.len()];
     for _ in 0..reps {
         for (p, pair) in pairs.iter().enumerate() {
+            let faults_before = minor_faults();
             let started = Instant::now();
             let proof = prover.containment(&pair.candidate, &pair.maximum);
             let ms = millis(started.elapsed());
+            stats.faults += minor_faults().saturating_sub(faults_before);
             stats.samples.push(ms);
             stats.per_pair.entry(p).or_default().push(ms);
             match &proof.outcome {
@@ -785,20 +874,50 @@ fn fmt_ms(v: f64) -> String {
     }
 }
 
-fn drift(prover: &Prover, pairs: &[Pair], checks: usize, problems: &mut Vec<String>) -> bool {
+/// Where the drift test's pairs come from.
+enum DriftInputs {
+    /// A fixed set of compiled pairs, cycled.
+    Repeat(Vec<Pair>),
+    /// A freshly generated and compiled pair before every check (untimed), of
+    /// these sizes in turn: what a long-running service sees.
+    Churn(Vec<usize>),
+}
+
+fn drift(
+    prover: &Prover,
+    seed: u64,
+    inputs: &DriftInputs,
+    checks: usize,
+    problems: &mut Vec<String>,
+) -> Result<bool, String> {
     let mut samples = Vec::with_capacity(checks);
+    let mut faults = Vec::with_capacity(checks);
     let mut bad = 0usize;
     let rss_before = rss_kib();
+    let ticks = CpuTicks::now();
     let started = Instant::now();
     for k in 0..checks {
-        let pair = &pairs[k % pairs.len()];
+        let fresh;
+        let pair = match inputs {
+            DriftInputs::Repeat(pairs) => &pairs[k % pairs.len()],
+            DriftInputs::Churn(sizes) => {
+                fresh = generate_pair(seed, sizes[k % sizes.len()], 10_000 + k)?;
+                &fresh
+            }
+        };
+        let faults_before = minor_faults();
         let t = Instant::now();
         let proof = prover.containment(&pair.candidate, &pair.maximum);
         samples.push(millis(t.elapsed()));
+        faults.push(minor_faults().saturating_sub(faults_before) as f64);
         if let Some(problem) = judge(pair, &proof.outcome) {
             bad += 1;
             if bad == 1 {
-                problems.push(format!("drift check {k}, {}: {problem}", pair.label()));
+                problems.push(format!(
+                    "drift check {k}, {}: {problem}\n{}",
+                    pair.label(),
+                    pair.dump()
+                ));
             }
         }
     }
@@ -806,21 +925,30 @@ fn drift(prover: &Prover, pairs: &[Pair], checks: usize, problems: &mut Vec<Stri
     let window = (checks / 10).max(1).min(checks);
     let first = sorted(samples[..window].to_vec());
     let last = sorted(samples[checks - window..].to_vec());
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (p50_first, p50_last) = (percentile(&first, 50.0), percentile(&last, 50.0));
-    println!(
-        "# drift: {checks} consecutive checks, N=10, {} pairs, cache disabled",
-        pairs.len()
-    );
+    match inputs {
+        DriftInputs::Repeat(pairs) => println!(
+            "# drift (repeat): {checks} consecutive checks cycling {} fixed N=10 pairs, cache disabled",
+            pairs.len()
+        ),
+        DriftInputs::Churn(sizes) => println!(
+            "# drift (churn): {checks} consecutive checks, each on a freshly generated pair, N cycling {sizes:?}, cache disabled"
+        ),
+    }
     println!("total:             {:.1} s", total.as_secs_f64());
+    println!("machine:           {}", ticks.other_since(total));
     println!(
-        "first {window}:         p50 {} ms  p99 {} ms",
+        "first {window}:         p50 {} ms  p99 {} ms  page faults/check {:.0}",
         fmt_ms(p50_first),
-        fmt_ms(percentile(&first, 99.0))
+        fmt_ms(percentile(&first, 99.0)),
+        mean(&faults[..window])
     );
     println!(
-        "last {window}:          p50 {} ms  p99 {} ms",
+        "last {window}:          p50 {} ms  p99 {} ms  page faults/check {:.0}",
         fmt_ms(p50_last),
-        fmt_ms(percentile(&last, 99.0))
+        fmt_ms(percentile(&last, 99.0)),
+        mean(&faults[checks - window..])
     );
     println!("ratio last/first:  {:.2}", p50_last / p50_first);
     if let (Some(before), Some(after)) = (rss_before, rss_kib()) {
@@ -832,7 +960,7 @@ fn drift(prover: &Prover, pairs: &[Pair], checks: usize, problems: &mut Vec<Stri
     }
     println!("wrong answers:     {bad}");
     println!();
-    bad == 0
+    Ok(bad == 0)
 }
 
 fn main() -> ExitCode {
@@ -909,7 +1037,9 @@ fn main() -> ExitCode {
         );
         // Warm-up (not measured): page in code, initialise Z3.
         let _ = prover.containment(&pairs[0].candidate, &pairs[0].maximum);
+        let (ticks, started) = (CpuTicks::now(), Instant::now());
         let real = run_real(&prover, &pairs, per_size(&reps, k), &mut problems);
+        let busy = ticks.other_since(started.elapsed());
         for (p, samples) in &real.per_pair {
             let s = sorted(samples.clone());
             println!(
@@ -919,6 +1049,7 @@ fn main() -> ExitCode {
                 fmt_ms(s.last().copied().unwrap_or(f64::NAN))
             );
         }
+        println!("  real N={n}: {busy}");
         let naive = run_naive(
             &pairs,
             per_size(&naive_samples, k).min(pairs.len()),
@@ -933,11 +1064,11 @@ fn main() -> ExitCode {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| N | checks | within | exceeds | inconcl. | mismatch | real p50 ms | real p99 ms | real max ms | naive checks (timeouts) | naive p50 ms | naive p99 ms | real p50 ms, same pairs | speed-up (naive p50 / real p50) |"
+        "| N | checks | within | exceeds | inconcl. | mismatch | real p50 ms | real p99 ms | real max ms | naive checks (timeouts) | naive p50 ms | naive p99 ms | real p50 ms, same pairs | speed-up (naive p50 / real p50) | page faults/check |"
     );
     let _ = writeln!(
         table,
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut ok = problems.is_empty();
     for (n, real, naive) in &rows {
@@ -965,7 +1096,7 @@ fn main() -> ExitCode {
         };
         let _ = writeln!(
             table,
-            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {speedup} |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {speedup} | {:.0} |",
             real.samples.len(),
             real.within,
             real.exceeds,
@@ -979,6 +1110,7 @@ fn main() -> ExitCode {
             fmt_ms(naive_p50),
             fmt_ms(percentile(&naive_sorted, 99.0)),
             fmt_ms(same_p50),
+            real.faults as f64 / real.samples.len().max(1) as f64,
         );
         if real.mismatches > 0 || real.inconclusive > 0 || real.other > 0 {
             ok = false;
@@ -1001,10 +1133,28 @@ fn main() -> ExitCode {
     println!();
 
     if drift_checks > 0 {
-        let generated: Result<Vec<Pair>, String> =
+        let repeat: Result<Vec<Pair>, String> =
             (1000..1010).map(|p| generate_pair(seed, 10, p)).collect();
-        match generated {
-            Ok(pairs) => ok &= drift(&prover, &pairs, drift_checks, &mut problems),
+        let churn_sizes = env_list("BENCH_DRIFT_CHURN_SIZES").unwrap_or_else(|| vec![10]);
+        let runs = repeat.and_then(|pairs| {
+            let a = drift(
+                &prover,
+                seed,
+                &DriftInputs::Repeat(pairs),
+                drift_checks,
+                &mut problems,
+            )?;
+            let b = drift(
+                &prover,
+                seed,
+                &DriftInputs::Churn(churn_sizes),
+                drift_checks,
+                &mut problems,
+            )?;
+            Ok(a && b)
+        });
+        match runs {
+            Ok(good) => ok &= good,
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::from(2);

@@ -133,9 +133,33 @@ fn check_keys(value: &Value, field: &str, allowed: &[&str]) -> Result<(), Reason
                 format!("{key} is not modelled by policy language v1"),
             ));
         }
-        return Err(shape(at, format!("unknown field {key:?}")));
+        let hint = allowed
+            .iter()
+            .filter(|candidate| edit_distance(key, candidate) <= 2)
+            .min_by_key(|candidate| edit_distance(key, candidate))
+            .map(|candidate| format!(" (did you mean {candidate:?}?)"))
+            .unwrap_or_default();
+        return Err(shape(at, format!("unknown field {key:?}{hint}")));
     }
     Ok(())
+}
+
+/// Levenshtein distance, for "did you mean" hints on short field names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 fn each<'a>(value: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
@@ -295,5 +319,37 @@ impl LoadedDocument {
             invariants,
             budget: self.budget,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_get_a_hint() {
+        let doc = "network: [{name: a, endpoints: [{host: a.io, ports: [443], protocol: rest, acess: read-only}]}]";
+        let LoadError::Invalid(reason) = load_document(doc, &Limits::default()).unwrap_err() else {
+            panic!("expected an invalid document");
+        };
+        assert_eq!(
+            reason.field.as_deref(),
+            Some("network[0].endpoints[0].acess")
+        );
+        assert_eq!(
+            reason.message,
+            "unknown field \"acess\" (did you mean \"access\"?)"
+        );
+        assert_eq!(edit_distance("polcy", "policy"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+
+    #[test]
+    fn reserved_fields_say_so() {
+        let doc = "network: [{name: a, endpoints: [{host: a.io, ports: [443], tls: skip}]}]";
+        let LoadError::Invalid(reason) = load_document(doc, &Limits::default()).unwrap_err() else {
+            panic!("expected an invalid document");
+        };
+        assert_eq!(reason.message, "tls is not modelled by policy language v1");
     }
 }

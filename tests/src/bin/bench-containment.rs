@@ -11,14 +11,21 @@
 //! rule of the candidate, at a random position, is widened by one change so
 //! that it escapes the maximum (Exceeds).
 //!
+//! The drift test runs 3,000 consecutive N=10 checks twice: cycling 10 fixed
+//! pairs, and on a freshly generated pair each time. Minor page faults are
+//! counted per check: creating the fresh Z3 contexts allocates about 16 MiB,
+//! and in some glibc heap states each check faults all of it in again
+//! (docs/benchmarks.md).
+//!
 //! Knobs (environment):
 //! - `BENCH_QUICK=1`: fast smoke run (N up to 100, fewer repetitions).
 //! - `BENCH_SIZES=1,10,100,1000`: the sizes N.
 //! - `BENCH_PAIRS=10`: pairs per N (half within, half exceeding).
-//! - `BENCH_REPS=30,30,10,3`: repetitions per pair, one value or one per N.
+//! - `BENCH_REPS=30,30,20,5`: repetitions per pair, one value or one per N.
 //! - `BENCH_NAIVE_TIMEOUT_MS=10000`: per-check timeout of the naive baseline.
 //! - `BENCH_NAIVE_SAMPLES=4,4,2,1`: pairs per N given to the naive baseline.
-//! - `BENCH_DRIFT_CHECKS=3000`: checks in the drift test (0 skips it).
+//! - `BENCH_DRIFT_CHECKS=3000`: checks per drift variant (0 skips the drift test).
+//! - `BENCH_DRIFT_CHURN_SIZES=10`: sizes the churn variant cycles through.
 //! - `BENCH_SEED`: the PRNG seed (each pair has its own stream derived from
 //!   the seed, N and the pair's index, so a pair is reproducible alone).
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
@@ -700,13 +707,13 @@ impl CpuTicks {
         let own = std::fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|t| {
+                // After the command name: field 3 (state) is index 0, so
+                // utime and stime (fields 14 and 15) are indexes 11 and 12.
                 let after = t.rsplit_once(')')?.1.to_string();
-                let f: Vec<u64> = after
-                    .split_whitespace()
-                    .filter_map(|v| v.parse().ok())
-                    .collect();
-                // utime and stime are fields 14 and 15 (indexes 11, 12 after the state).
-                Some(f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0))
+                let f: Vec<&str> = after.split_whitespace().collect();
+                let utime: u64 = f.get(11)?.parse().ok()?;
+                let stime: u64 = f.get(12)?.parse().ok()?;
+                Some(utime + stime)
             })
             .unwrap_or(0);
         CpuTicks {
@@ -951,6 +958,11 @@ fn drift(
         mean(&faults[checks - window..])
     );
     println!("ratio last/first:  {:.2}", p50_last / p50_first);
+    let windows: Vec<String> = samples
+        .chunks(window)
+        .map(|w| fmt_ms(percentile(&sorted(w.to_vec()), 50.0)))
+        .collect();
+    println!("p50 per {window} checks: {} ms", windows.join(" "));
     if let (Some(before), Some(after)) = (rss_before, rss_kib()) {
         println!(
             "RSS:               {:.1} MiB before, {:.1} MiB after",

@@ -20,6 +20,8 @@ lint: z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
 unit-tests: z3 ## every Rust test (unit, property, golden)
+	@# The golden tests run the real binary, which `cargo test` does not build.
+	$(CARGO) build --locked -p agentgate --bin agentgate
 	$(CARGO) test --locked --workspace
 
 test: lint unit-tests ## everything CI runs

@@ -11,15 +11,17 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The `agentgate` binary built by the same `cargo test --workspace` run
-/// (target/<profile>/agentgate, next to this test's deps/ directory).
+/// The `agentgate` binary (target/<profile>/agentgate, next to this test's
+/// deps/ directory). `cargo test` does not build another package's binary,
+/// so `make test` builds it first; run `cargo build -p agentgate` before
+/// running this test by hand.
 fn binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap();
     let bin = profile_dir.join("agentgate");
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo test --workspace` (or `cargo build -p agentgate`) first",
+        "{} is missing: run `cargo build -p agentgate` first (make test does)",
         bin.display()
     );
     bin

@@ -65,9 +65,32 @@ pub struct Budget {
 }
 
 fn inconclusive(code: ReasonCode, message: impl Into<String>) -> Search {
-    Search {
-        examples: Vec::new(),
-        end: SearchEnd::Inconclusive(Reason::general(code, message)),
+    Search::failed(Reason::general(code, message))
+}
+
+impl Search {
+    /// No examples; the proof could not be completed.
+    fn failed(reason: Reason) -> Search {
+        Search {
+            examples: Vec::new(),
+            end: SearchEnd::Inconclusive(reason),
+        }
+    }
+
+    /// The result of a solver loop: the examples found and whether the
+    /// solver proved there are no more.
+    fn from_outcome<A>(outcome: Result<(Vec<A>, bool), Reason>, action: fn(A) -> Action) -> Search {
+        match outcome {
+            Ok((found, exhausted)) => Search {
+                examples: found.into_iter().map(action).collect(),
+                end: if exhausted {
+                    SearchEnd::Exhausted
+                } else {
+                    SearchEnd::Enough
+                },
+            },
+            Err(reason) => Search::failed(reason),
+        }
     }
 }
 
@@ -941,10 +964,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
     let (host, binary, path) = match dimensions {
         Ok(d) => d,
         Err(r) => {
-            return Search {
-                examples: Vec::new(),
-                end: SearchEnd::Inconclusive(r),
-            };
+            return Search::failed(r);
         }
     };
     let (components, component_of_host) = host_components(&host);
@@ -1144,20 +1164,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         );
         Ok((found, true))
     });
-    match outcome {
-        Ok((found, exhausted)) => Search {
-            examples: found.into_iter().map(Action::Network).collect(),
-            end: if exhausted {
-                SearchEnd::Exhausted
-            } else {
-                SearchEnd::Enough
-            },
-        },
-        Err(reason) => Search {
-            examples: Vec::new(),
-            end: SearchEnd::Inconclusive(reason),
-        },
-    }
+    Search::from_outcome(outcome, Action::Network)
 }
 
 /// Token form of a filesystem entry `e`: `e` itself, and `e/` followed by anything.
@@ -1202,10 +1209,7 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     ) {
         Ok(s) => Choices::from_signatures(s, flat.len()),
         Err(e) => {
-            return Search {
-                examples: Vec::new(),
-                end: SearchEnd::Inconclusive(automaton_reason(e)),
-            };
+            return Search::failed(automaton_reason(e));
         }
     };
     let entries = &entries;
@@ -1262,18 +1266,5 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
         }
         Ok((found, false))
     });
-    match outcome {
-        Ok((found, exhausted)) => Search {
-            examples: found.into_iter().map(Action::Filesystem).collect(),
-            end: if exhausted {
-                SearchEnd::Exhausted
-            } else {
-                SearchEnd::Enough
-            },
-        },
-        Err(reason) => Search {
-            examples: Vec::new(),
-            end: SearchEnd::Inconclusive(reason),
-        },
-    }
+    Search::from_outcome(outcome, Action::Filesystem)
 }

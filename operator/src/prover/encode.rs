@@ -511,36 +511,31 @@ enum Formula {
 
 impl Formula {
     fn and(terms: Vec<Formula>) -> Formula {
-        let mut out = Vec::with_capacity(terms.len());
-        for t in terms {
-            match t {
-                Formula::Const(true) => {}
-                Formula::Const(false) => return Formula::Const(false),
-                Formula::And(inner) => out.extend(inner),
-                t => out.push(t),
-            }
-        }
-        match out.len() {
-            0 => Formula::Const(true),
-            1 => out.pop().unwrap_or(Formula::Const(true)),
-            _ => Formula::And(out),
-        }
+        Formula::junction(terms, true)
     }
 
     fn or(terms: Vec<Formula>) -> Formula {
+        Formula::junction(terms, false)
+    }
+
+    /// A conjunction (`all`) or disjunction, flattened and constant-folded:
+    /// `Const(all)` is neutral, `Const(!all)` decides the result.
+    fn junction(terms: Vec<Formula>, all: bool) -> Formula {
         let mut out = Vec::with_capacity(terms.len());
         for t in terms {
             match t {
-                Formula::Const(false) => {}
-                Formula::Const(true) => return Formula::Const(true),
-                Formula::Or(inner) => out.extend(inner),
+                Formula::Const(b) if b == all => {}
+                Formula::Const(_) => return Formula::Const(!all),
+                Formula::And(inner) if all => out.extend(inner),
+                Formula::Or(inner) if !all => out.extend(inner),
                 t => out.push(t),
             }
         }
-        match out.len() {
-            0 => Formula::Const(false),
-            1 => out.pop().unwrap_or(Formula::Const(false)),
-            _ => Formula::Or(out),
+        match (out.len(), all) {
+            (0, _) => Formula::Const(all),
+            (1, _) => out.pop().unwrap_or(Formula::Const(all)),
+            (_, true) => Formula::And(out),
+            (_, false) => Formula::Or(out),
         }
     }
 

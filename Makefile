@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 build test lint unit-tests bench demo fmt clean
+.PHONY: help z3 build test lint unit-tests bench demo fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -31,6 +31,10 @@ bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.
 
 demo: build ## run the CLI on examples/: within, exceeds with its counterexample, a diff with its cost
 	@./hack/demo.sh
+
+crds: z3 ## regenerate crds/agentgate.yaml from the Rust types
+	@mkdir -p crds
+	$(CARGO) run --locked -q -p agentgate -- crds > crds/agentgate.yaml
 
 fmt: ## format the code
 	$(CARGO) fmt --all

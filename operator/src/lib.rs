@@ -3,6 +3,7 @@
 //! and the command-line interface; see docs/architecture.md.
 
 pub mod cli;
+pub mod k8s;
 pub mod policy;
 pub mod prover;
 pub mod verdict;

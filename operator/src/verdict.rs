@@ -2,6 +2,7 @@
 //! from prover answers. Pure: the proofs come through [`ProofEngine`], so the
 //! controller, the webhook and `agentgate verify` share this one function.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::action::Action;
@@ -71,7 +72,7 @@ pub enum Source {
 }
 
 /// The sandbox mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Every new grant needs approval.
@@ -98,7 +99,7 @@ pub struct VerdictInput<'a> {
 }
 
 /// Apply, Ask or Reject (ActGov: ALLOW, REQUIRE_APPROVAL, DENY).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Decision {
     /// Commit it.
     Apply,

@@ -1,6 +1,7 @@
 //! The `agentgate` command line. Each subcommand is a thin shell around the
 //! pure core; exit codes follow POLICY-SEMANTICS.md §5.
 
+pub mod crds;
 pub mod diff;
 pub mod import;
 pub mod verify;
@@ -52,6 +53,8 @@ pub enum Command {
     /// Convert another policy format into an agentgate policy document.
     #[command(subcommand)]
     Import(import::ImportCommand),
+    /// Print the CustomResourceDefinitions (YAML) for `kubectl apply -f -`.
+    Crds,
 }
 
 /// Runs the parsed command line.
@@ -60,6 +63,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verify(args) => verify::run(&args),
         Command::Diff(args) => diff::run(&args),
         Command::Import(cmd) => import::run(&cmd),
+        Command::Crds => crds::run(),
     };
     ExitCode::from(code)
 }

@@ -26,7 +26,7 @@ impl Layer {
 }
 
 /// A network action `(binary, host, port, layer, method, path)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct NetworkAction {
     /// Absolute path of the executable opening the connection.
     pub binary: String,
@@ -43,7 +43,7 @@ pub struct NetworkAction {
 }
 
 /// Filesystem access kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     /// Read a file or list a directory.
@@ -63,7 +63,7 @@ impl Access {
 }
 
 /// A filesystem action `(access, path)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct FilesystemAction {
     /// Read or write.
     pub access: Access,
@@ -73,7 +73,7 @@ pub struct FilesystemAction {
 
 /// Either kind of action. Serialises with a `kind` tag, as `verify --output
 /// json` prints counterexamples.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Action {
     /// A connection or request.

@@ -1,12 +1,13 @@
 //! The least-privilege cost of a delta (DESIGN.md §3 budget weights):
 //! a shape-based price of new grants, with a breakdown a reviewer can read.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::model::{AccessLevel, CostWeights, Endpoint, PolicyDocument, Protocol};
 
 /// One priced item of a delta.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CostItem {
     /// What was priced, e.g. `network[github].endpoints[0]: host wildcard *.github.com`.
     pub item: String,

@@ -1,0 +1,507 @@
+//! The custom resources of DESIGN.md §3 (group `agentgate.dev`, version
+//! `v1alpha1`, category `agentgate`). The CRD YAML in `crds/` is generated
+//! from these types by `agentgate crds`; a test fails when it drifts.
+
+// Each `printcolumn(...)` repeats keys like `type_ = "string"`, which this
+// lint takes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::action::{Access, Action, Layer};
+use crate::policy::model::{Budget, Invariant, PolicyDocument};
+use crate::prover::budget::CostItem;
+use crate::verdict::{Decision, Mode};
+
+/// Which sandboxes a MaximumPolicy governs; empty selects all.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GovernedSelector {
+    /// Namespaces whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Sandboxes whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_selector: Option<LabelSelector>,
+}
+
+/// A ceiling on the authority of every sandbox it selects.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentgate.dev",
+    version = "v1alpha1",
+    kind = "MaximumPolicy",
+    shortname = "maxpol",
+    category = "agentgate",
+    status = "MaximumPolicyStatus",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Consistent",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Consistent\")].status"
+    ),
+    printcolumn(
+        name = "Governed",
+        type_ = "integer",
+        json_path = ".status.governedSandboxes"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MaximumPolicySpec {
+    /// Which sandboxes it governs; absent or empty selects all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<GovernedSelector>,
+    /// Modes governed sandboxes may use.
+    #[serde(default = "all_modes")]
+    pub allowed_modes: Vec<Mode>,
+    /// Mode for sandboxes that do not choose one.
+    #[serde(default = "ask")]
+    pub default_mode: Mode,
+    /// The ceiling; endpoints and rules may carry `review`.
+    #[serde(default)]
+    pub policy: PolicyDocument,
+    /// Regions no governed policy may allow any action in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invariants: Vec<Invariant>,
+    /// Least-privilege budget for auto-applied agent proposals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+fn all_modes() -> Vec<Mode> {
+    vec![Mode::Ask, Mode::Auto]
+}
+
+fn ask() -> Mode {
+    Mode::Ask
+}
+
+/// Observed state of a MaximumPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaximumPolicyStatus {
+    /// `Ready`, `Consistent` (False when the ceiling intersects its own invariants).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// How many sandboxes it governs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governed_sandboxes: Option<u32>,
+}
+
+/// An explicit, expiring acceptance of a trifecta finding.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedFinding {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The sink tool the acceptance covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<String>,
+    /// Why the risk is accepted.
+    pub reason: String,
+    /// RFC 3339 time after which the acceptance no longer counts.
+    pub expires: String,
+}
+
+/// An agent pod plus the network and filesystem policy it runs under.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentgate.dev",
+    version = "v1alpha1",
+    kind = "AgentSandbox",
+    namespaced,
+    shortname = "asbx",
+    category = "agentgate",
+    status = "AgentSandboxStatus",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Within",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"WithinMaximum\")].status"
+    ),
+    printcolumn(name = "Revision", type_ = "integer", json_path = ".status.revision"),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSandboxSpec {
+    /// `ask` or `auto`; must be allowed by every governing maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// The identity whose proposals count as agent-authored.
+    pub agent_service_account: String,
+    /// The agent pod; the operator creates and owns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodTemplateSpec>,
+    /// The declared base policy (owned by git).
+    #[serde(default)]
+    pub policy: PolicyDocument,
+    /// Explicit, expiring risk acceptances (need the `approve` verb).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_findings: Vec<AcceptedFinding>,
+}
+
+/// Trifecta findings of the sandbox's image, as last evaluated.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FindingsSummary {
+    /// The image scanned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The AgentScan used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<String>,
+    /// All findings.
+    #[serde(default)]
+    pub total: u32,
+    /// Findings neither severed by the policy nor accepted.
+    #[serde(default)]
+    pub unfixed: u32,
+    /// One line per finding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+}
+
+/// Observed state of an AgentSandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSandboxStatus {
+    /// Base policy plus applied proposals, as committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_policy: Option<PolicyDocument>,
+    /// Increments on every commit.
+    #[serde(default)]
+    pub revision: u64,
+    /// Proposals committed into the effective policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_proposals: Vec<String>,
+    /// Names of the governing MaximumPolicies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub governed_by: Vec<String>,
+    /// Trifecta findings of the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub findings: Option<FindingsSummary>,
+    /// `Ready`, `WithinMaximum`, `FindingsClear`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A reference to a sandbox in the proposal's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct SandboxRef {
+    /// The AgentSandbox's name.
+    pub name: String,
+}
+
+/// Grants a proposal removes (narrowing is always allowed).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct Removal {
+    /// Names of network rules to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<String>,
+}
+
+/// An agent (or a person) asking for a change of a sandbox's authority.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentgate.dev",
+    version = "v1alpha1",
+    kind = "PolicyProposal",
+    namespaced,
+    shortname = "pprop",
+    category = "agentgate",
+    status = "PolicyProposalStatus",
+    printcolumn(
+        name = "Sandbox",
+        type_ = "string",
+        json_path = ".spec.sandboxRef.name"
+    ),
+    printcolumn(name = "Verdict", type_ = "string", json_path = ".status.verdict"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyProposalSpec {
+    /// The sandbox to change.
+    pub sandbox_ref: SandboxRef,
+    /// Requested new grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add: Option<PolicyDocument>,
+    /// Requested removals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove: Option<Removal>,
+    /// Why, in the requester's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
+    /// The creating user (checked by the webhook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+}
+
+/// Where a proposal is in its life.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Not decided yet.
+    Pending,
+    /// Waiting for a reviewer's `Approved` or `Denied` condition.
+    AwaitingApproval,
+    /// Committed into the sandbox's effective policy.
+    Applied,
+    /// Refused.
+    Rejected,
+    /// Overtaken by a newer change.
+    Superseded,
+}
+
+/// The proof behind a verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProofRecord {
+    /// `within`, `exceeds`, `unsupported` or `inconclusive`.
+    pub result: String,
+    /// The encoding version.
+    pub model: String,
+    /// The maximums proved against, with the generations seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maximums: Vec<MaximumRef>,
+    /// The sandbox revision the candidate was built on.
+    #[serde(default)]
+    pub sandbox_revision: u64,
+    /// Content hash of the candidate policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_hash: Option<String>,
+    /// Solver wall-clock milliseconds.
+    #[serde(default)]
+    pub solver_millis: f64,
+}
+
+/// A concrete action in a status: the keys of `verify --output json`'s
+/// counterexample, flat (a structural schema cannot hold a tagged union).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ActionRecord {
+    /// `network` or `filesystem`.
+    pub kind: ActionKind,
+    /// Network: the executable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    /// Network: the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Network: the port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Network: `l4` or `rest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<Layer>,
+    /// Network: the HTTP method (empty for l4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The request path (network) or file path (filesystem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Filesystem: `read` or `write`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
+}
+
+/// The kind of an [`ActionRecord`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    /// A connection or request.
+    #[default]
+    Network,
+    /// A file access.
+    Filesystem,
+}
+
+impl From<&Action> for ActionRecord {
+    fn from(action: &Action) -> Self {
+        match action {
+            Action::Network(a) => ActionRecord {
+                kind: ActionKind::Network,
+                binary: Some(a.binary.clone()),
+                host: Some(a.host.clone()),
+                port: Some(a.port),
+                layer: Some(a.layer),
+                method: Some(a.method.clone()),
+                path: Some(a.path.clone()),
+                access: None,
+            },
+            Action::Filesystem(a) => ActionRecord {
+                kind: ActionKind::Filesystem,
+                path: Some(a.path.clone()),
+                access: Some(a.access),
+                ..ActionRecord::default()
+            },
+        }
+    }
+}
+
+/// A maximum and the generation a proof saw.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct MaximumRef {
+    /// Its name.
+    pub name: String,
+    /// Its `metadata.generation`.
+    pub generation: i64,
+}
+
+/// Observed state of a PolicyProposal.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyProposalStatus {
+    /// Apply, Ask or Reject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Decision>,
+    /// Where the proposal is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// One line a person can act on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The action behind the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counterexample: Option<ActionRecord>,
+    /// Up to 3 example actions the proposal adds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_authority: Vec<ActionRecord>,
+    /// Least-privilege cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u32>,
+    /// The cost's breakdown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_breakdown: Vec<CostItem>,
+    /// The proof record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<ProofRecord>,
+    /// `Approved`, `Denied` (set by reviewers), `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// An information-flow graph of an agent image, written by CI.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "agentgate.dev",
+    version = "v1alpha1",
+    kind = "AgentScan",
+    shortname = "ascan",
+    category = "agentgate",
+    status = "AgentScanStatus",
+    printcolumn(name = "Image", type_ = "string", json_path = ".spec.image"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentScanSpec {
+    /// The image, pinned by digest.
+    pub image: String,
+    /// The graph (schema filled in by the trifecta work).
+    #[serde(default)]
+    pub graph: ScanGraph,
+}
+
+/// Nodes and edges of an information-flow graph.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ScanGraph {
+    /// Tools and `__llm__`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub nodes: Vec<serde_json::Value>,
+    /// Data and control edges.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub edges: Vec<serde_json::Value>,
+}
+
+/// Observed state of an AgentScan.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentScanStatus {
+    /// Findings recomputed by the operator (the scanner's own list is not trusted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    pub findings: Vec<serde_json::Value>,
+    /// `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Every CRD, in a stable order.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    vec![
+        MaximumPolicy::crd(),
+        AgentSandbox::crd(),
+        PolicyProposal::crd(),
+        AgentScan::crd(),
+    ]
+}

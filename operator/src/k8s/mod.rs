@@ -1,0 +1,3 @@
+//! Kubernetes types: the custom resources (DESIGN.md §3).
+
+pub mod crd;

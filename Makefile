@@ -4,13 +4,16 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 build test lint unit-tests bench demo fmt clean crds
+.PHONY: help z3 control-plane build test lint unit-tests e2e bench demo fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 z3: ## install the pinned Z3 shared library into .tools/z3
 	@./hack/install-z3.sh
+
+control-plane: ## build (once, cached in ~/.cache/agentgate) kube-apiserver, etcd, kubectl for e2e
+	@bash e2e/hack/install-control-plane.sh >/dev/null
 
 build: z3 ## release binaries into target/release/
 	$(CARGO) build --release --locked -p agentgate
@@ -19,12 +22,15 @@ lint: z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: z3 ## every Rust test (unit, property, golden)
+unit-tests: z3 control-plane ## every Rust test (unit, property, golden, e2e)
 	@# The golden tests run the real binary, which `cargo test` does not build.
 	$(CARGO) build --locked -p agentgate --bin agentgate
 	$(CARGO) test --locked --workspace
 
 test: lint unit-tests ## everything CI runs
+
+e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
+	$(CARGO) test --locked -p agentgate-e2e
 
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment

@@ -471,12 +471,21 @@ pub struct AgentScanSpec {
 pub struct ScanGraph {
     /// Tools and `__llm__`.
     #[serde(default)]
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    #[schemars(schema_with = "opaque_objects")]
     pub nodes: Vec<serde_json::Value>,
     /// Data and control edges.
     #[serde(default)]
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    #[schemars(schema_with = "opaque_objects")]
     pub edges: Vec<serde_json::Value>,
+}
+
+/// A list of objects whose fields the schema does not pin down (yet): a
+/// structural schema needs the item type, and unknown fields preserved.
+fn opaque_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
 }
 
 /// Observed state of an AgentScan.
@@ -485,7 +494,7 @@ pub struct ScanGraph {
 pub struct AgentScanStatus {
     /// Findings recomputed by the operator (the scanner's own list is not trusted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    #[schemars(schema_with = "opaque_objects")]
     pub findings: Vec<serde_json::Value>,
     /// `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

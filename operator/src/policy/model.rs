@@ -116,6 +116,12 @@ impl AccessLevel {
 /// One destination of a rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+// The API server refuses an endpoint without ports before the operator
+// sees it (the compiler checks the same for files).
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.port) || (has(self.ports) && size(self.ports) > 0)",
+    "message": "ports: at least one port is required (or port)"
+}]))]
 pub struct Endpoint {
     /// Host glob.
     pub host: String,

@@ -1,0 +1,295 @@
+//! A local Kubernetes control plane for end-to-end tests: real etcd and
+//! kube-apiserver processes on free loopback ports, RBAC authorization,
+//! service-account keys, a serving certificate for 127.0.0.1, an admin
+//! identity (static token in `system:masters`) and a kubeconfig for the real
+//! `kubectl`. The binaries come from `e2e/hack/install-control-plane.sh`
+//! (or `KUBEBUILDER_ASSETS`); when they cannot be had the harness fails, it
+//! never skips.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Why the control plane could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// A command could not run or failed.
+    #[error("{what}: {detail}")]
+    Command {
+        /// What was attempted.
+        what: String,
+        /// Its error or output.
+        detail: String,
+    },
+    /// The API server did not become ready in time.
+    #[error("kube-apiserver not ready after {0:?}; its log: {1}")]
+    NotReady(Duration, String),
+}
+
+fn failed(what: impl Into<String>, detail: impl ToString) -> HarnessError {
+    HarnessError::Command {
+        what: what.into(),
+        detail: detail.to_string(),
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The directory with kube-apiserver, etcd and kubectl (installing or
+/// building them once if needed).
+pub fn assets() -> Result<PathBuf, HarnessError> {
+    let script = repo_root().join("e2e/hack/install-control-plane.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| failed(format!("running {}", script.display()), e))?;
+    if !output.status.success() {
+        return Err(failed(
+            "install-control-plane.sh",
+            format!("exited with {}", output.status),
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let dir = stdout
+        .lines()
+        .last()
+        .ok_or_else(|| failed("install-control-plane.sh", "printed no directory"))?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
+fn free_port() -> Result<u16, HarnessError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| failed("finding a free port", e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| failed("finding a free port", e))
+}
+
+/// A running etcd + kube-apiserver, torn down on drop.
+pub struct ControlPlane {
+    dir: PathBuf,
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    children: Vec<Child>,
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver and waits until the API server is ready.
+    pub fn start() -> Result<ControlPlane, HarnessError> {
+        let bin = assets()?;
+        let dir = std::env::temp_dir().join(format!(
+            "agentgate-e2e-{}-{}",
+            std::process::id(),
+            free_port()?
+        ));
+        std::fs::create_dir_all(dir.join("certs"))
+            .map_err(|e| failed(format!("creating {}", dir.display()), e))?;
+        let mut plane = ControlPlane {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            bin,
+            children: Vec::new(),
+        };
+        plane.boot()?;
+        Ok(plane)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Result<(), HarnessError> {
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|e| failed(format!("running {program}"), e))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(failed(
+                format!("{program} {}", args.join(" ")),
+                String::from_utf8_lossy(&output.stderr),
+            ))
+        }
+    }
+
+    fn spawn(&mut self, name: &str, args: &[String]) -> Result<(), HarnessError> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+            .map_err(|e| failed(format!("creating the {name} log"), e))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| failed(format!("creating the {name} log"), e))?;
+        let child = Command::new(self.bin.join(name))
+            .args(args)
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| failed(format!("starting {name}"), e))?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    fn boot(&mut self) -> Result<(), HarnessError> {
+        let base = self.dir.clone();
+        let d = |p: &str| base.join(p).display().to_string();
+        let (etcd_client, etcd_peer, secure) = (free_port()?, free_port()?, free_port()?);
+        // Service-account signing key (ECDSA P-256, PEM).
+        self.run(
+            "openssl",
+            &[
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                &d("sa.key"),
+            ],
+        )?;
+        self.run(
+            "openssl",
+            &["ec", "-in", &d("sa.key"), "-pubout", "-out", &d("sa.pub")],
+        )?;
+        let token = format!("e2e-{}-{secure}", std::process::id());
+        std::fs::write(
+            self.dir.join("tokens.csv"),
+            format!("{token},e2e-admin,e2e-admin,\"system:masters\"\n"),
+        )
+        .map_err(|e| failed("writing the token file", e))?;
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        self.spawn(
+            "etcd",
+            &[
+                "--name=e2e".into(),
+                format!("--data-dir={}", d("etcd")),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=e2e=http://127.0.0.1:{etcd_peer}"),
+                "--unsafe-no-fsync=true".into(),
+            ],
+        )?;
+        self.spawn(
+            "kube-apiserver",
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={secure}"),
+                format!("--cert-dir={}", d("certs")),
+                "--authorization-mode=RBAC".into(),
+                format!("--token-auth-file={}", d("tokens.csv")),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+                // No controller-manager runs here; skip the endpoints of the
+                // `kubernetes` service (else an error every few seconds).
+                "--endpoint-reconciler-type=none".into(),
+            ],
+        )?;
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{secure}\n    certificate-authority: {}\nusers:\n- name: e2e-admin\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e-admin}}\ncurrent-context: e2e\n",
+            d("certs/apiserver.crt")
+        );
+        std::fs::write(&self.kubeconfig, kubeconfig)
+            .map_err(|e| failed("writing the kubeconfig", e))?;
+        self.wait_ready(Duration::from_secs(90))
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            for child in &mut self.children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(HarnessError::NotReady(
+                        started.elapsed(),
+                        format!(
+                            "a control-plane process exited with {status}; {}",
+                            self.logs()
+                        ),
+                    ));
+                }
+            }
+            if self.dir.join("certs/apiserver.crt").exists()
+                && self
+                    .kubectl(&["get", "--raw", "/readyz"])
+                    .is_ok_and(|o| o.status.success())
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(HarnessError::NotReady(limit, self.logs()))
+    }
+
+    fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        };
+        format!(
+            "--- etcd\n{}\n--- kube-apiserver\n{}",
+            tail("etcd"),
+            tail("kube-apiserver")
+        )
+    }
+
+    /// The kubeconfig of the admin identity.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Runs the real kubectl against this control plane.
+    pub fn kubectl(&self, args: &[&str]) -> Result<Output, HarnessError> {
+        Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(repo_root())
+            .output()
+            .map_err(|e| failed("running kubectl", e))
+    }
+
+    /// Runs kubectl with `stdin` as input.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<Output, HarnessError> {
+        use std::io::Write;
+        let mut child = Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(repo_root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed("running kubectl", e))?;
+        if let Some(mut input) = child.stdin.take() {
+            input
+                .write_all(stdin.as_bytes())
+                .map_err(|e| failed("writing to kubectl", e))?;
+        }
+        child
+            .wait_with_output()
+            .map_err(|e| failed("running kubectl", e))
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // API server first, then etcd.
+        for child in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

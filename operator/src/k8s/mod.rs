@@ -1,3 +1,6 @@
-//! Kubernetes types: the custom resources (DESIGN.md §3).
+//! Kubernetes types and pure helpers: the custom resources (DESIGN.md §3),
+//! label selectors and conditions. No I/O here; the controllers use these.
 
+pub mod conditions;
 pub mod crd;
+pub mod selector;

@@ -3,6 +3,7 @@
 
 pub mod action;
 pub mod compile;
+pub mod compose;
 pub mod error;
 pub mod glob;
 pub mod load;

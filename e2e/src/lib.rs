@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! A local Kubernetes control plane for end-to-end tests: real etcd and
 //! kube-apiserver processes on free loopback ports, RBAC authorization,
 //! service-account keys, a serving certificate for 127.0.0.1, an admin

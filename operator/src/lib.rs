@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! agentgate: keeps AI agents inside the authority their operators grant
 //! them. This crate holds the pure core (policy language, prover, verdicts)
 //! and the command-line interface; see docs/architecture.md.

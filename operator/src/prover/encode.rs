@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use z3::ast::Bool;
-use z3::{Config, Model, SatResult, Solver, with_z3_config};
+use z3::{Model, Params, SatResult, Solver};
 
 use crate::policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
 use crate::policy::compile::{
@@ -810,19 +810,24 @@ impl<'u> ComponentVars<'u> {
     }
 }
 
-/// Z3's default solver: for many small incremental sub-questions
-/// (push/check/pop per component) it was measured faster than the
-/// finite-domain (SAT) solver, whose per-check set-up dominates there.
-fn new_solver() -> Solver {
-    Solver::new()
-}
-
-fn z3_config(budget: &Budget) -> Config {
-    let mut cfg = Config::new();
+/// A fresh solver with the check's remaining time as its timeout, in this
+/// thread's Z3 context. The context is reused across checks: every check
+/// builds a new solver and drops all its terms, so nothing carries over,
+/// and reusing it avoids allocating and returning ~16 MiB per check, which
+/// in some heap states cost thousands of page faults per check (docs/z3.md:
+/// no drift over 20,000 consecutive checks). Z3's default solver: for many
+/// small incremental sub-questions (push/check/pop per component) it was
+/// measured faster than the finite-domain (SAT) solver.
+fn new_solver(budget: &Budget) -> Solver {
+    let solver = Solver::new();
     let remaining = budget.deadline.saturating_duration_since(Instant::now());
-    cfg.set_timeout_msec(remaining.as_millis().max(1) as u64);
-    cfg.set_model_generation(true);
-    cfg
+    let mut params = Params::new();
+    params.set_u32(
+        "timeout",
+        remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
+    );
+    solver.set_params(&params);
+    solver
 }
 
 fn unknown_reason(solver: &Solver) -> Reason {
@@ -1086,80 +1091,90 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
 
     let relevant = &relevant;
     let holders = (&binary_holders, &path_holders);
-    let cfg = z3_config(budget);
-    let outcome: Result<(Vec<NetworkAction>, bool), Reason> = with_z3_config(&cfg, move || {
-        let solver = new_solver();
-        let mut found = Vec::new();
-        // Problems already proved to have no answer in this check.
-        let mut unsat: HashSet<ComponentProblem> = HashSet::new();
-        let (mut solved, mut reused) = (0usize, 0usize);
-        for choices in relevant {
-            if Instant::now() >= budget.deadline {
-                return Err(Reason::general(
-                    ReasonCode::SolverTimeout,
-                    "deadline reached while solving",
-                ));
-            }
-            let formulas = ComponentFormulas {
-                universe: u,
-                choices,
-                binary_holders: holders.0,
-                path_holders: holders.1,
-            };
-            let problem = formulas.problem(question);
-            if problem.assertions.contains(&Formula::Const(false)) {
-                continue; // decided by constant folding: e.g. no allow endpoint survives
-            }
-            if unsat.contains(&problem) {
-                reused += 1;
-                continue;
-            }
-            solved += 1;
-            solver.push();
-            let vars = ComponentVars::new(choices, &solver);
-            for assertion in &problem.assertions {
-                solver.assert(vars.z3(assertion));
-            }
-            let before = found.len();
-            while found.len() < k {
-                match solver.check() {
-                    SatResult::Unsat => break,
-                    SatResult::Unknown => return Err(unknown_reason(&solver)),
-                    SatResult::Sat => {}
-                }
-                let Some(model) = solver.get_model() else {
-                    return Err(Reason::general(
-                        ReasonCode::SolverUnknown,
-                        "solver returned no model",
-                    ));
-                };
-                let (action, same) = vars.decode(&model);
-                found.push(action);
-                solver.assert(same.not());
-            }
-            solver.pop(1);
-            if found.len() == before {
-                unsat.insert(problem);
-            }
-            if found.len() >= k {
-                tracing::debug!(
-                    solved,
-                    reused,
-                    solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-                    "enough examples"
-                );
-                return Ok((found, false));
-            }
-        }
-        tracing::debug!(
-            solved,
-            reused,
-            solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-            "exhausted"
-        );
-        Ok((found, true))
-    });
+    let outcome = solve_components(relevant, u, holders, question, k, budget);
     Search::from_outcome(outcome, Action::Network)
+}
+
+/// Solves the components one after another in this thread's Z3 context
+/// (a fresh solver per check; see [`new_solver`]).
+fn solve_components(
+    relevant: &[ComponentChoices<'_>],
+    u: &Universe<'_>,
+    holders: (&Holders, &Holders),
+    question: &Question<'_>,
+    k: usize,
+    budget: &Budget,
+) -> Result<(Vec<NetworkAction>, bool), Reason> {
+    let solver = new_solver(budget);
+    let mut found = Vec::new();
+    // Problems already proved to have no answer in this check.
+    let mut unsat: HashSet<ComponentProblem> = HashSet::new();
+    let (mut solved, mut reused) = (0usize, 0usize);
+    for choices in relevant {
+        if Instant::now() >= budget.deadline {
+            return Err(Reason::general(
+                ReasonCode::SolverTimeout,
+                "deadline reached while solving",
+            ));
+        }
+        let formulas = ComponentFormulas {
+            universe: u,
+            choices,
+            binary_holders: holders.0,
+            path_holders: holders.1,
+        };
+        let problem = formulas.problem(question);
+        if problem.assertions.contains(&Formula::Const(false)) {
+            continue; // decided by constant folding: e.g. no allow endpoint survives
+        }
+        if unsat.contains(&problem) {
+            reused += 1;
+            continue;
+        }
+        solved += 1;
+        solver.push();
+        let vars = ComponentVars::new(choices, &solver);
+        for assertion in &problem.assertions {
+            solver.assert(vars.z3(assertion));
+        }
+        let before = found.len();
+        while found.len() < k {
+            match solver.check() {
+                SatResult::Unsat => break,
+                SatResult::Unknown => return Err(unknown_reason(&solver)),
+                SatResult::Sat => {}
+            }
+            let Some(model) = solver.get_model() else {
+                return Err(Reason::general(
+                    ReasonCode::SolverUnknown,
+                    "solver returned no model",
+                ));
+            };
+            let (action, same) = vars.decode(&model);
+            found.push(action);
+            solver.assert(same.not());
+        }
+        solver.pop(1);
+        if found.len() == before {
+            unsat.insert(problem);
+        }
+        if found.len() >= k {
+            tracing::debug!(
+                solved,
+                reused,
+                solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+                "enough examples"
+            );
+            return Ok((found, false));
+        }
+    }
+    tracing::debug!(
+        solved,
+        reused,
+        solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "exhausted"
+    );
+    Ok((found, true))
 }
 
 /// Token form of a filesystem entry `e`: `e` itself, and `e/` followed by anything.
@@ -1171,6 +1186,65 @@ fn filesystem_patterns(entry: &str) -> [Vec<Token>; 2] {
     }
     below.push(Token::AnyString);
     [exact, below]
+}
+
+/// The filesystem question in this thread's Z3 context.
+fn solve_filesystem(
+    entries: &[&str],
+    choices: &Choices<String>,
+    question: &Question<'_>,
+    k: usize,
+    budget: &Budget,
+) -> Result<(Vec<FilesystemAction>, bool), Reason> {
+    let solver = new_solver(budget);
+    let path = DimVars::new("fspath", choices, &solver, &Bool::from_bool(true));
+    let write = Bool::new_const("write");
+    let covers = |list: &[String]| {
+        any(list
+            .iter()
+            .filter_map(|e| entries.binary_search(&e.as_str()).ok())
+            .flat_map(|i| [path.atoms[2 * i].clone(), path.atoms[2 * i + 1].clone()])
+            .collect())
+    };
+    let allows = |p: &CompiledPolicy| {
+        let readable = covers(&p.filesystem.read);
+        let writable = covers(&p.filesystem.write);
+        write.ite(&writable, &readable)
+    };
+    for p in question.positive {
+        solver.assert(allows(p));
+    }
+    for n in question.negative {
+        solver.assert(allows(n).not());
+    }
+    let mut found = Vec::new();
+    while found.len() < k {
+        match solver.check() {
+            SatResult::Unsat => return Ok((found, true)),
+            SatResult::Unknown => return Err(unknown_reason(&solver)),
+            SatResult::Sat => {}
+        }
+        let Some(model) = solver.get_model() else {
+            return Err(Reason::general(
+                ReasonCode::SolverUnknown,
+                "solver returned no model",
+            ));
+        };
+        let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
+        let pick = path.chosen(&model);
+        found.push(FilesystemAction {
+            access: if is_write {
+                Access::Write
+            } else {
+                Access::Read
+            },
+            path: choices.values[pick].clone(),
+        });
+        let mut same = vec![if is_write { write.clone() } else { write.not() }];
+        same.extend(path.is_chosen(pick));
+        solver.assert(all(same).not());
+    }
+    Ok((found, false))
 }
 
 /// Searches for up to `k` filesystem actions answering the question
@@ -1209,57 +1283,6 @@ pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> 
     };
     let entries = &entries;
     let choices = &choices;
-    let cfg = z3_config(budget);
-    let outcome: Result<(Vec<FilesystemAction>, bool), Reason> = with_z3_config(&cfg, move || {
-        let solver = new_solver();
-        let path = DimVars::new("fspath", choices, &solver, &Bool::from_bool(true));
-        let write = Bool::new_const("write");
-        let covers = |list: &[String]| {
-            any(list
-                .iter()
-                .filter_map(|e| entries.binary_search(&e.as_str()).ok())
-                .flat_map(|i| [path.atoms[2 * i].clone(), path.atoms[2 * i + 1].clone()])
-                .collect())
-        };
-        let allows = |p: &CompiledPolicy| {
-            let readable = covers(&p.filesystem.read);
-            let writable = covers(&p.filesystem.write);
-            write.ite(&writable, &readable)
-        };
-        for p in question.positive {
-            solver.assert(allows(p));
-        }
-        for n in question.negative {
-            solver.assert(allows(n).not());
-        }
-        let mut found = Vec::new();
-        while found.len() < k {
-            match solver.check() {
-                SatResult::Unsat => return Ok((found, true)),
-                SatResult::Unknown => return Err(unknown_reason(&solver)),
-                SatResult::Sat => {}
-            }
-            let Some(model) = solver.get_model() else {
-                return Err(Reason::general(
-                    ReasonCode::SolverUnknown,
-                    "solver returned no model",
-                ));
-            };
-            let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
-            let pick = path.chosen(&model);
-            found.push(FilesystemAction {
-                access: if is_write {
-                    Access::Write
-                } else {
-                    Access::Read
-                },
-                path: choices.values[pick].clone(),
-            });
-            let mut same = vec![if is_write { write.clone() } else { write.not() }];
-            same.extend(path.is_chosen(pick));
-            solver.assert(all(same).not());
-        }
-        Ok((found, false))
-    });
+    let outcome = solve_filesystem(entries, choices, question, k, budget);
     Search::from_outcome(outcome, Action::Filesystem)
 }

@@ -3,7 +3,7 @@
 //! encoding (see [`encode`] and [`automaton`]), every counterexample replayed
 //! through the runtime matcher before it is reported.
 //!
-//! Each check gets a fresh Z3 context and a deadline, so a hard case cannot
+//! Each check gets a fresh Z3 solver and a deadline, so a hard case cannot
 //! block its caller and a long-running process does not slow down.
 
 pub mod automaton;
@@ -407,11 +407,9 @@ mod tests {
         let (narrow, wide) = (Arc::new(policy(NARROW)), Arc::new(policy(WIDE)));
         let within = rt.block_on(prover.containment_async(narrow.clone(), wide.clone()));
         assert_eq!(within.outcome, Outcome::Within);
-        let exceeds = rt.block_on(prover.containment_async(wide, narrow));
-        assert_eq!(
-            exceeds.outcome.counterexample().unwrap().to_string(),
-            "GET https://x.example.com:443/x/ by /x (layer rest)"
-        );
+        let exceeds = rt.block_on(prover.containment_async(wide.clone(), narrow.clone()));
+        let witness = exceeds.outcome.counterexample().unwrap();
+        assert!(allows(&wide, witness) && !allows(&narrow, witness), "{witness}");
     }
 
     #[test]

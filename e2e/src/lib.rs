@@ -284,6 +284,124 @@ impl ControlPlane {
     }
 }
 
+/// The `agentgate` binary of this build (target/<profile>/agentgate next
+/// to the test's deps/ directory; `make test` builds it).
+pub fn operator_binary() -> Result<PathBuf, HarnessError> {
+    let exe = std::env::current_exe().map_err(|e| failed("locating the test binary", e))?;
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("agentgate"))
+        .ok_or_else(|| failed("locating the agentgate binary", "no target directory"))?;
+    if bin.exists() {
+        Ok(bin)
+    } else {
+        Err(failed(
+            "locating the agentgate binary",
+            format!(
+                "{} is missing: run `cargo build -p agentgate` first (make test does)",
+                bin.display()
+            ),
+        ))
+    }
+}
+
+/// The operator running as a separate process; stopped on drop.
+pub struct Operator {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    /// The operator's log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ControlPlane {
+    /// Installs the CRDs from crds/agentgate.yaml and waits until they are
+    /// established (server-side apply: the AgentSandbox CRD embeds a pod
+    /// template and is larger than client-side apply's annotation allows).
+    pub fn install_crds(&self) -> Result<(), HarnessError> {
+        for args in [
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=agentgate",
+                "-f",
+                "crds/agentgate.yaml",
+            ][..],
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/maximumpolicies.agentgate.dev",
+                "crd/agentsandboxes.agentgate.dev",
+                "crd/policyproposals.agentgate.dev",
+                "crd/agentscans.agentgate.dev",
+            ][..],
+        ] {
+            let output = self.kubectl(args)?;
+            if !output.status.success() {
+                return Err(failed(
+                    format!("kubectl {}", args.join(" ")),
+                    String::from_utf8_lossy(&output.stderr),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `agentgate controller` against this control plane.
+    pub fn start_operator(&self) -> Result<Operator, HarnessError> {
+        let log = self.dir.join(format!("operator-{}.log", free_port()?));
+        let out =
+            std::fs::File::create(&log).map_err(|e| failed("creating the operator log", e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| failed("creating the operator log", e))?;
+        let child = Command::new(operator_binary()?)
+            .arg("controller")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("AGENTGATE_LOG", "info")
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| failed("starting the operator", e))?;
+        Ok(Operator { child, log })
+    }
+
+    /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the
+    /// output; returns the last output.
+    pub fn wait_for(
+        &self,
+        args: &[&str],
+        limit: Duration,
+        done: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < limit {
+            if let Ok(output) = self.kubectl(args) {
+                last = String::from_utf8_lossy(&output.stdout).into_owned();
+                if output.status.success() && done(&last) {
+                    return Ok(last);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(last)
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // API server first, then etcd.

@@ -38,32 +38,7 @@ spec:
 #[test]
 fn crds_install_examples_apply_and_bad_objects_are_refused() {
     let cp = ControlPlane::start().expect("local control plane");
-    // Server-side: the AgentSandbox CRD (it embeds a pod template) is larger
-    // than client-side apply's last-applied annotation allows.
-    ok(
-        cp.kubectl(&[
-            "apply",
-            "--server-side",
-            "--field-manager=agentgate",
-            "-f",
-            "crds/agentgate.yaml",
-        ])
-        .expect("kubectl"),
-        "installing the CRDs",
-    );
-    ok(
-        cp.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/maximumpolicies.agentgate.dev",
-            "crd/agentsandboxes.agentgate.dev",
-            "crd/policyproposals.agentgate.dev",
-            "crd/agentscans.agentgate.dev",
-        ])
-        .expect("kubectl"),
-        "waiting for the CRDs",
-    );
+    cp.install_crds().expect("CRDs");
     ok(
         cp.kubectl(&["create", "namespace", "agents"])
             .expect("kubectl"),

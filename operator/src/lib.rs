@@ -4,6 +4,7 @@
 //! and the command-line interface; see docs/architecture.md.
 
 pub mod cli;
+pub mod controller;
 pub mod k8s;
 pub mod policy;
 pub mod prover;

@@ -1,6 +1,7 @@
 //! The `agentgate` command line. Each subcommand is a thin shell around the
 //! pure core; exit codes follow POLICY-SEMANTICS.md §5.
 
+pub mod controller;
 pub mod crds;
 pub mod diff;
 pub mod import;
@@ -55,6 +56,8 @@ pub enum Command {
     Import(import::ImportCommand),
     /// Print the CustomResourceDefinitions (YAML) for `kubectl apply -f -`.
     Crds,
+    /// Run the reconcilers against the cluster in KUBECONFIG.
+    Controller(controller::ControllerArgs),
 }
 
 /// Runs the parsed command line.
@@ -64,6 +67,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Diff(args) => diff::run(&args),
         Command::Import(cmd) => import::run(&cmd),
         Command::Crds => crds::run(),
+        Command::Controller(args) => controller::run(&args),
     };
     ExitCode::from(code)
 }

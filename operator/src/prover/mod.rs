@@ -409,7 +409,10 @@ mod tests {
         assert_eq!(within.outcome, Outcome::Within);
         let exceeds = rt.block_on(prover.containment_async(wide.clone(), narrow.clone()));
         let witness = exceeds.outcome.counterexample().unwrap();
-        assert!(allows(&wide, witness) && !allows(&narrow, witness), "{witness}");
+        assert!(
+            allows(&wide, witness) && !allows(&narrow, witness),
+            "{witness}"
+        );
     }
 
     #[test]

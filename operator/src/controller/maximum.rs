@@ -1,0 +1,301 @@
+//! MaximumPolicy reconciler: validates the ceiling (`Ready`), proves it does
+//! not itself allow anything inside its own invariants (`Consistent`, with
+//! the witness in the message) and counts the sandboxes it governs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::k8s::conditions::{self, Status};
+use crate::k8s::crd::{AgentSandbox, MaximumPolicy, MaximumPolicyStatus};
+use crate::k8s::selector::governs;
+use crate::policy::compile::{CompiledRegion, Limits, Role, compile, compile_region};
+use crate::policy::error::Reason;
+use crate::prover::Outcome;
+
+/// What the pure checks found about one ceiling.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Assessment {
+    /// The policy or an invariant does not compile.
+    Invalid(Reason),
+    /// It compiles; `inconsistent` names the first invariant it intersects
+    /// and the witness, `unproven` an invariant that could not be decided.
+    Valid {
+        /// `(invariant, witness)` of the first intersection found.
+        inconsistent: Option<(String, String)>,
+        /// `(invariant, reason)` of an undecided invariant.
+        unproven: Option<(String, Reason)>,
+    },
+}
+
+/// Validates a ceiling and proves it against its own invariants (blocking:
+/// call from a blocking thread).
+pub fn assess(maximum: &MaximumPolicy, prover: &crate::prover::Prover) -> Assessment {
+    let limits = Limits::default();
+    let policy = match compile(&maximum.spec.policy, Role::Maximum, &limits) {
+        Ok(p) => p,
+        Err(reason) => return Assessment::Invalid(reason.within("spec.policy")),
+    };
+    let regions: Result<Vec<(String, CompiledRegion)>, Reason> = maximum
+        .spec
+        .invariants
+        .iter()
+        .enumerate()
+        .map(|(i, inv)| {
+            compile_region(&inv.region, &format!("spec.invariants[{i}].match"))
+                .map(|r| (inv.name.clone(), r))
+        })
+        .collect();
+    let regions = match regions {
+        Ok(r) => r,
+        Err(reason) => return Assessment::Invalid(reason),
+    };
+    let mut unproven = None;
+    for (name, region) in &regions {
+        match prover.intersection(&policy, region).outcome {
+            Outcome::Within => {}
+            Outcome::Exceeds { counterexample } => {
+                return Assessment::Valid {
+                    inconsistent: Some((name.clone(), counterexample.to_string())),
+                    unproven,
+                };
+            }
+            Outcome::Unsupported { reason } | Outcome::Inconclusive { reason } => {
+                unproven.get_or_insert((name.clone(), reason));
+            }
+        }
+    }
+    Assessment::Valid {
+        inconsistent: None,
+        unproven,
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+async fn governed_count(maximum: &MaximumPolicy, ctx: &Context) -> Result<u32, ControllerError> {
+    let sandboxes: Api<AgentSandbox> = Api::all(ctx.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let labels: BTreeMap<String, BTreeMap<String, String>> = namespaces
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .map(|ns| (ns.name_any(), ns.labels().clone()))
+        .collect();
+    let mut count = 0;
+    let empty = BTreeMap::new();
+    for sandbox in sandboxes.list(&ListParams::default()).await? {
+        let ns_labels = sandbox
+            .namespace()
+            .and_then(|ns| labels.get(&ns))
+            .unwrap_or(&empty);
+        if governs(&maximum.spec, ns_labels, sandbox.labels())? {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+async fn reconcile(
+    maximum: Arc<MaximumPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let name = maximum.name_any();
+    let prover = ctx.prover.clone();
+    let subject = maximum.clone();
+    let assessment = tokio::task::spawn_blocking(move || assess(&subject, &prover))
+        .await
+        .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let generation = maximum.meta().generation;
+    let mut status = maximum.status.clone().unwrap_or_default();
+    let before = status.clone();
+    let now = now();
+    let mut events = Vec::new();
+    match &assessment {
+        Assessment::Invalid(reason) => {
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::False,
+                "InvalidPolicy",
+                &reason.to_string(),
+                generation,
+                &now,
+            );
+            conditions::set(
+                &mut status.conditions,
+                "Consistent",
+                Status::Unknown,
+                "InvalidPolicy",
+                "the ceiling does not compile",
+                generation,
+                &now,
+            );
+            events.push((EventType::Warning, "InvalidPolicy", reason.to_string()));
+        }
+        Assessment::Valid {
+            inconsistent,
+            unproven,
+        } => {
+            match governed_count(&maximum, &ctx).await {
+                Ok(count) => {
+                    status.governed_sandboxes = Some(count);
+                    conditions::set(
+                        &mut status.conditions,
+                        "Ready",
+                        Status::True,
+                        "Validated",
+                        &format!("governs {count} sandbox(es)"),
+                        generation,
+                        &now,
+                    );
+                }
+                Err(ControllerError::Selector(e)) => {
+                    conditions::set(
+                        &mut status.conditions,
+                        "Ready",
+                        Status::False,
+                        "InvalidSelector",
+                        &e.to_string(),
+                        generation,
+                        &now,
+                    );
+                    events.push((EventType::Warning, "InvalidSelector", e.to_string()));
+                }
+                Err(e) => return Err(e),
+            }
+            match (inconsistent, unproven) {
+                (Some((invariant, witness)), _) => {
+                    let message =
+                        format!("invariant {invariant:?}: the ceiling itself allows {witness}");
+                    conditions::set(
+                        &mut status.conditions,
+                        "Consistent",
+                        Status::False,
+                        "IntersectsInvariant",
+                        &message,
+                        generation,
+                        &now,
+                    );
+                    events.push((EventType::Warning, "IntersectsInvariant", message));
+                }
+                (None, Some((invariant, reason))) => {
+                    let message = format!("invariant {invariant:?} could not be proved: {reason}");
+                    conditions::set(
+                        &mut status.conditions,
+                        "Consistent",
+                        Status::Unknown,
+                        "Unproven",
+                        &message,
+                        generation,
+                        &now,
+                    );
+                    events.push((EventType::Warning, "Unproven", message));
+                }
+                (None, None) => {
+                    conditions::set(
+                        &mut status.conditions,
+                        "Consistent",
+                        Status::True,
+                        "Proved",
+                        "the ceiling allows nothing inside its invariants",
+                        generation,
+                        &now,
+                    );
+                }
+            }
+        }
+    }
+    status.observed_generation = generation;
+    if status != before {
+        write_status(&name, &status, &ctx).await?;
+        for (type_, reason, note) in events {
+            let event = Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Verify".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &maximum.object_ref(&())).await {
+                tracing::warn!(maximum = %name, error = %e, "could not publish an event");
+            }
+        }
+    }
+    tracing::info!(maximum = %name, ?assessment, "reconciled");
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn write_status(
+    name: &str,
+    status: &MaximumPolicyStatus,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let api: Api<MaximumPolicy> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "apiVersion": "agentgate.dev/v1alpha1",
+        "kind": "MaximumPolicy",
+        "status": serde_json::to_value(status)?,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, _: Arc<Context>) -> Action {
+    tracing::warn!(maximum = %maximum.name_any(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the MaximumPolicy controller until shutdown. Sandboxes and
+/// namespaces changing re-count every maximum's governed sandboxes.
+pub async fn run(ctx: Arc<Context>) {
+    let maximums: Api<MaximumPolicy> = Api::all(ctx.client.clone());
+    let controller = Controller::new(maximums, watcher::Config::default());
+    let store = controller.store();
+    let all = move || {
+        store
+            .state()
+            .iter()
+            .map(|m| ObjectRef::from_obj(m.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let all_for_namespaces = all.clone();
+    controller
+        .watches(
+            Api::<AgentSandbox>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |_| all(),
+        )
+        .watches(
+            Api::<Namespace>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |_| all_for_namespaces(),
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,58 @@
+//! The operator's reconcilers: thin shells around the pure core (policy,
+//! prover, verdict) that read and write the API server. Solver work runs on
+//! blocking threads; no Z3 value crosses an `.await`.
+
+pub mod maximum;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::k8s::selector::SelectorError;
+use crate::prover::Prover;
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// A request to the API server failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A prover task panicked or was cancelled.
+    #[error("prover task failed: {0}")]
+    Prover(String),
+    /// A label selector cannot be evaluated.
+    #[error("selector {0}")]
+    Selector(#[from] SelectorError),
+    /// A status could not be serialised.
+    #[error("serialising status: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The prover (its answer cache is shared by all reconciles).
+    pub prover: Prover,
+    /// Publishes Events.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context for `client`, reporting Events as `agentgate`.
+    pub fn new(client: Client, prover: Prover) -> Arc<Context> {
+        let reporter = Reporter {
+            controller: "agentgate".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            prover,
+        })
+    }
+}
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "agentgate";

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
-use crate::controller::{Context, maximum};
+use crate::controller::{Context, maximum, sandbox};
 use crate::prover::{Prover, ProverOptions};
 
 /// Arguments of `controller`.
@@ -15,6 +15,9 @@ pub struct ControllerArgs {
     /// Per-check solver timeout in milliseconds.
     #[arg(long = "timeout-ms", default_value_t = 5000)]
     pub timeout_ms: u64,
+    /// Let sandboxes that no MaximumPolicy governs keep their grants.
+    #[arg(long)]
+    pub allow_unmanaged: bool,
 }
 
 /// Runs the controllers until SIGINT/SIGTERM; returns the exit code.
@@ -42,7 +45,8 @@ pub fn run(args: &ControllerArgs) -> u8 {
             ..ProverOptions::default()
         });
         tracing::info!("agentgate controller started");
-        maximum::run(Context::new(client, prover)).await;
+        let ctx = Context::new(client, prover, args.allow_unmanaged);
+        tokio::join!(maximum::run(ctx.clone()), sandbox::run(ctx));
         tracing::info!("agentgate controller stopped");
         EXIT_WITHIN
     })

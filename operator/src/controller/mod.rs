@@ -3,6 +3,8 @@
 //! blocking threads; no Z3 value crosses an `.await`.
 
 pub mod maximum;
+pub mod revoke;
+pub mod sandbox;
 
 use std::sync::Arc;
 
@@ -37,11 +39,13 @@ pub struct Context {
     pub prover: Prover,
     /// Publishes Events.
     pub recorder: Recorder,
+    /// Whether sandboxes no MaximumPolicy governs may hold any grant.
+    pub allow_unmanaged: bool,
 }
 
 impl Context {
     /// A context for `client`, reporting Events as `agentgate`.
-    pub fn new(client: Client, prover: Prover) -> Arc<Context> {
+    pub fn new(client: Client, prover: Prover, allow_unmanaged: bool) -> Arc<Context> {
         let reporter = Reporter {
             controller: "agentgate".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -50,6 +54,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             prover,
+            allow_unmanaged,
         })
     }
 }

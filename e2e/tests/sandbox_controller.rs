@@ -1,0 +1,250 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
+//! The AgentSandbox reconciler against a real API server: the effective
+//! policy is proved inside every governing maximum, what is not is revoked
+//! and named, the ConfigMap for the enforcement proxy follows, and a
+//! tightened maximum revokes a committed grant (issue 3, scenario 4).
+
+use std::time::Duration;
+
+use agentgate_e2e::{ControlPlane, Operator};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn run(cp: &ControlPlane, args: &[&str]) {
+    let output = cp.kubectl(args).expect("kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn apply(cp: &ControlPlane, yaml: &str) {
+    let output = cp
+        .kubectl_stdin(&["apply", "-f", "-"], yaml)
+        .expect("kubectl");
+    assert!(
+        output.status.success(),
+        "apply failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn wait(
+    cp: &ControlPlane,
+    op: &Operator,
+    args: &[&str],
+    want: impl Fn(&str) -> bool,
+    what: &str,
+) -> String {
+    cp.wait_for(args, LIMIT, want)
+        .unwrap_or_else(|last| panic!("{what}: last saw {last:?}\noperator log:\n{}", op.log()))
+}
+
+/// Waits until `kubectl get asbx NAME -n NS -o OUTPUT` satisfies `want`.
+fn sandbox(
+    cp: &ControlPlane,
+    op: &Operator,
+    name: &str,
+    ns: &str,
+    output: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    wait(
+        cp,
+        op,
+        &["get", "asbx", name, "-n", ns, "-o", output],
+        want,
+        &format!("{name} {output}"),
+    )
+}
+
+fn condition(type_: &str, field: &str) -> String {
+    format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].{field}}}")
+}
+
+const OVERREACH: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: overreach, namespace: agents}
+spec:
+  agentServiceAccount: bot
+  policy:
+    filesystem: {readWrite: [/sandbox, /etc]}
+    network:
+      - name: read
+        binaries: [/usr/local/bin/agent]
+        endpoints:
+          - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /repos/acme/**}]}
+      - name: write
+        binaries: [/usr/local/bin/agent]
+        endpoints:
+          - {host: api.github.com, ports: [443], protocol: rest, access: full}
+";
+
+const UNMANAGED: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: loner, namespace: other}
+spec:
+  agentServiceAccount: bot
+  policy:
+    network: [{name: read, endpoints: [{host: api.github.com, ports: [443]}]}]
+";
+
+/// org-ceiling without its github rule: the triage bot's grant must go.
+const TIGHTENED: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: MaximumPolicy
+metadata: {name: org-ceiling}
+spec:
+  selector:
+    namespaceSelector: {matchLabels: {team: ml}}
+  policy:
+    filesystem:
+      readOnly: [/usr, /app, /etc/ssl]
+      readWrite: [/sandbox, /tmp]
+    network:
+      - name: package-mirrors
+        binaries: [/usr/bin/pip]
+        endpoints: [{host: pypi.org, ports: [443], protocol: rest, access: read-only}]
+";
+
+#[test]
+fn sandboxes_are_proved_revoked_and_materialised() {
+    let cp = ControlPlane::start().expect("local control plane");
+    cp.install_crds().expect("CRDs");
+    run(&cp, &["create", "namespace", "agents"]);
+    run(&cp, &["label", "namespace", "agents", "team=ml"]);
+    run(&cp, &["create", "namespace", "other"]);
+    let op = cp.start_operator().expect("operator");
+    run(&cp, &["apply", "-f", "examples/maximum.yaml"]);
+    run(&cp, &["apply", "-f", "examples/sandbox.yaml"]);
+    let config_map = |name: &str, ns: &str, want: &dyn Fn(&str) -> bool| {
+        let output = "jsonpath={.data.policy\\.yaml}";
+        wait(
+            &cp,
+            &op,
+            &["get", "configmap", name, "-n", ns, "-o", output],
+            want,
+            &format!("ConfigMap {name}"),
+        )
+    };
+
+    // Inside the ceiling: proved, committed, materialised.
+    sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        &condition("WithinMaximum", "status"),
+        |s| s == "True",
+    );
+    sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        "jsonpath={.status.governedBy[*]}",
+        |s| s == "org-ceiling",
+    );
+    sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        "jsonpath={.status.revision}",
+        |s| s == "1",
+    );
+    let policy = config_map("triage-bot-policy", "agents", &|s| {
+        s.contains("/repos/acme/*/issues/**")
+    });
+    assert!(policy.contains("github-read"), "{policy}");
+
+    // Overreaching: the write rule and /etc are revoked and named, the read
+    // rule stays, and the ConfigMap holds only what was proved.
+    apply(&cp, OVERREACH);
+    sandbox(
+        &cp,
+        &op,
+        "overreach",
+        "agents",
+        &condition("WithinMaximum", "reason"),
+        |s| s == "Revoked",
+    );
+    let message = sandbox(
+        &cp,
+        &op,
+        "overreach",
+        "agents",
+        &condition("WithinMaximum", "message"),
+        |s| !s.is_empty(),
+    );
+    assert!(message.contains("network rule \"write\""), "{message}");
+    assert!(message.contains("filesystem.readWrite /etc"), "{message}");
+    assert!(
+        message.contains("exceeds MaximumPolicy \"org-ceiling\""),
+        "{message}"
+    );
+    sandbox(
+        &cp,
+        &op,
+        "overreach",
+        "agents",
+        "jsonpath={.status.effectivePolicy.network[*].name}",
+        |s| s == "read",
+    );
+    let cm = config_map("overreach-policy", "agents", &|s| s.contains("name: read"));
+    assert!(!cm.contains("name: write") && !cm.contains("/etc"), "{cm}");
+    wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "events",
+            "-n",
+            "agents",
+            "--field-selector",
+            "reason=Revoked",
+            "-o",
+            "name",
+        ],
+        |s| !s.trim().is_empty(),
+        "a Revoked event",
+    );
+
+    // No governing maximum: nothing is granted.
+    apply(&cp, UNMANAGED);
+    sandbox(
+        &cp,
+        &op,
+        "loner",
+        "other",
+        &condition("WithinMaximum", "reason"),
+        |s| s == "Unmanaged",
+    );
+    let cm = config_map("loner-policy", "other", &|_| true);
+    assert!(!cm.contains("api.github.com"), "{cm}");
+
+    // Scenario 4: the maximum is tightened; the committed grant is revoked
+    // and WithinMaximum=False names it.
+    apply(&cp, TIGHTENED);
+    let message = sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        &condition("WithinMaximum", "message"),
+        |s| s.contains("network rule \"github-read\""),
+    );
+    assert!(message.contains("org-ceiling"), "{message}");
+    sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        "jsonpath={.status.revision}",
+        |s| s == "2",
+    );
+    config_map("triage-bot-policy", "agents", &|s| {
+        !s.contains("api.github.com")
+    });
+}

@@ -1,0 +1,378 @@
+//! AgentSandbox reconciler: finds the governing MaximumPolicies, proves the
+//! effective policy inside each (revoking, rule by rule, whatever is not),
+//! and materialises the result: `status.effectivePolicy`, `revision`,
+//! `governedBy`, the `WithinMaximum`/`Ready` conditions, the `<name>-policy`
+//! ConfigMap for the in-pod enforcement proxy, the agent Pod from
+//! `spec.template`, and Events. It never writes `spec`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::controller::revoke::{Revocation, revoke_until_within};
+use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::k8s::conditions::{self, Status};
+use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, MaximumPolicy};
+use crate::k8s::selector::governs;
+use crate::policy::compile::{Limits, Role};
+use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
+use crate::policy::model::PolicyDocument;
+
+/// The label the operator puts on everything it creates for a sandbox.
+pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
+
+/// Why nothing (or not everything) may be granted.
+enum Governance {
+    /// These maximums govern the sandbox.
+    Governed(Vec<(String, CompiledDocument)>),
+    /// Fail closed: grant nothing, for this reason and condition reason.
+    Refused(&'static str, String),
+}
+
+async fn governance(sandbox: &AgentSandbox, ctx: &Context) -> Result<Governance, ControllerError> {
+    let maximums: Api<MaximumPolicy> = Api::all(ctx.client.clone());
+    let ns_labels: BTreeMap<String, String> = match sandbox.namespace() {
+        Some(ns) => Api::<Namespace>::all(ctx.client.clone())
+            .get(&ns)
+            .await?
+            .labels()
+            .clone(),
+        None => BTreeMap::new(),
+    };
+    let mut governing = Vec::new();
+    for maximum in maximums.list(&ListParams::default()).await? {
+        let name = maximum.name_any();
+        match governs(&maximum.spec, &ns_labels, sandbox.labels()) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) => {
+                return Ok(Governance::Refused(
+                    "GovernanceUnknown",
+                    format!(
+                        "MaximumPolicy {name:?} has a selector that cannot be evaluated ({e}); nothing is granted until it is fixed"
+                    ),
+                ));
+            }
+        }
+        let loaded = LoadedDocument {
+            kind: DocumentKind::MaximumPolicy,
+            name: Some(name.clone()),
+            policy: maximum.spec.policy.clone(),
+            invariants: maximum.spec.invariants.clone(),
+            budget: maximum.spec.budget,
+            policy_field: "spec.policy",
+        };
+        match loaded.compile(Role::Maximum, &Limits::default()) {
+            Ok(compiled) => governing.push((name, compiled)),
+            Err(reason) => {
+                return Ok(Governance::Refused(
+                    "InvalidMaximum",
+                    format!(
+                        "governing MaximumPolicy {name:?} is invalid ({reason}); nothing is granted until it is fixed"
+                    ),
+                ));
+            }
+        }
+    }
+    if governing.is_empty() && !ctx.allow_unmanaged {
+        return Ok(Governance::Refused(
+            "Unmanaged",
+            "no MaximumPolicy governs this sandbox; nothing is granted until one selects it".into(),
+        ));
+    }
+    governing.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Governance::Governed(governing))
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+async fn reconcile(
+    sandbox: Arc<AgentSandbox>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let name = sandbox.name_any();
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let generation = sandbox.meta().generation;
+    let base = sandbox.spec.policy.clone();
+
+    let (effective, governed_by, refusal, revoked) = match governance(&sandbox, &ctx).await? {
+        Governance::Refused(reason, message) => (
+            PolicyDocument::default(),
+            Vec::new(),
+            Some((reason, message)),
+            Vec::new(),
+        ),
+        Governance::Governed(maximums) => {
+            let names = maximums.iter().map(|(n, _)| n.clone()).collect();
+            let prover = ctx.prover.clone();
+            let Revocation { kept, revoked } =
+                tokio::task::spawn_blocking(move || revoke_until_within(&base, &maximums, &prover))
+                    .await
+                    .map_err(|e| ControllerError::Prover(e.to_string()))?;
+            (kept, names, None, revoked)
+        }
+    };
+
+    let mut status: AgentSandboxStatus = sandbox.status.clone().unwrap_or_default();
+    let before = status.clone();
+    let time = now();
+    if status.effective_policy.as_ref() != Some(&effective) {
+        status.revision += 1;
+        status.effective_policy = Some(effective.clone());
+    }
+    status.governed_by = governed_by;
+    let mut events = Vec::new();
+    match (&refusal, revoked.is_empty()) {
+        (Some((reason, message)), _) => {
+            conditions::set(
+                &mut status.conditions,
+                "WithinMaximum",
+                Status::False,
+                reason,
+                message,
+                generation,
+                &time,
+            );
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::False,
+                reason,
+                message,
+                generation,
+                &time,
+            );
+            events.push((EventType::Warning, *reason, message.clone()));
+        }
+        (None, true) => {
+            let message = format!(
+                "proved within {} governing maximum(s)",
+                status.governed_by.len()
+            );
+            conditions::set(
+                &mut status.conditions,
+                "WithinMaximum",
+                Status::True,
+                "Proved",
+                &message,
+                generation,
+                &time,
+            );
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::True,
+                "Committed",
+                &format!("revision {}", status.revision),
+                generation,
+                &time,
+            );
+        }
+        (None, false) => {
+            let message = format!(
+                "revoked {}",
+                revoked
+                    .iter()
+                    .map(|(grant, why)| format!("{grant} ({why})"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            conditions::set(
+                &mut status.conditions,
+                "WithinMaximum",
+                Status::False,
+                "Revoked",
+                &message,
+                generation,
+                &time,
+            );
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::True,
+                "Committed",
+                &format!("revision {}, with grants revoked", status.revision),
+                generation,
+                &time,
+            );
+            events.push((EventType::Warning, "Revoked", message));
+        }
+    }
+    status.observed_generation = generation;
+
+    apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
+    ensure_pod(&sandbox, &ctx).await?;
+    if status != before {
+        let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({
+            "apiVersion": "agentgate.dev/v1alpha1",
+            "kind": "AgentSandbox",
+            "status": serde_json::to_value(&status)?,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        for (type_, reason, note) in events {
+            let event = Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Verify".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await {
+                tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
+            }
+        }
+    }
+    tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
+    json!({
+        "apiVersion": "agentgate.dev/v1alpha1",
+        "kind": "AgentSandbox",
+        "name": sandbox.name_any(),
+        "uid": sandbox.uid().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// The enforcement proxy's view: the committed effective policy.
+async fn apply_config_map(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    revision: u64,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let name = format!("{}-policy", sandbox.name_any());
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let yaml = serde_saphyr::to_string(effective)
+        .map_err(|e| ControllerError::Prover(format!("rendering the policy: {e}")))?;
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "labels": {SANDBOX_LABEL: sandbox.name_any()},
+            "ownerReferences": [owner(sandbox)],
+        },
+        "data": {"policy.yaml": yaml, "revision": revision.to_string()},
+    });
+    Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Creates the agent Pod from `spec.template` if it does not exist.
+async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<(), ControllerError> {
+    let Some(template) = &sandbox.spec.template else {
+        return Ok(());
+    };
+    let name = sandbox.name_any();
+    let pods: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    if pods.get_opt(&name).await?.is_some() {
+        return Ok(());
+    }
+    let mut labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.insert(SANDBOX_LABEL.into(), name.clone());
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+            "ownerReferences": [owner(sandbox)],
+        },
+        "spec": template.spec,
+    }))?;
+    pods.create(
+        &PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        },
+        &pod,
+    )
+    .await?;
+    Ok(())
+}
+
+fn error_policy(sandbox: Arc<AgentSandbox>, error: &ControllerError, _: Arc<Context>) -> Action {
+    tracing::warn!(sandbox = %sandbox.name_any(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the AgentSandbox controller until shutdown. A MaximumPolicy change
+/// re-verifies every sandbox; a namespace change those in it.
+pub async fn run(ctx: Arc<Context>) {
+    let sandboxes: Api<AgentSandbox> = Api::all(ctx.client.clone());
+    let controller = Controller::new(sandboxes, watcher::Config::default());
+    let store = controller.store();
+    let by_namespace = store.clone();
+    controller
+        .owns(
+            Api::<ConfigMap>::all(ctx.client.clone()),
+            watcher::Config::default().labels(SANDBOX_LABEL),
+        )
+        .watches(
+            Api::<MaximumPolicy>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |_| {
+                store
+                    .state()
+                    .iter()
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<Namespace>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |ns| {
+                let ns = ns.name_any();
+                by_namespace
+                    .state()
+                    .iter()
+                    .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}

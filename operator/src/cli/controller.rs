@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
-use crate::controller::{Context, maximum, sandbox};
+use crate::controller::{Context, maximum, proposal, sandbox};
 use crate::prover::{Prover, ProverOptions};
 
 /// Arguments of `controller`.
@@ -46,7 +46,7 @@ pub fn run(args: &ControllerArgs) -> u8 {
         });
         tracing::info!("agentgate controller started");
         let ctx = Context::new(client, prover, args.allow_unmanaged);
-        tokio::join!(maximum::run(ctx.clone()), sandbox::run(ctx));
+        tokio::join!(maximum::run(ctx.clone()), sandbox::run(ctx.clone()), proposal::run(ctx));
         tracing::info!("agentgate controller stopped");
         EXIT_WITHIN
     })

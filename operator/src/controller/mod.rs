@@ -3,6 +3,7 @@
 //! blocking threads; no Z3 value crosses an `.await`.
 
 pub mod maximum;
+pub mod proposal;
 pub mod revoke;
 pub mod sandbox;
 

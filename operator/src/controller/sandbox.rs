@@ -23,24 +23,43 @@ use serde_json::json;
 use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
-use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, MaximumPolicy};
+use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, MaximumPolicy, PolicyProposal};
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role};
+use crate::policy::compose::apply_proposal;
 use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
 use crate::policy::model::PolicyDocument;
+use crate::verdict::Mode;
 
 /// The label the operator puts on everything it creates for a sandbox.
 pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
 
-/// Why nothing (or not everything) may be granted.
-enum Governance {
-    /// These maximums govern the sandbox.
-    Governed(Vec<(String, CompiledDocument)>),
-    /// Fail closed: grant nothing, for this reason and condition reason.
+/// A MaximumPolicy that governs a sandbox, compiled.
+pub struct Governing {
+    /// Its name.
+    pub name: String,
+    /// The compiled ceiling, invariants and budget.
+    pub compiled: CompiledDocument,
+    /// Modes it allows.
+    pub allowed_modes: Vec<Mode>,
+    /// Its `metadata.generation` as read.
+    pub generation: i64,
+}
+
+/// Which maximums govern a sandbox, or why nothing may be granted.
+pub enum Governance {
+    /// These maximums govern the sandbox (sorted by name).
+    Governed(Vec<Governing>),
+    /// Fail closed: grant nothing, with a condition reason and a message.
     Refused(&'static str, String),
 }
 
-async fn governance(sandbox: &AgentSandbox, ctx: &Context) -> Result<Governance, ControllerError> {
+/// Reads every MaximumPolicy and the sandbox's namespace from the API
+/// server and returns the governing maximums, compiled.
+pub async fn governance(
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<Governance, ControllerError> {
     let maximums: Api<MaximumPolicy> = Api::all(ctx.client.clone());
     let ns_labels: BTreeMap<String, String> = match sandbox.namespace() {
         Some(ns) => Api::<Namespace>::all(ctx.client.clone())
@@ -74,7 +93,12 @@ async fn governance(sandbox: &AgentSandbox, ctx: &Context) -> Result<Governance,
             policy_field: "spec.policy",
         };
         match loaded.compile(Role::Maximum, &Limits::default()) {
-            Ok(compiled) => governing.push((name, compiled)),
+            Ok(compiled) => governing.push(Governing {
+                name,
+                compiled,
+                allowed_modes: maximum.spec.allowed_modes.clone(),
+                generation: maximum.meta().generation.unwrap_or_default(),
+            }),
             Err(reason) => {
                 return Ok(Governance::Refused(
                     "InvalidMaximum",
@@ -91,8 +115,47 @@ async fn governance(sandbox: &AgentSandbox, ctx: &Context) -> Result<Governance,
             "no MaximumPolicy governs this sandbox; nothing is granted until one selects it".into(),
         ));
     }
-    governing.sort_by(|a, b| a.0.cmp(&b.0));
+    governing.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Governance::Governed(governing))
+}
+
+/// The declared policy with the applied proposals (in commit order) on top.
+/// A proposal that no longer exists, or no longer applies, contributes
+/// nothing: its grant is dropped, never guessed.
+async fn with_applied_proposals(
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<PolicyDocument, ControllerError> {
+    let mut policy = sandbox.spec.policy.clone();
+    let applied = sandbox
+        .status
+        .as_ref()
+        .map(|s| s.applied_proposals.clone())
+        .unwrap_or_default();
+    if applied.is_empty() {
+        return Ok(policy);
+    }
+    let proposals: Api<PolicyProposal> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    for name in applied {
+        let Some(proposal) = proposals.get_opt(&name).await? else {
+            tracing::warn!(sandbox = %sandbox.name_any(), proposal = %name, "applied proposal no longer exists; its grant is dropped");
+            continue;
+        };
+        let remove = proposal
+            .spec
+            .remove
+            .as_ref()
+            .map(|r| r.network.clone())
+            .unwrap_or_default();
+        match apply_proposal(&policy, proposal.spec.add.as_ref(), &remove) {
+            Ok(next) => policy = next,
+            Err(reason) => {
+                tracing::warn!(sandbox = %sandbox.name_any(), proposal = %name, %reason, "applied proposal no longer applies; its grant is dropped")
+            }
+        }
+    }
+    Ok(policy)
 }
 
 fn now() -> Time {
@@ -106,7 +169,7 @@ async fn reconcile(
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_default();
     let generation = sandbox.meta().generation;
-    let base = sandbox.spec.policy.clone();
+    let base = with_applied_proposals(&sandbox, &ctx).await?;
 
     let (effective, governed_by, refusal, revoked) = match governance(&sandbox, &ctx).await? {
         Governance::Refused(reason, message) => (
@@ -115,8 +178,12 @@ async fn reconcile(
             Some((reason, message)),
             Vec::new(),
         ),
-        Governance::Governed(maximums) => {
-            let names = maximums.iter().map(|(n, _)| n.clone()).collect();
+        Governance::Governed(governing) => {
+            let names = governing.iter().map(|g| g.name.clone()).collect();
+            let maximums: Vec<(String, CompiledDocument)> = governing
+                .into_iter()
+                .map(|g| (g.name, g.compiled))
+                .collect();
             let prover = ctx.prover.clone();
             let Revocation { kept, revoked } =
                 tokio::task::spawn_blocking(move || revoke_until_within(&base, &maximums, &prover))
@@ -213,21 +280,22 @@ async fn reconcile(
     }
     status.observed_generation = generation;
 
-    apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
-    ensure_pod(&sandbox, &ctx).await?;
     if status != before {
+        // The sandbox's resourceVersion is the precondition: a proposal
+        // committed meanwhile makes this write fail, and we start over.
         let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
-        let patch = json!({
-            "apiVersion": "agentgate.dev/v1alpha1",
-            "kind": "AgentSandbox",
-            "status": serde_json::to_value(&status)?,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        let mut next = (*sandbox).clone();
+        next.status = Some(status.clone());
+        match api
+            .replace_status(&name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(50)));
+            }
+            Err(e) => return Err(e.into()),
+        }
         for (type_, reason, note) in events {
             let event = Event {
                 type_,
@@ -241,6 +309,9 @@ async fn reconcile(
             }
         }
     }
+    // Only what is committed reaches the enforcement proxy.
+    apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
+    ensure_pod(&sandbox, &ctx).await?;
     tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
     Ok(Action::requeue(Duration::from_secs(300)))
 }

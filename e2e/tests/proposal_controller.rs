@@ -1,0 +1,214 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
+//! PolicyProposals through the verified commit path, against a real API
+//! server (issue 3 scenarios 1, 2, 3 and 8): applied automatically inside
+//! the auto-eligible region, rejected with a counterexample outside the
+//! maximum, waiting for approval in a review region and applied after an
+//! Approved condition, and rejected with its reason code on an unmodelled
+//! surface.
+
+use std::time::Duration;
+
+use agentgate_e2e::{ControlPlane, Operator};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn run(cp: &ControlPlane, args: &[&str]) {
+    let output = cp.kubectl(args).expect("kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn wait(
+    cp: &ControlPlane,
+    op: &Operator,
+    args: &[&str],
+    want: impl Fn(&str) -> bool,
+    what: &str,
+) -> String {
+    cp.wait_for(args, LIMIT, want)
+        .unwrap_or_else(|last| panic!("{what}: last saw {last:?}\noperator log:\n{}", op.log()))
+}
+
+fn proposal(
+    cp: &ControlPlane,
+    op: &Operator,
+    name: &str,
+    path: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let output = format!("jsonpath={path}");
+    wait(
+        cp,
+        op,
+        &["get", "pprop", name, "-n", "agents", "-o", &output],
+        want,
+        &format!("{name} {path}"),
+    )
+}
+
+fn sandbox(cp: &ControlPlane, op: &Operator, path: &str, want: impl Fn(&str) -> bool) -> String {
+    let output = format!("jsonpath={path}");
+    wait(
+        cp,
+        op,
+        &["get", "asbx", "triage-bot", "-n", "agents", "-o", &output],
+        want,
+        &format!("triage-bot {path}"),
+    )
+}
+
+const GRAPHQL: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {name: graphql, namespace: agents}
+spec:
+  sandboxRef: {name: triage-bot}
+  requestedBy: system:serviceaccount:agents:triage-bot
+  add:
+    network:
+      - name: github-graphql
+        binaries: [/usr/bin/gh]
+        endpoints: [{host: api.github.com, ports: [443], protocol: graphql}]
+";
+
+#[test]
+fn proposals_are_applied_rejected_or_wait_for_approval() {
+    let cp = ControlPlane::start().expect("local control plane");
+    cp.install_crds().expect("CRDs");
+    run(&cp, &["create", "namespace", "agents"]);
+    run(&cp, &["label", "namespace", "agents", "team=ml"]);
+    let op = cp.start_operator().expect("operator");
+    run(
+        &cp,
+        &[
+            "apply",
+            "-f",
+            "examples/maximum.yaml",
+            "-f",
+            "examples/sandbox.yaml",
+        ],
+    );
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "1");
+
+    // 1. Inside the auto-eligible region and the budget: applied.
+    run(
+        &cp,
+        &["apply", "-f", "examples/proposals/comment-on-issues.yaml"],
+    );
+    proposal(&cp, &op, "comment-on-issues", "{.status.phase}", |s| {
+        s == "Applied"
+    });
+    proposal(&cp, &op, "comment-on-issues", "{.status.verdict}", |s| {
+        s == "Apply"
+    });
+    proposal(&cp, &op, "comment-on-issues", "{.status.cost}", |s| {
+        s == "3"
+    });
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "2");
+    sandbox(&cp, &op, "{.status.appliedProposals[*]}", |s| {
+        s == "comment-on-issues"
+    });
+    wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "configmap",
+            "triage-bot-policy",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.data.policy\\.yaml}",
+        ],
+        |s| s.contains("github-comment"),
+        "the ConfigMap carries the applied grant",
+    );
+
+    // 2. Outside the maximum: rejected with a replayed counterexample.
+    run(
+        &cp,
+        &["apply", "-f", "examples/proposals/post-anywhere.yaml"],
+    );
+    proposal(&cp, &op, "post-anywhere", "{.status.phase}", |s| {
+        s == "Rejected"
+    });
+    let reason = proposal(&cp, &op, "post-anywhere", "{.status.reason}", |s| {
+        !s.is_empty()
+    });
+    assert!(
+        reason.starts_with(
+            "exceeds MaximumPolicy \"org-ceiling\": POST https://api.github.com:443/repos/acme"
+        ),
+        "{reason}"
+    );
+    proposal(
+        &cp,
+        &op,
+        "post-anywhere",
+        "{.status.counterexample.method}",
+        |s| s == "POST",
+    );
+
+    // 3. In the review region: waits; an Approved condition applies it.
+    run(
+        &cp,
+        &[
+            "apply",
+            "-f",
+            "examples/proposals/update-pull-requests.yaml",
+        ],
+    );
+    proposal(&cp, &op, "update-pull-requests", "{.status.phase}", |s| {
+        s == "AwaitingApproval"
+    });
+    let reason = proposal(&cp, &op, "update-pull-requests", "{.status.reason}", |s| {
+        !s.is_empty()
+    });
+    assert!(reason.contains("review-required region"), "{reason}");
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "2");
+    run(
+        &cp,
+        &[
+            "patch",
+            "pprop",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Approved","status":"True","reason":"Reviewed","message":"ok","lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
+        ],
+    );
+    proposal(&cp, &op, "update-pull-requests", "{.status.phase}", |s| {
+        s == "Applied"
+    });
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "3");
+    sandbox(&cp, &op, "{.status.appliedProposals[*]}", |s| {
+        s == "comment-on-issues update-pull-requests"
+    });
+
+    // 8. An unmodelled surface: rejected with its reason code, never applied.
+    let output = cp
+        .kubectl_stdin(&["apply", "-f", "-"], GRAPHQL)
+        .expect("kubectl");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    proposal(&cp, &op, "graphql", "{.status.phase}", |s| s == "Rejected");
+    let reason = proposal(&cp, &op, "graphql", "{.status.reason}", |s| !s.is_empty());
+    assert!(
+        reason.contains("unsupported_policy_shape") && reason.contains("protocol"),
+        "{reason}"
+    );
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "3");
+
+    // The commits are the only writers of revision: exactly one per commit.
+    let revision = sandbox(&cp, &op, "{.status.revision}", |_| true);
+    assert_eq!(revision, "3");
+}

@@ -1,0 +1,403 @@
+//! PolicyProposal reconciler: the verdict of DESIGN.md §4 and the commit
+//! protocol of §5. Immediately before a commit the sandbox and the
+//! maximums are read again from the API server and the verdict recomputed
+//! on them; the sandbox status (effectivePolicy, revision + 1,
+//! appliedProposals + name) is written with the sandbox's resourceVersion
+//! as precondition, and only then is the proposal marked Applied. A crash
+//! between the two writes is repaired on the next reconcile: the name in
+//! `appliedProposals` is the source of truth.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::controller::sandbox::{Governance, governance};
+use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::k8s::conditions::{self, Status};
+use crate::k8s::crd::{
+    ActionRecord, AgentSandbox, Phase, PolicyProposal, PolicyProposalStatus, ProofRecord,
+};
+use crate::policy::compile::{Limits, Role, compile};
+use crate::policy::compose::apply_proposal;
+use crate::policy::model::PolicyDocument;
+use crate::prover::budget::delta_cost;
+use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// What the proposal's status should become.
+struct Outcome {
+    status: PolicyProposalStatus,
+    event: Option<(EventType, &'static str, String)>,
+    /// `Some(candidate)` when the verdict is Apply: commit it.
+    commit: Option<PolicyDocument>,
+}
+
+fn terminal(phase: Option<Phase>) -> bool {
+    matches!(
+        phase,
+        Some(Phase::Applied | Phase::Rejected | Phase::Superseded)
+    )
+}
+
+/// Decides a proposal against the sandbox and maximums as read now.
+async fn evaluate(
+    proposal: &PolicyProposal,
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<Outcome, ControllerError> {
+    let generation = proposal.meta().generation;
+    let mut status = proposal.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let time = now();
+    let reject = |status: &mut PolicyProposalStatus, reason: String| {
+        status.verdict = Some(Decision::Reject);
+        status.phase = Some(Phase::Rejected);
+        status.reason = Some(reason.clone());
+        conditions::set(
+            &mut status.conditions,
+            "Ready",
+            Status::True,
+            "Rejected",
+            &reason,
+            generation,
+            &time,
+        );
+        Some((EventType::Warning, "Rejected", reason))
+    };
+    if conditions::is_true(&status.conditions, "Denied") {
+        let event = reject(&mut status, "denied by a reviewer".into());
+        return Ok(Outcome {
+            status,
+            event,
+            commit: None,
+        });
+    }
+    let current = sandbox
+        .status
+        .as_ref()
+        .and_then(|s| s.effective_policy.clone())
+        .unwrap_or_default();
+    let remove = proposal
+        .spec
+        .remove
+        .as_ref()
+        .map(|r| r.network.clone())
+        .unwrap_or_default();
+    let candidate = match apply_proposal(&current, proposal.spec.add.as_ref(), &remove) {
+        Ok(c) => c,
+        Err(reason) => {
+            let event = reject(
+                &mut status,
+                format!(
+                    "{}: {}",
+                    reason.field.clone().unwrap_or_default(),
+                    reason.message
+                ),
+            );
+            return Ok(Outcome {
+                status,
+                event,
+                commit: None,
+            });
+        }
+    };
+    let limits = Limits::default();
+    let compiled_candidate = match compile(&candidate, Role::Sandbox, &limits) {
+        Ok(c) => c,
+        Err(reason) => {
+            let event = reject(
+                &mut status,
+                format!("the proposal is not in the modelled language: {reason}"),
+            );
+            return Ok(Outcome {
+                status,
+                event,
+                commit: None,
+            });
+        }
+    };
+    let compiled_current = compile(&current, Role::Sandbox, &limits).unwrap_or_default();
+    let governing = match governance(sandbox, ctx).await? {
+        Governance::Governed(m) => m,
+        Governance::Refused(_, message) => {
+            let event = reject(&mut status, message);
+            return Ok(Outcome {
+                status,
+                event,
+                commit: None,
+            });
+        }
+    };
+    // Mode: the sandbox's, but never auto where a governing maximum forbids it.
+    let all_allow_auto = governing
+        .iter()
+        .all(|g| g.allowed_modes.contains(&Mode::Auto));
+    let generations: Vec<(String, i64)> = governing
+        .iter()
+        .map(|g| (g.name.clone(), g.generation))
+        .collect();
+    let weights = governing
+        .iter()
+        .find_map(|g| g.compiled.budget.map(|b| b.weights))
+        .unwrap_or_default();
+    let mode = match sandbox.spec.mode {
+        Some(Mode::Auto) if all_allow_auto => Mode::Auto,
+        _ => Mode::Ask,
+    };
+    let source = if conditions::is_true(&status.conditions, "Approved") {
+        Source::Approved
+    } else {
+        Source::Agent
+    };
+    let prover = ctx.prover.clone();
+    let allow_unmanaged = ctx.allow_unmanaged;
+    let (current_doc, candidate_doc) = (current.clone(), candidate.clone());
+    let (verdict, new_authority) = tokio::task::spawn_blocking(move || {
+        let maximums: Vec<GoverningMaximum<'_>> = governing
+            .iter()
+            .map(|g| GoverningMaximum {
+                name: &g.name,
+                policy: &g.compiled.policy,
+                invariants: &g.compiled.invariants,
+                budget: g.compiled.budget,
+            })
+            .collect();
+        let verdict = decide(
+            &VerdictInput {
+                maximums: &maximums,
+                current: (&current_doc, &compiled_current),
+                candidate: (&candidate_doc, &compiled_candidate),
+                source,
+                mode,
+                allow_unmanaged,
+            },
+            &prover,
+        );
+        let examples = prover
+            .new_authority(&compiled_candidate, &compiled_current, 3)
+            .examples;
+        (verdict, examples)
+    })
+    .await
+    .map_err(|e| ControllerError::Prover(e.to_string()))?;
+
+    let cost = verdict
+        .cost
+        .clone()
+        .unwrap_or_else(|| delta_cost(&current, &candidate, &weights));
+    status.verdict = Some(verdict.decision);
+    status.reason = Some(verdict.reason.clone());
+    status.counterexample = verdict.counterexample.as_ref().map(ActionRecord::from);
+    status.new_authority = new_authority.iter().map(ActionRecord::from).collect();
+    status.cost = Some(cost.total);
+    status.cost_breakdown = cost.breakdown;
+    status.proof = Some(ProofRecord {
+        result: match verdict.decision {
+            Decision::Reject => "rejected".into(),
+            _ => "within".into(),
+        },
+        model: "boundary-v1".into(),
+        maximums: generations
+            .into_iter()
+            .map(|(name, generation)| crate::k8s::crd::MaximumRef { name, generation })
+            .collect(),
+        sandbox_revision: sandbox
+            .status
+            .as_ref()
+            .map(|s| s.revision)
+            .unwrap_or_default(),
+        candidate_hash: None,
+        solver_millis: verdict.proofs.iter().map(|p| p.solver_millis).sum(),
+    });
+    let (event, commit) = match verdict.decision {
+        Decision::Apply => (None, Some(candidate)),
+        Decision::Ask => {
+            status.phase = Some(Phase::AwaitingApproval);
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::False,
+                "AwaitingApproval",
+                &verdict.reason,
+                generation,
+                &time,
+            );
+            (
+                Some((
+                    EventType::Normal,
+                    "AwaitingApproval",
+                    verdict.reason.clone(),
+                )),
+                None,
+            )
+        }
+        Decision::Reject => {
+            let reason = verdict.reason.clone();
+            (reject(&mut status, reason), None)
+        }
+    };
+    Ok(Outcome {
+        status,
+        event,
+        commit,
+    })
+}
+
+async fn write_proposal_status(
+    proposal: &PolicyProposal,
+    status: &PolicyProposalStatus,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let api: Api<PolicyProposal> = Api::namespaced(
+        ctx.client.clone(),
+        &proposal.namespace().unwrap_or_default(),
+    );
+    let patch = json!({
+        "apiVersion": "agentgate.dev/v1alpha1",
+        "kind": "PolicyProposal",
+        "status": serde_json::to_value(status)?,
+    });
+    api.patch_status(
+        &proposal.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn mark_applied(status: &mut PolicyProposalStatus, generation: Option<i64>, revision: u64) {
+    status.phase = Some(Phase::Applied);
+    status.verdict.get_or_insert(Decision::Apply);
+    conditions::set(
+        &mut status.conditions,
+        "Ready",
+        Status::True,
+        "Applied",
+        &format!("committed as sandbox revision {revision}"),
+        generation,
+        &now(),
+    );
+}
+
+async fn reconcile(
+    proposal: Arc<PolicyProposal>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let name = proposal.name_any();
+    let namespace = proposal.namespace().unwrap_or_default();
+    let generation = proposal.meta().generation;
+    let current_status = proposal.status.clone().unwrap_or_default();
+    if terminal(current_status.phase) && current_status.observed_generation == generation {
+        return Ok(Action::await_change());
+    }
+    let sandboxes: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Read from the API server, not a cache: this is the state we commit on.
+    let Some(sandbox) = sandboxes.get_opt(&proposal.spec.sandbox_ref.name).await? else {
+        let mut status = current_status;
+        status.phase = Some(Phase::Pending);
+        status.reason = Some(format!(
+            "sandbox {:?} not found",
+            proposal.spec.sandbox_ref.name
+        ));
+        write_proposal_status(&proposal, &status, &ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    };
+    let committed = sandbox.status.clone().unwrap_or_default();
+    // Crash repair: the sandbox already lists it, so it was committed.
+    if committed.applied_proposals.contains(&name) {
+        let mut status = current_status;
+        mark_applied(&mut status, generation, committed.revision);
+        write_proposal_status(&proposal, &status, &ctx).await?;
+        return Ok(Action::await_change());
+    }
+    if committed.effective_policy.is_none() {
+        return Ok(Action::requeue(Duration::from_secs(1))); // the sandbox is not committed yet
+    }
+    let outcome = evaluate(&proposal, &sandbox, &ctx).await?;
+    let mut status = outcome.status;
+    if let Some(candidate) = outcome.commit {
+        // Commit: sandbox status with its resourceVersion as precondition.
+        let mut next = sandbox.clone();
+        let mut next_status = committed.clone();
+        next_status.effective_policy = Some(candidate);
+        next_status.revision += 1;
+        next_status.applied_proposals.push(name.clone());
+        let revision = next_status.revision;
+        next.status = Some(next_status);
+        match sandboxes
+            .replace_status(&sandbox.name_any(), &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::info!(proposal = %name, "sandbox changed under the commit; starting over");
+                return Ok(Action::requeue(Duration::from_millis(50)));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        mark_applied(&mut status, generation, revision);
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Applied".into(),
+            note: Some(format!(
+                "{name}: {}",
+                status.reason.clone().unwrap_or_default()
+            )),
+            action: "Commit".into(),
+            secondary: None,
+        };
+        let _ = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await;
+    }
+    if Some(&status) != proposal.status.as_ref() {
+        write_proposal_status(&proposal, &status, &ctx).await?;
+        if let Some((type_, reason, note)) = outcome.event {
+            let event = Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Verify".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx
+                .recorder
+                .publish(&event, &proposal.object_ref(&()))
+                .await
+            {
+                tracing::warn!(proposal = %name, error = %e, "could not publish an event");
+            }
+        }
+    }
+    tracing::info!(proposal = %name, namespace = %namespace, phase = ?status.phase, "reconciled");
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+fn error_policy(proposal: Arc<PolicyProposal>, error: &ControllerError, _: Arc<Context>) -> Action {
+    tracing::warn!(proposal = %proposal.name_any(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the PolicyProposal controller until shutdown.
+pub async fn run(ctx: Arc<Context>) {
+    let proposals: Api<PolicyProposal> = Api::all(ctx.client.clone());
+    Controller::new(proposals, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}

@@ -362,6 +362,11 @@ impl ControlPlane {
 
     /// Starts `agentgate controller` against this control plane.
     pub fn start_operator(&self) -> Result<Operator, HarnessError> {
+        self.start_operator_with(&[])
+    }
+
+    /// Starts `agentgate controller` with extra arguments.
+    pub fn start_operator_with(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
         let log = self.dir.join(format!("operator-{}.log", free_port()?));
         let out =
             std::fs::File::create(&log).map_err(|e| failed("creating the operator log", e))?;
@@ -370,6 +375,7 @@ impl ControlPlane {
             .map_err(|e| failed("creating the operator log", e))?;
         let child = Command::new(operator_binary()?)
             .arg("controller")
+            .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("AGENTGATE_LOG", "info")
             .stdout(out)

@@ -1,13 +1,19 @@
 //! `agentgate controller`: runs the reconcilers against the cluster in
-//! `KUBECONFIG` (or the in-cluster service account).
+//! `KUBECONFIG` (or the in-cluster service account). With leader election
+//! (the default) only the replica holding the Lease runs them; a replica
+//! that loses the Lease exits, and its restart waits for the Lease again.
 
 use std::time::Duration;
 
 use clap::Args;
+use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::{Context, maximum, proposal, sandbox};
 use crate::prover::{Prover, ProverOptions};
+
+/// Exit code when leadership is lost (crash-only: the Deployment restarts us).
+pub const EXIT_LOST_LEADERSHIP: u8 = 4;
 
 /// Arguments of `controller`.
 #[derive(Debug, Args)]
@@ -18,9 +24,43 @@ pub struct ControllerArgs {
     /// Let sandboxes that no MaximumPolicy governs keep their grants.
     #[arg(long)]
     pub allow_unmanaged: bool,
+    /// Run the reconcilers only while holding the Lease (one active replica).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, default_value = "agentgate-leader")]
+    pub lease_name: String,
+    /// Seconds a leader's Lease is valid without renewal.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// This replica's identity in the Lease (default: $POD_NAME, else host and pid).
+    #[arg(long)]
+    pub identity: Option<String>,
 }
 
-/// Runs the controllers until SIGINT/SIGTERM; returns the exit code.
+fn identity(args: &ControllerArgs) -> String {
+    args.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        })
+}
+
+async fn run_controllers(ctx: std::sync::Arc<Context>) {
+    tokio::join!(
+        maximum::run(ctx.clone()),
+        sandbox::run(ctx.clone()),
+        proposal::run(ctx)
+    );
+}
+
+/// Runs the controllers until SIGINT/SIGTERM (or lost leadership); returns
+/// the exit code.
 pub fn run(args: &ControllerArgs) -> u8 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -44,10 +84,68 @@ pub fn run(args: &ControllerArgs) -> u8 {
             timeout: Duration::from_millis(args.timeout_ms.max(1)),
             ..ProverOptions::default()
         });
-        tracing::info!("agentgate controller started");
-        let ctx = Context::new(client, prover, args.allow_unmanaged);
-        tokio::join!(maximum::run(ctx.clone()), sandbox::run(ctx.clone()), proposal::run(ctx));
-        tracing::info!("agentgate controller stopped");
-        EXIT_WITHIN
+        let ctx = Context::new(client.clone(), prover, args.allow_unmanaged);
+        if !args.leader_elect {
+            tracing::info!("agentgate controller started (no leader election)");
+            run_controllers(ctx).await;
+            return EXIT_WITHIN;
+        }
+
+        let me = identity(args);
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let duration = args.lease_duration_seconds.max(2);
+        let manager = match LeaseManagerBuilder::new(client, &args.lease_name)
+            .with_namespace(&namespace)
+            .with_identity(&me)
+            .with_duration(duration)
+            .with_grace((duration / 3).max(1))
+            .build()
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("agentgate controller: cannot use Lease {namespace}/{}: {e}", args.lease_name);
+                return EXIT_USAGE;
+            }
+        };
+        let (mut leading, lease_task) = manager.watch().await;
+        tracing::info!(identity = %me, lease = %args.lease_name, "waiting for leadership");
+        while !*leading.borrow_and_update() {
+            tokio::select! {
+                changed = leading.changed() => {
+                    if changed.is_err() {
+                        eprintln!("agentgate controller: the lease manager stopped");
+                        return EXIT_USAGE;
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => return EXIT_WITHIN,
+            }
+        }
+        tracing::info!(identity = %me, "leading: starting the reconcilers");
+        let lost = async {
+            loop {
+                if leading.changed().await.is_err() || !*leading.borrow_and_update() {
+                    return;
+                }
+            }
+        };
+        let code = tokio::select! {
+            _ = run_controllers(ctx) => EXIT_WITHIN,
+            _ = lost => {
+                tracing::error!(identity = %me, "lost leadership; exiting so that a restart waits for the Lease");
+                EXIT_LOST_LEADERSHIP
+            }
+        };
+        if code == EXIT_WITHIN {
+            // Clean shutdown: release the Lease for the next leader.
+            drop(leading);
+            let _ = lease_task.await;
+        }
+        tracing::info!(identity = %me, "agentgate controller stopped");
+        code
     })
 }

@@ -317,6 +317,31 @@ impl Operator {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// `GET /metrics` from the operator's metrics port (read from its log).
+    pub fn metrics(&self) -> Result<String, HarnessError> {
+        use std::io::{Read, Write};
+        let log = self.log();
+        let address = log
+            .lines()
+            .filter(|l| l.contains("metrics listening"))
+            .find_map(|l| l.split("address=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap_or_default().to_string())
+            .ok_or_else(|| failed("finding the metrics address", "not in the operator log yet"))?;
+        let mut stream = std::net::TcpStream::connect(&address)
+            .map_err(|e| failed(format!("connecting to {address}"), e))?;
+        stream
+            .write_all(
+                format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .map_err(|e| failed("requesting /metrics", e))?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .map_err(|e| failed("reading /metrics", e))?;
+        Ok(response)
+    }
 }
 
 impl Drop for Operator {
@@ -375,6 +400,7 @@ impl ControlPlane {
             .map_err(|e| failed("creating the operator log", e))?;
         let child = Command::new(operator_binary()?)
             .arg("controller")
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("AGENTGATE_LOG", "info")

@@ -208,6 +208,22 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
     );
     sandbox(&cp, &op, "{.status.revision}", |s| s == "3");
 
+    // Metrics on the plain port count what happened.
+    let metrics = op.metrics().expect("metrics");
+    for needle in [
+        "agentgate_commits_total 2",
+        "agentgate_verdicts_total{verdict=\"apply\"}",
+        "agentgate_verdicts_total{verdict=\"reject\"}",
+        "agentgate_verdicts_total{verdict=\"ask\"}",
+        "agentgate_reconciles_total{kind=\"policyproposal\"}",
+        "agentgate_solver_seconds_count",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from:\n{metrics}"
+        );
+    }
+
     // The commits are the only writers of revision: exactly one per commit.
     let revision = sandbox(&cp, &op, "{.status.revision}", |_| true);
     assert_eq!(revision, "3");

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     agentgate::cli::run(agentgate::cli::Cli::parse())
 }

@@ -9,6 +9,7 @@ use clap::Args;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
+use crate::controller::metrics::{Metrics, serve};
 use crate::controller::{Context, maximum, proposal, sandbox};
 use crate::prover::{Prover, ProverOptions};
 
@@ -39,6 +40,9 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease (default: $POD_NAME, else host and pid).
     #[arg(long)]
     pub identity: Option<String>,
+    /// Where to serve /metrics and /healthz (plain HTTP; port 0 picks one).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: std::net::SocketAddr,
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -84,7 +88,15 @@ pub fn run(args: &ControllerArgs) -> u8 {
             timeout: Duration::from_millis(args.timeout_ms.max(1)),
             ..ProverOptions::default()
         });
-        let ctx = Context::new(client.clone(), prover, args.allow_unmanaged);
+        let metrics = std::sync::Arc::new(Metrics::new());
+        let address = args.metrics_bind_address;
+        let served = metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(address, served).await {
+                tracing::error!(%address, error = %e, "metrics server failed");
+            }
+        });
+        let ctx = Context::new(client.clone(), prover, args.allow_unmanaged, metrics);
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");
             run_controllers(ctx).await;

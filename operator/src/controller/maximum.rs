@@ -260,9 +260,32 @@ async fn write_status(
     Ok(())
 }
 
-fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, _: Arc<Context>) -> Action {
-    tracing::warn!(maximum = %maximum.name_any(), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "maximumpolicy/{}/{}",
+        maximum.namespace().unwrap_or_default(),
+        maximum.name_any()
+    );
+    let wait = ctx.backoff("maximumpolicy", key);
+    tracing::warn!(maximum = %maximum.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
+    Action::requeue(wait)
+}
+
+async fn counted(
+    maximum: Arc<MaximumPolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    ctx.metrics.reconcile("maximumpolicy");
+    let key = format!(
+        "maximumpolicy/{}/{}",
+        maximum.namespace().unwrap_or_default(),
+        maximum.name_any()
+    );
+    let result = reconcile(maximum, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.succeeded(&key);
+    }
+    result
 }
 
 /// Runs the MaximumPolicy controller until shutdown. Sandboxes and
@@ -291,7 +314,8 @@ pub async fn run(ctx: Arc<Context>) {
             move |_| all_for_namespaces(),
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
+        .run(counted, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "controller event");

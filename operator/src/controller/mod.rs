@@ -3,11 +3,14 @@
 //! blocking threads; no Z3 value crosses an `.await`.
 
 pub mod maximum;
+pub mod metrics;
 pub mod proposal;
 pub mod revoke;
 pub mod sandbox;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -42,11 +45,20 @@ pub struct Context {
     pub recorder: Recorder,
     /// Whether sandboxes no MaximumPolicy governs may hold any grant.
     pub allow_unmanaged: bool,
+    /// Prometheus metrics.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Consecutive failures per object, for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
     /// A context for `client`, reporting Events as `agentgate`.
-    pub fn new(client: Client, prover: Prover, allow_unmanaged: bool) -> Arc<Context> {
+    pub fn new(
+        client: Client,
+        prover: Prover,
+        allow_unmanaged: bool,
+        metrics: Arc<metrics::Metrics>,
+    ) -> Arc<Context> {
         let reporter = Reporter {
             controller: "agentgate".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -56,9 +68,34 @@ impl Context {
             client,
             prover,
             allow_unmanaged,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
         })
     }
+
+    /// Records a failed reconcile of `key` and returns how long to wait
+    /// before the next try: 1 s, doubling per consecutive failure, at most
+    /// 2 minutes.
+    pub fn backoff(&self, kind: &str, key: String) -> Duration {
+        self.metrics.error(kind);
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(7)).min(Duration::from_secs(120))
+    }
+
+    /// Forgets `key`'s failures after a successful reconcile.
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
 }
+
+/// How many objects of one kind are reconciled at once: bounded, since
+/// each reconcile may run solver work on a blocking thread.
+pub const CONCURRENCY: u16 = 4;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "agentgate";

@@ -19,6 +19,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::controller::metrics::VerdictLabel;
 use crate::controller::sandbox::{Governance, governance};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
@@ -191,6 +192,14 @@ async fn evaluate(
     })
     .await
     .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let solver_millis: f64 = verdict.proofs.iter().map(|p| p.solver_millis).sum();
+    ctx.metrics.solver_seconds.observe(solver_millis / 1000.0);
+    ctx.metrics
+        .verdicts
+        .get_or_create(&VerdictLabel {
+            verdict: format!("{:?}", verdict.decision).to_lowercase(),
+        })
+        .inc();
 
     let cost = verdict
         .cost
@@ -342,11 +351,13 @@ async fn reconcile(
         {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {
+                ctx.metrics.commit_conflicts.inc();
                 tracing::info!(proposal = %name, "sandbox changed under the commit; starting over");
                 return Ok(Action::requeue(Duration::from_millis(50)));
             }
             Err(e) => return Err(e.into()),
         }
+        ctx.metrics.commits.inc();
         mark_applied(&mut status, generation, revision);
         let event = Event {
             type_: EventType::Normal,
@@ -383,9 +394,36 @@ async fn reconcile(
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-fn error_policy(proposal: Arc<PolicyProposal>, error: &ControllerError, _: Arc<Context>) -> Action {
-    tracing::warn!(proposal = %proposal.name_any(), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(2))
+fn error_policy(
+    proposal: Arc<PolicyProposal>,
+    error: &ControllerError,
+    ctx: Arc<Context>,
+) -> Action {
+    let key = format!(
+        "policyproposal/{}/{}",
+        proposal.namespace().unwrap_or_default(),
+        proposal.name_any()
+    );
+    let wait = ctx.backoff("policyproposal", key);
+    tracing::warn!(proposal = %proposal.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
+    Action::requeue(wait)
+}
+
+async fn counted(
+    proposal: Arc<PolicyProposal>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    ctx.metrics.reconcile("policyproposal");
+    let key = format!(
+        "policyproposal/{}/{}",
+        proposal.namespace().unwrap_or_default(),
+        proposal.name_any()
+    );
+    let result = reconcile(proposal, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.succeeded(&key);
+    }
+    result
 }
 
 /// Runs the PolicyProposal controller until shutdown.
@@ -393,7 +431,8 @@ pub async fn run(ctx: Arc<Context>) {
     let proposals: Api<PolicyProposal> = Api::all(ctx.client.clone());
     Controller::new(proposals, watcher::Config::default())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
+        .run(counted, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "controller event");

@@ -185,10 +185,14 @@ async fn reconcile(
                 .map(|g| (g.name, g.compiled))
                 .collect();
             let prover = ctx.prover.clone();
+            let started = std::time::Instant::now();
             let Revocation { kept, revoked } =
                 tokio::task::spawn_blocking(move || revoke_until_within(&base, &maximums, &prover))
                     .await
                     .map_err(|e| ControllerError::Prover(e.to_string()))?;
+            ctx.metrics
+                .solver_seconds
+                .observe(started.elapsed().as_secs_f64());
             (kept, names, None, revoked)
         }
     };
@@ -292,6 +296,7 @@ async fn reconcile(
         {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {
+                ctx.metrics.commit_conflicts.inc();
                 return Ok(Action::requeue(Duration::from_millis(50)));
             }
             Err(e) => return Err(e.into()),
@@ -397,9 +402,29 @@ async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<(), Control
     Ok(())
 }
 
-fn error_policy(sandbox: Arc<AgentSandbox>, error: &ControllerError, _: Arc<Context>) -> Action {
-    tracing::warn!(sandbox = %sandbox.name_any(), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(sandbox: Arc<AgentSandbox>, error: &ControllerError, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "agentsandbox/{}/{}",
+        sandbox.namespace().unwrap_or_default(),
+        sandbox.name_any()
+    );
+    let wait = ctx.backoff("agentsandbox", key);
+    tracing::warn!(sandbox = %sandbox.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
+    Action::requeue(wait)
+}
+
+async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    ctx.metrics.reconcile("agentsandbox");
+    let key = format!(
+        "agentsandbox/{}/{}",
+        sandbox.namespace().unwrap_or_default(),
+        sandbox.name_any()
+    );
+    let result = reconcile(sandbox, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.succeeded(&key);
+    }
+    result
 }
 
 /// Runs the AgentSandbox controller until shutdown. A MaximumPolicy change
@@ -439,7 +464,8 @@ pub async fn run(ctx: Arc<Context>) {
             },
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
+        .run(counted, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "controller event");

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 control-plane build test lint unit-tests e2e bench demo fmt clean crds
+.PHONY: help z3 control-plane build test lint unit-tests e2e bench demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -35,7 +35,14 @@ e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver +
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment
 
-demo: build ## run the CLI on examples/: within, exceeds with its counterexample, a diff with its cost
+demo: z3 control-plane ## local control plane + operator + examples/, left running (stop: make demo-down)
+	$(CARGO) build --locked -q -p agentgate --bin agentgate
+	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- up
+
+demo-down: ## stop what make demo started
+	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- down
+
+demo-cli: build ## the CLI on examples/: verify, diff with its cost, import openshell
 	@./hack/demo.sh
 
 crds: z3 ## regenerate crds/agentgate.yaml from the Rust types

@@ -83,12 +83,18 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API server is ready.
     pub fn start() -> Result<ControlPlane, HarnessError> {
-        let bin = assets()?;
         let dir = std::env::temp_dir().join(format!(
             "agentgate-e2e-{}-{}",
             std::process::id(),
             free_port()?
         ));
+        ControlPlane::start_in(dir)
+    }
+
+    /// Like [`ControlPlane::start`], with its files (kubeconfig, logs, etcd
+    /// data) in `dir`.
+    pub fn start_in(dir: PathBuf) -> Result<ControlPlane, HarnessError> {
+        let bin = assets()?;
         std::fs::create_dir_all(dir.join("certs"))
             .map_err(|e| failed(format!("creating {}", dir.display()), e))?;
         let mut plane = ControlPlane {
@@ -244,6 +250,18 @@ impl ControlPlane {
         )
     }
 
+    /// Leaves the processes running and the files in place (for `make
+    /// demo`); returns their pids.
+    pub fn detach(self) -> Vec<u32> {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.children.iter().map(Child::id).collect()
+    }
+
+    /// The directory holding the kubeconfig, logs and etcd data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The kubeconfig of the admin identity.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
@@ -284,15 +302,18 @@ impl ControlPlane {
     }
 }
 
-/// The `agentgate` binary of this build (target/<profile>/agentgate next
-/// to the test's deps/ directory; `make test` builds it).
+/// The `agentgate` binary of this build (target/<profile>/agentgate; `make
+/// test` and `make demo` build it).
 pub fn operator_binary() -> Result<PathBuf, HarnessError> {
     let exe = std::env::current_exe().map_err(|e| failed("locating the test binary", e))?;
-    let bin = exe
+    // Tests run from target/<profile>/deps/, programs from target/<profile>/.
+    let dir = exe
         .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("agentgate"))
         .ok_or_else(|| failed("locating the agentgate binary", "no target directory"))?;
+    let bin = [dir.join("agentgate"), dir.join("../agentgate")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| dir.join("agentgate"));
     if bin.exists() {
         Ok(bin)
     } else {
@@ -341,6 +362,14 @@ impl Operator {
             .read_to_string(&mut response)
             .map_err(|e| failed("reading /metrics", e))?;
         Ok(response)
+    }
+}
+
+impl Operator {
+    /// Leaves the operator running (for `make demo`); returns its pid and log.
+    pub fn detach(self) -> (u32, PathBuf) {
+        let this = std::mem::ManuallyDrop::new(self);
+        (this.child.id(), this.log.clone())
     }
 }
 

@@ -1,0 +1,213 @@
+//! `make demo` / `make demo-down`: a local control plane with the operator
+//! and the examples, left running for you to explore.
+//!
+//! `agentgate-demo up` starts etcd, kube-apiserver and `agentgate
+//! controller`, applies examples/ (a MaximumPolicy with a review region and
+//! an invariant, a sandbox, three proposals), waits for their verdicts,
+//! prints them and the KUBECONFIG path, and exits, leaving the processes
+//! running. `agentgate-demo down` stops them and removes the files.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use agentgate_e2e::ControlPlane;
+
+fn state_dir() -> PathBuf {
+    std::env::temp_dir().join("agentgate-demo")
+}
+
+fn alive(pid: &str) -> bool {
+    Command::new("kill")
+        .args(["-0", pid])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn down() -> ExitCode {
+    let dir = state_dir();
+    let Ok(pids) = std::fs::read_to_string(dir.join("pids")) else {
+        println!("no demo is running");
+        return ExitCode::SUCCESS;
+    };
+    for pid in pids.split_whitespace() {
+        let _ = Command::new("kill").arg(pid).status();
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    for pid in pids.split_whitespace().filter(|p| alive(p)) {
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("demo stopped");
+    ExitCode::SUCCESS
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
+    let output = cp.kubectl(args).map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+fn up() -> Result<(), String> {
+    let dir = state_dir();
+    if let Ok(pids) = std::fs::read_to_string(dir.join("pids"))
+        && pids.split_whitespace().all(alive)
+    {
+        println!(
+            "the demo is already running; KUBECONFIG={}",
+            dir.join("kubeconfig").display()
+        );
+        println!("stop it with: make demo-down");
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("starting etcd and kube-apiserver ...");
+    let cp = ControlPlane::start_in(dir.clone()).map_err(|e| e.to_string())?;
+    cp.install_crds().map_err(|e| e.to_string())?;
+    kubectl(&cp, &["create", "namespace", "agents"])?;
+    kubectl(&cp, &["label", "namespace", "agents", "team=ml"])?;
+    eprintln!("starting agentgate controller ...");
+    let operator = cp.start_operator().map_err(|e| e.to_string())?;
+    kubectl(
+        &cp,
+        &[
+            "apply",
+            "-f",
+            "examples/maximum.yaml",
+            "-f",
+            "examples/sandbox.yaml",
+        ],
+    )?;
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.revision}",
+        ],
+        Duration::from_secs(60),
+        |s| s == "1",
+    )
+    .map_err(|last| {
+        format!(
+            "the sandbox was not committed (last: {last:?})\n{}",
+            operator.log()
+        )
+    })?;
+    kubectl(&cp, &["apply", "-f", "examples/proposals/"])?;
+    for (name, phase) in [
+        ("comment-on-issues", "Applied"),
+        ("update-pull-requests", "AwaitingApproval"),
+        ("post-anywhere", "Rejected"),
+    ] {
+        cp.wait_for(
+            &[
+                "get",
+                "pprop",
+                name,
+                "-n",
+                "agents",
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+            Duration::from_secs(60),
+            |s| s == phase,
+        )
+        .map_err(|last| {
+            format!(
+                "{name} did not reach {phase} (last: {last:?})\n{}",
+                operator.log()
+            )
+        })?;
+    }
+
+    let show = |title: &str, args: &[&str]| -> Result<(), String> {
+        println!("\n\x1b[1m# {title}\x1b[0m\n$ kubectl {}", args.join(" "));
+        print!("{}", kubectl(&cp, args)?);
+        Ok(())
+    };
+    show(
+        "The ceiling: valid, consistent with its invariant, governing one sandbox",
+        &["get", "maxpol"],
+    )?;
+    show(
+        "The sandbox: proved within the ceiling; revision 2 after one auto-applied proposal",
+        &["get", "asbx", "-n", "agents", "-o", "wide"],
+    )?;
+    show(
+        "Three proposals: applied automatically, waiting for a reviewer, rejected with a counterexample",
+        &[
+            "get",
+            "pprop",
+            "-n",
+            "agents",
+            "-o",
+            "custom-columns=NAME:.metadata.name,VERDICT:.status.verdict,PHASE:.status.phase,COST:.status.cost,REASON:.status.reason",
+        ],
+    )?;
+    show(
+        "The committed policy the enforcement proxy reads",
+        &[
+            "get",
+            "configmap",
+            "triage-bot-policy",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.data.policy\\.yaml}",
+        ],
+    )?;
+
+    let kubeconfig = cp.kubeconfig().display().to_string();
+    let (operator_pid, log) = operator.detach();
+    let mut pids = cp.detach();
+    pids.push(operator_pid);
+    std::fs::write(
+        dir.join("pids"),
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+    .map_err(|e| e.to_string())?;
+    println!("\n\x1b[1mThe demo is running.\x1b[0m Try:");
+    println!("  export KUBECONFIG={kubeconfig}");
+    println!("  kubectl get agentgate -A");
+    println!(
+        "  kubectl patch pprop update-pull-requests -n agents --subresource=status --type=json \\"
+    );
+    println!(
+        "    -p '[{{\"op\":\"add\",\"path\":\"/status/conditions/-\",\"value\":{{\"type\":\"Approved\",\"status\":\"True\",\"reason\":\"Reviewed\",\"message\":\"ok\",\"lastTransitionTime\":\"2026-11-29T00:00:00Z\"}}}}]'"
+    );
+    println!("  kubectl get pprop -n agents        # update-pull-requests is now Applied");
+    println!("Operator log: {}", log.display());
+    println!("Stop it with: make demo-down");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match std::env::args().nth(1).as_deref() {
+        Some("up") => match up() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentgate-demo: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("down") => down(),
+        _ => {
+            eprintln!("usage: agentgate-demo up|down");
+            ExitCode::from(2)
+        }
+    }
+}

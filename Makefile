@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 control-plane build test lint unit-tests e2e bench demo demo-down demo-cli fmt clean crds
+.PHONY: help z3 control-plane build test lint unit-tests e2e bench bench-operator demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -34,6 +34,10 @@ e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver +
 
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment
+
+bench-operator: z3 control-plane ## proposal creation -> Applied latency and commits/s on the local control plane
+	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
+	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-proposals
 
 demo: z3 control-plane ## local control plane + operator + examples/, left running (stop: make demo-down)
 	$(CARGO) build --locked -q -p agentgate --bin agentgate

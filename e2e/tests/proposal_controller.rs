@@ -127,6 +127,23 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
         "the ConfigMap carries the applied grant",
     );
 
+    wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "events",
+            "-n",
+            "agents",
+            "--field-selector",
+            "reason=Applied",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |s| s.contains("comment-on-issues"),
+        "an Applied event",
+    );
+
     // 2. Outside the maximum: rejected with a replayed counterexample.
     run(
         &cp,

@@ -91,6 +91,19 @@ spec:
     network: [{name: read, endpoints: [{host: api.github.com, ports: [443]}]}]
 ";
 
+const WITH_POD: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: podded, namespace: agents}
+spec:
+  agentServiceAccount: bot
+  template:
+    metadata: {labels: {app: bot}}
+    spec:
+      containers: [{name: agent, image: ghcr.io/acme/bot@sha256:0000000000000000000000000000000000000000000000000000000000000000}]
+  policy:
+    filesystem: {readOnly: [/app]}
+";
+
 /// org-ceiling without its github rule: the triage bot's grant must go.
 const TIGHTENED: &str = "apiVersion: agentgate.dev/v1alpha1
 kind: MaximumPolicy
@@ -223,6 +236,25 @@ fn sandboxes_are_proved_revoked_and_materialised() {
     );
     let cm = config_map("loner-policy", "other", &|_| true);
     assert!(!cm.contains("api.github.com"), "{cm}");
+
+    // The agent Pod is materialised from spec.template, owned and labelled.
+    apply(&cp, WITH_POD);
+    let owner = wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "pod",
+            "podded",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[0].kind}",
+        ],
+        |s| !s.is_empty(),
+        "the agent Pod",
+    );
+    assert_eq!(owner, "podded AgentSandbox");
 
     // Scenario 4: the maximum is tightened; the committed grant is revoked
     // and WithinMaximum=False names it.

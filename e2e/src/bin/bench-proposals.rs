@@ -1,0 +1,209 @@
+//! Operator benchmark (issue 3): time from PolicyProposal creation to
+//! `Applied` (p50/p99) over 100 proposals created one after another, and
+//! commits per second for 100 proposals created at once, on the local
+//! control plane with the real operator. Prints numbers; asserts nothing
+//! about speed (docs/benchmarks.md records them).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agentgate_e2e::ControlPlane;
+
+fn proposal(prefix: &str, i: usize) -> String {
+    format!(
+        "apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {{name: {prefix}-{i}, namespace: agents}}
+spec:
+  sandboxRef: {{name: triage-bot}}
+  requestedBy: system:serviceaccount:agents:triage-bot
+  add:
+    network:
+      - name: {prefix}-{i}
+        binaries: [/usr/bin/gh]
+        endpoints:
+          - host: api.github.com
+            ports: [443]
+            protocol: rest
+            rules: [{{methods: [POST], path: /repos/acme/{prefix}{i}/issues/*/comments}}]
+"
+    )
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Streams `name phase` lines of every proposal change, stamped on arrival.
+fn watch(cp: &ControlPlane) -> Result<mpsc::Receiver<(String, String, Instant)>, String> {
+    let assets = agentgate_e2e::assets().map_err(|e| e.to_string())?;
+    let mut child = Command::new(assets.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig())
+        .args([
+            "get",
+            "pprop",
+            "-n",
+            "agents",
+            "-w",
+            "-o",
+            "jsonpath={.metadata.name} {.status.phase}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _child = child;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut parts = line.split_whitespace();
+            if let (Some(name), Some(phase)) = (parts.next(), parts.next()) {
+                let _ = tx.send((name.to_string(), phase.to_string(), Instant::now()));
+            }
+        }
+    });
+    Ok(rx)
+}
+
+fn wait_applied(
+    rx: &mpsc::Receiver<(String, String, Instant)>,
+    names: &[String],
+    seen: &mut HashMap<String, Instant>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while names.iter().any(|n| !seen.contains_key(n)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (name, phase, at) = rx
+            .recv_timeout(left)
+            .map_err(|_| "timed out waiting for Applied".to_string())?;
+        match phase.as_str() {
+            "Applied" => {
+                seen.entry(name).or_insert(at);
+            }
+            "Rejected" => return Err(format!("{name} was rejected")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let cp = ControlPlane::start().map_err(|e| e.to_string())?;
+    cp.install_crds().map_err(|e| e.to_string())?;
+    let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<(), String> {
+        let output = match stdin {
+            Some(text) => cp.kubectl_stdin(args, text),
+            None => cp.kubectl(args),
+        }
+        .map_err(|e| e.to_string())?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    };
+    kubectl(&["create", "namespace", "agents"], None)?;
+    kubectl(&["label", "namespace", "agents", "team=ml"], None)?;
+    let operator = cp.start_operator().map_err(|e| e.to_string())?;
+    kubectl(
+        &[
+            "apply",
+            "-f",
+            "examples/maximum.yaml",
+            "-f",
+            "examples/sandbox.yaml",
+        ],
+        None,
+    )?;
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.revision}",
+        ],
+        Duration::from_secs(60),
+        |s| s == "1",
+    )
+    .map_err(|_| format!("sandbox not committed\n{}", operator.log()))?;
+    let rx = watch(&cp)?;
+    let mut seen = HashMap::new();
+    let n = 100;
+
+    // Latency: one proposal at a time, each waited for.
+    let mut latencies = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("seq-{i}");
+        kubectl(&["create", "-f", "-"], Some(&proposal("seq", i)))?;
+        let created = Instant::now();
+        wait_applied(&rx, std::slice::from_ref(&name), &mut seen)?;
+        latencies.push(seen[&name].saturating_duration_since(created).as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+
+    // Throughput: 100 created at once.
+    let batch: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
+    let yaml = (0..n)
+        .map(|i| proposal("burst", i))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let started = Instant::now();
+    kubectl(&["create", "-f", "-"], Some(&yaml))?;
+    wait_applied(&rx, &batch, &mut seen)?;
+    let elapsed = batch
+        .iter()
+        .map(|b| seen[b])
+        .max()
+        .unwrap_or(started)
+        .saturating_duration_since(started);
+
+    println!(
+        "# operator benchmark: PolicyProposal creation -> Applied (local control plane, real operator)"
+    );
+    println!(
+        "machine: {} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!(
+        "sequential, {n} proposals (each an auto-eligible grant, committed with the resourceVersion precondition):"
+    );
+    println!(
+        "  p50 {:.0} ms   p99 {:.0} ms   max {:.0} ms",
+        percentile(&latencies, 50.0),
+        percentile(&latencies, 99.0),
+        latencies[n - 1]
+    );
+    println!("burst, {n} proposals created at once:");
+    println!(
+        "  all applied in {:.2} s = {:.1} commits/s",
+        elapsed.as_secs_f64(),
+        n as f64 / elapsed.as_secs_f64()
+    );
+    let target = percentile(&latencies, 99.0) <= 1000.0;
+    println!(
+        "target p99 <= 1 s: {}",
+        if target { "met" } else { "NOT met" }
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-proposals: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -212,10 +212,15 @@ async fn evaluate(
     status.cost = Some(cost.total);
     status.cost_breakdown = cost.breakdown;
     status.proof = Some(ProofRecord {
-        result: match verdict.decision {
-            Decision::Reject => "rejected".into(),
-            _ => "within".into(),
-        },
+        // The prover's answer behind the verdict: the first proof that was
+        // not `within` (the one that decided a refusal), else `within`.
+        result: verdict
+            .proofs
+            .iter()
+            .filter(|p| p.question != "newAuthority")
+            .map(|p| p.result.clone())
+            .find(|r| r != "within")
+            .unwrap_or_else(|| "within".into()),
         model: "boundary-v1".into(),
         maximums: generations
             .into_iter()
@@ -226,7 +231,7 @@ async fn evaluate(
             .as_ref()
             .map(|s| s.revision)
             .unwrap_or_default(),
-        candidate_hash: None,
+        candidate_hash: Some(candidate_hash(&candidate)),
         solver_millis: verdict.proofs.iter().map(|p| p.solver_millis).sum(),
     });
     let (event, commit) = match verdict.decision {
@@ -261,6 +266,14 @@ async fn evaluate(
         event,
         commit,
     })
+}
+
+/// SHA-256 of the candidate policy's JSON, so a proof can be matched to
+/// exactly the policy it was about.
+fn candidate_hash(candidate: &PolicyDocument) -> String {
+    use sha2::{Digest, Sha256};
+    let json = serde_json::to_vec(candidate).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(&json)))
 }
 
 async fn write_proposal_status(

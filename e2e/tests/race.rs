@@ -9,7 +9,82 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::{ControlPlane, operator_binary};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use agentgate_e2e::{ControlPlane, assets, operator_binary};
+
+/// The sandbox's `(revision, appliedProposals)` as the watch saw them.
+type CommitLog = Arc<Mutex<Vec<(u64, Vec<String>)>>>;
+
+/// Records every state of the sandbox's `revision` and `appliedProposals`
+/// as the API server reports it (one line per watch event).
+fn record_commits(cp: &ControlPlane) -> CommitLog {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut child = Command::new(assets().unwrap().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig())
+        .args([
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-w",
+            "-o",
+            "jsonpath={.status.revision}|{.status.appliedProposals[*]}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        let _child = child;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let Some((revision, applied)) = line.split_once('|') else {
+                continue;
+            };
+            let Ok(revision) = revision.trim().parse() else {
+                continue;
+            };
+            let applied = applied.split_whitespace().map(str::to_string).collect();
+            sink.lock().unwrap().push((revision, applied));
+        }
+    });
+    seen
+}
+
+/// Every change the watch saw is one commit: the revision goes up by
+/// exactly one, and appliedProposals gains at most one name, never loses
+/// one, and never changes without a new revision.
+fn one_revision_per_commit(states: &[(u64, Vec<String>)]) {
+    let mut distinct: Vec<&(u64, Vec<String>)> = Vec::new();
+    for state in states {
+        if distinct.last().is_none_or(|last| *last != state) {
+            distinct.push(state);
+        }
+    }
+    for pair in distinct.windows(2) {
+        let ((r1, a1), (r2, a2)) = (pair[0], pair[1]);
+        assert_eq!(
+            *r2,
+            r1 + 1,
+            "revision jumped {r1} -> {r2} ({a1:?} -> {a2:?})"
+        );
+        assert!(
+            a2.starts_with(a1),
+            "appliedProposals lost or reordered names: {a1:?} -> {a2:?}"
+        );
+        assert!(
+            a2.len() <= a1.len() + 1,
+            "two commits in one revision: {a1:?} -> {a2:?}"
+        );
+    }
+    assert!(distinct.len() > 1, "the watch saw no commits: {states:?}");
+}
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -298,10 +373,13 @@ fn concurrent_proposals_while_the_maximum_tightens() {
     let cp = ControlPlane::start().expect("local control plane");
     setup(&cp);
     let op = cp.start_operator().expect("operator");
+    let commits = record_commits(&cp);
     apply(&cp, &proposals());
     wait_applied(&cp, 3, &|| op.log());
     apply(&cp, TIGHTENED);
     converged(&cp, &|| op.log());
+    std::thread::sleep(Duration::from_millis(500));
+    one_revision_per_commit(&commits.lock().unwrap());
 }
 
 #[test]

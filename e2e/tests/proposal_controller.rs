@@ -208,6 +208,53 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
         s == "comment-on-issues update-pull-requests"
     });
 
+    // A reviewer's Denied condition rejects a proposal waiting for approval
+    // (new authority in the review region: merging pull requests).
+    let denied = std::fs::read_to_string(
+        agentgate_e2e::repo_root().join("examples/proposals/update-pull-requests.yaml"),
+    )
+    .unwrap()
+    .replace("name: update-pull-requests", "name: retitle-prs")
+    .replace("name: github-pulls", "name: github-merge")
+    .replace("methods: [PATCH]", "methods: [PUT]")
+    .replace(
+        "path: /repos/acme/*/pulls/*\n",
+        "path: /repos/acme/*/pulls/*/merge\n",
+    );
+    assert!(denied.contains("/pulls/*/merge"), "{denied}");
+    let output = cp
+        .kubectl_stdin(&["apply", "-f", "-"], &denied)
+        .expect("kubectl");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    proposal(&cp, &op, "retitle-prs", "{.status.phase}", |s| {
+        s == "AwaitingApproval"
+    });
+    run(
+        &cp,
+        &[
+            "patch",
+            "pprop",
+            "retitle-prs",
+            "-n",
+            "agents",
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Denied","status":"True","reason":"Reviewed","message":"no","lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
+        ],
+    );
+    proposal(&cp, &op, "retitle-prs", "{.status.phase}", |s| {
+        s == "Rejected"
+    });
+    proposal(&cp, &op, "retitle-prs", "{.status.reason}", |s| {
+        s == "denied by a reviewer"
+    });
+    sandbox(&cp, &op, "{.status.revision}", |s| s == "3");
+
     // 8. An unmodelled surface: rejected with its reason code, never applied.
     let output = cp
         .kubectl_stdin(&["apply", "-f", "-"], GRAPHQL)

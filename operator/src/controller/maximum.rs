@@ -261,31 +261,14 @@ async fn write_status(
 }
 
 fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "maximumpolicy/{}/{}",
-        maximum.namespace().unwrap_or_default(),
-        maximum.name_any()
-    );
-    let wait = ctx.backoff("maximumpolicy", key);
-    tracing::warn!(maximum = %maximum.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
-    Action::requeue(wait)
+    super::retry_with_backoff("maximumpolicy", maximum.as_ref(), error, &ctx)
 }
 
 async fn counted(
     maximum: Arc<MaximumPolicy>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
-    ctx.metrics.reconcile("maximumpolicy");
-    let key = format!(
-        "maximumpolicy/{}/{}",
-        maximum.namespace().unwrap_or_default(),
-        maximum.name_any()
-    );
-    let result = reconcile(maximum, ctx.clone()).await;
-    if result.is_ok() {
-        ctx.succeeded(&key);
-    }
-    result
+    super::counted("maximumpolicy", maximum, ctx, reconcile).await
 }
 
 /// Runs the MaximumPolicy controller until shutdown. Sandboxes and

@@ -12,8 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::Client;
+use std::future::Future;
+
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, ResourceExt};
 
 use crate::k8s::selector::SelectorError;
 use crate::prover::Prover;
@@ -91,6 +94,50 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
     }
+}
+
+/// `kind/namespace/name`, the key of an object's failure count.
+fn object_key<K: ResourceExt>(kind: &str, obj: &K) -> String {
+    format!(
+        "{kind}/{}/{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Runs `reconcile` on `obj`, counting it and resetting its backoff on
+/// success (every controller's reconcile goes through this).
+pub async fn counted<K, F, Fut>(
+    kind: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    reconcile: F,
+) -> Result<Action, ControllerError>
+where
+    K: ResourceExt,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, ControllerError>>,
+{
+    ctx.metrics.reconcile(kind);
+    let key = object_key(kind, obj.as_ref());
+    let result = reconcile(obj, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.succeeded(&key);
+    }
+    result
+}
+
+/// The error policy of every controller: log, count, and retry after the
+/// object's exponential backoff.
+pub fn retry_with_backoff<K: ResourceExt>(
+    kind: &'static str,
+    obj: &K,
+    error: &ControllerError,
+    ctx: &Context,
+) -> Action {
+    let wait = ctx.backoff(kind, object_key(kind, obj));
+    tracing::warn!(kind, name = %obj.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
+    Action::requeue(wait)
 }
 
 /// How many objects of one kind are reconciled at once: bounded, since

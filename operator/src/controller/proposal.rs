@@ -412,31 +412,14 @@ fn error_policy(
     error: &ControllerError,
     ctx: Arc<Context>,
 ) -> Action {
-    let key = format!(
-        "policyproposal/{}/{}",
-        proposal.namespace().unwrap_or_default(),
-        proposal.name_any()
-    );
-    let wait = ctx.backoff("policyproposal", key);
-    tracing::warn!(proposal = %proposal.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
-    Action::requeue(wait)
+    super::retry_with_backoff("policyproposal", proposal.as_ref(), error, &ctx)
 }
 
 async fn counted(
     proposal: Arc<PolicyProposal>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
-    ctx.metrics.reconcile("policyproposal");
-    let key = format!(
-        "policyproposal/{}/{}",
-        proposal.namespace().unwrap_or_default(),
-        proposal.name_any()
-    );
-    let result = reconcile(proposal, ctx.clone()).await;
-    if result.is_ok() {
-        ctx.succeeded(&key);
-    }
-    result
+    super::counted("policyproposal", proposal, ctx, reconcile).await
 }
 
 /// Runs the PolicyProposal controller until shutdown.

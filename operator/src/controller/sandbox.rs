@@ -403,28 +403,11 @@ async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<(), Control
 }
 
 fn error_policy(sandbox: Arc<AgentSandbox>, error: &ControllerError, ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "agentsandbox/{}/{}",
-        sandbox.namespace().unwrap_or_default(),
-        sandbox.name_any()
-    );
-    let wait = ctx.backoff("agentsandbox", key);
-    tracing::warn!(sandbox = %sandbox.name_any(), %error, retry_in = ?wait, "reconcile failed; retrying");
-    Action::requeue(wait)
+    super::retry_with_backoff("agentsandbox", sandbox.as_ref(), error, &ctx)
 }
 
 async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
-    ctx.metrics.reconcile("agentsandbox");
-    let key = format!(
-        "agentsandbox/{}/{}",
-        sandbox.namespace().unwrap_or_default(),
-        sandbox.name_any()
-    );
-    let result = reconcile(sandbox, ctx.clone()).await;
-    if result.is_ok() {
-        ctx.succeeded(&key);
-    }
-    result
+    super::counted("agentsandbox", sandbox, ctx, reconcile).await
 }
 
 /// Runs the AgentSandbox controller until shutdown. A MaximumPolicy change

@@ -107,7 +107,7 @@ impl ControlPlane {
         Ok(plane)
     }
 
-    fn run(&self, program: &str, args: &[&str]) -> Result<(), HarnessError> {
+    fn run_tool(&self, program: &str, args: &[&str]) -> Result<(), HarnessError> {
         let output = Command::new(program)
             .args(args)
             .output()
@@ -143,7 +143,7 @@ impl ControlPlane {
         let d = |p: &str| base.join(p).display().to_string();
         let (etcd_client, etcd_peer, secure) = (free_port()?, free_port()?, free_port()?);
         // Service-account signing key (ECDSA P-256, PEM).
-        self.run(
+        self.run_tool(
             "openssl",
             &[
                 "ecparam",
@@ -155,7 +155,7 @@ impl ControlPlane {
                 &d("sa.key"),
             ],
         )?;
-        self.run(
+        self.run_tool(
             "openssl",
             &["ec", "-in", &d("sa.key"), "-pubout", "-out", &d("sa.pub")],
         )?;
@@ -276,6 +276,33 @@ impl ControlPlane {
             .current_dir(repo_root())
             .output()
             .map_err(|e| failed("running kubectl", e))
+    }
+
+    /// Runs kubectl and returns its stdout; a non-zero exit is an error
+    /// carrying the command and its stderr.
+    pub fn run(&self, args: &[&str]) -> Result<String, HarnessError> {
+        Self::checked(args.join(" "), self.kubectl(args)?)
+    }
+
+    /// Like [`ControlPlane::run`], with `stdin` as kubectl's input.
+    pub fn run_stdin(&self, args: &[&str], stdin: &str) -> Result<String, HarnessError> {
+        Self::checked(args.join(" "), self.kubectl_stdin(args, stdin)?)
+    }
+
+    /// `kubectl apply -f -` with `yaml`; a refusal is an error.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<String, HarnessError> {
+        self.run_stdin(&["apply", "-f", "-"], yaml)
+    }
+
+    fn checked(what: String, output: Output) -> Result<String, HarnessError> {
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(failed(
+                format!("kubectl {what}"),
+                String::from_utf8_lossy(&output.stderr),
+            ))
+        }
     }
 
     /// Runs kubectl with `stdin` as input.

@@ -10,13 +10,7 @@ use agentgate_e2e::ControlPlane;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn run(cp: &ControlPlane, args: &[&str]) {
-    let output = cp.kubectl(args).expect("kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.run(args).expect("kubectl");
 }
 
 fn jsonpath(path: &str) -> String {

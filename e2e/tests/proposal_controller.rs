@@ -13,13 +13,7 @@ use agentgate_e2e::{ControlPlane, Operator};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn run(cp: &ControlPlane, args: &[&str]) {
-    let output = cp.kubectl(args).expect("kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.run(args).expect("kubectl");
 }
 
 fn wait(

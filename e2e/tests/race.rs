@@ -89,24 +89,11 @@ fn one_revision_per_commit(states: &[(u64, Vec<String>)]) {
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn run(cp: &ControlPlane, args: &[&str]) {
-    let output = cp.kubectl(args).expect("kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.run(args).expect("kubectl");
 }
 
 fn apply(cp: &ControlPlane, yaml: &str) {
-    let output = cp
-        .kubectl_stdin(&["apply", "-f", "-"], yaml)
-        .expect("kubectl");
-    assert!(
-        output.status.success(),
-        "apply failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.apply_yaml(yaml).expect("kubectl apply");
 }
 
 fn get(cp: &ControlPlane, args: &[&str]) -> String {

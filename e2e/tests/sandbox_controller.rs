@@ -11,24 +11,11 @@ use agentgate_e2e::{ControlPlane, Operator};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn run(cp: &ControlPlane, args: &[&str]) {
-    let output = cp.kubectl(args).expect("kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.run(args).expect("kubectl");
 }
 
 fn apply(cp: &ControlPlane, yaml: &str) {
-    let output = cp
-        .kubectl_stdin(&["apply", "-f", "-"], yaml)
-        .expect("kubectl");
-    assert!(
-        output.status.success(),
-        "apply failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    cp.apply_yaml(yaml).expect("kubectl apply");
 }
 
 fn wait(

@@ -43,16 +43,7 @@ fn down() -> ExitCode {
 }
 
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> Result<String, String> {
-    let output = cp.kubectl(args).map_err(|e| e.to_string())?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
+    cp.run(args).map_err(|e| e.to_string())
 }
 
 fn up() -> Result<(), String> {

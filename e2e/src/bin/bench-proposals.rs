@@ -97,16 +97,12 @@ fn run() -> Result<(), String> {
     let cp = ControlPlane::start().map_err(|e| e.to_string())?;
     cp.install_crds().map_err(|e| e.to_string())?;
     let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<(), String> {
-        let output = match stdin {
-            Some(text) => cp.kubectl_stdin(args, text),
-            None => cp.kubectl(args),
+        match stdin {
+            Some(text) => cp.run_stdin(args, text),
+            None => cp.run(args),
         }
-        .map_err(|e| e.to_string())?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).into_owned())
-        }
+        .map(drop)
+        .map_err(|e| e.to_string())
     };
     kubectl(&["create", "namespace", "agents"], None)?;
     kubectl(&["label", "namespace", "agents", "team=ml"], None)?;

@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 control-plane build test lint unit-tests e2e bench bench-operator demo demo-down demo-cli fmt clean crds
+.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -15,6 +15,12 @@ z3: ## install the pinned Z3 shared library into .tools/z3
 control-plane: ## build (once, cached in ~/.cache/agentgate) kube-apiserver, etcd, kubectl for e2e
 	@bash e2e/hack/install-control-plane.sh >/dev/null
 
+helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
+	@./hack/install-helm.sh >/dev/null
+
+chart: helm ## helm lint and helm template of charts/agentgate over several value sets
+	@./hack/test-chart.sh
+
 build: z3 ## release binaries into target/release/
 	$(CARGO) build --release --locked -p agentgate
 
@@ -22,12 +28,12 @@ lint: z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: z3 control-plane ## every Rust test (unit, property, golden, e2e)
+unit-tests: z3 control-plane helm ## every Rust test (unit, property, golden, e2e)
 	@# The golden tests run the real binary, which `cargo test` does not build.
-	$(CARGO) build --locked -p agentgate --bin agentgate
+	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
-test: lint unit-tests ## everything CI runs
+test: lint chart unit-tests ## everything CI runs
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e

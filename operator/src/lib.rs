@@ -9,3 +9,4 @@ pub mod k8s;
 pub mod policy;
 pub mod prover;
 pub mod verdict;
+pub mod webhook;

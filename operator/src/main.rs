@@ -9,7 +9,7 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("AGENTGATE_LOG").unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new(
-                    "warn,agentgate::controller=info,agentgate::cli::controller=info",
+                    "warn,agentgate::controller=info,agentgate::cli=info,agentgate::webhook=info",
                 )
             }),
         )

@@ -12,6 +12,7 @@ use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::metrics::{Metrics, serve};
 use crate::controller::{Context, maximum, proposal, sandbox};
 use crate::prover::{Prover, ProverOptions};
+use crate::webhook::{WebhookArgs, server};
 
 /// Exit code when leadership is lost (crash-only: the Deployment restarts us).
 pub const EXIT_LOST_LEADERSHIP: u8 = 4;
@@ -43,6 +44,10 @@ pub struct ControllerArgs {
     /// Where to serve /metrics and /healthz (plain HTTP; port 0 picks one).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: std::net::SocketAddr,
+    /// The admission webhook, served by every replica (leader or not) when
+    /// `--webhook-bind-address` is given.
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
 }
 
 fn identity(args: &ControllerArgs) -> String {
@@ -96,6 +101,20 @@ pub fn run(args: &ControllerArgs) -> u8 {
                 tracing::error!(%address, error = %e, "metrics server failed");
             }
         });
+        if let Some(address) = args.webhook.webhook_bind_address {
+            let (webhook, client, prover, metrics) =
+                (args.webhook.clone(), client.clone(), prover.clone(), metrics.clone());
+            let allow_unmanaged = args.allow_unmanaged;
+            tokio::spawn(async move {
+                if let Err(e) =
+                    server::run(webhook, address, client, prover, metrics, allow_unmanaged).await
+                {
+                    // Without its webhook the process is not what was asked for: exit.
+                    eprintln!("agentgate controller: webhook: {e}");
+                    std::process::exit(i32::from(EXIT_USAGE));
+                }
+            });
+        }
         let ctx = Context::new(client.clone(), prover, args.allow_unmanaged, metrics);
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");

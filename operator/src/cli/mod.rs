@@ -5,7 +5,9 @@ pub mod controller;
 pub mod crds;
 pub mod diff;
 pub mod import;
+pub mod plugin;
 pub mod verify;
+pub mod webhook;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -58,6 +60,8 @@ pub enum Command {
     Crds,
     /// Run the reconcilers against the cluster in KUBECONFIG.
     Controller(controller::ControllerArgs),
+    /// Serve only the admission webhook and /v1/decide (every replica serves).
+    Webhook(webhook::WebhookCommandArgs),
 }
 
 /// Runs the parsed command line.
@@ -68,6 +72,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Import(cmd) => import::run(&cmd),
         Command::Crds => crds::run(),
         Command::Controller(args) => controller::run(&args),
+        Command::Webhook(args) => webhook::run(&args),
     };
     ExitCode::from(code)
 }

@@ -1,5 +1,6 @@
-//! Prometheus metrics of the reconcilers (prometheus-client), served on a
-//! plain HTTP port separate from anything TLS: `GET /metrics`, `/healthz`.
+//! Prometheus metrics of the reconcilers and the webhook (prometheus-client),
+//! served on a plain HTTP port separate from anything TLS: `GET /metrics`,
+//! `/healthz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -27,6 +29,32 @@ pub struct VerdictLabel {
     pub verdict: String,
 }
 
+/// An admission answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabel {
+    /// `agentsandboxes`, `policyproposals`, `maximumpolicies` or `agentscans`.
+    pub kind: String,
+    /// `true` or `false`.
+    pub allowed: String,
+}
+
+/// A runtime decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    /// `allow` or `deny`.
+    pub decision: String,
+}
+
+/// Builds the latency histograms of a family: 0.1 ms .. ~3 s.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LatencyBuckets;
+
+impl MetricConstructor<Histogram> for LatencyBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+    }
+}
+
 /// The operator's metrics.
 pub struct Metrics {
     /// Reconciles started, by kind.
@@ -41,6 +69,16 @@ pub struct Metrics {
     pub commit_conflicts: Counter,
     /// Proposals committed.
     pub commits: Counter,
+    /// Admission answers, by kind and outcome.
+    pub admissions: Family<AdmissionLabel, Counter>,
+    /// Seconds to answer an admission request, by kind.
+    pub admission_seconds: Family<KindLabel, Histogram, LatencyBuckets>,
+    /// Runtime decisions (`/v1/decide`), by outcome.
+    pub decisions: Family<DecisionLabel, Counter>,
+    /// Serving certificates created or rotated (or newly read from disk).
+    pub certificate_rotations: Counter,
+    /// Expiry of the serving certificate, Unix seconds.
+    pub certificate_expiry: Gauge,
     registry: Registry,
 }
 
@@ -62,6 +100,11 @@ impl Metrics {
             solver_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             commit_conflicts: Counter::default(),
             commits: Counter::default(),
+            admissions: Family::default(),
+            admission_seconds: Family::new_with_constructor(LatencyBuckets),
+            decisions: Family::default(),
+            certificate_rotations: Counter::default(),
+            certificate_expiry: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Reconciles started", m.reconciles.clone());
@@ -86,6 +129,31 @@ impl Metrics {
             "Proposals committed into a sandbox",
             m.commits.clone(),
         );
+        registry.register(
+            "admissions",
+            "Admission requests answered, by kind and outcome",
+            m.admissions.clone(),
+        );
+        registry.register(
+            "admission_seconds",
+            "Seconds to answer an admission request",
+            m.admission_seconds.clone(),
+        );
+        registry.register(
+            "decisions",
+            "Runtime decisions answered by /v1/decide",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "certificate_rotations",
+            "Webhook serving certificates created, rotated or reloaded",
+            m.certificate_rotations.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the served webhook certificate expires",
+            m.certificate_expiry.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -101,6 +169,19 @@ impl Metrics {
         self.reconcile_errors
             .get_or_create(&KindLabel { kind: kind.into() })
             .inc();
+    }
+
+    /// Counts an admission answer for `kind` that took `seconds`.
+    pub fn admission(&self, kind: &str, allowed: bool, seconds: f64) {
+        self.admissions
+            .get_or_create(&AdmissionLabel {
+                kind: kind.into(),
+                allowed: allowed.to_string(),
+            })
+            .inc();
+        self.admission_seconds
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .observe(seconds);
     }
 
     /// The OpenMetrics text exposition.
@@ -153,6 +234,7 @@ mod tests {
             .inc();
         m.solver_seconds.observe(0.003);
         m.commit_conflicts.inc();
+        m.admission("agentsandboxes", false, 0.002);
         let text = m.render();
         for needle in [
             "agentgate_reconciles_total{kind=\"policyproposal\"} 1",
@@ -160,6 +242,9 @@ mod tests {
             "agentgate_solver_seconds_count 1",
             "agentgate_commit_conflicts_total 1",
             "agentgate_commits_total 0",
+            "agentgate_admissions_total{kind=\"agentsandboxes\",allowed=\"false\"} 1",
+            "agentgate_admission_seconds_count{kind=\"agentsandboxes\"} 1",
+            "agentgate_certificate_rotations_total 0",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }

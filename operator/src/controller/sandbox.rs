@@ -69,19 +69,37 @@ pub async fn governance(
             .clone(),
         None => BTreeMap::new(),
     };
+    let maximums = maximums.list(&ListParams::default()).await?;
+    Ok(governing_from(
+        maximums.iter(),
+        &ns_labels,
+        sandbox.labels(),
+        ctx.allow_unmanaged,
+    ))
+}
+
+/// The maximums among `maximums` that govern a sandbox with these labels in
+/// a namespace with these labels, compiled (pure: the webhook calls it on
+/// its caches, the reconciler on fresh reads).
+pub fn governing_from<'a>(
+    maximums: impl IntoIterator<Item = &'a MaximumPolicy>,
+    ns_labels: &BTreeMap<String, String>,
+    sandbox_labels: &BTreeMap<String, String>,
+    allow_unmanaged: bool,
+) -> Governance {
     let mut governing = Vec::new();
-    for maximum in maximums.list(&ListParams::default()).await? {
+    for maximum in maximums {
         let name = maximum.name_any();
-        match governs(&maximum.spec, &ns_labels, sandbox.labels()) {
+        match governs(&maximum.spec, ns_labels, sandbox_labels) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {
-                return Ok(Governance::Refused(
+                return Governance::Refused(
                     "GovernanceUnknown",
                     format!(
                         "MaximumPolicy {name:?} has a selector that cannot be evaluated ({e}); nothing is granted until it is fixed"
                     ),
-                ));
+                );
             }
         }
         let loaded = LoadedDocument {
@@ -100,23 +118,23 @@ pub async fn governance(
                 generation: maximum.meta().generation.unwrap_or_default(),
             }),
             Err(reason) => {
-                return Ok(Governance::Refused(
+                return Governance::Refused(
                     "InvalidMaximum",
                     format!(
                         "governing MaximumPolicy {name:?} is invalid ({reason}); nothing is granted until it is fixed"
                     ),
-                ));
+                );
             }
         }
     }
-    if governing.is_empty() && !ctx.allow_unmanaged {
-        return Ok(Governance::Refused(
+    if governing.is_empty() && !allow_unmanaged {
+        return Governance::Refused(
             "Unmanaged",
             "no MaximumPolicy governs this sandbox; nothing is granted until one selects it".into(),
-        ));
+        );
     }
     governing.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Governance::Governed(governing))
+    Governance::Governed(governing)
 }
 
 /// The declared policy with the applied proposals (in commit order) on top.

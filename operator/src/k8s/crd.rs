@@ -514,3 +514,40 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         AgentScan::crd(),
     ]
 }
+
+impl std::fmt::Display for ActionRecord {
+    /// The same one-line form as [`Action`]'s, with `?` for a missing field.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        match self.kind {
+            ActionKind::Filesystem => write!(
+                f,
+                "{} {}",
+                self.access.map(|a| a.as_str()).unwrap_or("?"),
+                text(&self.path)
+            ),
+            ActionKind::Network => {
+                let port = self
+                    .port
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "?".into());
+                match self.layer {
+                    Some(Layer::L4) => write!(
+                        f,
+                        "connect {}:{port} by {} (layer l4)",
+                        text(&self.host),
+                        text(&self.binary)
+                    ),
+                    _ => write!(
+                        f,
+                        "{} https://{}:{port}{} by {} (layer rest)",
+                        text(&self.method),
+                        text(&self.host),
+                        text(&self.path),
+                        text(&self.binary)
+                    ),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! `kubectl agentgate`: the reviewer's and the GitOps engineer's commands.
+//! - `approve NAME` / `deny NAME`: set the `Approved`/`Denied` condition
+//!   through the status subresource (server-side apply, field manager
+//!   `kubectl-agentgate`); the webhook lets it through only for users who
+//!   hold the `approve` verb and did not request the proposal.
+//! - `why NAME`: verdict, reason, counterexample, new authority, cost and
+//!   proof record of a proposal.
+//! - `export SANDBOX`: the committed effective policy as an AgentSandbox
+//!   manifest, to promote runtime-approved grants into git.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, ResourceExt};
+use serde_json::json;
+
+use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
+use crate::k8s::conditions;
+use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec, PolicyProposal};
+
+/// The field manager of approvals and denials.
+pub const FIELD_MANAGER: &str = "kubectl-agentgate";
+
+/// kubectl agentgate: review PolicyProposals and export effective policies.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-agentgate",
+    bin_name = "kubectl agentgate",
+    version,
+    about
+)]
+pub struct PluginCli {
+    /// Connection flags, as kubectl's.
+    #[command(flatten)]
+    pub connection: Connection,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+/// kubectl's usual connection flags.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// Namespace (default: the context's).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+    /// Kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Username to impersonate.
+    #[arg(long = "as", global = true)]
+    pub as_user: Option<String>,
+    /// Group to impersonate (repeatable).
+    #[arg(long = "as-group", global = true)]
+    pub as_groups: Vec<String>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Approve a PolicyProposal (needs the approve verb; not your own).
+    Approve(Review),
+    /// Deny a PolicyProposal (needs the approve verb; not your own).
+    Deny(Review),
+    /// Explain a PolicyProposal's verdict.
+    Why {
+        /// The proposal.
+        name: String,
+    },
+    /// Print a sandbox's committed effective policy as an AgentSandbox manifest.
+    Export {
+        /// The sandbox.
+        sandbox: String,
+    },
+}
+
+/// Arguments of approve and deny.
+#[derive(Debug, Args)]
+pub struct Review {
+    /// The proposal.
+    pub name: String,
+    /// Why (recorded in the condition's message).
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+async fn connect(c: &Connection) -> anyhow::Result<(Client, String)> {
+    use anyhow::Context as _;
+    let options = KubeConfigOptions {
+        context: c.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = match Kubeconfig::read() {
+        Ok(kubeconfig) => Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .context("reading the kubeconfig")?,
+        Err(_) => Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
+    };
+    if c.as_user.is_some() {
+        config.auth_info.impersonate = c.as_user.clone();
+    }
+    if !c.as_groups.is_empty() {
+        config.auth_info.impersonate_groups = Some(c.as_groups.clone());
+    }
+    let namespace = c
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).context("building the API client")?;
+    Ok((client, namespace))
+}
+
+/// Runs the plugin; returns the process exit code.
+pub fn main(cli: PluginCli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kubectl agentgate: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("kubectl agentgate: {e:#}");
+            ExitCode::from(EXIT_EXCEEDS)
+        }
+    }
+}
+
+async fn run(cli: PluginCli) -> anyhow::Result<u8> {
+    let (client, namespace) = connect(&cli.connection).await?;
+    match cli.command {
+        PluginCommand::Approve(review) => {
+            set_review(&client, &namespace, &review, "Approved", "Denied").await
+        }
+        PluginCommand::Deny(review) => {
+            set_review(&client, &namespace, &review, "Denied", "Approved").await
+        }
+        PluginCommand::Why { name } => {
+            let api: Api<PolicyProposal> = Api::namespaced(client, &namespace);
+            let proposal = api
+                .get(&name)
+                .await
+                .map_err(|e| not_found(e, "policyproposal", &namespace, &name))?;
+            print!("{}", explain(&proposal));
+            Ok(EXIT_WITHIN)
+        }
+        PluginCommand::Export { sandbox } => {
+            let api: Api<AgentSandbox> = Api::namespaced(client, &namespace);
+            let sandbox = api
+                .get(&sandbox)
+                .await
+                .map_err(|e| not_found(e, "agentsandbox", &namespace, &sandbox))?;
+            print!("{}", export(&sandbox)?);
+            Ok(EXIT_WITHIN)
+        }
+    }
+}
+
+fn not_found(e: kube::Error, kind: &str, namespace: &str, name: &str) -> anyhow::Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => {
+            anyhow::anyhow!("{kind} {namespace}/{name} not found")
+        }
+        _ => anyhow::Error::new(e).context(format!("reading {kind} {namespace}/{name}")),
+    }
+}
+
+async fn set_review(
+    client: &Client,
+    namespace: &str,
+    review: &Review,
+    kind: &str,
+    opposite: &str,
+) -> anyhow::Result<u8> {
+    let api: Api<PolicyProposal> = Api::namespaced(client.clone(), namespace);
+    let proposal = api
+        .get(&review.name)
+        .await
+        .map_err(|e| not_found(e, "policyproposal", namespace, &review.name))?;
+    let existing = proposal
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if conditions::is_true(existing, opposite) {
+        anyhow::bail!(
+            "policyproposal {namespace}/{} is already {}; a decided review is final",
+            review.name,
+            opposite.to_lowercase()
+        );
+    }
+    if conditions::is_true(existing, kind) {
+        println!(
+            "policyproposal {namespace}/{} is already {}",
+            review.name,
+            kind.to_lowercase()
+        );
+        return Ok(EXIT_WITHIN);
+    }
+    let message = review
+        .reason
+        .clone()
+        .unwrap_or_else(|| format!("{} with kubectl agentgate", kind.to_lowercase()));
+    let patch = json!({
+        "apiVersion": "agentgate.dev/v1alpha1",
+        "kind": "PolicyProposal",
+        "status": {"conditions": [{
+            "type": kind,
+            "status": "True",
+            "reason": format!("Reviewer{kind}"),
+            "message": message,
+            "observedGeneration": proposal.metadata.generation,
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        }]},
+    });
+    api.patch_status(
+        &review.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| match e {
+        kube::Error::Api(s) => anyhow::anyhow!("{}", s.message),
+        e => anyhow::Error::new(e),
+    })?;
+    println!(
+        "policyproposal {namespace}/{} {}",
+        review.name,
+        kind.to_lowercase()
+    );
+    Ok(EXIT_WITHIN)
+}
+
+/// The `why` report of a proposal.
+pub fn explain(proposal: &PolicyProposal) -> String {
+    let mut out = String::new();
+    let name = format!(
+        "{}/{}",
+        proposal.namespace().unwrap_or_default(),
+        proposal.name_any()
+    );
+    let _ = writeln!(
+        out,
+        "policyproposal {name} (sandbox {})",
+        proposal.spec.sandbox_ref.name
+    );
+    let Some(status) = &proposal.status else {
+        let _ = writeln!(out, "  not evaluated yet");
+        return out;
+    };
+    let field = |label: &str, value: String, out: &mut String| {
+        let _ = writeln!(out, "  {label:<15} {value}");
+    };
+    field(
+        "verdict:",
+        format!(
+            "{} (phase {})",
+            status
+                .verdict
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_else(|| "-".into()),
+            status
+                .phase
+                .as_ref()
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "-".into())
+        ),
+        &mut out,
+    );
+    if let Some(reason) = &status.reason {
+        field("reason:", reason.clone(), &mut out);
+    }
+    if let Some(c) = &status.counterexample {
+        field("counterexample:", c.to_string(), &mut out);
+    }
+    for (i, a) in status.new_authority.iter().enumerate() {
+        field(
+            if i == 0 { "new authority:" } else { "" },
+            a.to_string(),
+            &mut out,
+        );
+    }
+    if let Some(cost) = status.cost {
+        let items: Vec<String> = status
+            .cost_breakdown
+            .iter()
+            .map(|c| format!("{} +{}", c.item, c.weight))
+            .collect();
+        let detail = if items.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", items.join("; "))
+        };
+        field("cost:", format!("{cost}{detail}"), &mut out);
+    }
+    if let Some(p) = &status.proof {
+        let maximums: Vec<String> = p
+            .maximums
+            .iter()
+            .map(|m| format!("{}@generation {}", m.name, m.generation))
+            .collect();
+        field(
+            "proof:",
+            format!(
+                "{} (model {}, maximums {}, sandbox revision {}, candidate {}, {:.1} ms)",
+                p.result,
+                p.model,
+                if maximums.is_empty() {
+                    "-".into()
+                } else {
+                    maximums.join(", ")
+                },
+                p.sandbox_revision,
+                p.candidate_hash.as_deref().unwrap_or("-"),
+                p.solver_millis
+            ),
+            &mut out,
+        );
+    }
+    for c in status
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
+    {
+        field(
+            "review:",
+            format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// The sandbox as a manifest whose `spec.policy` is the committed effective
+/// policy; everything the cluster added (status, uid, managed fields) is left out.
+pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
+    let Some(status) = &sandbox.status else {
+        anyhow::bail!(
+            "agentsandbox {} has no committed policy yet",
+            sandbox.name_any()
+        );
+    };
+    let Some(effective) = &status.effective_policy else {
+        anyhow::bail!(
+            "agentsandbox {} has no committed policy yet",
+            sandbox.name_any()
+        );
+    };
+    let annotations: std::collections::BTreeMap<String, String> = sandbox
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "kubectl.kubernetes.io/last-applied-configuration")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let manifest = AgentSandbox {
+        metadata: ObjectMeta {
+            name: sandbox.metadata.name.clone(),
+            namespace: sandbox.metadata.namespace.clone(),
+            labels: sandbox.metadata.labels.clone().filter(|l| !l.is_empty()),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: AgentSandboxSpec {
+            policy: effective.clone(),
+            ..sandbox.spec.clone()
+        },
+        status: None,
+    };
+    let yaml = serde_saphyr::to_string(&manifest)?;
+    let applied = if status.applied_proposals.is_empty() {
+        "none".to_string()
+    } else {
+        status.applied_proposals.join(", ")
+    };
+    Ok(format!(
+        "# Effective policy of agentsandbox {}/{} at revision {} (applied proposals: {applied}).\n# Commit this to git to make the runtime-approved grants part of the declared policy.\n{yaml}",
+        sandbox.namespace().unwrap_or_default(),
+        sandbox.name_any(),
+        status.revision
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::crd::{AgentSandboxStatus, PolicyProposalStatus, ProofRecord};
+    use crate::policy::model::PolicyDocument;
+
+    #[test]
+    fn export_replaces_the_declared_policy_with_the_effective_one() {
+        let mut sandbox: AgentSandbox =
+            serde_saphyr::from_str(include_str!("../../../examples/sandbox.yaml")).unwrap();
+        assert!(export(&sandbox).is_err());
+        let effective: PolicyDocument = serde_saphyr::from_str(
+            "network:\n  - name: extra\n    endpoints:\n      - {host: api.github.com, ports: [443]}\n",
+        )
+        .unwrap();
+        sandbox.status = Some(AgentSandboxStatus {
+            effective_policy: Some(effective.clone()),
+            revision: 3,
+            applied_proposals: vec!["p1".into()],
+            ..AgentSandboxStatus::default()
+        });
+        let text = export(&sandbox).unwrap();
+        assert!(
+            text.contains("revision 3 (applied proposals: p1)"),
+            "{text}"
+        );
+        let back: AgentSandbox = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(back.spec.policy, effective);
+        assert_eq!(back.spec.mode, sandbox.spec.mode);
+        assert!(back.status.is_none());
+    }
+
+    #[test]
+    fn why_prints_every_part_of_the_verdict() {
+        let mut p: PolicyProposal = serde_saphyr::from_str(include_str!(
+            "../../../examples/proposals/post-anywhere.yaml"
+        ))
+        .unwrap();
+        assert!(explain(&p).contains("not evaluated yet"));
+        p.status = Some(PolicyProposalStatus {
+            verdict: Some(crate::verdict::Decision::Reject),
+            reason: Some("exceeds MaximumPolicy \"org-ceiling\"".into()),
+            cost: Some(7),
+            proof: Some(ProofRecord {
+                result: "exceeds".into(),
+                model: "boundary-v1".into(),
+                sandbox_revision: 2,
+                ..ProofRecord::default()
+            }),
+            ..PolicyProposalStatus::default()
+        });
+        let text = explain(&p);
+        for needle in [
+            "verdict:",
+            "Reject",
+            "reason:",
+            "cost:",
+            "7",
+            "proof:",
+            "boundary-v1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! What the webhook decides, as pure functions of the objects, the caches'
+//! view of the cluster and the prover. The server (`webhook::server`) only
+//! decodes requests, asks SubjectAccessReviews and encodes answers.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use kube::core::admission::Operation;
+
+use crate::controller::maximum::{Assessment, assess};
+use crate::controller::sandbox::{Governance, Governing};
+use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::k8s::selector::governs;
+use crate::policy::compile::{Limits, Role, compile};
+use crate::prover::Prover;
+use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
+
+/// The webhook's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Admit, with admission warnings to show the user.
+    Allow(Vec<String>),
+    /// Refuse, with one line the user can act on.
+    Deny(String),
+}
+
+impl Answer {
+    /// Admit without warnings.
+    pub fn allow() -> Answer {
+        Answer::Allow(Vec::new())
+    }
+}
+
+/// The condition types only a reviewer may set.
+pub const REVIEW_CONDITIONS: [&str; 2] = ["Approved", "Denied"];
+
+/// The verb a reviewer needs on `policyproposals.agentgate.dev`.
+pub const APPROVE_VERB: &str = "approve";
+
+/// Steps 1-3 of the verdict (governing maximums, containment, invariants)
+/// for a sandbox's declared policy, plus its mode against every governing
+/// maximum's `allowedModes`. Blocking: runs solver work.
+pub fn review_sandbox(
+    sandbox: &AgentSandbox,
+    governance: &Governance,
+    prover: &Prover,
+    allow_unmanaged: bool,
+) -> Answer {
+    let name = sandbox.name_any();
+    let governing: &[Governing] = match governance {
+        Governance::Refused(_, message) => {
+            return Answer::Deny(format!("agentsandbox {name:?}: {message}"));
+        }
+        Governance::Governed(g) => g,
+    };
+    let compiled = match compile(&sandbox.spec.policy, Role::Sandbox, &Limits::default()) {
+        Ok(p) => p,
+        Err(reason) => {
+            return Answer::Deny(format!(
+                "agentsandbox {name:?}: {}",
+                reason.within("spec.policy")
+            ));
+        }
+    };
+    let mode = sandbox.spec.mode.unwrap_or(Mode::Ask);
+    for g in governing {
+        if !g.allowed_modes.is_empty() && !g.allowed_modes.contains(&mode) {
+            let allowed: Vec<String> = g
+                .allowed_modes
+                .iter()
+                .map(|m| format!("{m:?}").to_lowercase())
+                .collect();
+            return Answer::Deny(format!(
+                "agentsandbox {name:?}: mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
+                format!("{mode:?}").to_lowercase(),
+                g.name,
+                allowed.join(", ")
+            ));
+        }
+    }
+    let maximums: Vec<GoverningMaximum<'_>> = governing
+        .iter()
+        .map(|g| GoverningMaximum {
+            name: &g.name,
+            policy: &g.compiled.policy,
+            invariants: &g.compiled.invariants,
+            budget: g.compiled.budget,
+        })
+        .collect();
+    // The declared policy as both current and candidate: decide() then runs
+    // exactly steps 1-3 and stops at step 4 (no new authority).
+    let verdict = decide(
+        &VerdictInput {
+            maximums: &maximums,
+            current: (&sandbox.spec.policy, &compiled),
+            candidate: (&sandbox.spec.policy, &compiled),
+            source: Source::Agent,
+            mode,
+            allow_unmanaged,
+        },
+        prover,
+    );
+    match verdict.decision {
+        Decision::Reject => Answer::Deny(format!("agentsandbox {name:?} {}", verdict.reason)),
+        Decision::Apply | Decision::Ask => Answer::allow(),
+    }
+}
+
+/// Whether a create or update sets or changes `spec.acceptedFindings` (a
+/// risk acceptance, which needs the approve verb).
+pub fn accepted_findings_changed(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
+    match old {
+        None => !new.spec.accepted_findings.is_empty(),
+        Some(old) => old.spec.accepted_findings != new.spec.accepted_findings,
+    }
+}
+
+/// What a PolicyProposal request needs before it may be admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposalCheck {
+    /// Admit.
+    Allow,
+    /// Refuse with this message.
+    Deny(String),
+    /// Admit only if a SubjectAccessReview grants the user `approve` on
+    /// this proposal.
+    NeedsApprove,
+}
+
+fn review_conditions(p: &PolicyProposal) -> BTreeMap<&str, (String, String, String)> {
+    p.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .filter(|c| REVIEW_CONDITIONS.contains(&c.type_.as_str()))
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                (c.status.clone(), c.reason.clone(), c.message.clone()),
+            )
+        })
+        .collect()
+}
+
+/// The rules of DESIGN.md §3 for proposals: on create `spec.requestedBy`
+/// must be the requesting user; the spec never changes afterwards (an
+/// approval covers exactly what was reviewed); adding, changing or removing
+/// an `Approved`/`Denied` condition needs `approve`, and never by the
+/// requester.
+pub fn review_proposal(
+    operation: &Operation,
+    sub_resource: Option<&str>,
+    old: Option<&PolicyProposal>,
+    new: &PolicyProposal,
+    username: &str,
+) -> ProposalCheck {
+    let name = new.name_any();
+    match (operation, sub_resource, old) {
+        (Operation::Create, None, _) => match new.spec.requested_by.as_deref() {
+            Some(who) if who == username => ProposalCheck::Allow,
+            Some(who) => ProposalCheck::Deny(format!(
+                "policyproposal {name:?}: spec.requestedBy is {who:?} but the request comes from {username:?}; set spec.requestedBy: {username}"
+            )),
+            None => ProposalCheck::Deny(format!(
+                "policyproposal {name:?}: spec.requestedBy must be set to the requesting user; set spec.requestedBy: {username}"
+            )),
+        },
+        (Operation::Update, None, Some(old)) => {
+            if old.spec != new.spec {
+                ProposalCheck::Deny(format!(
+                    "policyproposal {name:?}: spec is immutable once created (an approval covers exactly what was reviewed); create a new proposal instead"
+                ))
+            } else {
+                ProposalCheck::Allow
+            }
+        }
+        (Operation::Update, Some("status"), Some(old)) => {
+            if review_conditions(old) == review_conditions(new) {
+                return ProposalCheck::Allow;
+            }
+            if new.spec.requested_by.as_deref() == Some(username) {
+                return ProposalCheck::Deny(format!(
+                    "policyproposal {name:?}: {username:?} requested it and cannot approve or deny it; another reviewer with the approve verb must"
+                ));
+            }
+            ProposalCheck::NeedsApprove
+        }
+        _ => ProposalCheck::Allow,
+    }
+}
+
+/// Validation of a MaximumPolicy beyond its schema: the ceiling and the
+/// invariant regions compile, selectors are well formed, the default mode
+/// is allowed. A ceiling that intersects its own invariants is admitted
+/// with a warning (the operator then marks it `Consistent=False`).
+/// Blocking: runs solver work.
+pub fn review_maximum(maximum: &MaximumPolicy, prover: &Prover) -> Answer {
+    let name = maximum.name_any();
+    if let Err(e) = governs(&maximum.spec, &BTreeMap::new(), &BTreeMap::new()) {
+        return Answer::Deny(format!("maximumpolicy {name:?}: selector {e}"));
+    }
+    let modes = &maximum.spec.allowed_modes;
+    if !modes.is_empty() && !modes.contains(&maximum.spec.default_mode) {
+        return Answer::Deny(format!(
+            "maximumpolicy {name:?}: spec.defaultMode {:?} is not in spec.allowedModes",
+            format!("{:?}", maximum.spec.default_mode).to_lowercase()
+        ));
+    }
+    match assess(maximum, prover) {
+        Assessment::Invalid(reason) => Answer::Deny(format!("maximumpolicy {name:?}: {reason}")),
+        Assessment::Valid {
+            inconsistent,
+            unproven,
+        } => {
+            let mut warnings = Vec::new();
+            if let Some((invariant, witness)) = inconsistent {
+                warnings.push(format!(
+                    "maximumpolicy {name:?} allows {witness}, inside its own invariant {invariant:?}; governed sandboxes can never hold that grant"
+                ));
+            }
+            if let Some((invariant, reason)) = unproven {
+                warnings.push(format!(
+                    "maximumpolicy {name:?}: could not prove the ceiling outside invariant {invariant:?}: {reason}"
+                ));
+            }
+            Answer::Allow(warnings)
+        }
+    }
+}
+
+/// Whether `image` names a digest: `name@sha256:<64 hex>`.
+pub fn pinned_by_digest(image: &str) -> bool {
+    let Some((name, digest)) = image.rsplit_once('@') else {
+        return false;
+    };
+    let Some(hex) = digest.strip_prefix("sha256:") else {
+        return false;
+    };
+    !name.is_empty()
+        && hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// An AgentScan must pin its image by digest and carry a well-formed graph:
+/// every node has a unique non-empty string `id`, every edge's `from` and
+/// `to` name a node.
+pub fn review_scan(scan: &AgentScan) -> Answer {
+    let name = scan.name_any();
+    if !pinned_by_digest(&scan.spec.image) {
+        return Answer::Deny(format!(
+            "agentscan {name:?}: spec.image {:?} is not pinned by digest; use name@sha256:<64 hex digits>",
+            scan.spec.image
+        ));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, node) in scan.spec.graph.nodes.iter().enumerate() {
+        match node.get("id").and_then(|v| v.as_str()) {
+            Some(id) if !id.is_empty() => {
+                if !ids.insert(id) {
+                    return Answer::Deny(format!(
+                        "agentscan {name:?}: spec.graph.nodes[{i}].id {id:?} is used twice"
+                    ));
+                }
+            }
+            _ => {
+                return Answer::Deny(format!(
+                    "agentscan {name:?}: spec.graph.nodes[{i}] needs a non-empty string id"
+                ));
+            }
+        }
+    }
+    for (i, edge) in scan.spec.graph.edges.iter().enumerate() {
+        for end in ["from", "to"] {
+            match edge.get(end).and_then(|v| v.as_str()) {
+                Some(id) if ids.contains(id) => {}
+                Some(id) => {
+                    return Answer::Deny(format!(
+                        "agentscan {name:?}: spec.graph.edges[{i}].{end} {id:?} is not a node id"
+                    ));
+                }
+                None => {
+                    return Answer::Deny(format!(
+                        "agentscan {name:?}: spec.graph.edges[{i}] needs a string {end:?}"
+                    ));
+                }
+            }
+        }
+    }
+    Answer::allow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::sandbox::governing_from;
+    use crate::k8s::crd::{AgentScanSpec, PolicyProposalSpec, PolicyProposalStatus, SandboxRef};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
+        serde_saphyr::from_str(text).unwrap()
+    }
+
+    fn maximum() -> MaximumPolicy {
+        from_yaml(include_str!("../../../examples/maximum.yaml"))
+    }
+
+    fn sandbox(extra_rule: &str) -> AgentSandbox {
+        from_yaml(&format!(
+            r#"
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {{name: bot, namespace: agents}}
+spec:
+  mode: ask
+  agentServiceAccount: bot
+  policy:
+    network:
+      - name: github
+        binaries: [/usr/bin/gh]
+        endpoints:
+          - host: api.github.com
+            ports: [443]
+            protocol: rest
+            rules:
+              - {{methods: [GET], path: "/repos/acme/**"}}
+{extra_rule}
+"#
+        ))
+    }
+
+    fn ml() -> BTreeMap<String, String> {
+        BTreeMap::from([("team".to_string(), "ml".to_string())])
+    }
+
+    #[test]
+    fn a_sandbox_outside_its_maximum_is_denied_with_the_counterexample() {
+        let prover = Prover::default();
+        let max = maximum();
+        let wide = sandbox("              - {methods: [POST], path: /repos/acme}");
+        let gov = governing_from([&max], &ml(), &BTreeMap::new(), false);
+        let Answer::Deny(message) = review_sandbox(&wide, &gov, &prover, false) else {
+            panic!("expected a denial");
+        };
+        assert!(
+            message.starts_with("agentsandbox \"bot\" exceeds MaximumPolicy \"org-ceiling\": POST https://api.github.com:443/repos/acme by /usr/bin/gh"),
+            "{message}"
+        );
+        let narrow = sandbox("");
+        assert_eq!(
+            review_sandbox(&narrow, &gov, &prover, false),
+            Answer::allow()
+        );
+    }
+
+    #[test]
+    fn an_ungoverned_sandbox_is_denied_unless_unmanaged_is_allowed() {
+        let prover = Prover::default();
+        let max = maximum();
+        let gov = governing_from([&max], &BTreeMap::new(), &BTreeMap::new(), false);
+        let Answer::Deny(message) = review_sandbox(&sandbox(""), &gov, &prover, false) else {
+            panic!("expected a denial");
+        };
+        assert!(message.contains("no MaximumPolicy governs"), "{message}");
+        let gov = governing_from([&max], &BTreeMap::new(), &BTreeMap::new(), true);
+        assert_eq!(
+            review_sandbox(&sandbox(""), &gov, &prover, true),
+            Answer::allow()
+        );
+    }
+
+    fn proposal(requested_by: Option<&str>, approved: Option<&str>) -> PolicyProposal {
+        let mut p = PolicyProposal::new(
+            "p",
+            PolicyProposalSpec {
+                sandbox_ref: SandboxRef { name: "bot".into() },
+                add: None,
+                remove: None,
+                rationale: None,
+                requested_by: requested_by.map(str::to_string),
+            },
+        );
+        if let Some(status) = approved {
+            p.status = Some(PolicyProposalStatus {
+                conditions: vec![Condition {
+                    type_: "Approved".into(),
+                    status: status.into(),
+                    reason: "Reviewed".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                }],
+                ..PolicyProposalStatus::default()
+            });
+        }
+        p
+    }
+
+    #[test]
+    fn requested_by_must_be_the_requesting_user() {
+        let me = "system:serviceaccount:agents:bot";
+        let ok = proposal(Some(me), None);
+        assert_eq!(
+            review_proposal(&Operation::Create, None, None, &ok, me),
+            ProposalCheck::Allow
+        );
+        let ProposalCheck::Deny(m) =
+            review_proposal(&Operation::Create, None, None, &ok, "mallory")
+        else {
+            panic!()
+        };
+        assert!(m.contains("set spec.requestedBy: mallory"), "{m}");
+        assert!(matches!(
+            review_proposal(&Operation::Create, None, None, &proposal(None, None), me),
+            ProposalCheck::Deny(_)
+        ));
+    }
+
+    #[test]
+    fn approvals_need_the_verb_and_never_come_from_the_requester() {
+        let old = proposal(Some("bot"), None);
+        let approved = proposal(Some("bot"), Some("True"));
+        assert_eq!(
+            review_proposal(
+                &Operation::Update,
+                Some("status"),
+                Some(&old),
+                &approved,
+                "alice"
+            ),
+            ProposalCheck::NeedsApprove
+        );
+        assert!(matches!(
+            review_proposal(
+                &Operation::Update,
+                Some("status"),
+                Some(&old),
+                &approved,
+                "bot"
+            ),
+            ProposalCheck::Deny(_)
+        ));
+        // The operator's own status writes leave the review conditions alone.
+        assert_eq!(
+            review_proposal(
+                &Operation::Update,
+                Some("status"),
+                Some(&approved),
+                &approved,
+                "system:serviceaccount:agentgate-system:agentgate"
+            ),
+            ProposalCheck::Allow
+        );
+        // Withdrawing an approval is a review decision too.
+        assert_eq!(
+            review_proposal(
+                &Operation::Update,
+                Some("status"),
+                Some(&approved),
+                &old,
+                "alice"
+            ),
+            ProposalCheck::NeedsApprove
+        );
+    }
+
+    #[test]
+    fn a_proposal_spec_is_immutable() {
+        let old = proposal(Some("bot"), None);
+        let mut new = old.clone();
+        new.spec.rationale = Some("changed".into());
+        assert!(matches!(
+            review_proposal(&Operation::Update, None, Some(&old), &new, "bot"),
+            ProposalCheck::Deny(_)
+        ));
+    }
+
+    #[test]
+    fn a_maximum_that_meets_its_invariant_is_admitted_with_a_warning() {
+        let prover = Prover::default();
+        let max: MaximumPolicy = from_yaml(include_str!("../../../examples/maximum-egress.yaml"));
+        let Answer::Allow(warnings) = review_maximum(&max, &prover) else {
+            panic!("expected admission");
+        };
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("inside its own invariant"),
+            "{warnings:?}"
+        );
+        assert_eq!(review_maximum(&maximum(), &prover), Answer::allow());
+        let mut bad = maximum();
+        bad.spec.policy.network[0].endpoints[0].host = "api.*.com*".into();
+        assert!(matches!(review_maximum(&bad, &prover), Answer::Deny(_)));
+    }
+
+    #[test]
+    fn scans_pin_images_and_have_well_formed_graphs() {
+        let digest = format!("ghcr.io/acme/bot@sha256:{}", "ab".repeat(32));
+        let scan = |image: &str, graph: serde_json::Value| {
+            AgentScan::new(
+                "s",
+                AgentScanSpec {
+                    image: image.into(),
+                    graph: serde_json::from_value(graph).unwrap(),
+                },
+            )
+        };
+        let good = serde_json::json!({"nodes": [{"id": "a"}, {"id": "b"}], "edges": [{"from": "a", "to": "b"}]});
+        assert_eq!(review_scan(&scan(&digest, good.clone())), Answer::allow());
+        assert!(
+            matches!(review_scan(&scan("ghcr.io/acme/bot:latest", good)), Answer::Deny(m) if m.contains("not pinned by digest"))
+        );
+        let dangling =
+            serde_json::json!({"nodes": [{"id": "a"}], "edges": [{"from": "a", "to": "z"}]});
+        assert!(
+            matches!(review_scan(&scan(&digest, dangling)), Answer::Deny(m) if m.contains("\"z\" is not a node id"))
+        );
+        let twice = serde_json::json!({"nodes": [{"id": "a"}, {"id": "a"}]});
+        assert!(
+            matches!(review_scan(&scan(&digest, twice)), Answer::Deny(m) if m.contains("used twice"))
+        );
+        assert!(!pinned_by_digest("x@sha256:ABC"));
+    }
+}

@@ -1,0 +1,259 @@
+//! The runtime decision point (DESIGN.md §8): `POST /v1/decide` answers
+//! whether a sandbox's committed effective policy allows one concrete
+//! action, with the concrete matcher (no solver). Anything it cannot
+//! evaluate is a deny with the reason (fail closed).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::action::{Access, FilesystemAction, Layer, NetworkAction};
+use crate::policy::compile::{CompiledPolicy, Limits, Role, compile};
+use crate::policy::matcher::{allows_filesystem, decide_network};
+use crate::policy::model::PolicyDocument;
+
+/// One action to decide. A network action gives `binary`, `host`, `port`,
+/// `layer` (default `rest`), `method` and `path`; a filesystem action gives
+/// `access` and `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideRequest {
+    /// The AgentSandbox.
+    pub sandbox: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Executable opening the connection.
+    #[serde(default)]
+    pub binary: Option<String>,
+    /// Destination host.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Destination port.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// `rest` or `l4`.
+    #[serde(default)]
+    pub layer: Option<Layer>,
+    /// HTTP method (rest).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Request path (rest), or file path (filesystem).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `read` or `write`: makes this a filesystem action.
+    #[serde(default)]
+    pub access: Option<Access>,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecideResponse {
+    /// Whether the committed policy allows the action.
+    pub allow: bool,
+    /// The rule that allowed (or denied) it, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// One line: why.
+    pub reason: String,
+    /// The committed revision the answer comes from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+}
+
+impl DecideResponse {
+    /// A deny that no rule decided.
+    pub fn deny(reason: impl Into<String>) -> DecideResponse {
+        DecideResponse {
+            allow: false,
+            rule: None,
+            reason: reason.into(),
+            revision: None,
+        }
+    }
+}
+
+/// Decides `request` against a compiled policy. Non-canonical input is a
+/// deny that says which field is wrong.
+pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> DecideResponse {
+    if let Some(access) = request.access {
+        let Some(path) = request.path.clone() else {
+            return DecideResponse::deny("a filesystem action needs a path");
+        };
+        let action = FilesystemAction { access, path };
+        if let Err(e) = action.check_canonical() {
+            return DecideResponse::deny(format!("not a canonical action: {e}"));
+        }
+        let allow = allows_filesystem(policy, &action);
+        return DecideResponse {
+            allow,
+            rule: None,
+            reason: if allow {
+                format!("{action} is under an allowed filesystem path")
+            } else {
+                format!("{action} is not under an allowed filesystem path")
+            },
+            revision: None,
+        };
+    }
+    let layer = request.layer.unwrap_or(Layer::Rest);
+    let (Some(binary), Some(host), Some(port)) =
+        (request.binary.clone(), request.host.clone(), request.port)
+    else {
+        return DecideResponse::deny("a network action needs binary, host and port");
+    };
+    let action = NetworkAction {
+        binary,
+        host,
+        port,
+        layer,
+        method: request.method.clone().unwrap_or_default(),
+        path: request.path.clone().unwrap_or_default(),
+    };
+    if let Err(e) = action.check_canonical() {
+        return DecideResponse::deny(format!("not a canonical action: {e}"));
+    }
+    let decision = decide_network(policy, &action);
+    DecideResponse {
+        allow: decision.allow,
+        rule: decision.rule,
+        reason: format!("{action}: {}", decision.reason),
+        revision: None,
+    }
+}
+
+/// A compiled policy with the sandbox uid and revision it was compiled for.
+type CompiledAt = (String, u64, Arc<CompiledPolicy>);
+
+/// Compiled effective policies by sandbox, reused while the committed
+/// revision is unchanged (compiling is far slower than matching).
+#[derive(Default)]
+pub struct CompiledPolicies {
+    by_sandbox: RwLock<HashMap<(String, String), CompiledAt>>,
+}
+
+impl CompiledPolicies {
+    /// The compiled form of `policy`, committed as revision `revision` of
+    /// the sandbox with this `uid`.
+    pub fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        revision: u64,
+        policy: &PolicyDocument,
+    ) -> Result<Arc<CompiledPolicy>, String> {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some((u, r, compiled)) = self
+            .by_sandbox
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            && u == uid
+            && *r == revision
+        {
+            return Ok(compiled.clone());
+        }
+        let compiled = Arc::new(
+            compile(policy, Role::Sandbox, &Limits::default())
+                .map_err(|reason| format!("the committed policy does not compile: {reason}"))?,
+        );
+        self.by_sandbox
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (uid.to_string(), revision, compiled.clone()));
+        Ok(compiled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> CompiledPolicy {
+        let doc: PolicyDocument = serde_saphyr::from_str(
+            r#"
+filesystem: {readOnly: [/app], readWrite: [/sandbox]}
+network:
+  - name: github-read
+    binaries: [/usr/local/bin/agent]
+    endpoints:
+      - host: api.github.com
+        ports: [443]
+        protocol: rest
+        rules:
+          - {methods: [GET], path: "/repos/acme/**"}
+        denyRules:
+          - {methods: [GET], path: "/repos/acme/secret/**"}
+"#,
+        )
+        .unwrap();
+        compile(&doc, Role::Sandbox, &Limits::default()).unwrap()
+    }
+
+    fn request(method: &str, path: &str) -> DecideRequest {
+        DecideRequest {
+            sandbox: "bot".into(),
+            namespace: "agents".into(),
+            binary: Some("/usr/local/bin/agent".into()),
+            host: Some("api.github.com".into()),
+            port: Some(443),
+            layer: None,
+            method: Some(method.into()),
+            path: Some(path.into()),
+            access: None,
+        }
+    }
+
+    #[test]
+    fn allows_with_the_rule_and_denies_with_the_reason() {
+        let p = policy();
+        let yes = decide_action(&p, &request("GET", "/repos/acme/x"));
+        assert!(yes.allow);
+        assert_eq!(yes.rule.as_deref(), Some("github-read"));
+        let no = decide_action(&p, &request("POST", "/repos/acme/x"));
+        assert!(!no.allow);
+        assert!(no.reason.contains("no rule allows it"), "{}", no.reason);
+        let denied = decide_action(&p, &request("GET", "/repos/acme/secret/k"));
+        assert!(!denied.allow);
+        assert_eq!(denied.rule.as_deref(), Some("github-read"));
+    }
+
+    #[test]
+    fn bad_input_fails_closed_with_the_field() {
+        let p = policy();
+        let no = decide_action(&p, &request("GET", "repos/acme/x"));
+        assert!(!no.allow);
+        assert!(
+            no.reason.contains("not a canonical action"),
+            "{}",
+            no.reason
+        );
+        let mut partial = request("GET", "/x");
+        partial.host = None;
+        assert!(!decide_action(&p, &partial).allow);
+    }
+
+    #[test]
+    fn filesystem_actions() {
+        let p = policy();
+        let mut r = request("", "/sandbox/out.txt");
+        r.access = Some(Access::Write);
+        assert!(decide_action(&p, &r).allow);
+        r.path = Some("/app/main.py".into());
+        assert!(!decide_action(&p, &r).allow);
+        r.access = Some(Access::Read);
+        assert!(decide_action(&p, &r).allow);
+    }
+
+    #[test]
+    fn compiled_policies_follow_the_revision() {
+        let cache = CompiledPolicies::default();
+        let doc = PolicyDocument::default();
+        let a = cache.get("ns", "bot", "u1", 1, &doc).unwrap();
+        let b = cache.get("ns", "bot", "u1", 1, &doc).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = cache.get("ns", "bot", "u1", 2, &doc).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+}

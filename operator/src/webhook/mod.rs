@@ -1,0 +1,115 @@
+//! The admission webhook and runtime decision endpoint (DESIGN.md §6, §8):
+//! one HTTPS server (axum on hyper, rustls with the ring provider) that
+//! answers from reflector caches. `admission` and `decide` hold the pure
+//! decisions, `certs` the serving certificates, `server` the I/O shell.
+
+pub mod admission;
+pub mod certs;
+pub mod decide;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CertMode {
+    /// The operator keeps a CA and a leaf in a Secret, rotates the leaf and
+    /// patches `caBundle` itself.
+    SelfManaged,
+    /// cert-manager issues `tls.crt`/`tls.key` into `--cert-dir` and injects
+    /// `caBundle`.
+    CertManager,
+}
+
+/// Flags of the webhook server (shared by `agentgate webhook` and
+/// `agentgate controller`).
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Serve the webhook and `/v1/decide` on this address (HTTPS). With
+    /// `controller`, the webhook is served only when this is given.
+    #[arg(long)]
+    pub webhook_bind_address: Option<SocketAddr>,
+    /// Where the serving certificate comes from.
+    #[arg(long, value_enum, default_value_t = CertMode::SelfManaged)]
+    pub cert_mode: CertMode,
+    /// cert-manager mode: directory holding `tls.crt` and `tls.key`.
+    #[arg(long, default_value = "/etc/agentgate/tls")]
+    pub cert_dir: PathBuf,
+    /// Self-managed mode: the Secret holding CA and serving certificate.
+    #[arg(long, default_value = "agentgate-webhook-tls")]
+    pub tls_secret_name: String,
+    /// Namespace of that Secret (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub tls_secret_namespace: Option<String>,
+    /// Self-managed mode: the ValidatingWebhookConfiguration whose
+    /// `caBundle` is kept current (empty: patch nothing).
+    #[arg(long, default_value = "agentgate")]
+    pub webhook_config_name: String,
+    /// The Service in front of the webhook (its DNS names go into the certificate).
+    #[arg(long, default_value = "agentgate-webhook")]
+    pub service_name: String,
+    /// Further DNS names or IP addresses for the serving certificate (repeatable).
+    #[arg(long = "cert-extra-name")]
+    pub cert_extra_names: Vec<String>,
+    /// Lifetime of each self-managed serving certificate, in seconds; it is
+    /// re-issued after two thirds of it.
+    #[arg(long, default_value_t = 90 * 24 * 3600)]
+    pub cert_validity_seconds: u64,
+    /// Lifetime of the self-managed CA, in seconds.
+    #[arg(long, default_value_t = 10 * 365 * 24 * 3600)]
+    pub ca_validity_seconds: u64,
+    /// How often certificates are re-checked (and re-read in cert-manager mode).
+    #[arg(long, default_value_t = 60_000)]
+    pub cert_check_interval_ms: u64,
+    /// Deadline for the solver work of one admission request, in
+    /// milliseconds; keep it well under the webhook's timeoutSeconds. A
+    /// request that runs out is denied, saying so.
+    #[arg(long, default_value_t = 3000)]
+    pub admission_deadline_ms: u64,
+}
+
+impl WebhookArgs {
+    /// Namespace of the TLS Secret.
+    pub fn secret_namespace(&self) -> String {
+        self.tls_secret_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into())
+    }
+
+    /// The serving certificate's subject alternative names.
+    pub fn cert_names(&self) -> Vec<String> {
+        let mut names = certs::service_names(&self.service_name, &self.secret_namespace());
+        for extra in &self.cert_extra_names {
+            if !names.contains(extra) {
+                names.push(extra.clone());
+            }
+        }
+        names
+    }
+
+    /// Deadline of one admission request's solver work.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_millis(self.admission_deadline_ms.max(1))
+    }
+}
+
+/// Why the webhook server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The listener could not be bound.
+    #[error("binding {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// TLS configuration failed.
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}

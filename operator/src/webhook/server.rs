@@ -1,0 +1,524 @@
+//! The HTTPS shell around `admission` and `decide`: reflector caches,
+//! SubjectAccessReviews, deadlines, metrics and the TLS accept loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::controller::metrics::{DecisionLabel, Metrics};
+use crate::controller::sandbox::governing_from;
+use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::prover::Prover;
+use crate::webhook::admission::{
+    APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
+    review_proposal, review_sandbox, review_scan,
+};
+use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
+use crate::webhook::decide::{CompiledPolicies, DecideRequest, DecideResponse, decide_action};
+use crate::webhook::{CertMode, WebhookArgs, WebhookError};
+
+/// Everything the handlers share.
+pub struct WebhookState {
+    client: Client,
+    prover: Prover,
+    metrics: Arc<Metrics>,
+    allow_unmanaged: bool,
+    deadline: Duration,
+    maximums: Store<MaximumPolicy>,
+    namespaces: Store<Namespace>,
+    sandboxes: Store<AgentSandbox>,
+    policies: CompiledPolicies,
+    listening: AtomicBool,
+    resolver: Arc<CertResolver>,
+}
+
+/// Starts a reflector for `K` and returns its store (driven by a task).
+fn reflect<K>(api: Api<K>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        stream
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "webhook cache watch failed; retrying");
+                }
+            })
+            .await;
+    });
+    reader
+}
+
+impl WebhookState {
+    async fn ready(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+            && self.resolver.is_loaded()
+            && self.maximums.wait_until_ready().await.is_ok()
+            && self.namespaces.wait_until_ready().await.is_ok()
+            && self.sandboxes.wait_until_ready().await.is_ok()
+    }
+
+    async fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
+        if let Some(ns) = self.namespaces.get(&ObjectRef::new(namespace)) {
+            return Ok(ns.labels().clone());
+        }
+        // Created a moment ago and not in the cache yet: ask the API server.
+        Api::<Namespace>::all(self.client.clone())
+            .get(namespace)
+            .await
+            .map(|ns| ns.labels().clone())
+            .map_err(|e| format!("cannot read namespace {namespace:?}: {e}"))
+    }
+
+    /// Whether the requesting user holds `approve` on policyproposals in
+    /// `namespace` (a SubjectAccessReview on their behalf).
+    async fn may_approve(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, String> {
+        let user = &request.user_info;
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                groups: user.groups.clone(),
+                uid: user.uid.clone(),
+                extra: user.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some("agentgate.dev".into()),
+                    resource: Some("policyproposals".into()),
+                    verb: Some(APPROVE_VERB.into()),
+                    namespace: Some(namespace.into()),
+                    name: (!name.is_empty()).then(|| name.to_string()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))
+            .map_err(|e| format!("cannot check the approve permission: {e}"))
+    }
+
+    /// Runs blocking solver work under the admission deadline; running out
+    /// is a denial that says so.
+    async fn with_deadline<F>(&self, kind: &str, work: F) -> Answer
+    where
+        F: FnOnce(Prover) -> Answer + Send + 'static,
+    {
+        let prover = self.prover.with_timeout(self.deadline);
+        let task = tokio::task::spawn_blocking(move || work(prover));
+        match tokio::time::timeout(self.deadline, task).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Answer::Deny(format!("{kind}: the proof failed ({e}); refused")),
+            Err(_) => Answer::Deny(format!(
+                "{kind}: the proof did not finish within the admission deadline of {} ms; refused (fail closed). Retry, or raise --admission-deadline-ms",
+                self.deadline.as_millis()
+            )),
+        }
+    }
+}
+
+fn typed<T: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<T, String> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("cannot read the {kind}: {e}"))
+}
+
+type Review = Json<AdmissionReview<DynamicObject>>;
+
+/// Decodes the review, runs `decide` on its request, encodes the answer,
+/// and counts it.
+async fn answer<F, Fut>(
+    state: &WebhookState,
+    kind: &'static str,
+    Json(review): Review,
+    decide: F,
+) -> Json<AdmissionReview<DynamicObject>>
+where
+    F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
+    Fut: Future<Output = Answer>,
+{
+    let started = Instant::now();
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(kind, error = %e, "malformed admission review");
+            return Json(AdmissionResponse::invalid(e.to_string()).into_review());
+        }
+    };
+    let base = AdmissionResponse::from(&request);
+    let (uid, name, namespace, user, operation) = (
+        request.uid.clone(),
+        request.name.clone(),
+        request.namespace.clone().unwrap_or_default(),
+        request.user_info.username.clone().unwrap_or_default(),
+        format!("{:?}", request.operation),
+    );
+    let answer = decide(request).await;
+    let allowed = matches!(answer, Answer::Allow(_));
+    let response = match answer {
+        Answer::Allow(warnings) => {
+            let mut r = base;
+            if !warnings.is_empty() {
+                r.warnings = Some(warnings);
+            }
+            r
+        }
+        Answer::Deny(message) => {
+            tracing::info!(kind, %uid, %name, %namespace, %user, %operation, %message, "admission denied");
+            let mut r = base.deny(message);
+            r.result.code = 403;
+            r.result.reason = "Forbidden".into();
+            r
+        }
+    };
+    state
+        .metrics
+        .admission(kind, allowed, started.elapsed().as_secs_f64());
+    Json(response.into_review())
+}
+
+async fn validate_sandbox(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
+    answer(&state, "agentsandboxes", review, |request| async move {
+        let Some(object) = &request.object else {
+            return Answer::allow();
+        };
+        let sandbox: AgentSandbox = match typed(object, "AgentSandbox") {
+            Ok(x) => x,
+            Err(e) => return Answer::Deny(e),
+        };
+        let old: Option<AgentSandbox> = match request.old_object.as_ref().map(|o| typed(o, "AgentSandbox")) {
+            Some(Ok(x)) => Some(x),
+            Some(Err(e)) => return Answer::Deny(e),
+            None => None,
+        };
+        let namespace = request.namespace.clone().unwrap_or_default();
+        if accepted_findings_changed(old.as_ref(), &sandbox) {
+            match s.may_approve(&request, &namespace, "").await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Answer::Deny(format!(
+                        "agentsandbox {:?}: changing spec.acceptedFindings accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {:?} does not hold",
+                        sandbox.name_any(),
+                        request.user_info.username.as_deref().unwrap_or("")
+                    ));
+                }
+                Err(e) => return Answer::Deny(format!("agentsandbox {:?}: {e}", sandbox.name_any())),
+            }
+        }
+        let ns_labels = match s.namespace_labels(&namespace).await {
+            Ok(l) => l,
+            Err(e) => return Answer::Deny(format!("agentsandbox {:?}: {e}", sandbox.name_any())),
+        };
+        let maximums = s.maximums.state();
+        let allow_unmanaged = s.allow_unmanaged;
+        s.with_deadline("agentsandbox", move |prover| {
+            let governance = governing_from(
+                maximums.iter().map(|m| m.as_ref()),
+                &ns_labels,
+                sandbox.labels(),
+                allow_unmanaged,
+            );
+            review_sandbox(&sandbox, &governance, &prover, allow_unmanaged)
+        })
+        .await
+    })
+    .await
+}
+
+async fn validate_proposal(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
+    answer(&state, "policyproposals", review, |request| async move {
+        let Some(object) = &request.object else {
+            return Answer::allow();
+        };
+        let proposal: PolicyProposal = match typed(object, "PolicyProposal") {
+            Ok(x) => x,
+            Err(e) => return Answer::Deny(e),
+        };
+        let old: Option<PolicyProposal> = match request.old_object.as_ref().map(|o| typed(o, "PolicyProposal")) {
+            Some(Ok(x)) => Some(x),
+            Some(Err(e)) => return Answer::Deny(e),
+            None => None,
+        };
+        let user = request.user_info.username.clone().unwrap_or_default();
+        match review_proposal(
+            &request.operation,
+            request.sub_resource.as_deref(),
+            old.as_ref(),
+            &proposal,
+            &user,
+        ) {
+            ProposalCheck::Allow => Answer::allow(),
+            ProposalCheck::Deny(message) => Answer::Deny(message),
+            ProposalCheck::NeedsApprove => {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                match s.may_approve(&request, &namespace, &proposal.name_any()).await {
+                    Ok(true) => Answer::allow(),
+                    Ok(false) => Answer::Deny(format!(
+                        "policyproposal {:?}: {user:?} may not approve or deny it: that needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}",
+                        proposal.name_any()
+                    )),
+                    Err(e) => Answer::Deny(format!("policyproposal {:?}: {e}", proposal.name_any())),
+                }
+            }
+        }
+    })
+    .await
+}
+
+async fn validate_maximum(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
+    answer(&state, "maximumpolicies", review, |request| async move {
+        let Some(object) = &request.object else {
+            return Answer::allow();
+        };
+        let maximum: MaximumPolicy = match typed(object, "MaximumPolicy") {
+            Ok(x) => x,
+            Err(e) => return Answer::Deny(e),
+        };
+        s.with_deadline("maximumpolicy", move |prover| {
+            review_maximum(&maximum, &prover)
+        })
+        .await
+    })
+    .await
+}
+
+async fn validate_scan(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    answer(&state, "agentscans", review, |request| async move {
+        let Some(object) = &request.object else {
+            return Answer::allow();
+        };
+        match typed::<AgentScan>(object, "AgentScan") {
+            Ok(scan) => review_scan(&scan),
+            Err(e) => Answer::Deny(e),
+        }
+    })
+    .await
+}
+
+async fn decide_endpoint(
+    State(state): State<Arc<WebhookState>>,
+    body: axum::body::Bytes,
+) -> (StatusCode, Json<DecideResponse>) {
+    let request: DecideRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(DecideResponse::deny(format!(
+                    "cannot read the request: {e}"
+                ))),
+            );
+        }
+    };
+    let response = decide_for(&state, &request);
+    state
+        .metrics
+        .decisions
+        .get_or_create(&DecisionLabel {
+            decision: if response.allow { "allow" } else { "deny" }.into(),
+        })
+        .inc();
+    (StatusCode::OK, Json(response))
+}
+
+fn decide_for(state: &WebhookState, request: &DecideRequest) -> DecideResponse {
+    let key = ObjectRef::new(&request.sandbox).within(&request.namespace);
+    let Some(sandbox) = state.sandboxes.get(&key) else {
+        return DecideResponse::deny(format!(
+            "no AgentSandbox {}/{}",
+            request.namespace, request.sandbox
+        ));
+    };
+    let Some(status) = &sandbox.status else {
+        return DecideResponse::deny("the sandbox has no committed policy yet");
+    };
+    let Some(policy) = &status.effective_policy else {
+        return DecideResponse::deny("the sandbox has no committed policy yet");
+    };
+    let uid = sandbox.uid().unwrap_or_default();
+    match state.policies.get(
+        &request.namespace,
+        &request.sandbox,
+        &uid,
+        status.revision,
+        policy,
+    ) {
+        Ok(compiled) => {
+            let mut response = decide_action(&compiled, request);
+            response.revision = Some(status.revision);
+            response
+        }
+        Err(reason) => DecideResponse::deny(reason),
+    }
+}
+
+async fn readyz(State(state): State<Arc<WebhookState>>) -> impl IntoResponse {
+    let ready = tokio::time::timeout(Duration::from_millis(200), state.ready())
+        .await
+        .unwrap_or(false);
+    if ready {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// The routes of the webhook server.
+pub fn router(state: Arc<WebhookState>) -> Router {
+    Router::new()
+        .route("/validate/agentsandboxes", post(validate_sandbox))
+        .route("/validate/policyproposals", post(validate_proposal))
+        .route("/validate/maximumpolicies", post(validate_maximum))
+        .route("/validate/agentscans", post(validate_scan))
+        .route("/v1/decide", post(decide_endpoint))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// Serves the webhook on `args.webhook_bind_address` until the process
+/// ends: starts the caches and the certificate source, binds, and accepts
+/// TLS connections (the certificate is chosen per handshake).
+pub async fn run(
+    args: WebhookArgs,
+    address: std::net::SocketAddr,
+    client: Client,
+    prover: Prover,
+    metrics: Arc<Metrics>,
+    allow_unmanaged: bool,
+) -> Result<(), WebhookError> {
+    let resolver = Arc::new(CertResolver::new());
+    let check = Duration::from_millis(args.cert_check_interval_ms.max(50));
+    match args.cert_mode {
+        CertMode::SelfManaged => {
+            let manager = SelfManaged {
+                namespace: args.secret_namespace(),
+                secret: args.tls_secret_name.clone(),
+                webhook_config: (!args.webhook_config_name.is_empty())
+                    .then(|| args.webhook_config_name.clone()),
+                names: args.cert_names(),
+                lifetimes: Lifetimes {
+                    ca: Duration::from_secs(args.ca_validity_seconds.max(60)),
+                    leaf: Duration::from_secs(args.cert_validity_seconds.max(3)),
+                },
+            };
+            tokio::spawn(manager.run(client.clone(), resolver.clone(), metrics.clone(), check));
+        }
+        CertMode::CertManager => {
+            tokio::spawn(watch_directory(
+                args.cert_dir.clone(),
+                resolver.clone(),
+                metrics.clone(),
+                check,
+            ));
+        }
+    }
+    let state = Arc::new(WebhookState {
+        maximums: reflect(Api::all(client.clone())),
+        namespaces: reflect(Api::all(client.clone())),
+        sandboxes: reflect(Api::all(client.clone())),
+        client,
+        prover,
+        metrics,
+        allow_unmanaged,
+        deadline: args.deadline(),
+        policies: CompiledPolicies::default(),
+        listening: AtomicBool::new(false),
+        resolver: resolver.clone(),
+    });
+
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|source| WebhookError::Bind { address, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| WebhookError::Bind { address, source })?;
+    tracing::info!(address = %bound, "webhook listening (HTTPS)");
+    state.listening.store(true, Ordering::Release);
+    let app = router(state);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(stream).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

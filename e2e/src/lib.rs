@@ -72,6 +72,14 @@ fn free_port() -> Result<u16, HarnessError> {
         .map_err(|e| failed("finding a free port", e))
 }
 
+/// The namespace the chart is installed into.
+pub const CHART_NAMESPACE: &str = "agentgate-system";
+
+/// A free loopback port (for a webhook address chosen before it starts).
+pub fn free_loopback_port() -> Result<u16, HarnessError> {
+    free_port()
+}
+
 /// A running etcd + kube-apiserver, torn down on drop.
 pub struct ControlPlane {
     dir: PathBuf,
@@ -130,6 +138,9 @@ impl ControlPlane {
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
         let child = Command::new(self.bin.join(name))
             .args(args)
+            // The API server calls webhooks on 127.0.0.1: never through a proxy.
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
             .stdout(log)
             .stderr(err)
             .spawn()
@@ -332,22 +343,50 @@ impl ControlPlane {
 /// The `agentgate` binary of this build (target/<profile>/agentgate; `make
 /// test` and `make demo` build it).
 pub fn operator_binary() -> Result<PathBuf, HarnessError> {
+    built_binary("agentgate")
+}
+
+/// The `kubectl-agentgate` plugin binary of this build.
+pub fn plugin_binary() -> Result<PathBuf, HarnessError> {
+    built_binary("kubectl-agentgate")
+}
+
+/// helm, built once from its Go module by hack/install-helm.sh (cached
+/// outside the repository; never skipped: failing to get it is an error).
+pub fn helm_binary() -> Result<PathBuf, HarnessError> {
+    let output = Command::new("bash")
+        .arg(repo_root().join("hack/install-helm.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| failed("running hack/install-helm.sh", e))?;
+    if !output.status.success() {
+        return Err(failed("hack/install-helm.sh", "could not provide helm"));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .last()
+        .ok_or_else(|| failed("install-helm.sh", "printed no path"))?;
+    Ok(PathBuf::from(path.trim()))
+}
+
+fn built_binary(name: &str) -> Result<PathBuf, HarnessError> {
     let exe = std::env::current_exe().map_err(|e| failed("locating the test binary", e))?;
     // Tests run from target/<profile>/deps/, programs from target/<profile>/.
     let dir = exe
         .parent()
         .ok_or_else(|| failed("locating the agentgate binary", "no target directory"))?;
-    let bin = [dir.join("agentgate"), dir.join("../agentgate")]
+    let bin = [dir.join(name), dir.join("..").join(name)]
         .into_iter()
         .find(|p| p.is_file())
-        .unwrap_or_else(|| dir.join("agentgate"));
+        .unwrap_or_else(|| dir.join(name));
     if bin.exists() {
         Ok(bin)
     } else {
         Err(failed(
-            "locating the agentgate binary",
+            format!("locating the {name} binary"),
             format!(
-                "{} is missing: run `cargo build -p agentgate` first (make test does)",
+                "{} is missing: run `cargo build -p agentgate --bins` first (make test does)",
                 bin.display()
             ),
         ))
@@ -465,6 +504,101 @@ impl ControlPlane {
             .spawn()
             .map_err(|e| failed("starting the operator", e))?;
         Ok(Operator { child, log })
+    }
+
+    /// Runs helm against this control plane; returns stdout, or an error
+    /// with stderr.
+    pub fn helm(&self, args: &[&str]) -> Result<String, HarnessError> {
+        let output = Command::new(helm_binary()?)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", self.dir.join("helm/cache"))
+            .env("HELM_CONFIG_HOME", self.dir.join("helm/config"))
+            .env("HELM_DATA_HOME", self.dir.join("helm/data"))
+            .current_dir(repo_root())
+            .output()
+            .map_err(|e| failed("running helm", e))?;
+        Self::checked(format!("(helm) {}", args.join(" ")), output)
+    }
+
+    /// `helm install agentgate charts/agentgate` into `agentgate-system`,
+    /// with the webhook registered at `https://127.0.0.1:<webhook_port>`
+    /// (the operator runs as a local process, so the chart's Deployment is
+    /// scaled to 0), plus `extra` `--set` values; waits for the CRDs.
+    pub fn install_chart(&self, webhook_port: u16, extra: &[&str]) -> Result<(), HarnessError> {
+        self.run(&["create", "namespace", CHART_NAMESPACE])?;
+        let url = format!("webhook.url=https://127.0.0.1:{webhook_port}");
+        let mut args = vec![
+            "install",
+            "agentgate",
+            "charts/agentgate",
+            "--namespace",
+            CHART_NAMESPACE,
+            "--set",
+            &url,
+            "--set",
+            "replicaCount=0",
+        ];
+        for value in extra {
+            args.extend(["--set", value]);
+        }
+        self.helm(&args)?;
+        self.run(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/maximumpolicies.agentgate.dev",
+            "crd/agentsandboxes.agentgate.dev",
+            "crd/policyproposals.agentgate.dev",
+            "crd/agentscans.agentgate.dev",
+        ])?;
+        Ok(())
+    }
+
+    /// Starts `agentgate controller` serving the webhook of a chart
+    /// installed with [`ControlPlane::install_chart`] on `port`, with
+    /// self-managed certificates for 127.0.0.1, plus `extra` arguments.
+    pub fn start_webhook_operator(
+        &self,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<Operator, HarnessError> {
+        let address = format!("127.0.0.1:{port}");
+        let mut args = vec![
+            "--webhook-bind-address",
+            &address,
+            "--tls-secret-namespace",
+            CHART_NAMESPACE,
+            "--tls-secret-name",
+            "agentgate-webhook-tls",
+            "--webhook-config-name",
+            "agentgate",
+            "--cert-extra-name",
+            "127.0.0.1",
+            "--lease-namespace",
+            CHART_NAMESPACE,
+            "--cert-check-interval-ms",
+            "500",
+        ];
+        args.extend_from_slice(extra);
+        self.start_operator_with(&args)
+    }
+
+    /// Waits until the API server admits a server-side dry run of
+    /// `probe` (a manifest the webhook accepts): the webhook is serving
+    /// and its CA is published.
+    pub fn wait_webhook(&self, probe: &str, limit: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < limit {
+            let output = self.kubectl(&["apply", "--dry-run=server", "-f", probe])?;
+            if output.status.success() {
+                return Ok(());
+            }
+            last = String::from_utf8_lossy(&output.stderr).into_owned();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(failed("waiting for the webhook", last))
     }
 
     /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the

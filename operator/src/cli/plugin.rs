@@ -172,6 +172,7 @@ fn not_found(e: kube::Error, kind: &str, namespace: &str, name: &str) -> anyhow:
         kube::Error::Api(s) if s.code == 404 => {
             anyhow::anyhow!("{kind} {namespace}/{name} not found")
         }
+        kube::Error::Api(s) => anyhow::anyhow!("reading {kind} {namespace}/{name}: {}", s.message),
         _ => anyhow::Error::new(e).context(format!("reading {kind} {namespace}/{name}")),
     }
 }

@@ -1,0 +1,574 @@
+//! The admission webhook end to end: the chart installed with helm into a
+//! real API server, the operator serving the webhook as a local process,
+//! real kubectl (and the kubectl-agentgate plugin) as the user.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, Operator, free_loopback_port, plugin_binary};
+
+const AGENT: &str = "system:serviceaccount:agents:triage-bot";
+
+/// A sandbox of team ml whose policy POSTs where org-ceiling does not allow.
+const OUTSIDE: &str = r#"
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: bot, namespace: agents}
+spec:
+  mode: ask
+  agentServiceAccount: triage-bot
+  policy:
+    network:
+      - name: github
+        binaries: [/usr/bin/gh]
+        endpoints:
+          - host: api.github.com
+            ports: [443]
+            protocol: rest
+            rules:
+              - {methods: [POST], path: /repos/acme}
+"#;
+
+/// Control plane + chart + operator with the webhook, namespace `agents`
+/// (team ml) and org-ceiling applied.
+fn setup(extra: &[&str]) -> (ControlPlane, Operator, u16) {
+    let cp = ControlPlane::start().expect("control plane");
+    let port = free_loopback_port().unwrap();
+    cp.install_chart(port, &[]).expect("helm install");
+    let operator = cp.start_webhook_operator(port, extra).expect("operator");
+    cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", operator.log()));
+    cp.run(&["apply", "-f", "examples/maximum.yaml"]).unwrap();
+    cp.run(&["create", "namespace", "agents"]).unwrap();
+    cp.run(&["label", "namespace", "agents", "team=ml"])
+        .unwrap();
+    (cp, operator, port)
+}
+
+fn ca_file(cp: &ControlPlane) -> std::path::PathBuf {
+    let b64 = cp
+        .run(&[
+            "get",
+            "secret",
+            "agentgate-webhook-tls",
+            "-n",
+            CHART_NAMESPACE,
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+        .unwrap();
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    out.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(b64.as_bytes())
+        .unwrap();
+    let pem = out.wait_with_output().unwrap().stdout;
+    let path = cp.dir().join("webhook-ca.crt");
+    std::fs::write(&path, pem).unwrap();
+    path
+}
+
+/// POST /v1/decide over TLS, verifying the server against the published CA.
+fn decide(cp: &ControlPlane, port: u16, body: &str) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "--noproxy", "*", "--cacert"])
+        .arg(ca_file(cp))
+        .args(["-H", "content-type: application/json", "--data", body])
+        .arg(format!("https://127.0.0.1:{port}/v1/decide"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn explained_denials_dry_run_and_runtime_decisions() {
+    let (cp, operator, port) = setup(&[]);
+
+    // Scenario 1: outside the maximum, refused with the counterexample.
+    let refused = cp.kubectl_stdin(&["apply", "-f", "-"], OUTSIDE).unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(
+        message.contains(r#"agentsandbox "bot" exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#),
+        "{message}"
+    );
+    // --dry-run=server gives the same answer.
+    let dry = cp
+        .kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], OUTSIDE)
+        .unwrap();
+    assert!(!dry.status.success());
+    let dry_message = String::from_utf8_lossy(&dry.stderr).into_owned();
+    assert!(
+        dry_message.contains(r#"exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#),
+        "{dry_message}"
+    );
+    // Inside: admitted.
+    cp.run(&["apply", "-f", "examples/sandbox.yaml"]).unwrap();
+
+    // A ceiling that meets its own invariant: admitted with a warning.
+    let inconsistent = cp
+        .kubectl(&["apply", "-f", "examples/maximum-egress.yaml"])
+        .unwrap();
+    assert!(inconsistent.status.success());
+    let warning = String::from_utf8_lossy(&inconsistent.stderr);
+    assert!(
+        warning.contains("Warning:") && warning.contains("inside its own invariant"),
+        "{warning}"
+    );
+    // An invalid glob in a ceiling: refused with the field.
+    let bad_glob = cp
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            "apiVersion: agentgate.dev/v1alpha1\nkind: MaximumPolicy\nmetadata: {name: bad}\nspec:\n  policy:\n    network:\n      - name: x\n        endpoints:\n          - {host: \"api.*.com*\", ports: [443]}\n",
+        )
+        .unwrap();
+    assert!(!bad_glob.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad_glob.stderr).contains("maximumpolicy \"bad\""),
+        "{}",
+        String::from_utf8_lossy(&bad_glob.stderr)
+    );
+    // AgentScan: the image must be pinned by digest.
+    let scan = cp
+        .kubectl_stdin(
+            &["apply", "-f", "-"],
+            "apiVersion: agentgate.dev/v1alpha1\nkind: AgentScan\nmetadata: {name: s}\nspec:\n  image: ghcr.io/acme/bot:latest\n",
+        )
+        .unwrap();
+    assert!(!scan.status.success());
+    assert!(String::from_utf8_lossy(&scan.stderr).contains("not pinned by digest"));
+
+    // Scenario 5: /v1/decide on the committed policy.
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.revision}",
+        ],
+        Duration::from_secs(30),
+        |r| !r.is_empty() && r != "0",
+    )
+    .unwrap_or_else(|last| panic!("never committed ({last})\n{}", operator.log()));
+    let allow = decide(
+        &cp,
+        port,
+        r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"GET","path":"/repos/acme/widgets/issues/7"}"#,
+    );
+    assert_eq!(allow["allow"], true, "{allow}");
+    assert_eq!(allow["rule"], "github-read", "{allow}");
+    let deny = decide(
+        &cp,
+        port,
+        r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"DELETE","path":"/repos/acme/widgets"}"#,
+    );
+    assert_eq!(deny["allow"], false, "{deny}");
+    let reason = deny["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(
+            "DELETE https://api.github.com:443/repos/acme/widgets by /usr/local/bin/agent"
+        ) && reason.contains("no rule allows it"),
+        "{deny}"
+    );
+    let unknown = decide(
+        &cp,
+        port,
+        r#"{"sandbox":"nope","namespace":"agents","binary":"/b","host":"h","port":1}"#,
+    );
+    assert_eq!(unknown["allow"], false);
+    drop(operator);
+}
+
+/// Gives `user` the namespaced rights of `verbs` on `resources` in `agents`.
+fn grant(cp: &ControlPlane, name: &str, user: &str, verbs: &str, resources: &str) {
+    cp.run(&[
+        "create",
+        "role",
+        name,
+        "-n",
+        "agents",
+        &format!("--verb={verbs}"),
+        &format!("--resource={resources}"),
+    ])
+    .unwrap();
+    cp.run(&[
+        "create",
+        "rolebinding",
+        name,
+        "-n",
+        "agents",
+        &format!("--role={name}"),
+        &format!("--user={user}"),
+    ])
+    .unwrap();
+}
+
+fn plugin(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
+    Command::new(plugin_binary().unwrap())
+        .args(args)
+        .env("KUBECONFIG", cp.kubeconfig())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn approvals_need_the_verb_and_a_second_person() {
+    let (cp, operator, _port) = setup(&[]);
+    cp.run(&["apply", "-f", "examples/sandbox.yaml"]).unwrap();
+    // The agent may create proposals, and (to show the webhook, not RBAC,
+    // stops self-approval) even holds approve.
+    grant(
+        &cp,
+        "agent",
+        AGENT,
+        "get,list,create,approve",
+        "policyproposals.agentgate.dev",
+    );
+    grant(
+        &cp,
+        "agent-status",
+        AGENT,
+        "get,patch,update",
+        "policyproposals.agentgate.dev/status",
+    );
+    // bob may write the status but lacks approve.
+    grant(
+        &cp,
+        "bob",
+        "bob",
+        "get,list,patch,update",
+        "policyproposals.agentgate.dev/status",
+    );
+    grant(
+        &cp,
+        "bob-read",
+        "bob",
+        "get,list,create",
+        "policyproposals.agentgate.dev",
+    );
+    // alice is a reviewer. In a cluster she is bound to the chart's
+    // aggregated `agentgate-reviewer`; aggregation is done by
+    // kube-controller-manager, which this harness does not run, so she is
+    // bound to the role that carries the rules.
+    cp.run(&[
+        "create",
+        "rolebinding",
+        "alice-reviews",
+        "-n",
+        "agents",
+        "--clusterrole=agentgate-reviewer-base",
+        "--user=alice",
+    ])
+    .unwrap();
+
+    // requestedBy must be the creator.
+    let forged = cp
+        .kubectl(&[
+            "create",
+            "-f",
+            "examples/proposals/update-pull-requests.yaml",
+            "--as",
+            "bob",
+        ])
+        .unwrap();
+    assert!(!forged.status.success());
+    let why = String::from_utf8_lossy(&forged.stderr);
+    assert!(why.contains("spec.requestedBy"), "{why}");
+
+    cp.run(&[
+        "create",
+        "-f",
+        "examples/proposals/update-pull-requests.yaml",
+        "--as",
+        AGENT,
+    ])
+    .unwrap();
+    cp.wait_for(
+        &[
+            "get",
+            "pprop",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        Duration::from_secs(30),
+        |p| p == "AwaitingApproval",
+    )
+    .unwrap_or_else(|last| panic!("phase {last}\n{}", operator.log()));
+
+    // bob: no approve verb.
+    let out = plugin(
+        &cp,
+        &[
+            "approve",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "--as",
+            "bob",
+        ],
+    );
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("may not approve"), "{why}");
+    // The agent approving its own request.
+    let out = plugin(
+        &cp,
+        &[
+            "approve",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "--as",
+            AGENT,
+        ],
+    );
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("requested it and cannot approve"), "{why}");
+    // The spec cannot change under a pending review.
+    let edit = cp
+        .kubectl(&[
+            "patch",
+            "pprop",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"rationale":"something else"}}"#,
+        ])
+        .unwrap();
+    assert!(!edit.status.success());
+    assert!(String::from_utf8_lossy(&edit.stderr).contains("immutable"));
+
+    // alice approves; the proposal is committed.
+    let out = plugin(
+        &cp,
+        &[
+            "approve",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "--as",
+            "alice",
+            "--reason",
+            "PR labelling is fine",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cp.wait_for(
+        &[
+            "get",
+            "pprop",
+            "update-pull-requests",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        Duration::from_secs(30),
+        |p| p == "Applied",
+    )
+    .unwrap_or_else(|last| panic!("phase {last}\n{}", operator.log()));
+
+    // why and export.
+    let out = plugin(&cp, &["why", "update-pull-requests", "-n", "agents"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "verdict:",
+        "Apply",
+        "proof:",
+        "Approved=True",
+        "PR labelling is fine",
+    ] {
+        assert!(text.contains(needle), "{needle} missing in\n{text}");
+    }
+    let out = plugin(&cp, &["export", "triage-bot", "-n", "agents"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        manifest.contains("github-pulls")
+            && manifest.contains("applied proposals: update-pull-requests"),
+        "{manifest}"
+    );
+    // The export is a valid sandbox the webhook admits.
+    cp.run_stdin(&["apply", "--dry-run=server", "-f", "-"], &manifest)
+        .unwrap();
+    drop(operator);
+}
+
+fn served_fingerprint(port: u16) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -servername 127.0.0.1 </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn rotation_under_load_and_failing_closed() {
+    // Leaves of 6 s: re-issued every 4 s while admissions stream in.
+    let (cp, operator, port) = setup(&["--cert-validity-seconds", "6"]);
+    let first = served_fingerprint(port);
+    assert!(first.contains("Fingerprint"), "{first}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cp = Arc::new(cp);
+    let client = {
+        let (cp, stop, sent, failures) = (cp.clone(), stop.clone(), sent.clone(), failures.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let out = cp
+                    .kubectl(&["apply", "--dry-run=server", "-f", "examples/sandbox.yaml"])
+                    .unwrap();
+                sent.fetch_add(1, Ordering::Relaxed);
+                if !out.status.success() {
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&out.stderr).into_owned());
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut fingerprints = vec![first];
+    while started.elapsed() < Duration::from_secs(14) {
+        std::thread::sleep(Duration::from_secs(1));
+        let f = served_fingerprint(port);
+        if !f.is_empty() && fingerprints.last() != Some(&f) {
+            fingerprints.push(f);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} of {} admissions failed: {failures:?}",
+        failures.len(),
+        sent.load(Ordering::Relaxed)
+    );
+    assert!(
+        sent.load(Ordering::Relaxed) >= 10,
+        "too few admissions sent"
+    );
+    assert!(
+        fingerprints.len() >= 3,
+        "the certificate was not rotated at least twice: {fingerprints:?}\n{}",
+        operator.log()
+    );
+    let metrics = operator.metrics().unwrap();
+    assert!(
+        metrics.contains("agentgate_certificate_rotations_total"),
+        "{metrics}"
+    );
+
+    // Scenario 4: webhook gone, agentgate objects are refused, kube-system is not affected.
+    drop(operator);
+    let refused = cp
+        .kubectl(&["apply", "--dry-run=server", "-f", "examples/sandbox.yaml"])
+        .unwrap();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("failed calling webhook"), "{why}");
+    cp.run(&[
+        "create",
+        "configmap",
+        "still-fine",
+        "-n",
+        "kube-system",
+        "--from-literal=a=b",
+    ])
+    .unwrap();
+    cp.run(&[
+        "create",
+        "configmap",
+        "still-fine",
+        "-n",
+        "agents",
+        "--from-literal=a=b",
+    ])
+    .unwrap();
+}
+
+#[test]
+fn rendered_chart_applies_with_server_dry_run() {
+    let cp = ControlPlane::start().expect("control plane");
+    cp.run(&["create", "namespace", CHART_NAMESPACE]).unwrap();
+    for sets in [
+        vec!["webhook.url=https://127.0.0.1:9443"],
+        vec!["networkPolicy.enabled=true", "rbac.aggregateToAdmin=true"],
+    ] {
+        let mut args = vec![
+            "template",
+            "agentgate",
+            "charts/agentgate",
+            "--namespace",
+            CHART_NAMESPACE,
+        ];
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let rendered = cp.helm(&args).unwrap();
+        let out = cp
+            .run_stdin(
+                &[
+                    "apply",
+                    "--server-side",
+                    "--dry-run=server",
+                    "--field-manager=helm",
+                    "-f",
+                    "-",
+                ],
+                &rendered,
+            )
+            .unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+        for kind in [
+            "customresourcedefinition.apiextensions.k8s.io/agentsandboxes.agentgate.dev",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/agentgate",
+            "deployment.apps/agentgate",
+            "clusterrole.rbac.authorization.k8s.io/agentgate-reviewer",
+        ] {
+            assert!(
+                out.contains(kind),
+                "{kind} not applied with {sets:?}:\n{out}"
+            );
+        }
+    }
+}

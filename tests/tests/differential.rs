@@ -19,6 +19,7 @@ use agentgate::policy::model::{
     AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
 };
 use agentgate::prover::{Outcome, Prover, ProverOptions};
+use agentgate::webhook::decide::{DecideRequest, decide_action};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 
@@ -297,6 +298,72 @@ proptest! {
         match &proof.outcome {
             Outcome::Within => prop_assert_eq!(universe().iter().find(|a| inside(a)), None),
             Outcome::Exceeds { counterexample } => prop_assert!(inside(counterexample), "{}", counterexample),
+            other => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+}
+
+/// The policy that allows exactly one REST action (no glob characters
+/// occur in the action alphabet, so every field is a literal pattern; GET
+/// is left out of the actions, since a GET rule also allows HEAD).
+fn exactly(a: &NetworkAction) -> PolicyDocument {
+    serde_json::from_value(serde_json::json!({
+        "network": [{
+            "name": "exactly",
+            "binaries": [a.binary],
+            "endpoints": [{
+                "host": a.host,
+                "ports": [a.port],
+                "protocol": "rest",
+                "rules": [{"methods": [a.method], "path": a.path}],
+            }],
+        }],
+    }))
+    .unwrap()
+}
+
+fn rest_actions() -> impl Strategy<Value = NetworkAction> {
+    select(
+        universe()
+            .iter()
+            .filter_map(|a| match a {
+                Action::Network(n) if n.layer == Layer::Rest && n.method != "GET" => {
+                    Some(n.clone())
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// The runtime decision endpoint agrees with the prover: `/v1/decide`
+    /// allows an action exactly when the policy that allows only that
+    /// action is proved contained in the committed policy.
+    #[test]
+    fn decide_agrees_with_containment((committed, _, _) in pair(), action in rest_actions()) {
+        let committed = compiled(&committed);
+        let single = compile(&exactly(&action), Role::Sandbox, &Limits::default()).unwrap();
+        let proof = prover().containment(&single, &committed);
+        let answer = decide_action(&committed, &DecideRequest {
+            sandbox: "s".into(),
+            namespace: "n".into(),
+            binary: Some(action.binary.clone()),
+            host: Some(action.host.clone()),
+            port: Some(action.port),
+            layer: Some(action.layer),
+            method: Some(action.method.clone()),
+            path: Some(action.path.clone()),
+            access: None,
+        });
+        match &proof.outcome {
+            Outcome::Within => prop_assert!(answer.allow, "prover: within; decide: {}", answer.reason),
+            Outcome::Exceeds { counterexample } => {
+                prop_assert!(!answer.allow, "prover: exceeds with {}; decide: {}", counterexample, answer.reason);
+                prop_assert_eq!(counterexample, &Action::Network(action.clone()));
+            }
             other => prop_assert!(false, "unexpected {:?}", other),
         }
     }

@@ -49,6 +49,8 @@ pub struct Glob {
     kind: GlobKind,
     source: String,
     tokens: Vec<Token>,
+    /// No wildcard: matching is string equality (the runtime hot path).
+    literal: bool,
 }
 
 impl Glob {
@@ -68,10 +70,12 @@ impl Glob {
                 )));
             }
         }
-        match kind {
+        let mut glob = match kind {
             GlobKind::Host => parse_host(pattern),
             GlobKind::Path | GlobKind::Binary => parse_path(kind, pattern),
-        }
+        }?;
+        glob.literal = !glob.source.contains('*');
+        Ok(glob)
     }
 
     /// The pattern as written (lower-cased for hosts).
@@ -112,8 +116,18 @@ impl Glob {
 
     /// Matches a canonical value (§3), segment by segment.
     pub fn matches(&self, value: &str) -> bool {
+        if self.literal {
+            return match self.kind {
+                GlobKind::Host => self.source.eq_ignore_ascii_case(value),
+                GlobKind::Path | GlobKind::Binary => self.source == value,
+            };
+        }
         match self.kind {
-            GlobKind::Host => host_matches(&self.source, &value.to_ascii_lowercase()),
+            // Canonical hosts are already lower case: lower-case only when needed.
+            GlobKind::Host if value.bytes().any(|b| b.is_ascii_uppercase()) => {
+                host_matches(&self.source, &value.to_ascii_lowercase())
+            }
+            GlobKind::Host => host_matches(&self.source, value),
             GlobKind::Path | GlobKind::Binary => path_matches(&self.source, value),
         }
     }
@@ -179,6 +193,7 @@ fn parse_host(pattern: &str) -> Result<Glob, GlobError> {
         kind: GlobKind::Host,
         source,
         tokens,
+        literal: false,
     })
 }
 
@@ -188,6 +203,7 @@ fn parse_path(kind: GlobKind, pattern: &str) -> Result<Glob, GlobError> {
             kind,
             source: pattern.to_string(),
             tokens: vec![Token::AnyString],
+            literal: false,
         });
     }
     let Some(rest) = pattern.strip_prefix('/') else {
@@ -239,6 +255,7 @@ fn parse_path(kind: GlobKind, pattern: &str) -> Result<Glob, GlobError> {
         kind,
         source: pattern.to_string(),
         tokens,
+        literal: false,
     })
 }
 
@@ -285,6 +302,11 @@ fn path_matches(pattern: &str, value: &str) -> bool {
     if pattern == "**" || pattern == "/**" {
         return value.starts_with('/');
     }
+    // Without a wildcard every segment must be equal: the whole string is
+    // (the runtime decision point's hot path; no allocation).
+    if !pattern.contains('*') {
+        return pattern.starts_with('/') && pattern == value;
+    }
     let (Some(pattern), Some(value)) = (pattern.strip_prefix('/'), value.strip_prefix('/')) else {
         return false;
     };
@@ -315,23 +337,31 @@ fn path_matches(pattern: &str, value: &str) -> bool {
     reach[pattern.len()][value.len()]
 }
 
+/// Host patterns have a wildcard only in their first label, so a match is
+/// "the value ends with the literal suffix at a label boundary, and what
+/// precedes it matches the first label" (no allocation).
 fn host_matches(pattern: &str, value: &str) -> bool {
-    let pattern: Vec<&str> = pattern.split('.').collect();
-    let value: Vec<&str> = value.split('.').collect();
-    let suffix = &pattern[1..];
-    if value.len() < suffix.len() + 1 {
-        return false;
-    }
-    let split = value.len() - suffix.len();
-    if value[split..] != *suffix {
-        return false;
-    }
-    let head = &value[..split];
-    if pattern[0] == "**" {
-        // One or more whole labels.
-        !head.is_empty()
+    let (first, suffix) = match pattern.split_once('.') {
+        Some((first, suffix)) => (first, Some(suffix)),
+        None => (pattern, None),
+    };
+    let head = match suffix {
+        None => value,
+        Some(suffix) => {
+            let Some(rest) = value.strip_suffix(suffix) else {
+                return false;
+            };
+            match rest.strip_suffix('.') {
+                Some(head) => head,
+                None => return false,
+            }
+        }
+    };
+    if first == "**" {
+        // One or more whole labels (`head` is at least one label).
+        true
     } else {
-        head.len() == 1 && segment_matches(pattern[0].as_bytes(), head[0].as_bytes())
+        !head.contains('.') && segment_matches(first.as_bytes(), head.as_bytes())
     }
 }
 

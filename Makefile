@@ -51,7 +51,7 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook
 
 demo: z3 control-plane helm ## local control plane + operator + examples/, left running (stop: make demo-down)
-	$(CARGO) build --locked -q -p agentgate --bin agentgate
+	$(CARGO) build --locked -q -p agentgate --bins
 	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- up
 
 demo-down: ## stop what make demo started

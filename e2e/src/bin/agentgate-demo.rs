@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use agentgate_e2e::ControlPlane;
+use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 fn state_dir() -> PathBuf {
     std::env::temp_dir().join("agentgate-demo")
@@ -61,11 +61,55 @@ fn up() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("starting etcd and kube-apiserver ...");
     let cp = ControlPlane::start_in(dir.clone()).map_err(|e| e.to_string())?;
-    cp.install_crds().map_err(|e| e.to_string())?;
+    let port = free_loopback_port().map_err(|e| e.to_string())?;
+    eprintln!("helm install agentgate charts/agentgate (webhook at https://127.0.0.1:{port}) ...");
+    cp.install_chart(port, &[]).map_err(|e| e.to_string())?;
     kubectl(&cp, &["create", "namespace", "agents"])?;
     kubectl(&cp, &["label", "namespace", "agents", "team=ml"])?;
-    eprintln!("starting agentgate controller ...");
-    let operator = cp.start_operator().map_err(|e| e.to_string())?;
+    eprintln!("starting agentgate controller with its webhook ...");
+    let operator = cp
+        .start_webhook_operator(port, &[])
+        .map_err(|e| e.to_string())?;
+    cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
+        .map_err(|e| format!("{e}\n{}", operator.log()))?;
+    // The agent's identity may propose; alice reviews (the chart's
+    // reviewer rules; in a cluster, bind the aggregated agentgate-reviewer).
+    kubectl(
+        &cp,
+        &[
+            "create",
+            "role",
+            "agent-proposes",
+            "-n",
+            "agents",
+            "--verb=get,list,watch,create",
+            "--resource=policyproposals.agentgate.dev",
+        ],
+    )?;
+    kubectl(
+        &cp,
+        &[
+            "create",
+            "rolebinding",
+            "agent-proposes",
+            "-n",
+            "agents",
+            "--role=agent-proposes",
+            "--serviceaccount=agents:triage-bot",
+        ],
+    )?;
+    kubectl(
+        &cp,
+        &[
+            "create",
+            "rolebinding",
+            "alice-reviews",
+            "-n",
+            "agents",
+            "--clusterrole=agentgate-reviewer-base",
+            "--user=alice",
+        ],
+    )?;
     kubectl(
         &cp,
         &[
@@ -95,7 +139,16 @@ fn up() -> Result<(), String> {
             operator.log()
         )
     })?;
-    kubectl(&cp, &["apply", "-f", "examples/proposals/"])?;
+    kubectl(
+        &cp,
+        &[
+            "apply",
+            "-f",
+            "examples/proposals/",
+            "--as",
+            "system:serviceaccount:agents:triage-bot",
+        ],
+    )?;
     for (name, phase) in [
         ("comment-on-issues", "Applied"),
         ("update-pull-requests", "AwaitingApproval"),
@@ -127,6 +180,16 @@ fn up() -> Result<(), String> {
         print!("{}", kubectl(&cp, args)?);
         Ok(())
     };
+    println!(
+        "\n\x1b[1m# A sandbox outside its ceiling: refused at kubectl apply, with the counterexample\x1b[0m\n$ kubectl apply -f examples/sandbox-outside.yaml"
+    );
+    let refused = cp
+        .kubectl(&["apply", "-f", "examples/sandbox-outside.yaml"])
+        .map_err(|e| e.to_string())?;
+    if refused.status.success() {
+        return Err("the webhook admitted examples/sandbox-outside.yaml".into());
+    }
+    print!("{}", String::from_utf8_lossy(&refused.stderr));
     show(
         "The ceiling: valid, consistent with its invariant, governing one sandbox",
         &["get", "maxpol"],
@@ -171,16 +234,31 @@ fn up() -> Result<(), String> {
             .join(" "),
     )
     .map_err(|e| e.to_string())?;
+    let plugin_dir = agentgate_e2e::plugin_binary()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.display().to_string()))
+        .unwrap_or_default();
     println!("\n\x1b[1mThe demo is running.\x1b[0m Try:");
-    println!("  export KUBECONFIG={kubeconfig}");
+    println!("  export KUBECONFIG={kubeconfig} PATH={plugin_dir}:$PATH");
     println!("  kubectl get agentgate -A");
     println!(
-        "  kubectl patch pprop update-pull-requests -n agents --subresource=status --type=json \\"
+        "  kubectl agentgate why post-anywhere -n agents          # the counterexample and proof record"
     );
     println!(
-        "    -p '[{{\"op\":\"add\",\"path\":\"/status/conditions/-\",\"value\":{{\"type\":\"Approved\",\"status\":\"True\",\"reason\":\"Reviewed\",\"message\":\"ok\",\"lastTransitionTime\":\"2026-11-29T00:00:00Z\"}}}}]'"
+        "  kubectl agentgate approve update-pull-requests -n agents --as bob     # refused: bob is no reviewer"
     );
-    println!("  kubectl get pprop -n agents        # update-pull-requests is now Applied");
+    println!(
+        "  kubectl agentgate approve update-pull-requests -n agents --as alice --reason 'PR labels are fine'"
+    );
+    println!(
+        "  kubectl get pprop -n agents                            # update-pull-requests is now Applied"
+    );
+    println!(
+        "  kubectl agentgate export triage-bot -n agents          # the effective policy, for git"
+    );
+    println!(
+        "  curl -sk https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
+    );
     println!("Operator log: {}", log.display());
     println!("Stop it with: make demo-down");
     Ok(())

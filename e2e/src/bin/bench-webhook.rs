@@ -199,7 +199,8 @@ fn run() -> Result<(), String> {
 
     // /v1/decide over TLS on the committed policy of examples/sandbox.yaml
     // (org-ceiling governs it; the bench ceiling would refuse it).
-    cp.run(&["delete", "maxpol", "bench-ceiling"]).map_err(|e| e.to_string())?;
+    cp.run(&["delete", "maxpol", "bench-ceiling"])
+        .map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_secs(1));
     cp.run(&["apply", "-f", "examples/maximum.yaml"])
         .map_err(|e| e.to_string())?;

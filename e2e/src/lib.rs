@@ -584,6 +584,27 @@ impl ControlPlane {
         self.start_operator_with(&args)
     }
 
+    /// Writes the CA of the self-managed webhook certificate (from the
+    /// Secret in the chart's namespace) to a file and returns its path.
+    pub fn webhook_ca(&self) -> Result<PathBuf, HarnessError> {
+        use base64::Engine as _;
+        let b64 = self.run(&[
+            "get",
+            "secret",
+            "agentgate-webhook-tls",
+            "-n",
+            CHART_NAMESPACE,
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])?;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| failed("decoding the webhook CA", e))?;
+        let path = self.dir.join("webhook-ca.crt");
+        std::fs::write(&path, pem).map_err(|e| failed("writing the webhook CA", e))?;
+        Ok(path)
+    }
+
     /// Waits until the API server admits a server-side dry run of
     /// `probe` (a manifest the webhook accepts): the webhook is serving
     /// and its CA is published.

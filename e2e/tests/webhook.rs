@@ -48,41 +48,11 @@ fn setup(extra: &[&str]) -> (ControlPlane, Operator, u16) {
     (cp, operator, port)
 }
 
-fn ca_file(cp: &ControlPlane) -> std::path::PathBuf {
-    let b64 = cp
-        .run(&[
-            "get",
-            "secret",
-            "agentgate-webhook-tls",
-            "-n",
-            CHART_NAMESPACE,
-            "-o",
-            "jsonpath={.data.ca\\.crt}",
-        ])
-        .unwrap();
-    let out = Command::new("base64")
-        .arg("-d")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    out.stdin
-        .as_ref()
-        .unwrap()
-        .write_all(b64.as_bytes())
-        .unwrap();
-    let pem = out.wait_with_output().unwrap().stdout;
-    let path = cp.dir().join("webhook-ca.crt");
-    std::fs::write(&path, pem).unwrap();
-    path
-}
-
 /// POST /v1/decide over TLS, verifying the server against the published CA.
 fn decide(cp: &ControlPlane, port: u16, body: &str) -> serde_json::Value {
     let out = Command::new("curl")
         .args(["-sS", "--fail-with-body", "--noproxy", "*", "--cacert"])
-        .arg(ca_file(cp))
+        .arg(cp.webhook_ca().unwrap())
         .args(["-H", "content-type: application/json", "--data", body])
         .arg(format!("https://127.0.0.1:{port}/v1/decide"))
         .output()
@@ -221,6 +191,24 @@ fn grant(cp: &ControlPlane, name: &str, user: &str, verbs: &str, resources: &str
     .unwrap();
 }
 
+/// Waits until the proposal `name` in `agents` reaches `phase`.
+fn wait_phase(cp: &ControlPlane, operator: &Operator, name: &str, phase: &str) {
+    cp.wait_for(
+        &[
+            "get",
+            "pprop",
+            name,
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        Duration::from_secs(30),
+        |p| p == phase,
+    )
+    .unwrap_or_else(|last| panic!("{name}: phase {last}\n{}", operator.log()));
+}
+
 fn plugin(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
     Command::new(plugin_binary().unwrap())
         .args(args)
@@ -301,20 +289,7 @@ fn approvals_need_the_verb_and_a_second_person() {
         AGENT,
     ])
     .unwrap();
-    cp.wait_for(
-        &[
-            "get",
-            "pprop",
-            "update-pull-requests",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.phase}",
-        ],
-        Duration::from_secs(30),
-        |p| p == "AwaitingApproval",
-    )
-    .unwrap_or_else(|last| panic!("phase {last}\n{}", operator.log()));
+    wait_phase(&cp, &operator, "update-pull-requests", "AwaitingApproval");
 
     // bob: no approve verb.
     let out = plugin(
@@ -381,20 +356,7 @@ fn approvals_need_the_verb_and_a_second_person() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    cp.wait_for(
-        &[
-            "get",
-            "pprop",
-            "update-pull-requests",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.phase}",
-        ],
-        Duration::from_secs(30),
-        |p| p == "Applied",
-    )
-    .unwrap_or_else(|last| panic!("phase {last}\n{}", operator.log()));
+    wait_phase(&cp, &operator, "update-pull-requests", "Applied");
 
     // why and export.
     let out = plugin(&cp, &["why", "update-pull-requests", "-n", "agents"]);

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, free_loopback_port};
+use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 const RATE: &str = "20/s";
 const REQUESTS: usize = 200;
@@ -157,24 +157,7 @@ fn run() -> Result<(), String> {
     // Let the webhook's cache see the ceiling.
     std::thread::sleep(Duration::from_secs(2));
 
-    let b64 = cp
-        .run(&[
-            "get",
-            "secret",
-            "agentgate-webhook-tls",
-            "-n",
-            CHART_NAMESPACE,
-            "-o",
-            "jsonpath={.data.ca\\.crt}",
-        ])
-        .map_err(|e| e.to_string())?;
-    let ca = cp.dir().join("ca.crt");
-    let decoded = Command::new("bash")
-        .arg("-c")
-        .arg(format!("printf %s '{b64}' | base64 -d"))
-        .output()
-        .map_err(|e| e.to_string())?;
-    std::fs::write(&ca, decoded.stdout).map_err(|e| e.to_string())?;
+    let ca = cp.webhook_ca().map_err(|e| e.to_string())?;
 
     let url = format!("https://127.0.0.1:{port}/validate/agentsandboxes");
     println!(

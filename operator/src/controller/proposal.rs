@@ -20,7 +20,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::controller::metrics::VerdictLabel;
-use crate::controller::sandbox::{Governance, governance};
+use crate::controller::sandbox::{Governance, Governing, governance};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
@@ -165,15 +165,8 @@ async fn evaluate(
     let allow_unmanaged = ctx.allow_unmanaged;
     let (current_doc, candidate_doc) = (current.clone(), candidate.clone());
     let (verdict, new_authority) = tokio::task::spawn_blocking(move || {
-        let maximums: Vec<GoverningMaximum<'_>> = governing
-            .iter()
-            .map(|g| GoverningMaximum {
-                name: &g.name,
-                policy: &g.compiled.policy,
-                invariants: &g.compiled.invariants,
-                budget: g.compiled.budget,
-            })
-            .collect();
+        let maximums: Vec<GoverningMaximum<'_>> =
+            governing.iter().map(Governing::as_verdict_input).collect();
         let verdict = decide(
             &VerdictInput {
                 maximums: &maximums,

@@ -46,6 +46,18 @@ pub struct Governing {
     pub generation: i64,
 }
 
+impl Governing {
+    /// The view of this maximum the verdict takes.
+    pub fn as_verdict_input(&self) -> crate::verdict::GoverningMaximum<'_> {
+        crate::verdict::GoverningMaximum {
+            name: &self.name,
+            policy: &self.compiled.policy,
+            invariants: &self.compiled.invariants,
+            budget: self.compiled.budget,
+        }
+    }
+}
+
 /// Which maximums govern a sandbox, or why nothing may be granted.
 pub enum Governance {
     /// These maximums govern the sandbox (sorted by name).

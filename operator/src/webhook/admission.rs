@@ -78,15 +78,8 @@ pub fn review_sandbox(
             ));
         }
     }
-    let maximums: Vec<GoverningMaximum<'_>> = governing
-        .iter()
-        .map(|g| GoverningMaximum {
-            name: &g.name,
-            policy: &g.compiled.policy,
-            invariants: &g.compiled.invariants,
-            budget: g.compiled.budget,
-        })
-        .collect();
+    let maximums: Vec<GoverningMaximum<'_>> =
+        governing.iter().map(Governing::as_verdict_input).collect();
     // The declared policy as both current and candidate: decide() then runs
     // exactly steps 1-3 and stops at step 4 (no new authority).
     let verdict = decide(

@@ -160,16 +160,36 @@ fn typed<T: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<T, S
 
 type Review = Json<AdmissionReview<DynamicObject>>;
 
-/// Decodes the review, runs `decide` on its request, encodes the answer,
-/// and counts it.
-async fn answer<F, Fut>(
+/// The request's object and old object as `T` (`None`: no object, e.g. a
+/// delete, which is admitted); an unreadable one is a denial.
+fn decode<T: DeserializeOwned>(
+    request: &AdmissionRequest<DynamicObject>,
+    type_name: &str,
+) -> Result<Option<(T, Option<T>)>, String> {
+    let Some(object) = &request.object else {
+        return Ok(None);
+    };
+    let new = typed(object, type_name)?;
+    let old = request
+        .old_object
+        .as_ref()
+        .map(|o| typed(o, type_name))
+        .transpose()?;
+    Ok(Some((new, old)))
+}
+
+/// Decodes the review and its objects as `T`, runs `decide` on them,
+/// encodes the answer, and counts it.
+async fn answer<T, F, Fut>(
     state: &WebhookState,
     kind: &'static str,
+    type_name: &'static str,
     Json(review): Review,
     decide: F,
 ) -> Json<AdmissionReview<DynamicObject>>
 where
-    F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
+    T: DeserializeOwned,
+    F: FnOnce(AdmissionRequest<DynamicObject>, T, Option<T>) -> Fut,
     Fut: Future<Output = Answer>,
 {
     let started = Instant::now();
@@ -188,7 +208,11 @@ where
         request.user_info.username.clone().unwrap_or_default(),
         format!("{:?}", request.operation),
     );
-    let answer = decide(request).await;
+    let answer = match decode::<T>(&request, type_name) {
+        Ok(None) => Answer::allow(),
+        Ok(Some((new, old))) => decide(request, new, old).await,
+        Err(e) => Answer::Deny(e),
+    };
     let allowed = matches!(answer, Answer::Allow(_));
     let response = match answer {
         Answer::Allow(warnings) => {
@@ -217,19 +241,7 @@ async fn validate_sandbox(
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "agentsandboxes", review, |request| async move {
-        let Some(object) = &request.object else {
-            return Answer::allow();
-        };
-        let sandbox: AgentSandbox = match typed(object, "AgentSandbox") {
-            Ok(x) => x,
-            Err(e) => return Answer::Deny(e),
-        };
-        let old: Option<AgentSandbox> = match request.old_object.as_ref().map(|o| typed(o, "AgentSandbox")) {
-            Some(Ok(x)) => Some(x),
-            Some(Err(e)) => return Answer::Deny(e),
-            None => None,
-        };
+    answer(&state, "agentsandboxes", "AgentSandbox", review, |request, sandbox: AgentSandbox, old| async move {
         let namespace = request.namespace.clone().unwrap_or_default();
         if accepted_findings_changed(old.as_ref(), &sandbox) {
             match s.may_approve(&request, &namespace, "").await {
@@ -269,19 +281,7 @@ async fn validate_proposal(
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "policyproposals", review, |request| async move {
-        let Some(object) = &request.object else {
-            return Answer::allow();
-        };
-        let proposal: PolicyProposal = match typed(object, "PolicyProposal") {
-            Ok(x) => x,
-            Err(e) => return Answer::Deny(e),
-        };
-        let old: Option<PolicyProposal> = match request.old_object.as_ref().map(|o| typed(o, "PolicyProposal")) {
-            Some(Ok(x)) => Some(x),
-            Some(Err(e)) => return Answer::Deny(e),
-            None => None,
-        };
+    answer(&state, "policyproposals", "PolicyProposal", review, |request, proposal: PolicyProposal, old| async move {
         let user = request.user_info.username.clone().unwrap_or_default();
         match review_proposal(
             &request.operation,
@@ -313,19 +313,18 @@ async fn validate_maximum(
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "maximumpolicies", review, |request| async move {
-        let Some(object) = &request.object else {
-            return Answer::allow();
-        };
-        let maximum: MaximumPolicy = match typed(object, "MaximumPolicy") {
-            Ok(x) => x,
-            Err(e) => return Answer::Deny(e),
-        };
-        s.with_deadline("maximumpolicy", move |prover| {
-            review_maximum(&maximum, &prover)
-        })
-        .await
-    })
+    answer(
+        &state,
+        "maximumpolicies",
+        "MaximumPolicy",
+        review,
+        |_, maximum: MaximumPolicy, _| async move {
+            s.with_deadline("maximumpolicy", move |prover| {
+                review_maximum(&maximum, &prover)
+            })
+            .await
+        },
+    )
     .await
 }
 
@@ -333,15 +332,13 @@ async fn validate_scan(
     State(state): State<Arc<WebhookState>>,
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    answer(&state, "agentscans", review, |request| async move {
-        let Some(object) = &request.object else {
-            return Answer::allow();
-        };
-        match typed::<AgentScan>(object, "AgentScan") {
-            Ok(scan) => review_scan(&scan),
-            Err(e) => Answer::Deny(e),
-        }
-    })
+    answer(
+        &state,
+        "agentscans",
+        "AgentScan",
+        review,
+        |_, scan: AgentScan, _| async move { review_scan(&scan) },
+    )
     .await
 }
 

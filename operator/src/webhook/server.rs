@@ -43,6 +43,7 @@ use crate::webhook::{CertMode, WebhookArgs, WebhookError};
 /// Everything the handlers share.
 pub struct WebhookState {
     client: Client,
+    /// Its per-check timeout is capped by the admission deadline.
     prover: Prover,
     metrics: Arc<Metrics>,
     allow_unmanaged: bool,
@@ -139,7 +140,7 @@ impl WebhookState {
     where
         F: FnOnce(Prover) -> Answer + Send + 'static,
     {
-        let prover = self.prover.with_timeout(self.deadline);
+        let prover = self.prover.clone();
         let task = tokio::task::spawn_blocking(move || work(prover));
         match tokio::time::timeout(self.deadline, task).await {
             Ok(Ok(answer)) => answer,
@@ -465,7 +466,8 @@ pub async fn run(
         namespaces: reflect(Api::all(client.clone())),
         sandboxes: reflect(Api::all(client.clone())),
         client,
-        prover,
+        // No single check may outlive the whole request's deadline.
+        prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),
         metrics,
         allow_unmanaged,
         deadline: args.deadline(),

@@ -451,32 +451,27 @@ impl ControlPlane {
     /// established (server-side apply: the AgentSandbox CRD embeds a pod
     /// template and is larger than client-side apply's annotation allows).
     pub fn install_crds(&self) -> Result<(), HarnessError> {
-        for args in [
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=agentgate",
-                "-f",
-                "crds/agentgate.yaml",
-            ][..],
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/maximumpolicies.agentgate.dev",
-                "crd/agentsandboxes.agentgate.dev",
-                "crd/policyproposals.agentgate.dev",
-                "crd/agentscans.agentgate.dev",
-            ][..],
-        ] {
-            let output = self.kubectl(args)?;
-            if !output.status.success() {
-                return Err(failed(
-                    format!("kubectl {}", args.join(" ")),
-                    String::from_utf8_lossy(&output.stderr),
-                ));
-            }
-        }
+        self.run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=agentgate",
+            "-f",
+            "crds/agentgate.yaml",
+        ])?;
+        self.wait_crds_established()
+    }
+
+    /// Waits until the four agentgate CRDs are established.
+    fn wait_crds_established(&self) -> Result<(), HarnessError> {
+        self.run(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/maximumpolicies.agentgate.dev",
+            "crd/agentsandboxes.agentgate.dev",
+            "crd/policyproposals.agentgate.dev",
+            "crd/agentscans.agentgate.dev",
+        ])?;
         Ok(())
     }
 
@@ -543,16 +538,7 @@ impl ControlPlane {
             args.extend(["--set", value]);
         }
         self.helm(&args)?;
-        self.run(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/maximumpolicies.agentgate.dev",
-            "crd/agentsandboxes.agentgate.dev",
-            "crd/policyproposals.agentgate.dev",
-            "crd/agentscans.agentgate.dev",
-        ])?;
-        Ok(())
+        self.wait_crds_established()
     }
 
     /// Starts `agentgate controller` serving the webhook of a chart
@@ -620,6 +606,31 @@ impl ControlPlane {
             std::thread::sleep(Duration::from_millis(250));
         }
         Err(failed("waiting for the webhook", last))
+    }
+
+    /// Waits until the sandbox `namespace/name` has committed a revision
+    /// that `done` accepts; returns it, or the last value seen.
+    pub fn wait_revision(
+        &self,
+        namespace: &str,
+        name: &str,
+        limit: Duration,
+        done: impl Fn(u64) -> bool,
+    ) -> Result<u64, String> {
+        self.wait_for(
+            &[
+                "get",
+                "asbx",
+                name,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.revision}",
+            ],
+            limit,
+            |r| r.trim().parse().is_ok_and(&done),
+        )
+        .and_then(|r| r.trim().parse().map_err(|_| r))
     }
 
     /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the

@@ -32,6 +32,19 @@ spec:
               - {methods: [POST], path: /repos/acme}
 "#;
 
+/// Asserts that a command was refused and that its stderr says `expected`.
+fn assert_refused(out: std::process::Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "admitted, expected a refusal saying {expected:?}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{expected:?} missing in:\n{stderr}"
+    );
+}
+
 /// Control plane + chart + operator with the webhook, namespace `agents`
 /// (team ml) and org-ceiling applied.
 fn setup(extra: &[&str]) -> (ControlPlane, Operator, u16) {
@@ -70,22 +83,15 @@ fn explained_denials_dry_run_and_runtime_decisions() {
     let (cp, operator, port) = setup(&[]);
 
     // Scenario 1: outside the maximum, refused with the counterexample.
-    let refused = cp.kubectl_stdin(&["apply", "-f", "-"], OUTSIDE).unwrap();
-    assert!(!refused.status.success());
-    let message = String::from_utf8_lossy(&refused.stderr).into_owned();
-    assert!(
-        message.contains(r#"agentsandbox "bot" exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#),
-        "{message}"
+    assert_refused(
+        cp.kubectl_stdin(&["apply", "-f", "-"], OUTSIDE).unwrap(),
+        r#"agentsandbox "bot" exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#,
     );
     // --dry-run=server gives the same answer.
-    let dry = cp
-        .kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], OUTSIDE)
-        .unwrap();
-    assert!(!dry.status.success());
-    let dry_message = String::from_utf8_lossy(&dry.stderr).into_owned();
-    assert!(
-        dry_message.contains(r#"exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#),
-        "{dry_message}"
+    assert_refused(
+        cp.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], OUTSIDE)
+            .unwrap(),
+        r#"exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#,
     );
     // Inside: admitted.
     cp.run(&["apply", "-f", "examples/sandbox.yaml"]).unwrap();
@@ -107,12 +113,7 @@ fn explained_denials_dry_run_and_runtime_decisions() {
             "apiVersion: agentgate.dev/v1alpha1\nkind: MaximumPolicy\nmetadata: {name: bad}\nspec:\n  policy:\n    network:\n      - name: x\n        endpoints:\n          - {host: \"api.*.com*\", ports: [443]}\n",
         )
         .unwrap();
-    assert!(!bad_glob.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad_glob.stderr).contains("maximumpolicy \"bad\""),
-        "{}",
-        String::from_utf8_lossy(&bad_glob.stderr)
-    );
+    assert_refused(bad_glob, "maximumpolicy \"bad\"");
     // AgentScan: the image must be pinned by digest.
     let scan = cp
         .kubectl_stdin(
@@ -120,24 +121,11 @@ fn explained_denials_dry_run_and_runtime_decisions() {
             "apiVersion: agentgate.dev/v1alpha1\nkind: AgentScan\nmetadata: {name: s}\nspec:\n  image: ghcr.io/acme/bot:latest\n",
         )
         .unwrap();
-    assert!(!scan.status.success());
-    assert!(String::from_utf8_lossy(&scan.stderr).contains("not pinned by digest"));
+    assert_refused(scan, "not pinned by digest");
 
     // Scenario 5: /v1/decide on the committed policy.
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "triage-bot",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.revision}",
-        ],
-        Duration::from_secs(30),
-        |r| !r.is_empty() && r != "0",
-    )
-    .unwrap_or_else(|last| panic!("never committed ({last})\n{}", operator.log()));
+    cp.wait_revision("agents", "triage-bot", Duration::from_secs(30), |r| r >= 1)
+        .unwrap_or_else(|last| panic!("never committed ({last})\n{}", operator.log()));
     let allow = decide(
         &cp,
         port,
@@ -277,9 +265,7 @@ fn approvals_need_the_verb_and_a_second_person() {
             "bob",
         ])
         .unwrap();
-    assert!(!forged.status.success());
-    let why = String::from_utf8_lossy(&forged.stderr);
-    assert!(why.contains("spec.requestedBy"), "{why}");
+    assert_refused(forged, "spec.requestedBy");
 
     cp.run(&[
         "create",
@@ -303,9 +289,7 @@ fn approvals_need_the_verb_and_a_second_person() {
             "bob",
         ],
     );
-    assert!(!out.status.success());
-    let why = String::from_utf8_lossy(&out.stderr);
-    assert!(why.contains("may not approve"), "{why}");
+    assert_refused(out, "may not approve");
     // The agent approving its own request.
     let out = plugin(
         &cp,
@@ -318,9 +302,7 @@ fn approvals_need_the_verb_and_a_second_person() {
             AGENT,
         ],
     );
-    assert!(!out.status.success());
-    let why = String::from_utf8_lossy(&out.stderr);
-    assert!(why.contains("requested it and cannot approve"), "{why}");
+    assert_refused(out, "requested it and cannot approve");
     // The spec cannot change under a pending review.
     let edit = cp
         .kubectl(&[
@@ -334,8 +316,7 @@ fn approvals_need_the_verb_and_a_second_person() {
             r#"{"spec":{"rationale":"something else"}}"#,
         ])
         .unwrap();
-    assert!(!edit.status.success());
-    assert!(String::from_utf8_lossy(&edit.stderr).contains("immutable"));
+    assert_refused(edit, "immutable");
 
     // alice approves; the proposal is committed.
     let out = plugin(
@@ -463,12 +444,11 @@ fn rotation_under_load_and_failing_closed() {
 
     // Scenario 4: webhook gone, agentgate objects are refused, kube-system is not affected.
     drop(operator);
-    let refused = cp
-        .kubectl(&["apply", "--dry-run=server", "-f", "examples/sandbox.yaml"])
-        .unwrap();
-    assert!(!refused.status.success());
-    let why = String::from_utf8_lossy(&refused.stderr);
-    assert!(why.contains("failed calling webhook"), "{why}");
+    assert_refused(
+        cp.kubectl(&["apply", "--dry-run=server", "-f", "examples/sandbox.yaml"])
+            .unwrap(),
+        "failed calling webhook",
+    );
     cp.run(&[
         "create",
         "configmap",

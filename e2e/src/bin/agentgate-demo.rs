@@ -120,25 +120,13 @@ fn up() -> Result<(), String> {
             "examples/sandbox.yaml",
         ],
     )?;
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "triage-bot",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.revision}",
-        ],
-        Duration::from_secs(60),
-        |s| s == "1",
-    )
-    .map_err(|last| {
-        format!(
-            "the sandbox was not committed (last: {last:?})\n{}",
-            operator.log()
-        )
-    })?;
+    cp.wait_revision("agents", "triage-bot", Duration::from_secs(60), |r| r == 1)
+        .map_err(|last| {
+            format!(
+                "the sandbox was not committed (last: {last:?})\n{}",
+                operator.log()
+            )
+        })?;
     kubectl(
         &cp,
         &[

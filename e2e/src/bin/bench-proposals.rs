@@ -117,20 +117,8 @@ fn run() -> Result<(), String> {
         ],
         None,
     )?;
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "triage-bot",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.revision}",
-        ],
-        Duration::from_secs(60),
-        |s| s == "1",
-    )
-    .map_err(|_| format!("sandbox not committed\n{}", operator.log()))?;
+    cp.wait_revision("agents", "triage-bot", Duration::from_secs(60), |r| r == 1)
+        .map_err(|_| format!("sandbox not committed\n{}", operator.log()))?;
     let rx = watch(&cp)?;
     let mut seen = HashMap::new();
     let n = 100;

@@ -189,20 +189,8 @@ fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     cp.run(&["apply", "-f", "examples/sandbox.yaml"])
         .map_err(|e| e.to_string())?;
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "triage-bot",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.revision}",
-        ],
-        Duration::from_secs(30),
-        |r| !r.is_empty() && r != "0",
-    )
-    .map_err(|last| format!("sandbox never committed ({last})"))?;
+    cp.wait_revision("agents", "triage-bot", Duration::from_secs(30), |r| r >= 1)
+        .map_err(|last| format!("sandbox never committed ({last})"))?;
     std::thread::sleep(Duration::from_secs(1));
     let dir = cp.dir().join("decide");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;

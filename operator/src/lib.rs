@@ -8,5 +8,6 @@ pub mod controller;
 pub mod k8s;
 pub mod policy;
 pub mod prover;
+pub mod trifecta;
 pub mod verdict;
 pub mod webhook;

@@ -1,0 +1,11 @@
+//! Lethal-trifecta findings (DESIGN.md §1, §7): the agent information-flow
+//! graph, label propagation, the trifecta query with witness paths, the
+//! minimum vertex cut that fixes a finding, the scanners that build the graph
+//! from agent source, and the reports. Pure: no Kubernetes or network I/O.
+
+pub mod graph;
+
+pub use graph::{
+    Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, GraphError,
+    IndexedGraph, Integrity, LLM, Label, Node, NodeKind, SourceLocation,
+};

@@ -9,3 +9,9 @@ pub use graph::{
     Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, GraphError,
     IndexedGraph, Integrity, LLM, Label, Node, NodeKind, SourceLocation,
 };
+
+pub mod analysis;
+pub mod cut;
+pub mod lattice;
+
+pub use analysis::{Finding, Hop, Severity, TRIFECTA_ID, Witness, analyze};

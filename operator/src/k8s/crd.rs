@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::policy::action::{Access, Action, Layer};
 use crate::policy::model::{Budget, Invariant, PolicyDocument};
 use crate::prover::budget::CostItem;
-use crate::verdict::{Decision, Mode};
 use crate::trifecta::{Finding, Graph, Severity};
+use crate::verdict::{Decision, Mode};
 
 /// Which sandboxes a MaximumPolicy governs; empty selects all.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -11,6 +11,7 @@ pub use graph::{
 };
 
 pub mod analysis;
+pub mod assess;
 pub mod cut;
 pub mod lattice;
 pub mod sever;

@@ -189,11 +189,19 @@ mod tests {
                 },
                 tool(
                     "read_email",
-                    vec![capability(Effect::UntrustedInput, Channel::Mail, Some("imap.example.com"))],
+                    vec![capability(
+                        Effect::UntrustedInput,
+                        Channel::Mail,
+                        Some("imap.example.com"),
+                    )],
                 ),
                 tool(
                     "query_customers",
-                    vec![capability(Effect::ReadsInternal, Channel::Database, Some("db.internal"))],
+                    vec![capability(
+                        Effect::ReadsInternal,
+                        Channel::Database,
+                        Some("db.internal"),
+                    )],
                 ),
                 tool(
                     "send_email",
@@ -228,20 +236,27 @@ mod tests {
         let findings = analyze(&graph).unwrap();
         assert_eq!(findings.len(), 1);
 
-        let github = policy(
-            "network:\n- name: gh\n  endpoints: [{host: api.github.com, ports: [443]}]\n",
-        );
+        let github =
+            policy("network:\n- name: gh\n  endpoints: [{host: api.github.com, ports: [443]}]\n");
         let (restricted, touched) = restrict(&graph, &github, &prover);
         // The env read stays: a network policy cannot stop it.
         assert!(restricted.node("send_email").is_some());
         let severed = severed_by(&findings, &restricted, &touched).unwrap();
-        assert_eq!(severed[0].as_deref().map(|v| v.contains(&"send_email".to_string())), Some(true));
+        assert_eq!(
+            severed[0]
+                .as_deref()
+                .map(|v| v.contains(&"send_email".to_string())),
+            Some(true)
+        );
 
         let smtp = policy(
             "network:\n- name: mail\n  endpoints: [{host: smtp.example.com, ports: [587]}, {host: imap.example.com, ports: [993]}]\n",
         );
         let (restricted, touched) = restrict(&graph, &smtp, &prover);
-        assert_eq!(severed_by(&findings, &restricted, &touched).unwrap(), vec![None]);
+        assert_eq!(
+            severed_by(&findings, &restricted, &touched).unwrap(),
+            vec![None]
+        );
 
         // Blocking the untrusted input severs it too.
         let everything_but_imap = policy(

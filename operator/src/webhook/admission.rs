@@ -472,8 +472,7 @@ spec:
         assert!(
             matches!(review_scan(&scan("ghcr.io/acme/bot:latest", good)), Answer::Deny(m) if m.contains("not pinned by digest"))
         );
-        let dangling =
-            serde_json::json!({"nodes": [{"id": "a"}], "edges": [{"from": "a", "to": "z", "kind": "control"}]});
+        let dangling = serde_json::json!({"nodes": [{"id": "a"}], "edges": [{"from": "a", "to": "z", "kind": "control"}]});
         assert!(
             matches!(review_scan(&scan(&digest, dangling)), Answer::Deny(m) if m.contains("edges[0]: unknown node \"z\""))
         );

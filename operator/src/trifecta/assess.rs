@@ -7,11 +7,15 @@ use std::str::FromStr;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::k8s::crd::{AcceptedFinding, FindingRecord, FindingState, ImageFindings};
+use kube::ResourceExt;
+
+use crate::k8s::crd::{
+    AcceptedFinding, AgentScan, FindingRecord, FindingState, FindingsSummary, ImageFindings,
+};
 use crate::policy::compile::CompiledPolicy;
 use crate::prover::Prover;
 
-use super::analysis::Finding;
+use super::analysis::{Finding, analyze};
 use super::graph::Graph;
 use super::sever::{restrict, severed_by};
 
@@ -139,6 +143,86 @@ pub fn assess_image(
         })
         .collect();
     out
+}
+
+/// Assesses every image of a sandbox against the AgentScans that exist.
+/// Findings are recomputed from each scan's graph; `revision` is the
+/// committed revision `policy` belongs to.
+pub fn assess_sandbox(
+    images: &[String],
+    scans: &[&AgentScan],
+    policy: Option<&CompiledPolicy>,
+    prover: &Prover,
+    accepted: &[AcceptedFinding],
+    now: Timestamp,
+    revision: u64,
+) -> FindingsSummary {
+    let mut summary = FindingsSummary {
+        revision: Some(revision),
+        ..FindingsSummary::default()
+    };
+    for image in images {
+        let scan = image_digest(image).and_then(|digest| {
+            scans
+                .iter()
+                .filter(|s| image_digest(&s.spec.image) == Some(digest))
+                .min_by(|a, b| a.name_any().cmp(&b.name_any()))
+        });
+        let name = scan.map(|s| s.name_any());
+        let findings = scan.map(|s| analyze(&s.spec.graph).map_err(|e| e.to_string()));
+        let input = match (scan, &name, &findings) {
+            (Some(scan), Some(name), Some(findings)) => Some(ScanInput {
+                name,
+                generation: scan.metadata.generation,
+                graph: &scan.spec.graph,
+                findings,
+            }),
+            _ => None,
+        };
+        let assessed = assess_image(image, input, policy, prover, accepted, now);
+        summary.total += assessed.findings.len() as u32;
+        summary.unfixed += assessed
+            .findings
+            .iter()
+            .filter(|r| r.state == FindingState::Unfixed)
+            .count() as u32;
+        summary.images.push(assessed);
+    }
+    summary
+}
+
+/// The `FindingsClear` condition for a summary: `(clear, reason, message)`.
+pub fn findings_condition(summary: &FindingsSummary) -> (bool, &'static str, String) {
+    if let Some(problem) = summary.images.iter().find_map(|i| i.problem.clone()) {
+        return (false, "ImageNotScanned", problem);
+    }
+    let unfixed: Vec<String> = summary
+        .images
+        .iter()
+        .flat_map(|i| {
+            i.findings
+                .iter()
+                .filter(|r| r.state == FindingState::Unfixed)
+                .map(move |r| format!("{}: {}. Minimal fix: {}.", short_image(&i.image), r.message, r.fix))
+        })
+        .collect();
+    if let Some(first) = unfixed.first() {
+        let more = if unfixed.len() > 1 {
+            format!(" (and {} more)", unfixed.len() - 1)
+        } else {
+            String::new()
+        };
+        return (false, "UnfixedFindings", format!("{first}{more}"));
+    }
+    let message = if summary.total == 0 {
+        "no trifecta findings".to_string()
+    } else {
+        format!(
+            "{} finding(s), each severed by the policy or accepted",
+            summary.total
+        )
+    };
+    (true, "NoUnfixedFindings", message)
 }
 
 /// `carries 1 unfixed trifecta finding: …. Minimal fix: restrict tool x.`

@@ -22,6 +22,8 @@ pub enum Answer {
     Allow(Vec<String>),
     /// Refuse, with one line the user can act on.
     Deny(String),
+    /// Admit, recording the problems in the audit log (audit mode).
+    Audit(Vec<String>),
 }
 
 impl Answer {

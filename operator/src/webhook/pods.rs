@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::k8s::crd::{AgentSandbox, FindingState};
@@ -18,8 +18,7 @@ use super::admission::Answer;
 /// The namespace label that turns pod admission on.
 pub const ENFORCE_LABEL: &str = "agentgate.dev/enforce";
 
-/// The label the operator puts on a sandbox's pod.
-pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
+pub use crate::controller::sandbox::SANDBOX_LABEL;
 
 /// What happens to a pod with problems.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,9 +87,11 @@ pub fn claims_sandbox(pod: &Pod) -> bool {
 /// Every container image of the pod (init, regular, ephemeral), unique, in
 /// order of appearance.
 pub fn images(pod: &Pod) -> Vec<String> {
-    let Some(spec) = &pod.spec else {
-        return Vec::new();
-    };
+    pod.spec.as_ref().map(spec_images).unwrap_or_default()
+}
+
+/// Every container image of a pod spec, unique, in order of appearance.
+pub fn spec_images(spec: &PodSpec) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let init = spec
         .init_containers
@@ -145,6 +146,9 @@ impl PodReview {
             Some(Enforcement::Warn) => {
                 warnings.extend(self.problems.iter().cloned());
                 Answer::Allow(warnings)
+            }
+            Some(Enforcement::Audit) if !self.problems.is_empty() => {
+                Answer::Audit(self.problems.clone())
             }
             _ => Answer::Allow(warnings),
         }
@@ -344,8 +348,7 @@ mod tests {
             &scans,
             now(),
         );
-        assert_eq!(audit.answer(), Answer::allow());
-        assert_eq!(audit.problems.len(), 1);
+        assert!(matches!(audit.answer(), Answer::Audit(p) if p.len() == 1));
         // Not governed: no label, no sandbox.
         let free = review_pod(&pod("nginx", false), &BTreeMap::new(), None, &scans, now());
         assert_eq!(free.answer(), Answer::allow());

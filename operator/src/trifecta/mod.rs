@@ -13,5 +13,6 @@ pub use graph::{
 pub mod analysis;
 pub mod cut;
 pub mod lattice;
+pub mod report;
 
 pub use analysis::{Finding, Hop, Severity, TRIFECTA_ID, Witness, analyze};

@@ -291,10 +291,45 @@ fn annotation_rule() -> Value {
     })
 }
 
+/// A relative path as a URI reference: SARIF's `uri` must be one, so a file
+/// named `my tools.py` becomes `my%20tools.py`. ':' is encoded too, so a
+/// first segment like `c:` cannot read as a scheme.
+fn uri_reference(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for byte in path.bytes() {
+        let keep = byte.is_ascii_alphanumeric()
+            || matches!(
+                byte,
+                b'/' | b'-'
+                    | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'@'
+            );
+        if keep {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
 /// A SARIF physical location for a source line, relative to %SRCROOT%.
 fn physical_location(source: &SourceLocation) -> Value {
     json!({
-        "artifactLocation": {"uri": source.file, "uriBaseId": SRCROOT},
+        "artifactLocation": {"uri": uri_reference(&source.file), "uriBaseId": SRCROOT},
         // SARIF lines are 1-based like ours; 0 would be invalid.
         "region": {"startLine": source.line.max(1)},
     })
@@ -820,6 +855,13 @@ mod tests {
             ..report
         });
         assert_eq!(clean, "no trifecta findings in 3 tools\n");
+    }
+
+    #[test]
+    fn artifact_uris_are_percent_encoded() {
+        assert_eq!(uri_reference("agent/tools.py"), "agent/tools.py");
+        assert_eq!(uri_reference("my tools/ü#1.py"), "my%20tools/%C3%BC%231.py");
+        assert_eq!(uri_reference("c:x.py"), "c%3Ax.py");
     }
 
     #[test]

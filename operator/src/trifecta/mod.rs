@@ -14,6 +14,7 @@ pub mod analysis;
 pub mod assess;
 pub mod cut;
 pub mod lattice;
+pub mod report;
 pub mod sever;
 
 pub use analysis::{Finding, Hop, Severity, TRIFECTA_ID, Witness, analyze};

@@ -317,7 +317,8 @@ async fn reconcile(
         }
     }
     status.observed_generation = generation;
-    let requeue = assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await?;
+    let requeue =
+        assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await?;
 
     if status != before {
         // The sandbox's resourceVersion is the precondition: a proposal
@@ -403,7 +404,15 @@ async fn assess_findings(
     let started = std::time::Instant::now();
     let summary = tokio::task::spawn_blocking(move || {
         let refs: Vec<&AgentScan> = scans.iter().collect();
-        assess_sandbox(&images, &refs, policy.as_ref(), &prover, &accepted, now, revision)
+        assess_sandbox(
+            &images,
+            &refs,
+            policy.as_ref(),
+            &prover,
+            &accepted,
+            now,
+            revision,
+        )
     })
     .await
     .map_err(|e| ControllerError::Prover(e.to_string()))?;
@@ -482,7 +491,10 @@ async fn apply_config_map(
 
 /// Creates the agent Pod from `spec.template` if it does not exist.
 /// Returns the admission's message when the API server refuses it.
-async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<Option<String>, ControllerError> {
+async fn ensure_pod(
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<Option<String>, ControllerError> {
     let Some(template) = &sandbox.spec.template else {
         return Ok(None);
     };

@@ -120,14 +120,17 @@ async fn counted(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Cont
 
 /// Runs the AgentScan controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
-    Controller::new(Api::<AgentScan>::all(ctx.client.clone()), watcher::Config::default())
-        .shutdown_on_signal()
-        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
-        .run(counted, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
-            }
-        })
-        .await;
+    Controller::new(
+        Api::<AgentScan>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
+    .run(counted, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "controller event");
+        }
+    })
+    .await;
 }

@@ -203,7 +203,14 @@ pub fn findings_condition(summary: &FindingsSummary) -> (bool, &'static str, Str
             i.findings
                 .iter()
                 .filter(|r| r.state == FindingState::Unfixed)
-                .map(move |r| format!("{}: {}. Minimal fix: {}.", short_image(&i.image), r.message, r.fix))
+                .map(move |r| {
+                    format!(
+                        "{}: {}. Minimal fix: {}.",
+                        short_image(&i.image),
+                        r.message,
+                        r.fix
+                    )
+                })
         })
         .collect();
     if let Some(first) = unfixed.first() {

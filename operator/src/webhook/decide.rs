@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::policy::action::{Access, FilesystemAction, Layer, NetworkAction};
 use crate::policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
 use crate::policy::matcher::{allows_filesystem, decide_network, region_contains};
-use crate::trifecta::{Capability, Channel, Finding, Graph};
 use crate::policy::model::PolicyDocument;
+use crate::trifecta::{Capability, Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives

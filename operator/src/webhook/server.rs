@@ -32,9 +32,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::controller::sandbox::governing_from;
 use crate::k8s::crd::{AgentSandbox, AgentScan, FindingState, MaximumPolicy, PolicyProposal};
+use crate::prover::Prover;
 use crate::trifecta::assess::{acceptance, image_digest};
 use crate::trifecta::{Finding, analyze};
-use crate::prover::Prover;
 use crate::webhook::admission::{
     APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
     review_proposal, review_sandbox, review_scan,
@@ -377,22 +377,35 @@ async fn validate_pod(
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "pods", "Pod", review, |request, pod: Pod, _| async move {
-        let namespace = request.namespace.clone().unwrap_or_default();
-        let labels = match s.namespace_labels(&namespace).await {
-            Ok(l) => l,
-            Err(e) => return Answer::Deny(format!("pod {:?}: {e}", request.name)),
-        };
-        // Only the sandbox the owner reference names, with the same uid,
-        // lends the pod its severance proofs and acceptances.
-        let sandbox = owning_sandbox(&pod).and_then(|(name, uid)| {
-            s.sandboxes
-                .get(&ObjectRef::new(&name).within(&namespace))
-                .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
-        });
-        let scan_for = |digest: &str| s.scan_for(digest).map(|(_, cached)| cached);
-        review_pod(&pod, &labels, sandbox.as_deref(), &scan_for, Timestamp::now()).answer()
-    })
+    answer(
+        &state,
+        "pods",
+        "Pod",
+        review,
+        |request, pod: Pod, _| async move {
+            let namespace = request.namespace.clone().unwrap_or_default();
+            let labels = match s.namespace_labels(&namespace).await {
+                Ok(l) => l,
+                Err(e) => return Answer::Deny(format!("pod {:?}: {e}", request.name)),
+            };
+            // Only the sandbox the owner reference names, with the same uid,
+            // lends the pod its severance proofs and acceptances.
+            let sandbox = owning_sandbox(&pod).and_then(|(name, uid)| {
+                s.sandboxes
+                    .get(&ObjectRef::new(&name).within(&namespace))
+                    .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
+            });
+            let scan_for = |digest: &str| s.scan_for(digest).map(|(_, cached)| cached);
+            review_pod(
+                &pod,
+                &labels,
+                sandbox.as_deref(),
+                &scan_for,
+                Timestamp::now(),
+            )
+            .answer()
+        },
+    )
     .await
 }
 
@@ -482,12 +495,15 @@ fn cite_unfixed(
     })
 }
 
+/// Findings of one scan, or why its graph cannot be analysed.
+type SharedFindings = Arc<Result<Vec<Finding>, String>>;
+
 /// Findings recomputed from each cached AgentScan's graph, by uid and
 /// generation: the scanner's own list is never trusted, and a graph is
 /// analysed once per generation, not once per admission.
 #[derive(Default)]
 struct ScanAnalyses {
-    by_uid: std::sync::Mutex<HashMap<String, (Option<i64>, Arc<Result<Vec<Finding>, String>>)>>,
+    by_uid: std::sync::Mutex<HashMap<String, (Option<i64>, SharedFindings)>>,
 }
 
 impl ScanAnalyses {

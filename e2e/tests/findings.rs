@@ -268,6 +268,21 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
 #[test]
 fn an_accepted_finding_is_admitted_until_it_expires() {
     let (cp, operator, _port) = ControlPlane::with_webhook(&[]).unwrap_or_else(|e| panic!("{e}"));
+    // With OpenReports installed, the findings are published there too.
+    cp.run(&["apply", "-f", "e2e/fixtures/openreports-crd.yaml"])
+        .unwrap();
+    cp.wait_for(
+        &[
+            "get",
+            "crd",
+            "reports.openreports.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ],
+        Duration::from_secs(30),
+        |s| s == "True",
+    )
+    .unwrap();
     scan_and_apply(&cp);
     // The webhook must know the scan before the sandbox's pod is judged.
     wait(
@@ -314,6 +329,20 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         ])
         .unwrap();
     assert_eq!(state.trim(), "Accepted");
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "reports.openreports.io",
+            "agentgate-triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.summary.skip}/{.results[0].rule}/{.results[0].result}",
+        ],
+        |s| s == "1/AG-TRIFECTA/post_comment/skip",
+    );
     // While it lasts, another pod of the sandbox is admitted too.
     cp.run_stdin(
         &["apply", "-f", "-"],

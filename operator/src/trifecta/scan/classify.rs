@@ -451,27 +451,31 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     let root = segs[0].to_ascii_lowercase();
     let root = root.strip_prefix("node:").unwrap_or(&root).to_string();
     let lower = call.callee.to_ascii_lowercase();
-    let has = |s: &str| segs.iter().any(|x| *x == s);
+    let has = |s: &str| segs.contains(&s);
     let mut out = Vec::new();
 
     // Code execution: counts as egress (it can reach the network itself).
-    let exec = match lang {
-        Lang::Python => {
-            (segs.len() == 1 && matches!(last, "eval" | "exec"))
-                || root == "subprocess"
-                || (root == "os"
-                    && segs.len() == 2
-                    && (matches!(last, "system" | "popen") || last.starts_with("exec")))
-                || (root == "asyncio" && last.starts_with("create_subprocess"))
-                || root == "pexpect"
-        }
-        Lang::TypeScript => {
-            (segs.len() == 1 && matches!(last, "eval" | "Function"))
-                || (matches!(root.as_str(), "child_process" | "execa" | "shelljs" | "zx")
-                    && !matches!(last, "on" | "kill"))
-                || (root == "vm" && last.starts_with("run"))
-        }
-    };
+    // Calls on a process's result (`run(…).stdout.decode()`) are not new
+    // executions.
+    let on_result = !intermediate_calls(&call.callee).is_empty();
+    let exec = !on_result
+        && match lang {
+            Lang::Python => {
+                (segs.len() == 1 && matches!(last, "eval" | "exec"))
+                    || root == "subprocess"
+                    || (root == "os"
+                        && segs.len() == 2
+                        && (matches!(last, "system" | "popen") || last.starts_with("exec")))
+                    || (root == "asyncio" && last.starts_with("create_subprocess"))
+                    || root == "pexpect"
+            }
+            Lang::TypeScript => {
+                (segs.len() == 1 && matches!(last, "eval" | "Function"))
+                    || (matches!(root.as_str(), "child_process" | "execa" | "shelljs" | "zx")
+                        && !matches!(last, "on" | "kill"))
+                    || (root == "vm" && last.starts_with("run"))
+            }
+        };
     if exec {
         out.push((Effect::Egress, Channel::Exec, None, None));
         return out;
@@ -679,10 +683,12 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         if DB_VERBS.contains(&last) && !chained
             || (root == "@prisma/client" && last.starts_with("find"))
         {
+            // SQLite and DuckDB take a file path, not a host.
+            let file_db = matches!(root.as_str(), "sqlite3" | "better-sqlite3" | "duckdb");
             out.push((
                 Effect::ReadsInternal,
                 Channel::Database,
-                host_port_of(call).filter(|d| d.host.is_some()),
+                host_port_of(call).filter(|d| d.host.is_some() && !file_db),
                 None,
             ));
         }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::trifecta::graph::{
-    Capability, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
+    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
 };
 use classify::{Event, Lang};
 pub use manifest::{MANIFEST_FILE, Manifest};
@@ -328,6 +328,7 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
                     push_unique(&mut capabilities, cap);
                 }
             }
+            collapse_sessions(&mut capabilities);
             FoundTool {
                 name: t.name,
                 source: SourceLocation {
@@ -368,6 +369,42 @@ fn push_unique(caps: &mut Vec<Capability>, cap: Capability) {
     if !caps.iter().any(same) {
         caps.push(cap);
     }
+}
+
+/// Database, mail and socket operations run over one connection: its
+/// destination stands for every call on it. So per node such a channel keeps
+/// one capability per destination, and none without a destination when one
+/// with a destination exists (`connect(host=…)` then `cursor.execute(…)` is
+/// one read of that host, not a second read of an unknown one).
+fn collapse_sessions(caps: &mut Vec<Capability>) {
+    let session = |c: &Capability| {
+        matches!(
+            c.channel,
+            Channel::Database | Channel::Mail | Channel::Socket
+        )
+    };
+    let mut kept: Vec<Capability> = Vec::with_capacity(caps.len());
+    for cap in caps.drain(..) {
+        if !session(&cap) {
+            kept.push(cap);
+            continue;
+        }
+        let same_dest = kept.iter().any(|k| {
+            k.effect == cap.effect && k.channel == cap.channel && k.destination == cap.destination
+        });
+        if !same_dest {
+            kept.push(cap);
+        }
+    }
+    let with_dest: HashSet<(Effect, Channel)> = kept
+        .iter()
+        .filter(|c| session(c) && c.destination.is_some())
+        .map(|c| (c.effect, c.channel))
+        .collect();
+    kept.retain(|c| {
+        !(session(c) && c.destination.is_none() && with_dest.contains(&(c.effect, c.channel)))
+    });
+    *caps = kept;
 }
 
 /// Scans files given in memory: `(relative path, text)` pairs and the

@@ -465,7 +465,7 @@ impl<'t> File<'t> {
                 "call" => {
                     if let Some(site) = self.call_site(node, &scope) {
                         if hop {
-                            self.follow(node, class, out);
+                            self.follow(node, class, &scope, out);
                         }
                         out.push(Event::Call(site));
                     }
@@ -499,7 +499,7 @@ impl<'t> File<'t> {
 
     /// One hop into a same-file helper: `helper(...)` for a module function,
     /// `self.helper(...)` for a method of the enclosing class.
-    fn follow(&self, call: Node<'t>, class: Option<&str>, out: &mut Vec<Event>) {
+    fn follow(&self, call: Node<'t>, class: Option<&str>, scope: &Scope, out: &mut Vec<Event>) {
         let Some(function) = call.child_by_field_name("function") else {
             return;
         };
@@ -514,6 +514,15 @@ impl<'t> File<'t> {
                         .get(c)
                         .and_then(|m| m.get(self.text(a)))
                         .map(|f| (*f, Some(c))),
+                    // `obj.method()` with `obj = LocalClass(...)`.
+                    (Some(o), Some(a), _) => {
+                        let resolved = self.normalize(o).map(|n| self.resolve(&n, scope, 0));
+                        resolved
+                            .as_deref()
+                            .and_then(|r| r.strip_suffix("()"))
+                            .and_then(|c| self.methods.get_key_value(c))
+                            .and_then(|(c, m)| m.get(self.text(a)).map(|f| (*f, Some(c.as_str()))))
+                    }
                     _ => None,
                 }
             }

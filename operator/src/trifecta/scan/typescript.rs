@@ -93,8 +93,11 @@ impl<'t> File<'t> {
                 }
                 "method_definition" => {
                     if let Some(name) = child.child_by_field_name("name") {
-                        self.functions
-                            .insert(format!("this.{}", self.text(name)), child);
+                        let method = self.text(name);
+                        self.functions.insert(format!("this.{method}"), child);
+                        if let Some(class) = class_name(child, self.src) {
+                            self.functions.insert(format!("{class}().{method}"), child);
+                        }
                     }
                 }
                 "export_statement"
@@ -449,7 +452,7 @@ impl<'t> File<'t> {
                 "call_expression" | "new_expression" => {
                     if let Some(site) = self.call_site(node, &scope) {
                         if hop {
-                            self.follow(node, out);
+                            self.follow(node, &scope, out);
                         }
                         out.push(Event::Call(site));
                     }
@@ -484,25 +487,30 @@ impl<'t> File<'t> {
         }
     }
 
-    fn follow(&self, call: Node<'t>, out: &mut Vec<Event>) {
+    /// One hop into a same-file function: `helper()`, `this.method()`, or
+    /// `obj.method()` where `obj` is `new LocalClass()`.
+    fn follow(&self, call: Node<'t>, scope: &Scope, out: &mut Vec<Event>) {
         let Some(f) = call.child_by_field_name("function") else {
             return;
         };
         let key = match f.kind() {
             "identifier" => self.text(f).to_string(),
             "member_expression" => {
-                let Some(o) = f.child_by_field_name("object") else {
+                let (Some(o), Some(p)) = (
+                    f.child_by_field_name("object"),
+                    f.child_by_field_name("property"),
+                ) else {
                     return;
                 };
-                if o.kind() != "this" {
-                    return;
-                }
-                format!(
-                    "this.{}",
-                    f.child_by_field_name("property")
-                        .map(|p| self.text(p))
-                        .unwrap_or("")
-                )
+                let object = if o.kind() == "this" {
+                    "this".to_string()
+                } else {
+                    match self.normalize(o) {
+                        Some(n) => self.resolve(&n, scope, 0),
+                        None => return,
+                    }
+                };
+                format!("{object}.{}", self.text(p))
             }
             _ => return,
         };
@@ -744,6 +752,14 @@ impl<'t> File<'t> {
         }
         names
     }
+}
+
+/// The name of the class a method belongs to.
+fn class_name(method: Node<'_>, src: &[u8]) -> Option<String> {
+    let body = method.parent()?;
+    let class = body.parent()?;
+    let name = class.child_by_field_name("name")?;
+    name.utf8_text(src).ok().map(str::to_string)
 }
 
 /// True for the expressions that hold the called tool's name

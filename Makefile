@@ -62,7 +62,7 @@ demo-cli: build ## the CLI on examples/: verify, diff with its cost, import open
 
 crds: z3 ## regenerate crds/agentgate.yaml from the Rust types
 	@mkdir -p crds
-	$(CARGO) run --locked -q -p agentgate -- crds > crds/agentgate.yaml
+	$(CARGO) run --locked -q -p agentgate --bin agentgate -- crds > crds/agentgate.yaml
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -144,17 +144,28 @@ common_checks() {
   assert_kind_count Deployment 1
   assert_kind_count ValidatingWebhookConfiguration 1
   local vwc=(ValidatingWebhookConfiguration agentgate)
+  local n="${webhooks:-6}"
   for w in agentsandboxes policyproposals maximumpolicies agentscans; do
     assert_in "${vwc[@]}" "- name: $w.agentgate.dev" 1
   done
+  if [ "$n" = 6 ]; then
+    # Pods: enforce-labelled namespaces, and sandbox pods everywhere else.
+    assert_in "${vwc[@]}" "- name: pods.agentgate.dev" 1
+    assert_in "${vwc[@]}" "- name: sandbox-pods.agentgate.dev" 1
+    assert_in "${vwc[@]}" "key: agentgate.dev/enforce" 2
+    assert_in "${vwc[@]}" "operator: DoesNotExist" 1
+    assert_in "${vwc[@]}" "key: agentgate.dev/sandbox" 1
+  else
+    assert_not_in "${vwc[@]}" "pods.agentgate.dev"
+  fi
   assert_in "${vwc[@]}" "- policyproposals/status" 1
-  assert_in "${vwc[@]}" 'admissionReviewVersions: ["v1"]' 4
-  assert_in "${vwc[@]}" "sideEffects: None" 4
-  assert_in "${vwc[@]}" "matchPolicy: Equivalent" 4
-  assert_in "${vwc[@]}" "key: kubernetes.io/metadata.name" 4
-  assert_in "${vwc[@]}" "operator: NotIn" 4
-  assert_in "${vwc[@]}" "- kube-system" 4
-  assert_in "${vwc[@]}" "- $namespace" 4
+  assert_in "${vwc[@]}" 'admissionReviewVersions: ["v1"]' "$n"
+  assert_in "${vwc[@]}" "sideEffects: None" "$n"
+  assert_in "${vwc[@]}" "matchPolicy: Equivalent" "$n"
+  assert_in "${vwc[@]}" "key: kubernetes.io/metadata.name" "$n"
+  assert_in "${vwc[@]}" "operator: NotIn" "$n"
+  assert_in "${vwc[@]}" "- kube-system" "$n"
+  assert_in "${vwc[@]}" "- $namespace" "$n"
   # helm must never own caBundle (the operator or the cainjector does).
   assert_not_in "${vwc[@]}" "caBundle:"
   local dep=(Deployment agentgate)
@@ -176,10 +187,10 @@ common_checks() {
 
 run_case defaults
 common_checks
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 4
-assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 4
-assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 4
-assert_in ValidatingWebhookConfiguration agentgate "port: 443" 4
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 6
+assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 6
+assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 6
+assert_in ValidatingWebhookConfiguration agentgate "port: 443" 6
 assert_in ValidatingWebhookConfiguration agentgate 'path: "/validate/agentsandboxes"' 1
 assert_not_in ValidatingWebhookConfiguration agentgate "url:"
 assert_not_in ValidatingWebhookConfiguration agentgate "cert-manager.io/inject-ca-from"
@@ -266,6 +277,9 @@ assert_in NetworkPolicy agentgate "kubernetes.io/metadata.name: monitoring"
 assert_kind_count PodDisruptionBudget 1
 assert_in PodDisruptionBudget agentgate "minAvailable: 1"
 
+run_case pods-off --set webhook.pods.enabled=false
+webhooks=4 common_checks
+
 run_case crds-disabled --set crds.enabled=false
 common_checks
 assert_kind_count CustomResourceDefinition 0
@@ -280,13 +294,14 @@ assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443
 assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443/validate/policyproposals"' 1
 assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443/validate/maximumpolicies"' 1
 assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443/validate/agentscans"' 1
+assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443/validate/pods"' 2
 assert_not_in ValidatingWebhookConfiguration agentgate "service:"
 assert_kind_count PodDisruptionBudget 0
 
 run_case options --set allowUnmanaged=true --set webhook.failurePolicy=Ignore --set rbac.aggregateToAdmin=true \
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --set replicaCount=1 --set leaderElection.enabled=false --set-json 'affinity={"nodeAffinity":{}}'
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 4
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 6
 assert_in Deployment agentgate "- --allow-unmanaged"
 assert_in Deployment agentgate "- --leader-elect=false"
 assert_in Deployment agentgate 'image: "ghcr.io/agentgate-dev/agentgate@sha256:0123456789abcdef'

@@ -10,7 +10,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::metrics::{Metrics, serve};
-use crate::controller::{Context, maximum, proposal, sandbox};
+use crate::controller::{Context, maximum, proposal, sandbox, scan};
 use crate::prover::{Prover, ProverOptions};
 use crate::webhook::{WebhookArgs, server};
 
@@ -64,6 +64,7 @@ async fn run_controllers(ctx: std::sync::Arc<Context>) {
     tokio::join!(
         maximum::run(ctx.clone()),
         sandbox::run(ctx.clone()),
+        scan::run(ctx.clone()),
         proposal::run(ctx)
     );
 }

@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod proposal;
 pub mod revoke;
 pub mod sandbox;
+pub mod scan;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

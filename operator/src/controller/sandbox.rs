@@ -3,7 +3,8 @@
 //! and materialises the result: `status.effectivePolicy`, `revision`,
 //! `governedBy`, the `WithinMaximum`/`Ready` conditions, the `<name>-policy`
 //! ConfigMap for the in-pod enforcement proxy, the agent Pod from
-//! `spec.template`, and Events. It never writes `spec`.
+//! `spec.template`, the trifecta findings of its images (`status.findings`,
+//! `FindingsClear`), and Events. It never writes `spec`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
@@ -23,13 +25,15 @@ use serde_json::json;
 use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
-use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, MaximumPolicy, PolicyProposal};
+use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::k8s::selector::governs;
-use crate::policy::compile::{Limits, Role};
+use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
 use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
 use crate::policy::model::PolicyDocument;
+use crate::trifecta::assess::{assess_sandbox, findings_condition, next_expiry};
 use crate::verdict::Mode;
+use crate::webhook::pods::spec_images;
 
 /// The label the operator puts on everything it creates for a sandbox.
 pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
@@ -313,6 +317,8 @@ async fn reconcile(
         }
     }
     status.observed_generation = generation;
+    let requeue =
+        assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await?;
 
     if status != before {
         // The sandbox's resourceVersion is the precondition: a proposal
@@ -346,9 +352,99 @@ async fn reconcile(
     }
     // Only what is committed reaches the enforcement proxy.
     apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
-    ensure_pod(&sandbox, &ctx).await?;
+    if let Some(refusal) = ensure_pod(&sandbox, &ctx).await? {
+        // Refused by admission (unfixed findings, usually): say so and look
+        // again soon; a policy or scan change also brings us back at once.
+        tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "PodRefused".into(),
+            note: Some(refusal),
+            action: "CreatePod".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await {
+            tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
+        }
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(requeue))
+}
+
+/// Assesses the trifecta findings of the template's images against the
+/// effective policy about to be committed: `status.findings` and the
+/// `FindingsClear` condition. Returns when to look again (the next
+/// acceptance expiry, at most five minutes).
+async fn assess_findings(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    status: &mut AgentSandboxStatus,
+    events: &mut Vec<(EventType, &'static str, String)>,
+    time: &Time,
+    ctx: &Context,
+) -> Result<Duration, ControllerError> {
+    let default = Duration::from_secs(300);
+    let Some(spec) = sandbox.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
+        status.findings = None;
+        status.conditions.retain(|c| c.type_ != "FindingsClear");
+        return Ok(default);
+    };
+    let images = spec_images(spec);
+    let scans = Api::<AgentScan>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    // A policy that does not compile severs nothing (fail closed).
+    let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
+    let accepted = sandbox.spec.accepted_findings.clone();
+    let prover = ctx.prover.clone();
+    let revision = status.revision;
+    let now = Timestamp::now();
+    let started = std::time::Instant::now();
+    let summary = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&AgentScan> = scans.iter().collect();
+        assess_sandbox(
+            &images,
+            &refs,
+            policy.as_ref(),
+            &prover,
+            &accepted,
+            now,
+            revision,
+        )
+    })
+    .await
+    .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    ctx.metrics
+        .solver_seconds
+        .observe(started.elapsed().as_secs_f64());
+    let (clear, reason, message) = findings_condition(&summary);
+    let changed = conditions::set(
+        &mut status.conditions,
+        "FindingsClear",
+        if clear { Status::True } else { Status::False },
+        reason,
+        &message,
+        sandbox.meta().generation,
+        time,
+    );
+    if changed {
+        let type_ = if clear {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        events.push((type_, reason, message));
+    }
+    status.findings = Some(summary);
+    let requeue = next_expiry(&sandbox.spec.accepted_findings, now)
+        .map(|expiry| {
+            let millis = expiry.as_millisecond().saturating_sub(now.as_millisecond());
+            Duration::from_millis(u64::try_from(millis).unwrap_or(0).saturating_add(500))
+        })
+        .map_or(default, |wait| wait.min(default));
+    Ok(requeue)
 }
 
 fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
@@ -394,15 +490,19 @@ async fn apply_config_map(
 }
 
 /// Creates the agent Pod from `spec.template` if it does not exist.
-async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<(), ControllerError> {
+/// Returns the admission's message when the API server refuses it.
+async fn ensure_pod(
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<Option<String>, ControllerError> {
     let Some(template) = &sandbox.spec.template else {
-        return Ok(());
+        return Ok(None);
     };
     let name = sandbox.name_any();
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
     if pods.get_opt(&name).await?.is_some() {
-        return Ok(());
+        return Ok(None);
     }
     let mut labels = template
         .metadata
@@ -421,15 +521,22 @@ async fn ensure_pod(sandbox: &AgentSandbox, ctx: &Context) -> Result<(), Control
         },
         "spec": template.spec,
     }))?;
-    pods.create(
-        &PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        },
-        &pod,
-    )
-    .await?;
-    Ok(())
+    match pods
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PostParams::default()
+            },
+            &pod,
+        )
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("admission webhook") => {
+            Ok(Some(e.message))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn error_policy(sandbox: Arc<AgentSandbox>, error: &ControllerError, ctx: Arc<Context>) -> Action {
@@ -447,6 +554,7 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(sandboxes, watcher::Config::default());
     let store = controller.store();
     let by_namespace = store.clone();
+    let by_scan = store.clone();
     controller
         .owns(
             Api::<ConfigMap>::all(ctx.client.clone()),
@@ -457,6 +565,17 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             move |_| {
                 store
+                    .state()
+                    .iter()
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            Api::<AgentScan>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |_| {
+                by_scan
                     .state()
                     .iter()
                     .map(|s| ObjectRef::from_obj(s.as_ref()))

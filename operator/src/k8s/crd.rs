@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::policy::action::{Access, Action, Layer};
 use crate::policy::model::{Budget, Invariant, PolicyDocument};
 use crate::prover::budget::CostItem;
+use crate::trifecta::{Finding, Graph, Severity};
 use crate::verdict::{Decision, Mode};
 
 /// Which sandboxes a MaximumPolicy governs; empty selects all.
@@ -179,25 +180,78 @@ pub struct AgentSandboxSpec {
     pub accepted_findings: Vec<AcceptedFinding>,
 }
 
-/// Trifecta findings of the sandbox's image, as last evaluated.
+/// Trifecta findings of the sandbox's images, as last evaluated against its
+/// committed effective policy.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FindingsSummary {
-    /// The image scanned.
+    /// The effective-policy revision the severance proofs used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// The AgentScan used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scan: Option<String>,
-    /// All findings.
+    pub revision: Option<u64>,
+    /// All findings, over every image.
     #[serde(default)]
     pub total: u32,
     /// Findings neither severed by the policy nor accepted.
     #[serde(default)]
     pub unfixed: u32,
-    /// One line per finding.
+    /// Per container image of the template.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub details: Vec<String>,
+    pub images: Vec<ImageFindings>,
+}
+
+/// The findings of one container image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageFindings {
+    /// The image reference as the template names it.
+    pub image: String,
+    /// The AgentScan used, if one exists for the image's digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<String>,
+    /// The AgentScan generation the findings come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_generation: Option<i64>,
+    /// Why the image could not be evaluated (unpinned, no scan, bad graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// One entry per finding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<FindingRecord>,
+}
+
+/// Whether a finding still threatens a sandbox.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum FindingState {
+    /// Neither severed nor accepted.
+    Unfixed,
+    /// The effective policy disables every node of a vertex cut.
+    Severed,
+    /// An unexpired `acceptedFindings` entry covers it.
+    Accepted,
+}
+
+/// One finding of an image, as it stands for one sandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FindingRecord {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The egress node.
+    pub sink: String,
+    /// CRITICAL, HIGH or MEDIUM.
+    pub severity: Severity,
+    /// Unfixed, Severed or Accepted.
+    pub state: FindingState,
+    /// The finding on one line with both witnesses.
+    pub message: String,
+    /// The smallest fix.
+    pub fix: String,
+    /// The nodes the policy disables (when Severed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub severed_by: Vec<String>,
+    /// When the acceptance runs out (when Accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_until: Option<String>,
 }
 
 /// Observed state of an AgentSandbox.
@@ -461,31 +515,9 @@ pub struct PolicyProposalStatus {
 pub struct AgentScanSpec {
     /// The image, pinned by digest.
     pub image: String,
-    /// The graph (schema filled in by the trifecta work).
+    /// The information-flow graph (see docs/trifecta.md).
     #[serde(default)]
-    pub graph: ScanGraph,
-}
-
-/// Nodes and edges of an information-flow graph.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-pub struct ScanGraph {
-    /// Tools and `__llm__`.
-    #[serde(default)]
-    #[schemars(schema_with = "opaque_objects")]
-    pub nodes: Vec<serde_json::Value>,
-    /// Data and control edges.
-    #[serde(default)]
-    #[schemars(schema_with = "opaque_objects")]
-    pub edges: Vec<serde_json::Value>,
-}
-
-/// A list of objects whose fields the schema does not pin down (yet): a
-/// structural schema needs the item type, and unknown fields preserved.
-fn opaque_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "array",
-        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-    })
+    pub graph: Graph,
 }
 
 /// Observed state of an AgentScan.
@@ -494,8 +526,7 @@ fn opaque_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 pub struct AgentScanStatus {
     /// Findings recomputed by the operator (the scanner's own list is not trusted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "opaque_objects")]
-    pub findings: Vec<serde_json::Value>,
+    pub findings: Vec<Finding>,
     /// `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

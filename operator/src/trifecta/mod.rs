@@ -10,3 +10,12 @@ pub use graph::{
     Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, GraphError,
     IndexedGraph, Integrity, LLM, Label, Node, NodeKind, SourceLocation,
 };
+
+pub mod analysis;
+pub mod assess;
+pub mod cut;
+pub mod lattice;
+pub mod report;
+pub mod sever;
+
+pub use analysis::{Finding, Hop, Severity, TRIFECTA_ID, Witness, analyze};

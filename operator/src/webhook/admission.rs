@@ -22,6 +22,8 @@ pub enum Answer {
     Allow(Vec<String>),
     /// Refuse, with one line the user can act on.
     Deny(String),
+    /// Admit, recording the problems in the audit log (audit mode).
+    Audit(Vec<String>),
 }
 
 impl Answer {
@@ -246,39 +248,8 @@ pub fn review_scan(scan: &AgentScan) -> Answer {
             scan.spec.image
         ));
     }
-    let mut ids = std::collections::BTreeSet::new();
-    for (i, node) in scan.spec.graph.nodes.iter().enumerate() {
-        match node.get("id").and_then(|v| v.as_str()) {
-            Some(id) if !id.is_empty() => {
-                if !ids.insert(id) {
-                    return Answer::Deny(format!(
-                        "agentscan {name:?}: spec.graph.nodes[{i}].id {id:?} is used twice"
-                    ));
-                }
-            }
-            _ => {
-                return Answer::Deny(format!(
-                    "agentscan {name:?}: spec.graph.nodes[{i}] needs a non-empty string id"
-                ));
-            }
-        }
-    }
-    for (i, edge) in scan.spec.graph.edges.iter().enumerate() {
-        for end in ["from", "to"] {
-            match edge.get(end).and_then(|v| v.as_str()) {
-                Some(id) if ids.contains(id) => {}
-                Some(id) => {
-                    return Answer::Deny(format!(
-                        "agentscan {name:?}: spec.graph.edges[{i}].{end} {id:?} is not a node id"
-                    ));
-                }
-                None => {
-                    return Answer::Deny(format!(
-                        "agentscan {name:?}: spec.graph.edges[{i}] needs a string {end:?}"
-                    ));
-                }
-            }
-        }
+    if let Err(error) = scan.spec.graph.indexed() {
+        return Answer::Deny(format!("agentscan {name:?}: spec.graph.{error}"));
     }
     Answer::allow()
 }
@@ -498,19 +469,18 @@ spec:
                 },
             )
         };
-        let good = serde_json::json!({"nodes": [{"id": "a"}, {"id": "b"}], "edges": [{"from": "a", "to": "b"}]});
+        let good = serde_json::json!({"nodes": [{"id": "a"}, {"id": "b"}], "edges": [{"from": "a", "to": "b", "kind": "data"}]});
         assert_eq!(review_scan(&scan(&digest, good.clone())), Answer::allow());
         assert!(
             matches!(review_scan(&scan("ghcr.io/acme/bot:latest", good)), Answer::Deny(m) if m.contains("not pinned by digest"))
         );
-        let dangling =
-            serde_json::json!({"nodes": [{"id": "a"}], "edges": [{"from": "a", "to": "z"}]});
+        let dangling = serde_json::json!({"nodes": [{"id": "a"}], "edges": [{"from": "a", "to": "z", "kind": "control"}]});
         assert!(
-            matches!(review_scan(&scan(&digest, dangling)), Answer::Deny(m) if m.contains("\"z\" is not a node id"))
+            matches!(review_scan(&scan(&digest, dangling)), Answer::Deny(m) if m.contains("edges[0]: unknown node \"z\""))
         );
         let twice = serde_json::json!({"nodes": [{"id": "a"}, {"id": "a"}]});
         assert!(
-            matches!(review_scan(&scan(&digest, twice)), Answer::Deny(m) if m.contains("used twice"))
+            matches!(review_scan(&scan(&digest, twice)), Answer::Deny(m) if m.contains("duplicate node id \"a\""))
         );
         assert!(!pinned_by_digest("x@sha256:ABC"));
     }

@@ -9,9 +9,10 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::action::{Access, FilesystemAction, Layer, NetworkAction};
-use crate::policy::compile::{CompiledPolicy, Limits, Role, compile};
-use crate::policy::matcher::{allows_filesystem, decide_network};
+use crate::policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
+use crate::policy::matcher::{allows_filesystem, decide_network, region_contains};
 use crate::policy::model::PolicyDocument;
+use crate::trifecta::{Capability, Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives
@@ -59,6 +60,70 @@ pub struct DecideResponse {
     /// The committed revision the answer comes from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
+    /// For a deny: the unfixed static finding that predicted this action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<FindingCitation>,
+}
+
+/// The static finding a runtime deny belongs to (DESIGN.md §8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingCitation {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The finding's sink.
+    pub sink: String,
+    /// The node whose capability the action exercises.
+    pub node: String,
+    /// The finding on one line, with both witnesses.
+    pub witness: String,
+}
+
+/// The first unfixed finding with a node (sink first, then the witness
+/// paths) that has a capability covering the requested action.
+pub fn cite_finding(
+    request: &DecideRequest,
+    findings: &[&Finding],
+    graph: &Graph,
+) -> Option<FindingCitation> {
+    let covers = |capability: &Capability| -> bool {
+        if let Some(access) = request.access {
+            return access == Access::Read
+                && capability.channel == Channel::File
+                && capability.resource.is_some()
+                && capability.resource == request.path;
+        }
+        let (Some(binary), Some(host), Some(port)) =
+            (request.binary.clone(), request.host.clone(), request.port)
+        else {
+            return false;
+        };
+        let action = NetworkAction {
+            binary,
+            host,
+            port,
+            layer: request.layer.unwrap_or(Layer::Rest),
+            method: request.method.clone().unwrap_or_default(),
+            path: request.path.clone().unwrap_or_default(),
+        };
+        capability
+            .network_region()
+            .and_then(|r| compile_region(&r, "capability").ok())
+            .is_some_and(|region| region_contains(&region, &action))
+    };
+    findings.iter().find_map(|finding| {
+        let nodes = std::iter::once(finding.sink.as_str())
+            .chain(finding.control.path.iter().map(|h| h.node.as_str()))
+            .chain(finding.data.path.iter().map(|h| h.node.as_str()));
+        nodes
+            .filter_map(|id| graph.node(id))
+            .find(|node| node.capabilities.iter().any(covers))
+            .map(|node| FindingCitation {
+                id: finding.id.clone(),
+                sink: finding.sink.clone(),
+                node: node.id.clone(),
+                witness: finding.to_string(),
+            })
+    })
 }
 
 impl DecideResponse {
@@ -69,6 +134,7 @@ impl DecideResponse {
             rule: None,
             reason: reason.into(),
             revision: None,
+            finding: None,
         }
     }
 }
@@ -94,6 +160,7 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
                 format!("{action} is not under an allowed filesystem path")
             },
             revision: None,
+            finding: None,
         };
     }
     let layer = request.layer.unwrap_or(Layer::Rest);
@@ -119,6 +186,7 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
         rule: decision.rule,
         reason: format!("{action}: {}", decision.reason),
         revision: None,
+        finding: None,
     }
 }
 

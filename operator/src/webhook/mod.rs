@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod certs;
 pub mod decide;
+pub mod pods;
 pub mod server;
 
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! The HTTPS shell around `admission` and `decide`: reflector caches,
 //! SubjectAccessReviews, deadlines, metrics and the TLS accept loop.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +17,8 @@ use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -30,14 +31,19 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::controller::sandbox::governing_from;
-use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::k8s::crd::{AgentSandbox, AgentScan, FindingState, MaximumPolicy, PolicyProposal};
 use crate::prover::Prover;
+use crate::trifecta::assess::{acceptance, image_digest};
+use crate::trifecta::{Finding, analyze};
 use crate::webhook::admission::{
     APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
     review_proposal, review_sandbox, review_scan,
 };
 use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
-use crate::webhook::decide::{CompiledPolicies, DecideRequest, DecideResponse, decide_action};
+use crate::webhook::decide::{
+    CompiledPolicies, DecideRequest, DecideResponse, FindingCitation, cite_finding, decide_action,
+};
+use crate::webhook::pods::{CachedScan, owning_sandbox, review_pod};
 use crate::webhook::{CertMode, WebhookArgs, WebhookError};
 
 /// Everything the handlers share.
@@ -51,6 +57,8 @@ pub struct WebhookState {
     maximums: Store<MaximumPolicy>,
     namespaces: Store<Namespace>,
     sandboxes: Store<AgentSandbox>,
+    scans: Store<AgentScan>,
+    analyses: ScanAnalyses,
     policies: CompiledPolicies,
     listening: AtomicBool,
     resolver: Arc<CertResolver>,
@@ -86,6 +94,20 @@ impl WebhookState {
             && self.maximums.wait_until_ready().await.is_ok()
             && self.namespaces.wait_until_ready().await.is_ok()
             && self.sandboxes.wait_until_ready().await.is_ok()
+            && self.scans.wait_until_ready().await.is_ok()
+    }
+
+    /// The AgentScan for an image digest (the first by name when several
+    /// scan the same digest), with its findings recomputed from the graph.
+    fn scan_for(&self, digest: &str) -> Option<(Arc<AgentScan>, CachedScan)> {
+        let scan = self
+            .scans
+            .state()
+            .into_iter()
+            .filter(|s| image_digest(&s.spec.image) == Some(digest))
+            .min_by(|a, b| a.name_any().cmp(&b.name_any()))?;
+        let cached = self.analyses.get(&scan);
+        Some((scan, cached))
     }
 
     async fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
@@ -214,8 +236,15 @@ where
         Ok(Some((new, old))) => decide(request, new, old).await,
         Err(e) => Answer::Deny(e),
     };
-    let allowed = matches!(answer, Answer::Allow(_));
+    let allowed = !matches!(answer, Answer::Deny(_));
     let response = match answer {
+        Answer::Audit(problems) => {
+            tracing::info!(kind, %uid, %name, %namespace, %user, %operation, problems = %problems.join(" "), "admitted in audit mode");
+            let mut r = base;
+            r.audit_annotations
+                .insert("agentgate.dev/findings".into(), problems.join(" "));
+            r
+        }
         Answer::Allow(warnings) => {
             let mut r = base;
             if !warnings.is_empty() {
@@ -343,6 +372,43 @@ async fn validate_scan(
     .await
 }
 
+async fn validate_pod(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
+    answer(
+        &state,
+        "pods",
+        "Pod",
+        review,
+        |request, pod: Pod, _| async move {
+            let namespace = request.namespace.clone().unwrap_or_default();
+            let labels = match s.namespace_labels(&namespace).await {
+                Ok(l) => l,
+                Err(e) => return Answer::Deny(format!("pod {:?}: {e}", request.name)),
+            };
+            // Only the sandbox the owner reference names, with the same uid,
+            // lends the pod its severance proofs and acceptances.
+            let sandbox = owning_sandbox(&pod).and_then(|(name, uid)| {
+                s.sandboxes
+                    .get(&ObjectRef::new(&name).within(&namespace))
+                    .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
+            });
+            let scan_for = |digest: &str| s.scan_for(digest).map(|(_, cached)| cached);
+            review_pod(
+                &pod,
+                &labels,
+                sandbox.as_deref(),
+                &scan_for,
+                Timestamp::now(),
+            )
+            .answer()
+        },
+    )
+    .await
+}
+
 async fn decide_endpoint(
     State(state): State<Arc<WebhookState>>,
     body: axum::body::Bytes,
@@ -394,9 +460,70 @@ fn decide_for(state: &WebhookState, request: &DecideRequest) -> DecideResponse {
         Ok(compiled) => {
             let mut response = decide_action(&compiled, request);
             response.revision = Some(status.revision);
+            if !response.allow {
+                response.finding = cite_unfixed(state, &sandbox, request);
+            }
             response
         }
         Err(reason) => DecideResponse::deny(reason),
+    }
+}
+
+/// The unfixed finding of the sandbox's images that predicted a denied
+/// action, from the sandbox's current findings status and the scan cache.
+fn cite_unfixed(
+    state: &WebhookState,
+    sandbox: &AgentSandbox,
+    request: &DecideRequest,
+) -> Option<FindingCitation> {
+    let summary = sandbox.status.as_ref()?.findings.as_ref()?;
+    let now = Timestamp::now();
+    summary.images.iter().find_map(|image| {
+        let (scan, cached) = state.scan_for(image_digest(&image.image)?)?;
+        let findings = cached.findings.as_ref().as_ref().ok()?;
+        let unfixed: Vec<&Finding> = findings
+            .iter()
+            .filter(|f| {
+                !image
+                    .findings
+                    .iter()
+                    .any(|r| r.sink == f.sink && r.state == FindingState::Severed)
+            })
+            .filter(|f| acceptance(&sandbox.spec.accepted_findings, f, now).is_none())
+            .collect();
+        cite_finding(request, &unfixed, &scan.spec.graph)
+    })
+}
+
+/// Findings of one scan, or why its graph cannot be analysed.
+type SharedFindings = Arc<Result<Vec<Finding>, String>>;
+
+/// Findings recomputed from each cached AgentScan's graph, by uid and
+/// generation: the scanner's own list is never trusted, and a graph is
+/// analysed once per generation, not once per admission.
+#[derive(Default)]
+struct ScanAnalyses {
+    by_uid: std::sync::Mutex<HashMap<String, (Option<i64>, SharedFindings)>>,
+}
+
+impl ScanAnalyses {
+    fn get(&self, scan: &AgentScan) -> CachedScan {
+        let uid = scan.uid().unwrap_or_default();
+        let generation = scan.metadata.generation;
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        let findings = match by_uid.get(&uid) {
+            Some((g, findings)) if *g == generation => findings.clone(),
+            _ => {
+                let findings = Arc::new(analyze(&scan.spec.graph).map_err(|e| e.to_string()));
+                by_uid.insert(uid, (generation, findings.clone()));
+                findings
+            }
+        };
+        CachedScan {
+            name: scan.name_any(),
+            generation,
+            findings,
+        }
     }
 }
 
@@ -418,6 +545,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/policyproposals", post(validate_proposal))
         .route("/validate/maximumpolicies", post(validate_maximum))
         .route("/validate/agentscans", post(validate_scan))
+        .route("/validate/pods", post(validate_pod))
         .route("/v1/decide", post(decide_endpoint))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -465,6 +593,8 @@ pub async fn run(
         maximums: reflect(Api::all(client.clone())),
         namespaces: reflect(Api::all(client.clone())),
         sandboxes: reflect(Api::all(client.clone())),
+        scans: reflect(Api::all(client.clone())),
+        analyses: ScanAnalyses::default(),
         client,
         // No single check may outlive the whole request's deadline.
         prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),

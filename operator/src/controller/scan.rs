@@ -1,0 +1,136 @@
+//! AgentScan reconciler: recomputes the findings from the graph (the
+//! scanner's own list is never trusted) and writes them with `Ready`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::k8s::conditions::{self, Status};
+use crate::k8s::crd::{AgentScan, AgentScanStatus};
+use crate::trifecta::{Finding, Severity, analyze};
+
+/// `2 findings (1 CRITICAL, 1 HIGH): AG-TRIFECTA → send_email, …`
+pub fn summary(findings: &[Finding]) -> String {
+    if findings.is_empty() {
+        return "no trifecta findings".to_string();
+    }
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let sinks: Vec<String> = findings.iter().map(Finding::title).collect();
+    format!(
+        "{} finding(s) ({} CRITICAL, {} HIGH, {} MEDIUM): {}",
+        findings.len(),
+        count(Severity::Critical),
+        count(Severity::High),
+        count(Severity::Medium),
+        sinks.join(", ")
+    )
+}
+
+async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let name = scan.name_any();
+    let generation = scan.meta().generation;
+    let mut status: AgentScanStatus = scan.status.clone().unwrap_or_default();
+    let before = status.clone();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut events = Vec::new();
+    match analyze(&scan.spec.graph) {
+        Ok(findings) => {
+            let message = summary(&findings);
+            if findings != status.findings {
+                let type_ = if findings.is_empty() {
+                    EventType::Normal
+                } else {
+                    EventType::Warning
+                };
+                events.push((type_, "Analyzed", message.clone()));
+            }
+            status.findings = findings;
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::True,
+                "Analyzed",
+                &message,
+                generation,
+                &now,
+            );
+        }
+        Err(error) => {
+            let message = format!("spec.graph.{error}");
+            status.findings.clear();
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::False,
+                "InvalidGraph",
+                &message,
+                generation,
+                &now,
+            );
+            events.push((EventType::Warning, "InvalidGraph", message));
+        }
+    }
+    status.observed_generation = generation;
+    if status != before {
+        let patch = json!({
+            "apiVersion": "agentgate.dev/v1alpha1",
+            "kind": "AgentScan",
+            "status": serde_json::to_value(&status)?,
+        });
+        Api::<AgentScan>::all(ctx.client.clone())
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        for (type_, reason, note) in events {
+            let event = Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Analyze".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &scan.object_ref(&())).await {
+                tracing::warn!(scan = %name, error = %e, "could not publish an event");
+            }
+        }
+    }
+    tracing::info!(scan = %name, findings = status.findings.len(), "reconciled");
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+fn error_policy(scan: Arc<AgentScan>, error: &ControllerError, ctx: Arc<Context>) -> Action {
+    super::retry_with_backoff("agentscan", scan.as_ref(), error, &ctx)
+}
+
+async fn counted(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    super::counted("agentscan", scan, ctx, reconcile).await
+}
+
+/// Runs the AgentScan controller until shutdown.
+pub async fn run(ctx: Arc<Context>) {
+    Controller::new(
+        Api::<AgentScan>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
+    .run(counted, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "controller event");
+        }
+    })
+    .await;
+}

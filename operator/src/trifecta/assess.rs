@@ -1,0 +1,317 @@
+//! What a sandbox's images' findings mean for that sandbox (DESIGN.md §6,
+//! §7): for each finding, whether the committed effective policy severs it,
+//! an unexpired acceptance covers it, or it is unfixed. Pure: the callers
+//! bring the scans, the policy and the time.
+
+use std::str::FromStr;
+
+use k8s_openapi::jiff::Timestamp;
+
+use kube::ResourceExt;
+
+use crate::k8s::crd::{
+    AcceptedFinding, AgentScan, FindingRecord, FindingState, FindingsSummary, ImageFindings,
+};
+use crate::policy::compile::CompiledPolicy;
+use crate::prover::Prover;
+
+use super::analysis::{Finding, analyze};
+use super::graph::Graph;
+use super::sever::{restrict, severed_by};
+
+/// The digest of a reference pinned by digest (`name@sha256:<64 hex>`).
+pub fn image_digest(image: &str) -> Option<&str> {
+    let (_, digest) = image.rsplit_once('@')?;
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then_some(digest)
+}
+
+/// `ghcr.io/acme/bot@sha256:ab12cd34ef56…`: the reference with its digest
+/// shortened, for one-line messages.
+pub fn short_image(image: &str) -> String {
+    match image.rsplit_once("@sha256:") {
+        Some((name, hex)) if hex.len() > 12 => format!("{name}@sha256:{}…", &hex[..12]),
+        _ => image.to_string(),
+    }
+}
+
+/// The acceptance covering `finding` at `now`, if any: same id, same sink
+/// (or no sink named), and `expires` in the future. An unparseable
+/// `expires` covers nothing.
+pub fn acceptance<'a>(
+    accepted: &'a [AcceptedFinding],
+    finding: &Finding,
+    now: Timestamp,
+) -> Option<&'a AcceptedFinding> {
+    accepted.iter().find(|a| {
+        a.id == finding.id
+            && a.sink.as_deref().is_none_or(|s| s == finding.sink)
+            && Timestamp::from_str(&a.expires).is_ok_and(|t| t > now)
+    })
+}
+
+/// The earliest future expiry among the acceptances, when the assessment
+/// must be redone.
+pub fn next_expiry(accepted: &[AcceptedFinding], now: Timestamp) -> Option<Timestamp> {
+    accepted
+        .iter()
+        .filter_map(|a| Timestamp::from_str(&a.expires).ok())
+        .filter(|t| *t > now)
+        .min()
+}
+
+/// A scan as the assessment needs it.
+pub struct ScanInput<'a> {
+    /// AgentScan name.
+    pub name: &'a str,
+    /// Its generation.
+    pub generation: Option<i64>,
+    /// The graph.
+    pub graph: &'a Graph,
+    /// The findings recomputed from the graph (or why they could not be).
+    pub findings: &'a Result<Vec<Finding>, String>,
+}
+
+/// Assesses one image for a sandbox. `policy` is the committed effective
+/// policy (`None`: no committed policy, nothing is severed).
+pub fn assess_image(
+    image: &str,
+    scan: Option<ScanInput<'_>>,
+    policy: Option<&CompiledPolicy>,
+    prover: &Prover,
+    accepted: &[AcceptedFinding],
+    now: Timestamp,
+) -> ImageFindings {
+    let mut out = ImageFindings {
+        image: image.to_string(),
+        ..ImageFindings::default()
+    };
+    if image_digest(image).is_none() {
+        out.problem = Some(format!(
+            "image {image} is not pinned by digest; use name@sha256:<64 hex digits>"
+        ));
+        return out;
+    }
+    let Some(scan) = scan else {
+        out.problem = Some(format!(
+            "image {} has no AgentScan; run `agentgate scan PATH --image {image} -o yaml | kubectl apply -f -`",
+            short_image(image)
+        ));
+        return out;
+    };
+    out.scan = Some(scan.name.to_string());
+    out.scan_generation = scan.generation;
+    let findings = match scan.findings {
+        Ok(findings) => findings,
+        Err(e) => {
+            out.problem = Some(format!("agentscan {} cannot be analysed: {e}", scan.name));
+            return out;
+        }
+    };
+    let severed = match policy {
+        Some(policy) if !findings.is_empty() => {
+            let (restricted, touched) = restrict(scan.graph, policy, prover);
+            severed_by(findings, &restricted, &touched)
+                .unwrap_or_else(|_| vec![None; findings.len()])
+        }
+        _ => vec![None; findings.len()],
+    };
+    out.findings = findings
+        .iter()
+        .zip(severed)
+        .map(|(finding, severed)| {
+            let accepted = acceptance(accepted, finding, now);
+            let state = match (&severed, accepted) {
+                (Some(_), _) => FindingState::Severed,
+                (None, Some(_)) => FindingState::Accepted,
+                (None, None) => FindingState::Unfixed,
+            };
+            FindingRecord {
+                id: finding.id.clone(),
+                sink: finding.sink.clone(),
+                severity: finding.severity,
+                state,
+                message: finding.to_string(),
+                fix: finding.fix(),
+                severed_by: severed.unwrap_or_default(),
+                accepted_until: accepted.map(|a| a.expires.clone()),
+            }
+        })
+        .collect();
+    out
+}
+
+/// Assesses every image of a sandbox against the AgentScans that exist.
+/// Findings are recomputed from each scan's graph; `revision` is the
+/// committed revision `policy` belongs to.
+pub fn assess_sandbox(
+    images: &[String],
+    scans: &[&AgentScan],
+    policy: Option<&CompiledPolicy>,
+    prover: &Prover,
+    accepted: &[AcceptedFinding],
+    now: Timestamp,
+    revision: u64,
+) -> FindingsSummary {
+    let mut summary = FindingsSummary {
+        revision: Some(revision),
+        ..FindingsSummary::default()
+    };
+    for image in images {
+        let scan = image_digest(image).and_then(|digest| {
+            scans
+                .iter()
+                .filter(|s| image_digest(&s.spec.image) == Some(digest))
+                .min_by(|a, b| a.name_any().cmp(&b.name_any()))
+        });
+        let name = scan.map(|s| s.name_any());
+        let findings = scan.map(|s| analyze(&s.spec.graph).map_err(|e| e.to_string()));
+        let input = match (scan, &name, &findings) {
+            (Some(scan), Some(name), Some(findings)) => Some(ScanInput {
+                name,
+                generation: scan.metadata.generation,
+                graph: &scan.spec.graph,
+                findings,
+            }),
+            _ => None,
+        };
+        let assessed = assess_image(image, input, policy, prover, accepted, now);
+        summary.total += assessed.findings.len() as u32;
+        summary.unfixed += assessed
+            .findings
+            .iter()
+            .filter(|r| r.state == FindingState::Unfixed)
+            .count() as u32;
+        summary.images.push(assessed);
+    }
+    summary
+}
+
+/// The `FindingsClear` condition for a summary: `(clear, reason, message)`.
+pub fn findings_condition(summary: &FindingsSummary) -> (bool, &'static str, String) {
+    if let Some(problem) = summary.images.iter().find_map(|i| i.problem.clone()) {
+        return (false, "ImageNotScanned", problem);
+    }
+    let unfixed: Vec<String> = summary
+        .images
+        .iter()
+        .flat_map(|i| {
+            i.findings
+                .iter()
+                .filter(|r| r.state == FindingState::Unfixed)
+                .map(move |r| {
+                    format!(
+                        "{}: {}. Minimal fix: {}.",
+                        short_image(&i.image),
+                        r.message,
+                        r.fix
+                    )
+                })
+        })
+        .collect();
+    if let Some(first) = unfixed.first() {
+        let more = if unfixed.len() > 1 {
+            format!(" (and {} more)", unfixed.len() - 1)
+        } else {
+            String::new()
+        };
+        return (false, "UnfixedFindings", format!("{first}{more}"));
+    }
+    let message = if summary.total == 0 {
+        "no trifecta findings".to_string()
+    } else {
+        format!(
+            "{} finding(s), each severed by the policy or accepted",
+            summary.total
+        )
+    };
+    (true, "NoUnfixedFindings", message)
+}
+
+/// `carries 1 unfixed trifecta finding: …. Minimal fix: restrict tool x.`
+/// for the unfixed findings of one image, or `None` when there are none.
+pub fn unfixed_line(image: &str, unfixed: &[&Finding]) -> Option<String> {
+    if unfixed.is_empty() {
+        return None;
+    }
+    let noun = if unfixed.len() == 1 {
+        "finding"
+    } else {
+        "findings"
+    };
+    let details: Vec<String> = unfixed
+        .iter()
+        .map(|f| format!("{f}. Minimal fix: {}.", f.fix()))
+        .collect();
+    Some(format!(
+        "image {} carries {} unfixed trifecta {noun}: {}",
+        short_image(image),
+        unfixed.len(),
+        details.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn digests_are_recognised_and_shortened() {
+        let image = format!("ghcr.io/acme/bot@sha256:{}", "ab12".repeat(16));
+        assert_eq!(image_digest(&image).map(|d| d.len()), Some(71));
+        assert_eq!(short_image(&image), "ghcr.io/acme/bot@sha256:ab12ab12ab12…");
+        assert_eq!(image_digest("ghcr.io/acme/bot:latest"), None);
+        assert_eq!(image_digest("bot@sha256:ABCD"), None);
+    }
+
+    #[test]
+    fn acceptances_need_matching_sink_and_future_expiry() {
+        let finding: Finding = serde_json::from_value(serde_json::json!({
+            "id": "AG-TRIFECTA", "sink": "send_email", "severity": "HIGH",
+            "control": {"path": []}, "data": {"path": []}, "cut": []
+        }))
+        .unwrap();
+        let now = Timestamp::from_str("2026-11-29T00:00:00Z").unwrap();
+        let entry = |sink: Option<&str>, expires: &str| AcceptedFinding {
+            id: "AG-TRIFECTA".into(),
+            sink: sink.map(Into::into),
+            reason: "r".into(),
+            expires: expires.into(),
+        };
+        assert!(
+            acceptance(
+                &[entry(Some("send_email"), "2027-01-01T00:00:00Z")],
+                &finding,
+                now
+            )
+            .is_some()
+        );
+        assert!(acceptance(&[entry(None, "2027-01-01T00:00:00Z")], &finding, now).is_some());
+        assert!(
+            acceptance(
+                &[entry(Some("post"), "2027-01-01T00:00:00Z")],
+                &finding,
+                now
+            )
+            .is_none()
+        );
+        assert!(acceptance(&[entry(None, "2026-01-01T00:00:00Z")], &finding, now).is_none());
+        assert!(acceptance(&[entry(None, "next tuesday")], &finding, now).is_none());
+        assert_eq!(
+            next_expiry(
+                &[
+                    entry(None, "2027-01-01T00:00:00Z"),
+                    entry(None, "2026-12-01T00:00:00Z")
+                ],
+                now
+            ),
+            Some(Timestamp::from_str("2026-12-01T00:00:00Z").unwrap())
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! The link between a finding and a sandbox's policy (DESIGN.md §7): a
+//! capability the effective policy provably never allows cannot carry
+//! information, so the graph the sandbox really runs is the scanned graph
+//! without those capabilities (and without nodes left with nothing to do).
+//! A finding is severed when the trifecta query on that graph finds no path
+//! to its sink.
+//!
+//! Each network capability is one prover intersection query (policy ∩ the
+//! capability's region = ∅). Capabilities a network policy cannot stop
+//! (environment reads, files without a literal path) are always kept, and so
+//! is anything the prover cannot decide: severance fails closed.
+
+use crate::policy::action::{Access, FilesystemAction, check_absolute_path};
+use crate::policy::compile::{CompiledPolicy, compile_region};
+use crate::policy::matcher::allows_filesystem;
+use crate::prover::{Outcome, Prover};
+
+use super::analysis::{Finding, has_trifecta};
+use super::graph::{Capability, Channel, Graph, GraphError};
+
+/// Whether the policy can ever allow a capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Proved: no allowed action belongs to the capability.
+    Denied,
+    /// Some allowed action belongs to it, or it is outside what a policy
+    /// controls, or the prover could not decide (with the reason).
+    Possible(String),
+}
+
+/// Decides one capability against a compiled policy.
+pub fn reach(capability: &Capability, policy: &CompiledPolicy, prover: &Prover) -> Reach {
+    if capability.channel == Channel::File {
+        return match capability.resource.as_deref() {
+            Some(path) if check_absolute_path("resource", path).is_ok() => {
+                let read = FilesystemAction {
+                    access: Access::Read,
+                    path: path.to_string(),
+                };
+                if allows_filesystem(policy, &read) {
+                    Reach::Possible(format!("the policy allows reading {path}"))
+                } else {
+                    Reach::Denied
+                }
+            }
+            _ => Reach::Possible("a file read without a literal absolute path".into()),
+        };
+    }
+    let Some(region) = capability.network_region() else {
+        return Reach::Possible(format!(
+            "{} access is outside the network policy",
+            capability.channel
+        ));
+    };
+    let region = match compile_region(&region, "capability") {
+        Ok(region) => region,
+        Err(reason) => return Reach::Possible(format!("destination not modelled: {reason}")),
+    };
+    match prover.intersection(policy, &region).outcome {
+        Outcome::Within => Reach::Denied,
+        Outcome::Exceeds { counterexample } => {
+            Reach::Possible(format!("the policy allows {counterexample}"))
+        }
+        other => Reach::Possible(format!(
+            "the prover could not decide ({})",
+            other.reason().map(|r| r.to_string()).unwrap_or_default()
+        )),
+    }
+}
+
+/// The graph as a sandbox runs it: capabilities the policy denies are
+/// dropped, and a node whose every capability is denied is dropped with its
+/// edges. Returns the graph and the ids of nodes that lost a capability.
+pub fn restrict(graph: &Graph, policy: &CompiledPolicy, prover: &Prover) -> (Graph, Vec<String>) {
+    let mut restricted = Graph {
+        nodes: Vec::with_capacity(graph.nodes.len()),
+        edges: Vec::with_capacity(graph.edges.len()),
+    };
+    let mut touched = Vec::new();
+    let mut dropped = std::collections::HashSet::new();
+    for node in &graph.nodes {
+        let kept: Vec<Capability> = node
+            .capabilities
+            .iter()
+            .filter(|c| reach(c, policy, prover) != Reach::Denied)
+            .cloned()
+            .collect();
+        if kept.len() == node.capabilities.len() {
+            restricted.nodes.push(node.clone());
+            continue;
+        }
+        touched.push(node.id.clone());
+        if kept.is_empty() {
+            dropped.insert(node.id.as_str());
+            continue;
+        }
+        let mut node = node.clone();
+        node.capabilities = kept;
+        restricted.nodes.push(node);
+    }
+    restricted.edges = graph
+        .edges
+        .iter()
+        .filter(|e| !dropped.contains(e.from.as_str()) && !dropped.contains(e.to.as_str()))
+        .cloned()
+        .collect();
+    (restricted, touched)
+}
+
+/// For each finding (of `graph`), the nodes whose restriction severs it, or
+/// `None` when the finding survives the policy.
+pub fn severed_by(
+    findings: &[Finding],
+    restricted: &Graph,
+    touched: &[String],
+) -> Result<Vec<Option<Vec<String>>>, GraphError> {
+    let indexed = restricted.indexed()?;
+    let removed = vec![false; indexed.len()];
+    Ok(findings
+        .iter()
+        .map(|finding| {
+            let alive = indexed
+                .index
+                .get(finding.sink.as_str())
+                .is_some_and(|&sink| has_trifecta(&indexed, sink, &removed));
+            if alive {
+                return None;
+            }
+            let on_paths = |id: &String| {
+                *id == finding.sink
+                    || finding.cut.contains(id)
+                    || finding.control.path.iter().any(|h| h.node == *id)
+                    || finding.data.path.iter().any(|h| h.node == *id)
+            };
+            let mut by: Vec<String> = touched.iter().filter(|id| on_paths(id)).cloned().collect();
+            if by.is_empty() {
+                by = touched.to_vec();
+            }
+            Some(by)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::policy::compile::{Limits, Role};
+    use crate::policy::load::load_document;
+    use crate::prover::ProverOptions;
+    use crate::trifecta::analysis::analyze;
+    use crate::trifecta::graph::{Destination, EdgeKind, Effect, LLM, Node, NodeKind};
+
+    fn policy(yaml: &str) -> CompiledPolicy {
+        load_document(yaml, &Limits::default())
+            .unwrap()
+            .compile(Role::Sandbox, &Limits::default())
+            .unwrap()
+            .policy
+    }
+
+    fn capability(effect: Effect, channel: Channel, host: Option<&str>) -> Capability {
+        Capability {
+            effect,
+            channel,
+            call: None,
+            destination: host.map(|h| Destination {
+                host: Some(h.into()),
+                ..Destination::default()
+            }),
+            resource: Some("SMTP_PASSWORD".into()),
+            source: None,
+        }
+    }
+
+    fn mail_agent() -> Graph {
+        let tool = |id: &str, capabilities: Vec<Capability>| Node {
+            id: id.into(),
+            capabilities,
+            ..Node::default()
+        };
+        let mut graph = Graph {
+            nodes: vec![
+                Node {
+                    id: LLM.into(),
+                    kind: NodeKind::Llm,
+                    ..Node::default()
+                },
+                tool(
+                    "read_email",
+                    vec![capability(
+                        Effect::UntrustedInput,
+                        Channel::Mail,
+                        Some("imap.example.com"),
+                    )],
+                ),
+                tool(
+                    "query_customers",
+                    vec![capability(
+                        Effect::ReadsInternal,
+                        Channel::Database,
+                        Some("db.internal"),
+                    )],
+                ),
+                tool(
+                    "send_email",
+                    vec![
+                        capability(Effect::Egress, Channel::Mail, Some("smtp.example.com")),
+                        capability(Effect::ReadsSecret, Channel::Env, None),
+                    ],
+                ),
+            ],
+            edges: Vec::new(),
+        };
+        for id in ["read_email", "query_customers", "send_email"] {
+            for (from, to, kind) in [
+                (id, LLM, EdgeKind::Data),
+                (LLM, id, EdgeKind::Control),
+                (LLM, id, EdgeKind::Data),
+            ] {
+                graph.edges.push(crate::trifecta::Edge {
+                    from: from.into(),
+                    to: to.into(),
+                    kind,
+                });
+            }
+        }
+        graph
+    }
+
+    #[test]
+    fn a_policy_without_the_smtp_host_severs_the_mail_sink() {
+        let prover = Prover::new(ProverOptions::default());
+        let graph = mail_agent();
+        let findings = analyze(&graph).unwrap();
+        assert_eq!(findings.len(), 1);
+
+        let github =
+            policy("network:\n- name: gh\n  endpoints: [{host: api.github.com, ports: [443]}]\n");
+        let (restricted, touched) = restrict(&graph, &github, &prover);
+        // The env read stays: a network policy cannot stop it.
+        assert!(restricted.node("send_email").is_some());
+        let severed = severed_by(&findings, &restricted, &touched).unwrap();
+        assert_eq!(
+            severed[0]
+                .as_deref()
+                .map(|v| v.contains(&"send_email".to_string())),
+            Some(true)
+        );
+
+        let smtp = policy(
+            "network:\n- name: mail\n  endpoints: [{host: smtp.example.com, ports: [587]}, {host: imap.example.com, ports: [993]}]\n",
+        );
+        let (restricted, touched) = restrict(&graph, &smtp, &prover);
+        assert_eq!(
+            severed_by(&findings, &restricted, &touched).unwrap(),
+            vec![None]
+        );
+
+        // Blocking the untrusted input severs it too.
+        let everything_but_imap = policy(
+            "network:\n- name: out\n  endpoints: [{host: smtp.example.com, ports: [587]}, {host: db.internal, ports: [5432]}]\n",
+        );
+        let (restricted, touched) = restrict(&graph, &everything_but_imap, &prover);
+        assert_eq!(
+            severed_by(&findings, &restricted, &touched).unwrap(),
+            vec![Some(vec!["read_email".to_string()])]
+        );
+        assert!(restricted.node("read_email").is_none());
+    }
+}

@@ -1,0 +1,435 @@
+//! Pod admission (DESIGN.md §6): every container image of a governed pod
+//! must be pinned by digest and scanned, and its trifecta findings must be
+//! severed by the owning sandbox's committed policy or accepted. Pure: the
+//! server brings the caches and the time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::k8s::crd::{AgentSandbox, FindingState};
+use crate::trifecta::Finding;
+use crate::trifecta::assess::{acceptance, image_digest, short_image, unfixed_line};
+
+use super::admission::Answer;
+
+/// The namespace label that turns pod admission on.
+pub const ENFORCE_LABEL: &str = "agentgate.dev/enforce";
+
+pub use crate::controller::sandbox::SANDBOX_LABEL;
+
+/// What happens to a pod with problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Refuse it.
+    Enforce,
+    /// Admit it with a warning.
+    Warn,
+    /// Admit it and record the problems (log, metric, audit annotation).
+    Audit,
+}
+
+impl Enforcement {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Enforce => "enforce",
+            Enforcement::Warn => "warn",
+            Enforcement::Audit => "audit",
+        }
+    }
+}
+
+/// The mode for a pod: the namespace label decides; a pod that belongs to a
+/// sandbox is enforced when the namespace says nothing. An unknown label
+/// value enforces (fail closed) and says so. `None`: the pod is not governed.
+pub fn enforcement(
+    namespace_labels: &BTreeMap<String, String>,
+    belongs_to_sandbox: bool,
+) -> Option<(Enforcement, Option<String>)> {
+    match namespace_labels.get(ENFORCE_LABEL).map(String::as_str) {
+        Some("enforce") => Some((Enforcement::Enforce, None)),
+        Some("warn") => Some((Enforcement::Warn, None)),
+        Some("audit") => Some((Enforcement::Audit, None)),
+        Some(other) => Some((
+            Enforcement::Enforce,
+            Some(format!(
+                "namespace label {ENFORCE_LABEL}={other:?} is not enforce, warn or audit; enforcing"
+            )),
+        )),
+        None if belongs_to_sandbox => Some((Enforcement::Enforce, None)),
+        None => None,
+    }
+}
+
+/// The sandbox a pod names as its controller: `(name, uid)`.
+pub fn owning_sandbox(pod: &Pod) -> Option<(String, String)> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == "AgentSandbox" && o.api_version.starts_with("agentgate.dev/"))
+        .map(|o| (o.name.clone(), o.uid.clone()))
+}
+
+/// True when the pod claims a sandbox by owner reference or label.
+pub fn claims_sandbox(pod: &Pod) -> bool {
+    owning_sandbox(pod).is_some()
+        || pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(SANDBOX_LABEL))
+}
+
+/// Every container image of the pod (init, regular, ephemeral), unique, in
+/// order of appearance.
+pub fn images(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().map(spec_images).unwrap_or_default()
+}
+
+/// Every container image of a pod spec, unique, in order of appearance.
+pub fn spec_images(spec: &PodSpec) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.image.as_ref());
+    let regular = spec.containers.iter().map(|c| c.image.as_ref());
+    let ephemeral = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .map(|c| c.image.as_ref());
+    init.chain(regular)
+        .chain(ephemeral)
+        .map(|i| i.cloned().unwrap_or_default())
+        .filter(|i| seen.insert(i.clone()))
+        .collect()
+}
+
+/// A scan as the pod review needs it, from the webhook's cache.
+#[derive(Debug, Clone)]
+pub struct CachedScan {
+    /// AgentScan name.
+    pub name: String,
+    /// Its generation.
+    pub generation: Option<i64>,
+    /// Findings recomputed from its graph, or why they could not be.
+    pub findings: Arc<Result<Vec<Finding>, String>>,
+}
+
+/// The outcome of reviewing a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodReview {
+    /// The mode applied (`None`: not governed, admitted).
+    pub mode: Option<Enforcement>,
+    /// One line per problem image.
+    pub problems: Vec<String>,
+    /// Notes that are not problems (e.g. an unknown label value).
+    pub notes: Vec<String>,
+}
+
+impl PodReview {
+    /// The admission answer for the mode.
+    pub fn answer(&self) -> Answer {
+        let mut warnings = self.notes.clone();
+        match self.mode {
+            Some(Enforcement::Enforce) if !self.problems.is_empty() => {
+                let mut lines = self.problems.clone();
+                lines.extend(self.notes.iter().cloned());
+                Answer::Deny(lines.join(" "))
+            }
+            Some(Enforcement::Warn) => {
+                warnings.extend(self.problems.iter().cloned());
+                Answer::Allow(warnings)
+            }
+            Some(Enforcement::Audit) if !self.problems.is_empty() => {
+                Answer::Audit(self.problems.clone())
+            }
+            _ => Answer::Allow(warnings),
+        }
+    }
+}
+
+/// Reviews a pod. `sandbox` is the owning sandbox from the cache, already
+/// checked against the owner reference's uid; `scan_for` finds the scan of
+/// an image digest.
+pub fn review_pod(
+    pod: &Pod,
+    namespace_labels: &BTreeMap<String, String>,
+    sandbox: Option<&AgentSandbox>,
+    scan_for: &dyn Fn(&str) -> Option<CachedScan>,
+    now: Timestamp,
+) -> PodReview {
+    let Some((mode, note)) = enforcement(namespace_labels, claims_sandbox(pod)) else {
+        return PodReview {
+            mode: None,
+            problems: Vec::new(),
+            notes: Vec::new(),
+        };
+    };
+    let mut review = PodReview {
+        mode: Some(mode),
+        problems: Vec::new(),
+        notes: note.into_iter().collect(),
+    };
+    let status = sandbox.and_then(|s| s.status.as_ref());
+    let current = status.and_then(|s| {
+        s.findings
+            .as_ref()
+            .filter(|f| f.revision == Some(s.revision))
+    });
+    let accepted = sandbox
+        .map(|s| s.spec.accepted_findings.as_slice())
+        .unwrap_or(&[]);
+    for image in images(pod) {
+        let Some(digest) = image_digest(&image) else {
+            review.problems.push(format!(
+                "image {image:?} is not pinned by digest; use name@sha256:<64 hex digits>."
+            ));
+            continue;
+        };
+        let Some(scan) = scan_for(digest) else {
+            review.problems.push(format!(
+                "image {} has no AgentScan; scan it with `agentgate scan PATH --image {image} -o yaml | kubectl apply -f -`.",
+                short_image(&image)
+            ));
+            continue;
+        };
+        let findings = match scan.findings.as_ref() {
+            Ok(findings) => findings,
+            Err(e) => {
+                review.problems.push(format!(
+                    "image {}: agentscan {} cannot be analysed ({e}).",
+                    short_image(&image),
+                    scan.name
+                ));
+                continue;
+            }
+        };
+        // Severance comes from the sandbox's status, proved by the operator
+        // against the committed revision and this very scan generation.
+        let severed: BTreeSet<&str> = current
+            .and_then(|f| {
+                f.images.iter().find(|i| {
+                    i.image == image
+                        && i.scan.as_deref() == Some(scan.name.as_str())
+                        && i.scan_generation == scan.generation
+                })
+            })
+            .map(|i| {
+                i.findings
+                    .iter()
+                    .filter(|r| r.state == FindingState::Severed)
+                    .map(|r| r.sink.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unfixed: Vec<&Finding> = findings
+            .iter()
+            .filter(|f| !severed.contains(f.sink.as_str()))
+            .filter(|f| acceptance(accepted, f, now).is_none())
+            .collect();
+        if let Some(line) = unfixed_line(&image, &unfixed) {
+            review.problems.push(line);
+        }
+    }
+    review
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::str::FromStr;
+
+    use super::*;
+    use crate::k8s::crd::{
+        AcceptedFinding, AgentSandboxSpec, AgentSandboxStatus, FindingRecord, FindingsSummary,
+        ImageFindings,
+    };
+    use crate::trifecta::analyze;
+
+    fn digest_image() -> String {
+        format!("ghcr.io/acme/bot@sha256:{}", "ab12".repeat(16))
+    }
+
+    fn pod(image: &str, owned: bool) -> Pod {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "agents"},
+            "spec": {"containers": [{"name": "bot", "image": image}]}
+        }))
+        .unwrap();
+        if owned {
+            pod.metadata.owner_references = Some(vec![
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
+                    "name": "bot", "uid": "u1", "controller": true
+                }))
+                .unwrap(),
+            ]);
+        }
+        pod
+    }
+
+    fn findings() -> Arc<Result<Vec<Finding>, String>> {
+        let graph = serde_json::from_value(serde_json::json!({
+            "nodes": [
+                {"id": "__llm__", "kind": "llm"},
+                {"id": "read_email", "capabilities": [{"effect": "untrustedInput", "channel": "mail",
+                    "source": {"file": "tools.py", "line": 42}}]},
+                {"id": "query_customers", "capabilities": [{"effect": "readsInternal", "channel": "database",
+                    "source": {"file": "db.py", "line": 10}}]},
+                {"id": "send_email", "capabilities": [{"effect": "egress", "channel": "mail",
+                    "source": {"file": "tools.py", "line": 60}}]}
+            ],
+            "edges": [
+                {"from": "read_email", "to": "__llm__", "kind": "data"},
+                {"from": "query_customers", "to": "__llm__", "kind": "data"},
+                {"from": "__llm__", "to": "send_email", "kind": "control"},
+                {"from": "__llm__", "to": "send_email", "kind": "data"}
+            ]
+        }))
+        .unwrap();
+        Arc::new(Ok(analyze(&graph).unwrap()))
+    }
+
+    fn scans(digest: &str) -> Option<CachedScan> {
+        (digest.starts_with("sha256:ab12")).then(|| CachedScan {
+            name: "bot-scan".into(),
+            generation: Some(1),
+            findings: findings(),
+        })
+    }
+
+    fn labels(mode: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(ENFORCE_LABEL.to_string(), mode.to_string())])
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_str("2026-11-29T00:00:00Z").unwrap()
+    }
+
+    #[test]
+    fn unfixed_findings_deny_with_the_witness_and_the_fix() {
+        let review = review_pod(
+            &pod(&digest_image(), false),
+            &labels("enforce"),
+            None,
+            &scans,
+            now(),
+        );
+        let Answer::Deny(message) = review.answer() else {
+            panic!("admitted")
+        };
+        assert_eq!(
+            message,
+            "image ghcr.io/acme/bot@sha256:ab12ab12ab12… carries 1 unfixed trifecta finding: \
+             AG-TRIFECTA → send_email; control: read_email → __llm__ → send_email (tools.py:42); \
+             data: query_customers → __llm__ → send_email (db.py:10). Minimal fix: restrict tool send_email."
+        );
+        // Warn admits with the same line; audit admits silently.
+        let warn = review_pod(
+            &pod(&digest_image(), false),
+            &labels("warn"),
+            None,
+            &scans,
+            now(),
+        );
+        assert_eq!(warn.answer(), Answer::Allow(vec![message]));
+        let audit = review_pod(
+            &pod(&digest_image(), false),
+            &labels("audit"),
+            None,
+            &scans,
+            now(),
+        );
+        assert!(matches!(audit.answer(), Answer::Audit(p) if p.len() == 1));
+        // Not governed: no label, no sandbox.
+        let free = review_pod(&pod("nginx", false), &BTreeMap::new(), None, &scans, now());
+        assert_eq!(free.answer(), Answer::allow());
+    }
+
+    #[test]
+    fn unpinned_and_unscanned_images_are_refused() {
+        let review = review_pod(
+            &pod("nginx:latest", true),
+            &BTreeMap::new(),
+            None,
+            &scans,
+            now(),
+        );
+        assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("not pinned by digest")));
+        let other = format!("ghcr.io/acme/other@sha256:{}", "cd".repeat(32));
+        let review = review_pod(&pod(&other, true), &BTreeMap::new(), None, &scans, now());
+        assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("has no AgentScan")));
+        let odd = review_pod(&pod(&other, false), &labels("strict"), None, &scans, now());
+        assert!(
+            matches!(odd.answer(), Answer::Deny(m) if m.contains("is not enforce, warn or audit"))
+        );
+    }
+
+    #[test]
+    fn a_sandbox_severs_by_current_status_and_accepts_until_expiry() {
+        let image = digest_image();
+        let mut sandbox = AgentSandbox::new(
+            "bot",
+            AgentSandboxSpec {
+                mode: None,
+                agent_service_account: "bot".into(),
+                template: None,
+                policy: Default::default(),
+                accepted_findings: Vec::new(),
+            },
+        );
+        let record = |state| FindingRecord {
+            id: "AG-TRIFECTA".into(),
+            sink: "send_email".into(),
+            severity: crate::trifecta::Severity::High,
+            state,
+            message: String::new(),
+            fix: String::new(),
+            severed_by: vec!["send_email".into()],
+            accepted_until: None,
+        };
+        sandbox.status = Some(AgentSandboxStatus {
+            revision: 3,
+            findings: Some(FindingsSummary {
+                revision: Some(3),
+                total: 1,
+                unfixed: 0,
+                images: vec![ImageFindings {
+                    image: image.clone(),
+                    scan: Some("bot-scan".into()),
+                    scan_generation: Some(1),
+                    problem: None,
+                    findings: vec![record(FindingState::Severed)],
+                }],
+            }),
+            ..AgentSandboxStatus::default()
+        });
+        let owned = pod(&image, true);
+        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        assert_eq!(review.answer(), Answer::allow());
+        // A stale proof (older revision) does not count.
+        sandbox.status.as_mut().unwrap().revision = 4;
+        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        assert!(matches!(review.answer(), Answer::Deny(_)));
+        // An acceptance admits until it expires.
+        sandbox.spec.accepted_findings = vec![AcceptedFinding {
+            id: "AG-TRIFECTA".into(),
+            sink: Some("send_email".into()),
+            reason: "pilot".into(),
+            expires: "2026-12-01T00:00:00Z".into(),
+        }];
+        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        assert_eq!(review.answer(), Answer::allow());
+        let later = Timestamp::from_str("2026-12-02T00:00:00Z").unwrap();
+        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, later);
+        assert!(matches!(review.answer(), Answer::Deny(_)));
+    }
+}

@@ -1,17 +1,17 @@
 //! Scanner corpus: one directory per tool convention and language under
 //! `tests/corpus/`, each with realistic agent code and an `expected.yaml`
 //! listing per tool the effects and channels (and literal host) the scanner
-//! must find, the expected diagnostics, manifest effects, and whether the
-//! agent has a lethal trifecta.
+//! must find, the expected diagnostics and manifest effects, and the
+//! lethal-trifecta findings the analysis must report on the scanned graph
+//! (sink, control and data witness paths, minimum cut).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentgate::trifecta::graph::{
-    Confidentiality, EdgeKind, Effect, Graph, Integrity, LLM, NodeKind,
-};
+use agentgate::trifecta::analysis::analyze;
+use agentgate::trifecta::graph::{EdgeKind, Effect, LLM, NodeKind};
 use agentgate::trifecta::scan::{Scan, scan_path};
 use serde::Deserialize;
 
@@ -29,7 +29,19 @@ struct Expected {
     load_bearing: Vec<String>,
     #[serde(default)]
     declassifiers: BTreeMap<String, Vec<String>>,
-    trifecta: bool,
+    /// What `analyze` must report, in order; empty for a benign agent.
+    findings: Vec<ExpectedFinding>,
+}
+
+/// A finding as node-id lists, easy to read and compare.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct ExpectedFinding {
+    sink: String,
+    severity: String,
+    control: Vec<String>,
+    data: Vec<String>,
+    cut: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, Clone)]
@@ -82,21 +94,6 @@ fn found(scan: &Scan) -> BTreeMap<String, BTreeSet<ExpectedCapability>> {
             (n.id.clone(), caps)
         })
         .collect()
-}
-
-/// The trifecta condition of a graph where every tool hangs off a model
-/// node and every model node reaches every other (true of every scanned
-/// graph): some tool is untrusted, some holds internal data, some is a sink
-/// whose channels are not all declassified away.
-// TODO(analysis): replace with `agentgate::trifecta::analysis::analyze` and
-// compare findings (sink, control path, data path, cut) once it is on main.
-fn trifecta_shape(graph: &Graph) -> bool {
-    let labels: Vec<_> = graph.nodes.iter().map(|n| n.intrinsic_label()).collect();
-    let untrusted = labels.iter().any(|l| l.integrity == Integrity::Untrusted);
-    let confidential = labels
-        .iter()
-        .any(|l| l.confidentiality >= Confidentiality::Internal);
-    untrusted && confidential && graph.nodes.iter().any(|n| n.is_egress())
 }
 
 fn check(case: &Path) -> Result<(), String> {
@@ -211,10 +208,21 @@ fn check(case: &Path) -> Result<(), String> {
         }
     }
 
-    if trifecta_shape(graph) != expected.trifecta {
+    let findings: Vec<ExpectedFinding> = analyze(graph)
+        .map_err(|e| format!("{name}: analysis failed: {e}"))?
+        .iter()
+        .map(|f| ExpectedFinding {
+            sink: f.sink.clone(),
+            severity: f.severity.to_string(),
+            control: f.control.nodes().iter().map(|s| s.to_string()).collect(),
+            data: f.data.nodes().iter().map(|s| s.to_string()).collect(),
+            cut: f.cut.clone(),
+        })
+        .collect();
+    if findings != expected.findings {
         return Err(format!(
-            "{name}: expected trifecta: {}, graph says {}",
-            expected.trifecta, !expected.trifecta
+            "{name}: findings differ\n  want: {:?}\n  got:  {findings:?}",
+            expected.findings
         ));
     }
     // Deterministic: a second scan is identical.

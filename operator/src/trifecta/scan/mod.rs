@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::trifecta::graph::{
     Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
 };
+use crate::trifecta::report::{Note, NoteLevel};
 use classify::{Event, Lang};
 pub use manifest::{MANIFEST_FILE, Manifest};
 
@@ -68,6 +69,21 @@ impl fmt::Display for Diagnostic {
         match &self.source {
             Some(s) => write!(f, "{s}: {sev}: {}", self.message),
             None => write!(f, "{sev}: {}", self.message),
+        }
+    }
+}
+
+/// Diagnostics become the report's scanner notes (SARIF `AG-ANNOTATION`
+/// results, the JSON report's notes).
+impl From<Diagnostic> for Note {
+    fn from(d: Diagnostic) -> Note {
+        Note {
+            level: match d.severity {
+                Severity::Warning => NoteLevel::Warning,
+                Severity::Error => NoteLevel::Error,
+            },
+            message: d.message,
+            source: d.source,
         }
     }
 }

@@ -425,3 +425,15 @@ fn scan_path_walks_and_skips() {
     assert!(scan_path(&dir.join("missing")).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn diagnostics_become_report_notes() {
+    let d = Diagnostic {
+        severity: Severity::Error,
+        message: "x.py: not UTF-8, not scanned".into(),
+        source: None,
+    };
+    let note = crate::trifecta::report::Note::from(d);
+    assert_eq!(note.level, crate::trifecta::report::NoteLevel::Error);
+    assert_eq!(note.message, "x.py: not UTF-8, not scanned");
+}

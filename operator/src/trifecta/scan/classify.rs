@@ -568,6 +568,22 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         return out;
     }
 
+    // Chat SDKs (before mail: Telegram's `send_message` is a chat post).
+    if CHAT_ROOTS.contains(&root.as_str())
+        || last.starts_with("chat_post")
+        || (has("chat") && last == "postMessage")
+    {
+        let sends = last.starts_with("chat_")
+            || last.starts_with("send")
+            || last.starts_with("post")
+            || last.starts_with("files_upload")
+            || matches!(last, "reply" | "create" | "execute" | "postMessage");
+        if sends {
+            out.push((Effect::Egress, Channel::Chat, None, None));
+        }
+        return out;
+    }
+
     // Mail.
     // The connection (constructor) is the capability: later calls on it go
     // to the same server and would only repeat it without the host.
@@ -636,22 +652,6 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     // Web search SDKs.
     if SEARCH_MARKERS.iter().any(|m| lower.contains(m)) {
         out.push((Effect::UntrustedInput, Channel::Search, None, None));
-        return out;
-    }
-
-    // Chat SDKs.
-    if CHAT_ROOTS.contains(&root.as_str())
-        || last.starts_with("chat_post")
-        || (has("chat") && last == "postMessage")
-    {
-        let sends = last.starts_with("chat_")
-            || last.starts_with("send")
-            || last.starts_with("post")
-            || last.starts_with("files_upload")
-            || matches!(last, "reply" | "create" | "execute" | "postMessage");
-        if sends {
-            out.push((Effect::Egress, Channel::Chat, None, None));
-        }
         return out;
     }
 
@@ -849,6 +849,18 @@ mod tests {
             .channel,
             Channel::Database
         );
+    }
+
+    #[test]
+    fn chat_send_message_is_not_mail() {
+        let c = classify(
+            &call("telegram.Bot().send_message", vec![]),
+            Lang::Python,
+            "t.py",
+        );
+        assert_eq!(c[0].channel, Channel::Chat);
+        let m = classify(&call("server.send_message", vec![]), Lang::Python, "t.py");
+        assert_eq!(m[0].channel, Channel::Mail);
     }
 
     #[test]

@@ -472,8 +472,15 @@ pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result
     })
 }
 
+/// Stack of a parsing thread. The front ends recurse along expression and
+/// statement nesting; generated or hostile sources can nest thousands deep,
+/// and the caller may be a small-stack async worker, so parsing always runs
+/// on threads of its own with room to spare.
+const PARSE_STACK: usize = 256 * 1024 * 1024;
+
 /// Parses every file, on up to two threads (the scanner runs in CI and in
-/// the operator; more threads buy little for small agent repositories).
+/// the operator; more threads buy little for agent repositories), keeping
+/// the input order.
 fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Diagnostic>)> {
     let run = |chunk: &[&(String, String)]| {
         let mut parsers = Parsers::default();
@@ -486,26 +493,35 @@ fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Diagnostic
         .map(|n| n.get())
         .unwrap_or(1)
         .min(2);
-    if threads < 2 || files.len() < 8 {
-        return run(files);
-    }
-    let mid = files.len() / 2;
-    let (a, b) = files.split_at(mid);
+    let chunk = if threads < 2 || files.len() < 8 {
+        files.len().max(1)
+    } else {
+        files.len().div_ceil(2)
+    };
     std::thread::scope(|s| {
-        let other = s.spawn(|| run(b));
-        let mut first = run(a);
-        match other.join() {
-            Ok(mut second) => {
-                first.append(&mut second);
-                first
-            }
-            // A panic in the other thread is a bug; scan its half here so the
-            // result is still complete (and panics again if it must).
-            Err(_) => {
-                first.extend(run(b));
-                first
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                let spawned = std::thread::Builder::new()
+                    .name("agentgate-scan".into())
+                    .stack_size(PARSE_STACK)
+                    .spawn_scoped(s, move || run(part));
+                // No thread to be had: parse here rather than fail the scan.
+                spawned.map_err(|_| run(part))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(files.len());
+        for handle in handles {
+            match handle {
+                Ok(h) => match h.join() {
+                    Ok(mut part) => out.append(&mut part),
+                    // A panic is a scanner bug; surface it unchanged.
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(mut part) => out.append(&mut part),
             }
         }
+        out
     })
 }
 

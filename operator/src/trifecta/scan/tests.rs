@@ -437,3 +437,41 @@ fn diagnostics_become_report_notes() {
     assert_eq!(note.level, crate::trifecta::report::NoteLevel::Error);
     assert_eq!(note.message, "x.py: not UTF-8, not scanned");
 }
+
+#[test]
+fn typescript_env_destructuring_and_constant_names() {
+    let s = scan(
+        &[(
+            "a.ts",
+            r#"
+const NAME = "deploy";
+server.tool(NAME, async () => {
+  const { DEPLOY_TOKEN, REGION: region } = process.env;
+  return { content: [] };
+});
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        vec!["deploy: ReadsInternal/env ReadsSecret/env"]
+    );
+}
+
+#[test]
+fn deeply_nested_sources_do_not_overflow() {
+    let depth = 50_000;
+    let py = format!(
+        "from langchain_core.tools import tool\n@tool\ndef deep() -> str:\n    return requests.get({}\"https://a.io\"{})\n",
+        "(".repeat(depth),
+        ")".repeat(depth)
+    );
+    let ts = format!(
+        "server.tool(\"deep_ts\", async () => {{ return {}fetch(\"https://b.io\"){}; }});\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let s = scan(&[("deep.py", &py), ("deep.ts", &ts)], None);
+    assert_eq!(s.graph.nodes.len(), 3);
+}

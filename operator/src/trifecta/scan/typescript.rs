@@ -447,7 +447,8 @@ impl<'t> File<'t> {
         while let Some(node) = stack.pop() {
             match node.kind() {
                 "lexical_declaration" | "variable_declaration" => {
-                    self.declaration(node, &mut scope)
+                    self.declaration(node, &mut scope);
+                    self.env_destructuring(node, out);
                 }
                 "call_expression" | "new_expression" => {
                     if let Some(site) = self.call_site(node, &scope) {
@@ -484,6 +485,40 @@ impl<'t> File<'t> {
             let mut cursor = node.walk();
             let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
             stack.extend(children.into_iter().rev());
+        }
+    }
+
+    /// `const { API_KEY, REGION: region } = process.env` reads each name.
+    fn env_destructuring(&self, node: Node<'_>, out: &mut Vec<Event>) {
+        let mut cursor = node.walk();
+        for decl in node.named_children(&mut cursor) {
+            let (Some(name), Some(value)) = (
+                decl.child_by_field_name("name"),
+                decl.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            if name.kind() != "object_pattern" || self.text(unwrap_expr(value)) != "process.env" {
+                continue;
+            }
+            let mut c2 = name.walk();
+            for p in name.named_children(&mut c2) {
+                let var = match p.kind() {
+                    "shorthand_property_identifier_pattern" => Some(self.text(p)),
+                    "pair_pattern" | "object_assignment_pattern" => p
+                        .child_by_field_name("key")
+                        .or_else(|| p.child_by_field_name("left"))
+                        .map(|k| self.text(k)),
+                    _ => None,
+                };
+                if let Some(var) = var {
+                    out.push(Event::Env {
+                        var: Some(var.to_string()),
+                        call: "process.env".into(),
+                        line: line(p),
+                    });
+                }
+            }
         }
     }
 
@@ -576,7 +611,8 @@ impl<'t> File<'t> {
                 let Some(first) = args.first() else {
                     return false;
                 };
-                let Arg::Str(name) = self.literal(*first) else {
+                // A literal name, or a constant holding one.
+                let Arg::Str(name) = self.arg(*first, &Scope::default()) else {
                     return false;
                 };
                 let Some(body) = self.handler(&args) else {

@@ -442,6 +442,26 @@ impl<'t> File<'t> {
     /// `self.helper()`), `hop` whether helpers may still be followed.
     fn events(&self, body: Node<'t>, class: Option<&str>, hop: bool, out: &mut Vec<Event>) {
         let mut scope = Scope::default();
+        // `self.client = httpx.Client()` in `__init__` tells what
+        // `self.client.get(…)` is in the body.
+        if let Some(init) = class
+            .and_then(|c| self.methods.get(c))
+            .and_then(|m| m.get("__init__"))
+            .and_then(|f| f.child_by_field_name("body"))
+        {
+            let mut stack = vec![init];
+            while let Some(node) = stack.pop() {
+                if node.kind() == "assignment"
+                    && node
+                        .child_by_field_name("left")
+                        .is_some_and(|l| self.text(l).starts_with("self."))
+                {
+                    self.assignment(node, &mut scope);
+                }
+                let mut cursor = node.walk();
+                stack.extend(node.named_children(&mut cursor));
+            }
+        }
         let mut stack = vec![body];
         // Preorder in source order, so assignments are seen before uses.
         while let Some(node) = stack.pop() {

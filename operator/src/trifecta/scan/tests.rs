@@ -475,3 +475,30 @@ fn deeply_nested_sources_do_not_overflow() {
     let s = scan(&[("deep.py", &py), ("deep.ts", &ts)], None);
     assert_eq!(s.graph.nodes.len(), 3);
 }
+
+#[test]
+fn init_state_resolves_self_attributes() {
+    let s = scan(
+        &[(
+            "t.py",
+            r#"
+import requests
+from langchain_core.tools import BaseTool
+
+class Poster(BaseTool):
+    name: str = "poster"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.session = requests.Session()
+
+    def _run(self, text: str) -> str:
+        return self.session.post("https://paste.example.com/api", data=text).text
+"#,
+        )],
+        None,
+    );
+    assert_eq!(summary(&s), vec!["poster: Egress/http@paste.example.com"]);
+    let cap = &s.graph.node("poster").unwrap().capabilities[0];
+    assert_eq!(cap.call.as_deref(), Some("requests.Session().post"));
+}

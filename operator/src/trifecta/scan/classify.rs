@@ -427,21 +427,29 @@ fn http(method: &str, call: &CallSite) -> Found {
 /// `fetch(u, {method: "POST"})`, `axios({method: "post"})`. `None` when it
 /// is not literal.
 fn literal_method(call: &CallSite, lang: Lang) -> Option<Option<String>> {
-    let from_obj = |a: &Arg| a.field("method").map(|m| m.full().map(str::to_string));
+    // Only an HTTP verb counts: anything else (a variable, a URL in the
+    // first position) is an unknown method.
+    let verb = |a: &Arg| {
+        a.full()
+            .map(str::to_ascii_uppercase)
+            .filter(|m| HTTP_VERBS.contains(&m.as_str()))
+    };
     match lang {
         Lang::Python => {
             if let Some(m) = call.kwarg("method") {
-                return Some(m.full().map(str::to_string));
+                return Some(verb(m));
             }
-            call.args.first().map(|a| a.full().map(str::to_string))
+            call.args.first().map(verb)
         }
         Lang::TypeScript => call
             .args
             .iter()
-            .find_map(from_obj)
+            .find_map(|a| a.field("method").map(verb))
             .or(Some(Some("GET".to_string()))),
     }
 }
+
+const HTTP_VERBS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"];
 
 fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     let segs = segments(&call.callee);
@@ -732,6 +740,16 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
                 }
             }
             "post" | "put" | "patch" | "delete" => out.push(http(&lower_last, call)),
+            // urllib.request.Request(url, data=…, method=…): GET unless it
+            // carries data or names another method.
+            "request" if last == "Request" => {
+                let method = match call.kwarg("method").and_then(|m| m.full()) {
+                    Some(m) => m.to_ascii_uppercase(),
+                    None if call.kwarg("data").is_some() || call.args.len() > 1 => "POST".into(),
+                    None => "GET".into(),
+                };
+                out.push(http(&method, call));
+            }
             "request" | "fetch" => {
                 let method = literal_method(call, lang).unwrap_or(None);
                 let mut c = call.clone();
@@ -848,6 +866,51 @@ mod tests {
             )[0]
             .channel,
             Channel::Database
+        );
+    }
+
+    #[test]
+    fn urllib_request_method_comes_from_data_or_method() {
+        let get = classify(
+            &call(
+                "urllib.request.Request",
+                vec![Arg::Str("https://a.io/x".into())],
+            ),
+            Lang::Python,
+            "t.py",
+        );
+        assert_eq!(get[0].effect, Effect::UntrustedInput);
+        let mut post = CallSite {
+            callee: "urllib.request.Request".into(),
+            line: 1,
+            args: vec![Arg::Str("https://a.io/x".into())],
+            kwargs: vec![("data".into(), Arg::Other)],
+        };
+        let c = classify(&Event::Call(post.clone()), Lang::Python, "t.py");
+        assert_eq!(c[0].effect, Effect::Egress);
+        assert_eq!(
+            c[0].destination.as_ref().unwrap().host.as_deref(),
+            Some("a.io")
+        );
+        post.kwargs = vec![("method".into(), Arg::Str("delete".into()))];
+        let c = classify(&Event::Call(post), Lang::Python, "t.py");
+        assert_eq!(
+            c[0].destination.as_ref().unwrap().method.as_deref(),
+            Some("DELETE")
+        );
+        // A URL in the method position is not a method.
+        let r = classify(
+            &call(
+                "requests.request",
+                vec![Arg::Other, Arg::Str("https://b.io".into())],
+            ),
+            Lang::Python,
+            "t.py",
+        );
+        assert_eq!(r[0].effect, Effect::Egress);
+        assert_eq!(
+            r[0].destination.as_ref().unwrap().host.as_deref(),
+            Some("b.io")
         );
     }
 

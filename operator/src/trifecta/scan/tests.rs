@@ -502,3 +502,75 @@ class Poster(BaseTool):
     let cap = &s.graph.node("poster").unwrap().capabilities[0];
     assert_eq!(cap.call.as_deref(), Some("requests.Session().post"));
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PY: &[&str] = &[
+        "@tool",
+        "@mcp.tool(",
+        "@server.call_tool()",
+        "def f(name",
+        "):",
+        "\n",
+        "    ",
+        "if name == ",
+        "\"x\"",
+        "match name:",
+        "case ",
+        "requests.post(",
+        "os.environ[",
+        "]",
+        "(",
+        ")",
+        "f\"https://{",
+        "}\"",
+        "class A(BaseTool):",
+        "name = ",
+        "self.",
+        "import os",
+        "from a import b as c",
+        ",",
+        "=",
+    ];
+    const TS: &[&str] = &[
+        "server.tool(",
+        "registerTool(",
+        "setRequestHandler(CallToolRequestSchema, ",
+        "async (r) => {",
+        "}",
+        "switch (r.params.name) {",
+        "case \"y\":",
+        "fetch(",
+        "`https://${",
+        "}`",
+        "process.env.",
+        "{ method: \"POST\" }",
+        "const { a } = require(\"child_process\");",
+        "(",
+        ")",
+        ",",
+        ";",
+        "\n",
+    ];
+
+    fn soup(alphabet: &'static [&'static str]) -> impl Strategy<Value = String> {
+        proptest::collection::vec(proptest::sample::select(alphabet), 0..80)
+            .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Arbitrary, mostly broken source never fails or panics the scan,
+        /// and the graph it yields is well formed and deterministic.
+        #[test]
+        fn token_soup_scans(py in soup(PY), ts in soup(TS)) {
+            let files = vec![("a.py".to_string(), py), ("b.ts".to_string(), ts)];
+            let first = scan_source(&files, None).unwrap();
+            first.graph.indexed().unwrap();
+            prop_assert_eq!(&first, &scan_source(&files, None).unwrap());
+        }
+    }
+}

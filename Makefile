@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-scan demo demo-down demo-cli fmt clean crds
+.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -48,7 +48,10 @@ bench-operator: z3 control-plane ## proposal creation -> Applied latency and com
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-proposals
 
-bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules) and /v1/decide, from a separate load process
+bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
+	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
+
+bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules, pods at 500/s) and /v1/decide, from a separate load process
 	$(CARGO) build --release --locked -q -p agentgate --bins
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-decide
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook

@@ -570,6 +570,45 @@ impl ControlPlane {
         self.start_operator_with(&args)
     }
 
+    /// A control plane with the chart installed, the operator serving the
+    /// webhook on a free port, org-ceiling applied and namespace `agents`
+    /// (team ml) created: the starting point of the admission scenarios.
+    pub fn with_webhook(extra: &[&str]) -> Result<(ControlPlane, Operator, u16), HarnessError> {
+        let cp = ControlPlane::start()?;
+        let port = free_loopback_port()?;
+        cp.install_chart(port, &[])?;
+        let operator = cp.start_webhook_operator(port, extra)?;
+        if let Err(e) = cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60)) {
+            return Err(failed(
+                "waiting for the webhook",
+                format!("{e}\noperator log:\n{}", operator.log()),
+            ));
+        }
+        cp.run(&["apply", "-f", "examples/maximum.yaml"])?;
+        cp.run(&["create", "namespace", "agents"])?;
+        cp.run(&["label", "namespace", "agents", "team=ml"])?;
+        Ok((cp, operator, port))
+    }
+
+    /// `POST /v1/decide` over TLS on `port`, verifying the server against
+    /// the published CA; returns the JSON answer.
+    pub fn decide(&self, port: u16, body: &str) -> Result<serde_json::Value, HarnessError> {
+        let output = Command::new("curl")
+            .args(["-sS", "--fail-with-body", "--noproxy", "*", "--cacert"])
+            .arg(self.webhook_ca()?)
+            .args(["-H", "content-type: application/json", "--data", body])
+            .arg(format!("https://127.0.0.1:{port}/v1/decide"))
+            .output()
+            .map_err(|e| failed("running curl", e))?;
+        if !output.status.success() {
+            return Err(failed(
+                "POST /v1/decide",
+                String::from_utf8_lossy(&output.stderr),
+            ));
+        }
+        serde_json::from_slice(&output.stdout).map_err(|e| failed("reading the decide answer", e))
+    }
+
     /// Writes the CA of the self-managed webhook certificate (from the
     /// Secret in the chart's namespace) to a file and returns its path.
     pub fn webhook_ca(&self) -> Result<PathBuf, HarnessError> {
@@ -665,4 +704,19 @@ impl Drop for ControlPlane {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Asserts that a kubectl command was refused and that its stderr says
+/// `expected`.
+#[allow(clippy::panic)]
+pub fn assert_refused(out: Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "admitted, expected a refusal saying {expected:?}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{expected:?} missing in:\n{stderr}"
+    );
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, Operator, free_loopback_port, plugin_binary};
+use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, Operator, assert_refused, plugin_binary};
 
 const AGENT: &str = "system:serviceaccount:agents:triage-bot";
 
@@ -32,50 +32,15 @@ spec:
               - {methods: [POST], path: /repos/acme}
 "#;
 
-/// Asserts that a command was refused and that its stderr says `expected`.
-fn assert_refused(out: std::process::Output, expected: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "admitted, expected a refusal saying {expected:?}"
-    );
-    assert!(
-        stderr.contains(expected),
-        "{expected:?} missing in:\n{stderr}"
-    );
-}
-
 /// Control plane + chart + operator with the webhook, namespace `agents`
 /// (team ml) and org-ceiling applied.
 fn setup(extra: &[&str]) -> (ControlPlane, Operator, u16) {
-    let cp = ControlPlane::start().expect("control plane");
-    let port = free_loopback_port().unwrap();
-    cp.install_chart(port, &[]).expect("helm install");
-    let operator = cp.start_webhook_operator(port, extra).expect("operator");
-    cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", operator.log()));
-    cp.run(&["apply", "-f", "examples/maximum.yaml"]).unwrap();
-    cp.run(&["create", "namespace", "agents"]).unwrap();
-    cp.run(&["label", "namespace", "agents", "team=ml"])
-        .unwrap();
-    (cp, operator, port)
+    ControlPlane::with_webhook(extra).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// POST /v1/decide over TLS, verifying the server against the published CA.
 fn decide(cp: &ControlPlane, port: u16, body: &str) -> serde_json::Value {
-    let out = Command::new("curl")
-        .args(["-sS", "--fail-with-body", "--noproxy", "*", "--cacert"])
-        .arg(cp.webhook_ca().unwrap())
-        .args(["-H", "content-type: application/json", "--data", body])
-        .arg(format!("https://127.0.0.1:{port}/v1/decide"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "curl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    cp.decide(port, body).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

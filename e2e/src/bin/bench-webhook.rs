@@ -1,6 +1,6 @@
-//! Webhook benchmark (issue 4): AgentSandbox admission latency over TLS on
-//! loopback, for 10- and 100-rule policies under a 100-rule ceiling, and
-//! `/v1/decide` latency per call. The load comes from a separate process
+//! Webhook benchmark (issues 4 and 5): AgentSandbox admission latency over
+//! TLS on loopback, for 10- and 100-rule policies under a 100-rule ceiling,
+//! `/v1/decide` latency per call, and pod admission at 500 requests/s. The load comes from a separate process
 //! (curl, one reused TLS connection, `--rate` for a steady request rate)
 //! talking to the operator's webhook directly, as the API server would.
 //! Prints numbers; asserts nothing about speed (docs/benchmarks.md records them).
@@ -13,6 +13,44 @@ use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 const RATE: &str = "20/s";
 const REQUESTS: usize = 200;
+/// Pod admission is answered from caches only, so it is driven harder.
+const POD_RATE: &str = "500/s";
+const POD_REQUESTS: usize = 2000;
+const IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+
+/// An AdmissionReview for creating a pod running IMAGE in `namespace`,
+/// owned by the sandbox `owner` (name, uid) when given.
+fn pod_review(namespace: &str, variant: usize, owner: Option<(&str, &str)>) -> String {
+    let mut metadata =
+        serde_json::json!({"name": format!("bot-{variant}"), "namespace": namespace});
+    if let Some((name, uid)) = owner {
+        metadata["labels"] = serde_json::json!({"agentgate.dev/sandbox": name});
+        metadata["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
+            "name": name, "uid": uid, "controller": true
+        }]);
+    }
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("pod-{variant}"),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": format!("bot-{variant}"),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {"containers": [{"name": "agent", "image": IMAGE}]},
+            },
+        },
+    })
+    .to_string()
+}
 
 fn ceiling(rules: usize) -> String {
     let mut out = String::from(
@@ -81,6 +119,7 @@ fn load(
     url: &str,
     bodies: &[String],
     expect: &str,
+    rate: &str,
 ) -> Result<Vec<f64>, String> {
     let mut config = String::new();
     for (i, body) in bodies.iter().enumerate() {
@@ -100,7 +139,7 @@ fn load(
     let config_file = dir.join("curl.cfg");
     std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
     let out = Command::new("curl")
-        .args(["-sS", "--rate", RATE, "-K"])
+        .args(["-sS", "--rate", rate, "-K"])
         .arg(&config_file)
         .output()
         .map_err(|e| format!("running curl: {e}"))?;
@@ -167,13 +206,13 @@ fn run() -> Result<(), String> {
         let dir = cp.dir().join(format!("load-{rules}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let distinct: Vec<String> = (0..=REQUESTS).map(|v| review(rules, v)).collect();
-        let times = load(&dir, &ca, &url, &distinct, "\"allowed\":true")?;
+        let times = load(&dir, &ca, &url, &distinct, "\"allowed\":true", RATE)?;
         report(
             &format!("admission, {rules} rules, distinct (proved)"),
             &times,
         );
         let same: Vec<String> = (0..=REQUESTS).map(|_| review(rules, 0)).collect();
-        let times = load(&dir, &ca, &url, &same, "\"allowed\":true")?;
+        let times = load(&dir, &ca, &url, &same, "\"allowed\":true", RATE)?;
         report(
             &format!("admission, {rules} rules, repeated (cached)"),
             &times,
@@ -202,8 +241,89 @@ fn run() -> Result<(), String> {
         &format!("https://127.0.0.1:{port}/v1/decide"),
         &bodies,
         "\"allow\":true",
+        RATE,
     )?;
     report("/v1/decide over TLS (HTTP round trip)", &times);
+
+    // Pod admission: the example agent's scan, an enforce namespace (the
+    // finding is unfixed: deny with the witness) and the severed sandbox's
+    // own pods (allow), at POD_RATE.
+    let scan = Command::new(agentgate_e2e::operator_binary().map_err(|e| e.to_string())?)
+        .args(["scan", "examples/agent", "--image", IMAGE, "-o", "yaml"])
+        .current_dir(agentgate_e2e::repo_root())
+        .output()
+        .map_err(|e| format!("running agentgate scan: {e}"))?;
+    if !scan.status.success() {
+        return Err(format!(
+            "agentgate scan: {}",
+            String::from_utf8_lossy(&scan.stderr)
+        ));
+    }
+    cp.run_stdin(
+        &["apply", "-f", "-"],
+        &String::from_utf8_lossy(&scan.stdout),
+    )
+    .map_err(|e| e.to_string())?;
+    cp.run(&["create", "namespace", "enforced"])
+        .map_err(|e| e.to_string())?;
+    cp.run(&[
+        "label",
+        "namespace",
+        "enforced",
+        "agentgate.dev/enforce=enforce",
+    ])
+    .map_err(|e| e.to_string())?;
+    cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
+        .map_err(|e| e.to_string())?;
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
+        ],
+        Duration::from_secs(30),
+        |s| s == "True",
+    )
+    .map_err(|last| format!("FindingsClear never True ({last})\n{}", operator.log()))?;
+    let uid = cp
+        .run(&[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_secs(1));
+    let url = format!("https://127.0.0.1:{port}/validate/pods");
+    println!("pod admission: {POD_REQUESTS} requests per row at {POD_RATE}, one TLS connection");
+    let dir = cp.dir().join("pods-deny");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let bodies: Vec<String> = (0..=POD_REQUESTS)
+        .map(|v| pod_review("enforced", v, None))
+        .collect();
+    let times = load(
+        &dir,
+        &ca,
+        &url,
+        &bodies,
+        "unfixed trifecta finding",
+        POD_RATE,
+    )?;
+    report("pod admission, unfixed finding (deny)", &times);
+    let dir = cp.dir().join("pods-allow");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let bodies: Vec<String> = (0..=POD_REQUESTS)
+        .map(|v| pod_review("agents", v, Some(("triage-bot", uid.trim()))))
+        .collect();
+    let times = load(&dir, &ca, &url, &bodies, "\"allowed\":true", POD_RATE)?;
+    report("pod admission, sandbox pod, severed (allow)", &times);
     drop(operator);
     Ok(())
 }

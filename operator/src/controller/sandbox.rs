@@ -14,7 +14,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -25,7 +27,10 @@ use serde_json::json;
 use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
-use crate::k8s::crd::{AgentSandbox, AgentSandboxStatus, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::k8s::crd::{
+    AgentSandbox, AgentSandboxStatus, AgentScan, FindingsSummary, MaximumPolicy, PolicyProposal,
+};
+use crate::k8s::openreports;
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
@@ -349,6 +354,9 @@ async fn reconcile(
                 tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
             }
         }
+        if let Some(findings) = &status.findings {
+            publish_report(&sandbox, findings, &ctx).await;
+        }
     }
     // Only what is committed reaches the enforcement proxy.
     apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
@@ -445,6 +453,43 @@ async fn assess_findings(
         })
         .map_or(default, |wait| wait.min(default));
     Ok(requeue)
+}
+
+/// Publishes the findings as an OpenReports `Report` when that CRD is
+/// installed; without it (404) there is nothing to do. Never fails the
+/// reconcile: the report is a view, the sandbox status is the record.
+async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx: &Context) {
+    let name = sandbox.name_any();
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let report = openreports::report(
+        &name,
+        &namespace,
+        &sandbox.uid().unwrap_or_default(),
+        &owner(sandbox),
+        findings,
+        Timestamp::now(),
+    );
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("openreports.io", "v1alpha1", "Report"),
+        "reports",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    match api
+        .patch(
+            &openreports::report_name(&name),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&report),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            tracing::debug!(sandbox = %name, "OpenReports is not installed; no Report published");
+        }
+        Err(e) => {
+            tracing::warn!(sandbox = %name, error = %e, "could not publish the OpenReports Report")
+        }
+    }
 }
 
 fn owner(sandbox: &AgentSandbox) -> serde_json::Value {

@@ -3,4 +3,5 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod openreports;
 pub mod selector;

@@ -1,0 +1,390 @@
+//! Trifecta findings end to end: `agentgate scan` on the example agent, the
+//! AgentScan applied with kubectl, pods refused with the witness and the
+//! minimal fix, admitted once the sandbox policy severs the sink or while an
+//! acceptance lasts, and admitted with a warning in warn mode.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use agentgate_e2e::{ControlPlane, Operator, assert_refused, operator_binary, repo_root};
+
+const IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+
+/// The one line the webhook and the sandbox status give for the example agent.
+const WITNESS: &str = "carries 1 unfixed trifecta finding: AG-TRIFECTA → post_comment; \
+    control: fetch_issue → __llm__ → post_comment (tools.py:23); \
+    data: lookup_customer → __llm__ → post_comment (tools.py:36). \
+    Minimal fix: restrict tool post_comment.";
+
+/// `agentgate scan examples/agent --image IMAGE -o yaml | kubectl apply -f -`
+fn scan_and_apply(cp: &ControlPlane) {
+    let out = Command::new(operator_binary().unwrap())
+        .args(["scan", "examples/agent", "--image", IMAGE, "-o", "yaml"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scan: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cp.run_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout))
+        .unwrap();
+}
+
+fn wait(
+    cp: &ControlPlane,
+    operator: &Operator,
+    args: &[&str],
+    done: impl Fn(&str) -> bool,
+) -> String {
+    cp.wait_for(args, Duration::from_secs(30), done)
+        .unwrap_or_else(|last| panic!("{args:?}: last {last:?}\noperator log:\n{}", operator.log()))
+}
+
+/// A pod of `sandbox` (owner reference with its uid, and the label) running IMAGE.
+fn owned_pod(cp: &ControlPlane, name: &str, sandbox: &str) -> String {
+    let uid = cp
+        .run(&[
+            "get",
+            "asbx",
+            sandbox,
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .unwrap();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: agents\n  labels: {{agentgate.dev/sandbox: {sandbox}}}\n  ownerReferences:\n    - {{apiVersion: agentgate.dev/v1alpha1, kind: AgentSandbox, name: {sandbox}, uid: {uid}, controller: true}}\nspec:\n  containers:\n    - {{name: agent, image: \"{IMAGE}\"}}\n",
+        uid = uid.trim()
+    )
+}
+
+#[test]
+fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
+    let (cp, operator, port) = ControlPlane::with_webhook(&[]).unwrap_or_else(|e| panic!("{e}"));
+
+    // CI scans the agent and applies the AgentScan; the operator recomputes
+    // the findings from the graph.
+    scan_and_apply(&cp);
+    let scan_name = cp
+        .run(&["get", "ascan", "-o", "jsonpath={.items[0].metadata.name}"])
+        .unwrap();
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "ascan",
+            scan_name.trim(),
+            "-o",
+            "jsonpath={.status.findings[*].sink}",
+        ],
+        |s| s == "post_comment",
+    );
+
+    // Enforce mode: a pod with the image is refused with the witness.
+    cp.run(&["create", "namespace", "enforced"]).unwrap();
+    cp.run(&[
+        "label",
+        "namespace",
+        "enforced",
+        "agentgate.dev/enforce=enforce",
+    ])
+    .unwrap();
+    let refused = cp
+        .kubectl(&[
+            "run",
+            "bot",
+            "-n",
+            "enforced",
+            &format!("--image={IMAGE}"),
+            "--restart=Never",
+        ])
+        .unwrap();
+    assert_refused(
+        refused,
+        &format!("image ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d… {WITNESS}"),
+    );
+    // An unpinned image is refused too, and a namespace without the label
+    // is not governed.
+    assert_refused(
+        cp.kubectl(&[
+            "run",
+            "nginx",
+            "-n",
+            "enforced",
+            "--image=nginx:1.27",
+            "--restart=Never",
+        ])
+        .unwrap(),
+        "is not pinned by digest",
+    );
+    cp.run(&["create", "namespace", "free"]).unwrap();
+    cp.run(&[
+        "run",
+        "bot",
+        "-n",
+        "free",
+        &format!("--image={IMAGE}"),
+        "--restart=Never",
+    ])
+    .unwrap();
+
+    // Warn mode: admitted, with the witness as a warning.
+    cp.run(&["create", "namespace", "staging"]).unwrap();
+    cp.run(&[
+        "label",
+        "namespace",
+        "staging",
+        "agentgate.dev/enforce=warn",
+    ])
+    .unwrap();
+    let warned = cp
+        .kubectl(&[
+            "run",
+            "bot",
+            "-n",
+            "staging",
+            &format!("--image={IMAGE}"),
+            "--restart=Never",
+        ])
+        .unwrap();
+    assert!(
+        warned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warned.stderr)
+    );
+    let warning = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        warning.contains("Warning:") && warning.contains(WITNESS),
+        "{warning}"
+    );
+
+    // The sandbox's own pod: every leg open, so the operator's pod is
+    // refused and FindingsClear says why.
+    cp.run(&["apply", "-f", "examples/agent/sandbox.yaml"])
+        .unwrap();
+    let message = wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].message}",
+        ],
+        |m| m.contains("post_comment"),
+    );
+    assert!(
+        message.contains("Minimal fix: restrict tool post_comment."),
+        "{message}"
+    );
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "events",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        |r| r.contains("PodRefused"),
+    );
+    assert!(
+        cp.kubectl(&["get", "pod", "triage-bot", "-n", "agents"])
+            .unwrap()
+            .status
+            .code()
+            != Some(0)
+    );
+
+    // The runtime decision point cites the finding for an action of its sink.
+    let deny = cp
+        .decide(
+            port,
+            r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"POST","path":"/repos/acme/widgets/pulls"}"#,
+        )
+        .unwrap();
+    assert_eq!(deny["allow"], false, "{deny}");
+    assert_eq!(deny["finding"]["id"], "AG-TRIFECTA", "{deny}");
+    assert_eq!(deny["finding"]["node"], "post_comment", "{deny}");
+    assert!(
+        deny["finding"]["witness"]
+            .as_str()
+            .unwrap()
+            .contains("control: fetch_issue → __llm__ → post_comment"),
+        "{deny}"
+    );
+
+    // Severing the sink (no more POST) admits the sandbox's pod.
+    cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
+        .unwrap();
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
+        ],
+        |s| s == "True",
+    );
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "pod",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.name}",
+        ],
+        |n| n == "triage-bot",
+    );
+    let record = cp
+        .run(&[
+            "get", "asbx", "triage-bot", "-n", "agents", "-o",
+            "jsonpath={.status.findings.images[0].findings[0].state}/{.status.findings.images[0].findings[0].severedBy[0]}",
+        ])
+        .unwrap();
+    assert_eq!(record.trim(), "Severed/post_comment");
+    drop(operator);
+}
+
+#[test]
+fn an_accepted_finding_is_admitted_until_it_expires() {
+    let (cp, operator, _port) = ControlPlane::with_webhook(&[]).unwrap_or_else(|e| panic!("{e}"));
+    // With OpenReports installed, the findings are published there too.
+    cp.run(&["apply", "-f", "e2e/fixtures/openreports-crd.yaml"])
+        .unwrap();
+    cp.wait_for(
+        &[
+            "get",
+            "crd",
+            "reports.openreports.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ],
+        Duration::from_secs(30),
+        |s| s == "True",
+    )
+    .unwrap();
+    scan_and_apply(&cp);
+    // The webhook must know the scan before the sandbox's pod is judged.
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "ascan",
+            "-o",
+            "jsonpath={.items[0].status.findings[*].sink}",
+        ],
+        |s| s == "post_comment",
+    );
+    let expires = time_in(25);
+    let accepted = std::fs::read_to_string(repo_root().join("examples/agent/sandbox.yaml"))
+        .unwrap()
+        .replace("  template:", &format!(
+            "  acceptedFindings:\n    - {{id: AG-TRIFECTA, sink: post_comment, reason: \"pilot, comments reviewed daily\", expires: \"{expires}\"}}\n  template:"
+        ));
+    cp.run_stdin(&["apply", "-f", "-"], &accepted).unwrap();
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "pod",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.name}",
+        ],
+        |n| n == "triage-bot",
+    );
+    let state = cp
+        .run(&[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.findings.images[0].findings[0].state}",
+        ])
+        .unwrap();
+    assert_eq!(state.trim(), "Accepted");
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "reports.openreports.io",
+            "agentgate-triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.summary.skip}/{.results[0].rule}/{.results[0].result}",
+        ],
+        |s| s == "1/AG-TRIFECTA/post_comment/skip",
+    );
+    // While it lasts, another pod of the sandbox is admitted too.
+    cp.run_stdin(
+        &["apply", "-f", "-"],
+        &owned_pod(&cp, "triage-bot-2", "triage-bot"),
+    )
+    .unwrap();
+    // After it expires the operator re-assesses on time, and new pods are refused.
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
+        ],
+        Duration::from_secs(60),
+        |s| s == "False",
+    )
+    .unwrap_or_else(|last| panic!("still {last}\n{}", operator.log()));
+    assert_refused(
+        cp.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &owned_pod(&cp, "triage-bot-3", "triage-bot"),
+        )
+        .unwrap(),
+        WITNESS,
+    );
+    drop(operator);
+}
+
+/// RFC 3339 UTC time `seconds` from now.
+fn time_in(seconds: u64) -> String {
+    let out = Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            &format!("+{seconds} seconds"),
+            "+%Y-%m-%dT%H:%M:%SZ",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

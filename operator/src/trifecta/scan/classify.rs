@@ -167,9 +167,20 @@ fn url_destination(text: &str, complete: bool) -> Option<Destination> {
     };
     let path = if end < rest.len() {
         let tail = &rest[end..];
+        let query_cut = tail.len() != tail.split(['?', '#']).next().unwrap_or("").len();
         let path = tail.split(['?', '#']).next().unwrap_or("");
-        // A prefix path is cut at the interpolation; keep what is literal.
-        (!path.is_empty() && (complete || !path.is_empty())).then(|| path.to_string())
+        if path.is_empty() {
+            None
+        } else if complete || query_cut {
+            Some(path.to_string())
+        } else if path.ends_with('/') {
+            // Cut at an interpolation after a `/`: everything below it, as a
+            // policy path glob (POLICY-SEMANTICS.md: trailing `/**`).
+            Some(format!("{path}**"))
+        } else {
+            // Cut inside a segment: no glob says exactly that; record none.
+            None
+        }
     } else {
         None
     };
@@ -789,6 +800,13 @@ mod tests {
         assert_eq!(url_destination("https://api.", false), None);
         let d = url_destination("https://hooks.slack.com/services/", false).unwrap();
         assert_eq!(d.host.as_deref(), Some("hooks.slack.com"));
+        // A path cut by an interpolation is a glob of what lies below it, or
+        // nothing when the cut is inside a segment.
+        assert_eq!(d.path.as_deref(), Some("/services/**"));
+        let d = url_destination("https://a.io/v1/item-", false).unwrap();
+        assert_eq!(d.path, None);
+        let d = url_destination("https://a.io/v1/search?q=", false).unwrap();
+        assert_eq!(d.path.as_deref(), Some("/v1/search"));
     }
 
     #[test]

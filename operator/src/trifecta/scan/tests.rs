@@ -85,7 +85,7 @@ def comment(number: int, body: str) -> str:
     assert_eq!(cap.source.as_ref().unwrap().line, 14);
     let d = cap.destination.as_ref().unwrap();
     assert_eq!(d.method.as_deref(), Some("GET"));
-    assert_eq!(d.path.as_deref(), Some("/repos/acme/app/issues/"));
+    assert_eq!(d.path.as_deref(), Some("/repos/acme/app/issues/**"));
     // __llm__ first, edges in both directions.
     assert_eq!(s.graph.nodes[0].id, LLM);
     assert_eq!(s.graph.edges.len(), 6);

@@ -57,6 +57,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     file.index(root);
     let mut out = Vec::new();
     file.find_tools(root, &mut out);
+    file.registered_tools(root, &mut out);
     out
 }
 
@@ -856,6 +857,106 @@ impl<'t> File<'t> {
         for c in node.named_children(&mut cursor) {
             self.strings_in(c, out);
         }
+    }
+
+    /// Tools built by a call rather than declared: LangChain
+    /// `StructuredTool.from_function(func=f, name="x")` and
+    /// `Tool(name="x", func=f)` with `f` a function of this file.
+    fn registered_tools(&self, root: Node<'t>, out: &mut Vec<RawTool>) {
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            if node.kind() == "call" {
+                self.registered_tool(node, out);
+            }
+            let mut cursor = node.walk();
+            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev());
+        }
+    }
+
+    fn registered_tool(&self, call: Node<'t>, out: &mut Vec<RawTool>) {
+        let Some(callee) = call
+            .child_by_field_name("function")
+            .and_then(|f| self.normalize(f))
+            .map(|n| self.resolve(&n, &Scope::default(), 0))
+        else {
+            return;
+        };
+        let segs: Vec<&str> = callee.split('.').collect();
+        let last = segs.last().copied().unwrap_or("");
+        let is_factory = last == "from_function"
+            && segs
+                .len()
+                .checked_sub(2)
+                .and_then(|i| segs.get(i))
+                .is_some_and(|s| s.ends_with("Tool"));
+        let is_ctor = matches!(last, "Tool" | "StructuredTool")
+            && segs.first().is_some_and(|r| r.starts_with("langchain"));
+        if !is_factory && !is_ctor {
+            return;
+        }
+        let Some(args) = call.child_by_field_name("arguments") else {
+            return;
+        };
+        let mut func = None;
+        let mut name = None;
+        let mut cursor = args.walk();
+        for (i, a) in args.named_children(&mut cursor).enumerate() {
+            match a.kind() {
+                "keyword_argument" => {
+                    let (Some(k), Some(v)) = (
+                        a.child_by_field_name("name"),
+                        a.child_by_field_name("value"),
+                    ) else {
+                        continue;
+                    };
+                    match self.text(k) {
+                        "func" | "coroutine" => func = func.or(Some(v)),
+                        "name" => {
+                            if let Arg::Str(n) = self.arg(v, &Scope::default()) {
+                                name = Some(n);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // from_function(f, ...) takes the function first.
+                _ if i == 0 && is_factory => func = Some(a),
+                _ => {}
+            }
+        }
+        let Some(func) = func else {
+            return;
+        };
+        let (body, fallback) = match func.kind() {
+            "identifier" => {
+                let fname = self.text(func);
+                match self
+                    .functions
+                    .get(fname)
+                    .and_then(|f| f.child_by_field_name("body"))
+                {
+                    Some(b) => (b, fname.to_string()),
+                    None => return,
+                }
+            }
+            "lambda" => match func.child_by_field_name("body") {
+                Some(b) => (b, String::new()),
+                None => return,
+            },
+            _ => return,
+        };
+        let Some(name) = name.or((!fallback.is_empty()).then_some(fallback)) else {
+            return;
+        };
+        let mut events = Vec::new();
+        self.events(body, None, true, &mut events);
+        out.push(RawTool {
+            name,
+            line: line(call),
+            events,
+            hints: Hints::default(),
+        });
     }
 
     /// A `BaseTool` subclass (LangChain, CrewAI): the `name` class attribute

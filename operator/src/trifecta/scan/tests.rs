@@ -574,3 +574,39 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn langchain_tools_built_by_calls() {
+    let s = scan(
+        &[(
+            "t.py",
+            r#"
+import subprocess
+import requests
+from langchain.tools import Tool
+from langchain_core.tools import StructuredTool
+
+def shell(cmd: str) -> str:
+    return subprocess.check_output(cmd, shell=True).decode()
+
+def search(q: str) -> str:
+    return requests.get("https://duck.example.com/?q=" + q).text
+
+tools = [
+    Tool(name="terminal", func=shell, description="run a command"),
+    StructuredTool.from_function(search, name="web_search"),
+    StructuredTool.from_function(func=shell),
+]
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        vec![
+            "shell: Egress/exec",
+            "terminal: Egress/exec",
+            "web_search: UntrustedInput/http@duck.example.com",
+        ]
+    );
+}

@@ -172,7 +172,7 @@ pub fn scan_path(root: &Path) -> Result<Scan, ScanError> {
             .unwrap_or_default();
         paths.push((name, root.to_path_buf()));
     } else {
-        walk(root, "", &mut paths).map_err(|(p, e)| io(&p, e))?;
+        walk(root, "", &mut paths, &mut diagnostics).map_err(|(p, e)| io(&p, e))?;
         let manifest = root.join(MANIFEST_FILE);
         match std::fs::read_to_string(&manifest) {
             Ok(t) => manifest_text = Some(t),
@@ -215,32 +215,44 @@ pub fn scan_path(root: &Path) -> Result<Scan, ScanError> {
 
 /// Collects scannable files under `dir`, sorted, with `/`-separated paths
 /// relative to the root. Symbolic links are not followed (no cycles, no
-/// escaping the tree).
+/// escaping the tree). The root must be readable; a directory below it that
+/// is not becomes an error diagnostic, like an unreadable file.
 fn walk(
     dir: &Path,
     prefix: &str,
     out: &mut Vec<(String, PathBuf)>,
+    diagnostics: &mut Vec<Diagnostic>,
 ) -> Result<(), (PathBuf, std::io::Error)> {
     let entries = std::fs::read_dir(dir).map_err(|e| (dir.to_path_buf(), e))?;
     let mut items = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| (dir.to_path_buf(), e))?;
         let kind = entry.file_type().map_err(|e| (entry.path(), e))?;
-        items.push((entry.file_name().to_string_lossy().into_owned(), kind));
+        items.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.path(),
+            kind,
+        ));
     }
     items.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, kind) in items {
+    for (name, path, kind) in items {
         let rel = if prefix.is_empty() {
             name.clone()
         } else {
             format!("{prefix}/{name}")
         };
         if kind.is_dir() {
-            if !SKIP_DIRS.contains(&name.as_str()) {
-                walk(&dir.join(&name), &rel, out)?;
+            if !SKIP_DIRS.contains(&name.as_str())
+                && let Err((_, e)) = walk(&path, &rel, out, diagnostics)
+            {
+                diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
+                    message: format!("{rel}: cannot read directory: {e}"),
+                    source: None,
+                });
             }
         } else if kind.is_file() && language(&name).is_some() {
-            out.push((rel, dir.join(&name)));
+            out.push((rel, path));
         }
     }
     Ok(())

@@ -610,3 +610,23 @@ tools = [
         ]
     );
 }
+
+#[test]
+fn tsx_files_use_the_tsx_grammar() {
+    let s = scan(
+        &[(
+            "ui/Tools.tsx",
+            r#"
+const Badge = () => <span className="badge">{"ok"}</span>;
+server.tool("render", async () => {
+  const html = <div><Badge /></div>;
+  await fetch("https://render.example.com/api", { method: "PUT", body: String(html) });
+  return { content: [] };
+});
+"#,
+        )],
+        None,
+    );
+    assert!(s.diagnostics.is_empty(), "{:?}", s.diagnostics);
+    assert_eq!(summary(&s), vec!["render: Egress/http@render.example.com"]);
+}

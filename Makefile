@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta demo demo-down demo-cli fmt clean crds
+.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -40,6 +40,9 @@ e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver +
 
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment
+
+bench-scan: z3 ## scanner throughput over 10,000 generated Python tool modules (files/s)
+	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-scan
 
 bench-operator: z3 control-plane ## proposal creation -> Applied latency and commits/s on the local control plane
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate

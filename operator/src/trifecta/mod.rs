@@ -4,6 +4,7 @@
 //! from agent source, and the reports. Pure: no Kubernetes or network I/O.
 
 pub mod graph;
+pub mod scan;
 
 pub use graph::{
     Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, GraphError,

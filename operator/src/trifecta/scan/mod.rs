@@ -1,0 +1,717 @@
+//! Source scanner (DESIGN.md §7): parses agent code with tree-sitter, finds
+//! tool definitions of the common Python and TypeScript agent frameworks,
+//! classifies each tool by the calls its body makes (one hop into same-file
+//! helpers) and builds the information-flow [`Graph`]. An optional
+//! `agentgate.yaml` adds what code cannot show. Pure: reads files, nothing
+//! else; the output is deterministic for a given tree.
+
+mod classify;
+pub mod manifest;
+mod python;
+mod typescript;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::trifecta::graph::{
+    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
+};
+use crate::trifecta::report::{Note, NoteLevel};
+use classify::{Event, Lang};
+pub use manifest::{MANIFEST_FILE, Manifest};
+
+/// Directories never scanned: dependencies, VCS data, build output.
+const SKIP_DIRS: &[&str] = &[
+    "node_modules",
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "dist",
+];
+
+/// Files larger than this are skipped with a warning: they are bundles or
+/// generated code, not hand-written tools, and would dominate scan time.
+const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// How serious a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The scan went on; the result may be less precise.
+    Warning,
+    /// Part of the input could not be scanned at all.
+    Error,
+}
+
+/// Something the scan noticed that is not a graph fact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diagnostic {
+    /// Warning or error.
+    pub severity: Severity,
+    /// What, naming the tool or file.
+    pub message: String,
+    /// Where, when there is a place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceLocation>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        };
+        match &self.source {
+            Some(s) => write!(f, "{s}: {sev}: {}", self.message),
+            None => write!(f, "{sev}: {}", self.message),
+        }
+    }
+}
+
+/// Diagnostics become the report's scanner notes (SARIF `AG-ANNOTATION`
+/// results, the JSON report's notes).
+impl From<Diagnostic> for Note {
+    fn from(d: Diagnostic) -> Note {
+        Note {
+            level: match d.severity {
+                Severity::Warning => NoteLevel::Warning,
+                Severity::Error => NoteLevel::Error,
+            },
+            message: d.message,
+            source: d.source,
+        }
+    }
+}
+
+/// The result of a scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// The agent's information-flow graph.
+    pub graph: Graph,
+    /// Annotation mismatches, unparseable files and the like.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Number of source files parsed.
+    pub files: usize,
+}
+
+/// Why a scan could not produce a graph at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// The root (or a directory under it) cannot be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The manifest is not valid YAML of the expected shape.
+    #[error("{file}: {message}")]
+    Manifest {
+        /// The manifest's path relative to the root.
+        file: String,
+        /// What is wrong (names an unknown field).
+        message: String,
+    },
+    /// The manifest names a tool the scan does not know.
+    #[error("{file}: {field} names unknown tool {tool:?}")]
+    UnknownTool {
+        /// The manifest's path relative to the root.
+        file: String,
+        /// The manifest field (`loadBearing`, `declassifiers`, `agents`).
+        field: &'static str,
+        /// The tool id.
+        tool: String,
+    },
+}
+
+/// MCP tool annotations declared in code, cross-checked against the body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hints {
+    pub read_only: Option<bool>,
+    pub open_world: Option<bool>,
+}
+
+/// A tool as a front end found it, before classification.
+#[derive(Debug, Clone)]
+pub(crate) struct RawTool {
+    pub name: String,
+    pub line: u32,
+    pub events: Vec<Event>,
+    pub hints: Hints,
+}
+
+/// A classified tool of one file.
+#[derive(Debug, Clone)]
+struct FoundTool {
+    name: String,
+    source: SourceLocation,
+    capabilities: Vec<Capability>,
+    hints: Hints,
+}
+
+/// Scans a directory (or one file) and its optional `agentgate.yaml`.
+pub fn scan_path(root: &Path) -> Result<Scan, ScanError> {
+    let io = |path: &Path, source| ScanError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(root).map_err(|e| io(root, e))?;
+    let mut diagnostics = Vec::new();
+    let mut paths = Vec::new();
+    let mut manifest_text = None;
+    if meta.is_file() {
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        paths.push((name, root.to_path_buf()));
+    } else {
+        walk(root, "", &mut paths, &mut diagnostics).map_err(|(p, e)| io(&p, e))?;
+        let manifest = root.join(MANIFEST_FILE);
+        match std::fs::read_to_string(&manifest) {
+            Ok(t) => manifest_text = Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&manifest, e)),
+        }
+    }
+    let mut files = Vec::with_capacity(paths.len());
+    for (rel, path) in paths {
+        let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_FILE_BYTES);
+        if too_big {
+            diagnostics.push(Diagnostic {
+                severity: Severity::Warning,
+                message: format!("{rel}: larger than {MAX_FILE_BYTES} bytes, not scanned"),
+                source: None,
+            });
+            continue;
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => files.push((rel, text)),
+                Err(_) => diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
+                    message: format!("{rel}: not UTF-8, not scanned"),
+                    source: None,
+                }),
+            },
+            Err(e) => diagnostics.push(Diagnostic {
+                severity: Severity::Error,
+                message: format!("{rel}: cannot read: {e}"),
+                source: None,
+            }),
+        }
+    }
+    let mut scan = scan_source(&files, manifest_text.as_deref())?;
+    diagnostics.append(&mut scan.diagnostics);
+    scan.diagnostics = diagnostics;
+    Ok(scan)
+}
+
+/// Collects scannable files under `dir`, sorted, with `/`-separated paths
+/// relative to the root. Symbolic links are not followed (no cycles, no
+/// escaping the tree). The root must be readable; a directory below it that
+/// is not becomes an error diagnostic, like an unreadable file.
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<(String, PathBuf)>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    let entries = std::fs::read_dir(dir).map_err(|e| (dir.to_path_buf(), e))?;
+    let mut items = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| (dir.to_path_buf(), e))?;
+        let kind = entry.file_type().map_err(|e| (entry.path(), e))?;
+        items.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.path(),
+            kind,
+        ));
+    }
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, path, kind) in items {
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if kind.is_dir() {
+            if !SKIP_DIRS.contains(&name.as_str())
+                && let Err((_, e)) = walk(&path, &rel, out, diagnostics)
+            {
+                diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
+                    message: format!("{rel}: cannot read directory: {e}"),
+                    source: None,
+                });
+            }
+        } else if kind.is_file() && language(&name).is_some() {
+            out.push((rel, path));
+        }
+    }
+    Ok(())
+}
+
+/// Which grammar parses a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grammar {
+    Python,
+    TypeScript,
+    Tsx,
+}
+
+fn language(name: &str) -> Option<Grammar> {
+    let ext = name.rsplit_once('.')?.1;
+    match ext {
+        "py" => Some(Grammar::Python),
+        "ts" | "mts" | "cts" => Some(Grammar::TypeScript),
+        "tsx" => Some(Grammar::Tsx),
+        _ => None,
+    }
+}
+
+/// One parser per grammar, created on first use and reused for every file a
+/// thread parses.
+#[derive(Default)]
+struct Parsers {
+    python: Option<tree_sitter::Parser>,
+    typescript: Option<tree_sitter::Parser>,
+    tsx: Option<tree_sitter::Parser>,
+}
+
+impl Parsers {
+    fn get(&mut self, grammar: Grammar) -> Result<&mut tree_sitter::Parser, String> {
+        let (slot, language): (_, tree_sitter::Language) = match grammar {
+            Grammar::Python => (&mut self.python, tree_sitter_python::LANGUAGE.into()),
+            Grammar::TypeScript => (
+                &mut self.typescript,
+                tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
+            ),
+            Grammar::Tsx => (&mut self.tsx, tree_sitter_typescript::LANGUAGE_TSX.into()),
+        };
+        if slot.is_none() {
+            let mut parser = tree_sitter::Parser::new();
+            parser.set_language(&language).map_err(|e| e.to_string())?;
+            *slot = Some(parser);
+        }
+        slot.as_mut()
+            .ok_or_else(|| "parser not initialised".to_string())
+    }
+}
+
+/// Parses and classifies one file.
+fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, Vec<Diagnostic>) {
+    let mut diagnostics = Vec::new();
+    let Some(grammar) = language(path) else {
+        return (Vec::new(), diagnostics);
+    };
+    let parser = match parsers.get(grammar) {
+        Ok(p) => p,
+        Err(e) => {
+            diagnostics.push(Diagnostic {
+                severity: Severity::Error,
+                message: format!("{path}: no parser: {e}"),
+                source: None,
+            });
+            return (Vec::new(), diagnostics);
+        }
+    };
+    let Some(tree) = parser.parse(text, None) else {
+        diagnostics.push(Diagnostic {
+            severity: Severity::Error,
+            message: format!("{path}: could not be parsed"),
+            source: None,
+        });
+        return (Vec::new(), diagnostics);
+    };
+    let root = tree.root_node();
+    if root.has_error() {
+        diagnostics.push(Diagnostic {
+            severity: Severity::Warning,
+            message: format!(
+                "{path}: syntax errors; tools in the damaged part may be missed or misread"
+            ),
+            source: first_error(root).map(|line| SourceLocation {
+                file: path.to_string(),
+                line,
+            }),
+        });
+    }
+    let (raw, lang) = match grammar {
+        Grammar::Python => (python::tools(&tree, text), Lang::Python),
+        Grammar::TypeScript | Grammar::Tsx => (typescript::tools(&tree, text), Lang::TypeScript),
+    };
+    let tools = raw
+        .into_iter()
+        .map(|t| {
+            let mut capabilities: Vec<Capability> = Vec::new();
+            for event in &t.events {
+                for cap in classify::classify(event, lang, path) {
+                    push_unique(&mut capabilities, cap);
+                }
+            }
+            collapse_sessions(&mut capabilities);
+            FoundTool {
+                name: t.name,
+                source: SourceLocation {
+                    file: path.to_string(),
+                    line: t.line,
+                },
+                capabilities,
+                hints: t.hints,
+            }
+        })
+        .collect();
+    (tools, diagnostics)
+}
+
+/// The line of the first syntax error, for the diagnostic.
+fn first_error(node: tree_sitter::Node<'_>) -> Option<u32> {
+    if node.is_error() || node.is_missing() {
+        return u32::try_from(node.start_position().row + 1).ok();
+    }
+    let mut cursor = node.walk();
+    let children: Vec<_> = node.children(&mut cursor).collect();
+    children
+        .into_iter()
+        .filter(|c| c.has_error())
+        .find_map(first_error)
+}
+
+/// Adds a capability unless one equal in everything but its source is
+/// already there (the first occurrence's source is kept).
+fn push_unique(caps: &mut Vec<Capability>, cap: Capability) {
+    let same = |c: &Capability| {
+        c.effect == cap.effect
+            && c.channel == cap.channel
+            && c.call == cap.call
+            && c.destination == cap.destination
+            && c.resource == cap.resource
+    };
+    if !caps.iter().any(same) {
+        caps.push(cap);
+    }
+}
+
+/// Database, mail and socket operations run over one connection: its
+/// destination stands for every call on it. So per node such a channel keeps
+/// one capability per destination, and none without a destination when one
+/// with a destination exists (`connect(host=…)` then `cursor.execute(…)` is
+/// one read of that host, not a second read of an unknown one).
+fn collapse_sessions(caps: &mut Vec<Capability>) {
+    let session = |c: &Capability| {
+        matches!(
+            c.channel,
+            Channel::Database | Channel::Mail | Channel::Socket
+        )
+    };
+    let mut kept: Vec<Capability> = Vec::with_capacity(caps.len());
+    for cap in caps.drain(..) {
+        if !session(&cap) {
+            kept.push(cap);
+            continue;
+        }
+        let same_dest = kept.iter().any(|k| {
+            k.effect == cap.effect && k.channel == cap.channel && k.destination == cap.destination
+        });
+        if !same_dest {
+            kept.push(cap);
+        }
+    }
+    let with_dest: HashSet<(Effect, Channel)> = kept
+        .iter()
+        .filter(|c| session(c) && c.destination.is_some())
+        .map(|c| (c.effect, c.channel))
+        .collect();
+    kept.retain(|c| {
+        !(session(c) && c.destination.is_none() && with_dest.contains(&(c.effect, c.channel)))
+    });
+    *caps = kept;
+}
+
+/// Scans files given in memory: `(relative path, text)` pairs and the
+/// manifest text. [`scan_path`] reads the tree and calls this.
+pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result<Scan, ScanError> {
+    let manifest = match manifest {
+        Some(text) => manifest::parse(text).map_err(|message| ScanError::Manifest {
+            file: MANIFEST_FILE.to_string(),
+            message,
+        })?,
+        None => Manifest::default(),
+    };
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by(|a, b| files[*a].0.cmp(&files[*b].0));
+    let sorted: Vec<&(String, String)> = order.iter().map(|i| &files[*i]).collect();
+    let results = parse_all(&sorted);
+
+    let mut diagnostics = Vec::new();
+    let mut tools: BTreeMap<String, FoundTool> = BTreeMap::new();
+    for (found, mut diags) in results {
+        diagnostics.append(&mut diags);
+        for tool in found {
+            check_hints(&tool, &mut diagnostics);
+            match tools.get_mut(&tool.name) {
+                Some(existing) => {
+                    diagnostics.push(Diagnostic {
+                        severity: Severity::Warning,
+                        message: format!(
+                            "tool {:?} is defined more than once (also at {}); capabilities merged",
+                            tool.name, existing.source
+                        ),
+                        source: Some(tool.source.clone()),
+                    });
+                    for cap in tool.capabilities {
+                        push_unique(&mut existing.capabilities, cap);
+                    }
+                }
+                None => {
+                    tools.insert(tool.name.clone(), tool);
+                }
+            }
+        }
+    }
+    let graph = build_graph(tools, &manifest)?;
+    Ok(Scan {
+        graph,
+        diagnostics,
+        files: files.len(),
+    })
+}
+
+/// Stack of a parsing thread. The front ends recurse along expression and
+/// statement nesting; generated or hostile sources can nest thousands deep,
+/// and the caller may be a small-stack async worker, so parsing always runs
+/// on threads of its own with room to spare.
+const PARSE_STACK: usize = 256 * 1024 * 1024;
+
+/// Parses every file, on up to two threads (the scanner runs in CI and in
+/// the operator; more threads buy little for agent repositories), keeping
+/// the input order.
+fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Diagnostic>)> {
+    let run = |chunk: &[&(String, String)]| {
+        let mut parsers = Parsers::default();
+        chunk
+            .iter()
+            .map(|(path, text)| scan_file(&mut parsers, path, text))
+            .collect::<Vec<_>>()
+    };
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(2);
+    let chunk = if threads < 2 || files.len() < 8 {
+        files.len().max(1)
+    } else {
+        files.len().div_ceil(2)
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                let spawned = std::thread::Builder::new()
+                    .name("agentgate-scan".into())
+                    .stack_size(PARSE_STACK)
+                    .spawn_scoped(s, move || run(part));
+                // No thread to be had: parse here rather than fail the scan.
+                spawned.map_err(|_| run(part))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(files.len());
+        for handle in handles {
+            match handle {
+                Ok(h) => match h.join() {
+                    Ok(mut part) => out.append(&mut part),
+                    // A panic is a scanner bug; surface it unchanged.
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(mut part) => out.append(&mut part),
+            }
+        }
+        out
+    })
+}
+
+/// Cross-checks MCP annotations with what the body does.
+fn check_hints(tool: &FoundTool, out: &mut Vec<Diagnostic>) {
+    let describe = |c: &Capability| {
+        let call = c.call.as_deref().unwrap_or("?");
+        match &c.source {
+            Some(s) => format!("{call} at line {} ({})", s.line, s.file),
+            None => call.to_string(),
+        }
+    };
+    if tool.hints.read_only == Some(true)
+        && let Some(c) = tool
+            .capabilities
+            .iter()
+            .find(|c| c.effect == Effect::Egress)
+    {
+        out.push(Diagnostic {
+            severity: Severity::Warning,
+            message: format!(
+                "tool {:?} declares readOnlyHint: true but its body sends data out: {} ({} egress)",
+                tool.name,
+                describe(c),
+                c.channel
+            ),
+            source: Some(tool.source.clone()),
+        });
+    }
+    if tool.hints.open_world == Some(false)
+        && let Some(c) = tool
+            .capabilities
+            .iter()
+            .find(|c| matches!(c.effect, Effect::Egress | Effect::UntrustedInput))
+    {
+        let what = if c.effect == Effect::Egress {
+            "egress"
+        } else {
+            "untrusted input"
+        };
+        out.push(Diagnostic {
+            severity: Severity::Warning,
+            message: format!(
+                "tool {:?} declares openWorldHint: false but its body reaches the outside world: {} ({} {what})",
+                tool.name,
+                describe(c),
+                c.channel
+            ),
+            source: Some(tool.source.clone()),
+        });
+    }
+}
+
+/// The model node id of a delegated agent.
+pub fn agent_llm(agent: &str) -> String {
+    format!("{agent}/{LLM}")
+}
+
+fn build_graph(
+    tools: BTreeMap<String, FoundTool>,
+    manifest: &Manifest,
+) -> Result<Graph, ScanError> {
+    let file = || MANIFEST_FILE.to_string();
+    let mut nodes: BTreeMap<String, Node> = tools
+        .into_values()
+        .map(|t| {
+            (
+                t.name.clone(),
+                Node {
+                    id: t.name,
+                    kind: NodeKind::Tool,
+                    capabilities: t.capabilities,
+                    source: Some(t.source),
+                    ..Node::default()
+                },
+            )
+        })
+        .collect();
+    for declared in &manifest.tools {
+        let node = nodes.entry(declared.name.clone()).or_insert_with(|| Node {
+            id: declared.name.clone(),
+            kind: NodeKind::Tool,
+            source: declared.source.clone(),
+            ..Node::default()
+        });
+        for cap in &declared.capabilities {
+            push_unique(&mut node.capabilities, cap.clone());
+        }
+    }
+    let known = |field: &'static str, tool: &str, nodes: &BTreeMap<String, Node>| {
+        if nodes.contains_key(tool) {
+            Ok(())
+        } else {
+            Err(ScanError::UnknownTool {
+                file: file(),
+                field,
+                tool: tool.to_string(),
+            })
+        }
+    };
+    for id in &manifest.load_bearing {
+        known("loadBearing", id, &nodes)?;
+        if let Some(n) = nodes.get_mut(id) {
+            n.load_bearing = true;
+        }
+    }
+    for d in &manifest.declassifiers {
+        known("declassifiers", &d.tool, &nodes)?;
+        if let Some(n) = nodes.get_mut(&d.tool) {
+            n.declassifies.extend(d.channels.iter().copied());
+            n.declassifies.sort();
+            n.declassifies.dedup();
+        }
+    }
+    // Which model context each tool talks to.
+    let mut owner: HashMap<&str, String> = HashMap::new();
+    let mut agent_names = HashSet::new();
+    for agent in &manifest.agents {
+        if agent.name.is_empty() || agent.name.contains('/') || !agent_names.insert(&agent.name) {
+            return Err(ScanError::Manifest {
+                file: file(),
+                message: format!(
+                    "agents: name {:?} must be non-empty, unique and free of '/'",
+                    agent.name
+                ),
+            });
+        }
+        for tool in &agent.tools {
+            known("agents", tool, &nodes)?;
+            if owner.insert(tool, agent_llm(&agent.name)).is_some() {
+                return Err(ScanError::Manifest {
+                    file: file(),
+                    message: format!("agents: tool {tool:?} belongs to more than one agent"),
+                });
+            }
+        }
+    }
+
+    let mut edges = Vec::new();
+    let mut edge = |from: &str, to: &str, kind| {
+        edges.push(Edge {
+            from: from.to_string(),
+            to: to.to_string(),
+            kind,
+        })
+    };
+    for id in nodes.keys() {
+        let llm = owner.get(id.as_str()).map(String::as_str).unwrap_or(LLM);
+        edge(id, llm, EdgeKind::Data);
+        edge(llm, id, EdgeKind::Control);
+        edge(llm, id, EdgeKind::Data);
+    }
+    for agent in &manifest.agents {
+        let sub = agent_llm(&agent.name);
+        edge(LLM, &sub, EdgeKind::Control);
+        edge(LLM, &sub, EdgeKind::Data);
+        edge(&sub, LLM, EdgeKind::Data);
+        nodes.insert(
+            sub.clone(),
+            Node {
+                id: sub,
+                kind: NodeKind::Llm,
+                ..Node::default()
+            },
+        );
+    }
+    edges.sort_by(|a, b| (&a.from, &a.to, a.kind).cmp(&(&b.from, &b.to, b.kind)));
+    edges.dedup();
+
+    let mut out = Vec::with_capacity(nodes.len() + 1);
+    out.push(Node {
+        id: LLM.to_string(),
+        kind: NodeKind::Llm,
+        ..Node::default()
+    });
+    out.extend(nodes.into_values().filter(|n| n.id != LLM));
+    Ok(Graph { nodes: out, edges })
+}
+
+#[cfg(test)]
+mod tests;

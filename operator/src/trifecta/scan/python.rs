@@ -1,0 +1,1014 @@
+//! Python front end: finds tool definitions (LangChain `@tool` and
+//! `BaseTool`, FastMCP `@x.tool()`, low-level MCP `@server.call_tool()`
+//! dispatch, OpenAI Agents `@function_tool`, CrewAI `BaseTool._run`) and
+//! reduces each body, plus one hop into same-file helpers, to
+//! [`Event`]s for [`classify`].
+
+use std::collections::HashMap;
+
+use tree_sitter::{Node, Tree};
+
+use super::classify::{Arg, CallSite, Event};
+use super::{Hints, RawTool};
+
+/// Module-level facts of one file.
+struct File<'t> {
+    src: &'t [u8],
+    /// Local name → dotted module path (`r` → `requests`, `WebClient` →
+    /// `slack_sdk.WebClient`).
+    imports: HashMap<String, String>,
+    /// Module-level variable → normalized value (`client` →
+    /// `httpx.AsyncClient()`).
+    aliases: HashMap<String, String>,
+    /// Module-level string constants (`API = "https://…"`).
+    consts: HashMap<String, Arg>,
+    /// Module-level functions by name.
+    functions: HashMap<String, Node<'t>>,
+    /// Methods by class name, then method name.
+    methods: HashMap<String, HashMap<String, Node<'t>>>,
+}
+
+/// Per-body state while collecting events.
+#[derive(Default)]
+struct Scope {
+    aliases: HashMap<String, String>,
+    consts: HashMap<String, Arg>,
+}
+
+fn text<'a>(node: Node<'_>, src: &'a [u8]) -> &'a str {
+    node.utf8_text(src).unwrap_or("")
+}
+
+fn line(node: Node<'_>) -> u32 {
+    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
+}
+
+/// Extracts the tools of one parsed Python file.
+pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
+    let root = tree.root_node();
+    let mut file = File {
+        src: src.as_bytes(),
+        imports: HashMap::new(),
+        aliases: HashMap::new(),
+        consts: HashMap::new(),
+        functions: HashMap::new(),
+        methods: HashMap::new(),
+    };
+    file.index(root);
+    let mut out = Vec::new();
+    file.find_tools(root, &mut out);
+    // A whole-tree walk for registration calls costs ~10% of a scan; most
+    // files have none, and a substring test rules them out.
+    if src.contains("from_function") || src.contains("Tool(") {
+        file.registered_tools(root, &mut out);
+    }
+    out
+}
+
+impl<'t> File<'t> {
+    fn text(&self, node: Node<'_>) -> &'t str {
+        text(node, self.src)
+    }
+
+    /// Collects imports, module-level assignments, functions and classes.
+    fn index(&mut self, root: Node<'t>) {
+        let mut cursor = root.walk();
+        for child in root.named_children(&mut cursor) {
+            self.index_statement(child);
+        }
+    }
+
+    fn index_statement(&mut self, node: Node<'t>) {
+        match node.kind() {
+            "import_statement" | "import_from_statement" => {
+                let mut imports = std::mem::take(&mut self.imports);
+                self.add_imports(node, &mut imports);
+                self.imports = imports;
+            }
+            "expression_statement" => {
+                if let Some(a) = node.named_child(0).filter(|a| a.kind() == "assignment") {
+                    let mut scope = Scope::default();
+                    self.assignment(a, &mut scope);
+                    self.aliases.extend(scope.aliases);
+                    self.consts.extend(scope.consts);
+                }
+            }
+            "function_definition" => {
+                if let Some(name) = node.child_by_field_name("name") {
+                    self.functions.insert(self.text(name).to_string(), node);
+                }
+            }
+            "class_definition" => self.index_class(node),
+            "decorated_definition" => {
+                if let Some(def) = node.child_by_field_name("definition") {
+                    self.index_statement(def);
+                }
+            }
+            // Imports and constants guarded by `if`/`try` still count.
+            "if_statement" | "try_statement" | "block" | "else_clause" | "except_clause" => {
+                let mut cursor = node.walk();
+                let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+                for c in children {
+                    if matches!(
+                        c.kind(),
+                        "block" | "import_statement" | "import_from_statement" | "else_clause"
+                    ) || c.kind() == "expression_statement"
+                    {
+                        self.index_statement(c);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn index_class(&mut self, node: Node<'t>) {
+        let (Some(name), Some(body)) = (
+            node.child_by_field_name("name"),
+            node.child_by_field_name("body"),
+        ) else {
+            return;
+        };
+        let mut methods = HashMap::new();
+        let mut cursor = body.walk();
+        for child in body.named_children(&mut cursor) {
+            let def = if child.kind() == "decorated_definition" {
+                child.child_by_field_name("definition")
+            } else {
+                Some(child)
+            };
+            if let Some(def) = def.filter(|d| d.kind() == "function_definition")
+                && let Some(m) = def.child_by_field_name("name")
+            {
+                methods.insert(self.text(m).to_string(), def);
+            }
+        }
+        self.methods.insert(self.text(name).to_string(), methods);
+    }
+
+    fn add_imports(&self, node: Node<'_>, into: &mut HashMap<String, String>) {
+        let module = node
+            .child_by_field_name("module_name")
+            .map(|m| self.text(m).trim_start_matches('.').to_string());
+        let mut cursor = node.walk();
+        for name in node.children_by_field_name("name", &mut cursor) {
+            let (path, local) = if name.kind() == "aliased_import" {
+                let path = name
+                    .child_by_field_name("name")
+                    .map(|n| self.text(n))
+                    .unwrap_or("");
+                let alias = name
+                    .child_by_field_name("alias")
+                    .map(|n| self.text(n))
+                    .unwrap_or(path);
+                (path.to_string(), alias.to_string())
+            } else {
+                let path = self.text(name).to_string();
+                // `import a.b` binds `a`.
+                let local = path.split('.').next().unwrap_or("").to_string();
+                let path = if module.is_none() {
+                    local.clone()
+                } else {
+                    path
+                };
+                (path, local)
+            };
+            let full = match &module {
+                Some(m) if !m.is_empty() => format!("{m}.{path}"),
+                _ if module.is_none() && name.kind() == "aliased_import" => path,
+                _ => path,
+            };
+            if !local.is_empty() {
+                into.insert(local, full);
+            }
+        }
+    }
+
+    /// Records `x = <call or attribute>` as an alias and `x = "literal"` as a
+    /// constant.
+    fn assignment(&self, node: Node<'_>, scope: &mut Scope) {
+        let (Some(left), Some(right)) = (
+            node.child_by_field_name("left"),
+            node.child_by_field_name("right"),
+        ) else {
+            return;
+        };
+        if !matches!(left.kind(), "identifier" | "attribute") {
+            return;
+        }
+        let key = self.text(left).to_string();
+        match self.arg(right, scope) {
+            a @ (Arg::Str(_) | Arg::Prefix(_)) => {
+                scope.consts.insert(key, a);
+                return;
+            }
+            a @ Arg::Int(_) => {
+                scope.consts.insert(key, a);
+                return;
+            }
+            _ => {}
+        }
+        if let Some(value) = self.normalize(right) {
+            scope.aliases.insert(key, value);
+        }
+    }
+
+    /// The dotted form of an expression, calls written as `()`; `None` for
+    /// anything that is not a name, attribute or call chain.
+    fn normalize(&self, node: Node<'_>) -> Option<String> {
+        match node.kind() {
+            "identifier" => Some(self.text(node).to_string()),
+            "attribute" => {
+                let object = self.normalize(node.child_by_field_name("object")?)?;
+                let attr = self.text(node.child_by_field_name("attribute")?);
+                Some(format!("{object}.{attr}"))
+            }
+            "call" => {
+                let f = self.normalize(node.child_by_field_name("function")?)?;
+                Some(format!("{f}()"))
+            }
+            "await" | "parenthesized_expression" => self.normalize(node.named_child(0)?),
+            _ => None,
+        }
+    }
+
+    /// Resolves the leading name of a dotted expression through local and
+    /// module aliases and imports (a few levels, to stop on cycles).
+    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
+        if depth > 6 {
+            return dotted.to_string();
+        }
+        // Longest dotted prefix first: `self.client.get` tries
+        // `self.client.get`, `self.client`, `self`.
+        let mut cut = dotted.len();
+        loop {
+            let prefix = &dotted[..cut];
+            let bare = prefix.trim_end_matches("()");
+            if bare.len() == prefix.len() || !prefix.ends_with("()") {
+                let found = scope
+                    .aliases
+                    .get(prefix)
+                    .or_else(|| self.aliases.get(prefix));
+                if let Some(value) = found
+                    && value.as_str() != prefix
+                {
+                    let rest = &dotted[cut..];
+                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
+                }
+            }
+            match prefix.rfind(['.', '(']) {
+                Some(i) => cut = i,
+                None => break,
+            }
+        }
+        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
+        let head = &dotted[..head_end];
+        match self.imports.get(head) {
+            Some(module) => format!("{module}{}", &dotted[head_end..]),
+            None => dotted.to_string(),
+        }
+    }
+
+    /// The literal value of an argument expression.
+    fn arg(&self, node: Node<'_>, scope: &Scope) -> Arg {
+        match node.kind() {
+            "string" => self.string(node),
+            "concatenated_string" => {
+                let mut s = String::new();
+                let mut cursor = node.walk();
+                for part in node.named_children(&mut cursor) {
+                    match self.string(part) {
+                        Arg::Str(t) => s.push_str(&t),
+                        Arg::Prefix(t) => {
+                            s.push_str(&t);
+                            return Arg::Prefix(s);
+                        }
+                        _ => return Arg::Prefix(s),
+                    }
+                }
+                Arg::Str(s)
+            }
+            "integer" => self
+                .text(node)
+                .replace('_', "")
+                .parse()
+                .map(Arg::Int)
+                .unwrap_or(Arg::Other),
+            "tuple" | "list" => {
+                let mut cursor = node.walk();
+                Arg::Seq(
+                    node.named_children(&mut cursor)
+                        .map(|c| self.arg(c, scope))
+                        .collect(),
+                )
+            }
+            "dictionary" => {
+                let mut cursor = node.walk();
+                let mut fields = Vec::new();
+                for pair in node.named_children(&mut cursor) {
+                    if pair.kind() != "pair" {
+                        continue;
+                    }
+                    if let (Some(k), Some(v)) = (
+                        pair.child_by_field_name("key"),
+                        pair.child_by_field_name("value"),
+                    ) && let Arg::Str(k) = self.arg(k, scope)
+                    {
+                        fields.push((k, self.arg(v, scope)));
+                    }
+                }
+                Arg::Object(fields)
+            }
+            "identifier" => {
+                let name = self.text(node);
+                scope
+                    .consts
+                    .get(name)
+                    .or_else(|| self.consts.get(name))
+                    .cloned()
+                    .unwrap_or(Arg::Other)
+            }
+            "parenthesized_expression" => node
+                .named_child(0)
+                .map(|c| self.arg(c, scope))
+                .unwrap_or(Arg::Other),
+            // Path("~/.ssh/id_rsa"), os.path.expanduser("~/.ssh/x"): the
+            // path is the literal inside.
+            "call" => {
+                let f = node
+                    .child_by_field_name("function")
+                    .and_then(|f| self.normalize(f))
+                    .unwrap_or_default();
+                let last = f.rsplit('.').next().unwrap_or("");
+                if matches!(
+                    last,
+                    "Path" | "expanduser" | "PurePath" | "abspath" | "join"
+                ) {
+                    self.first_arg(node, scope)
+                } else {
+                    Arg::Other
+                }
+            }
+            "binary_operator" => {
+                // "https://host" + path: the left literal is a prefix.
+                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
+                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
+                    _ => Arg::Other,
+                }
+            }
+            _ => Arg::Other,
+        }
+    }
+
+    fn first_arg(&self, call: Node<'_>, scope: &Scope) -> Arg {
+        let Some(args) = call.child_by_field_name("arguments") else {
+            return Arg::Other;
+        };
+        let mut cursor = args.walk();
+        let first = args
+            .named_children(&mut cursor)
+            .find(|c| c.kind() != "keyword_argument" && c.kind() != "comment");
+        first.map(|c| self.arg(c, scope)).unwrap_or(Arg::Other)
+    }
+
+    /// A string literal: complete, or its prefix before the first
+    /// interpolation (f-strings). Constants interpolated first
+    /// (`f"{BASE}/x"`) are substituted.
+    fn string(&self, node: Node<'_>) -> Arg {
+        if node.kind() != "string" {
+            return Arg::Other;
+        }
+        let mut s = String::new();
+        let mut cursor = node.walk();
+        for part in node.named_children(&mut cursor) {
+            match part.kind() {
+                "string_content" => s.push_str(self.text(part)),
+                "interpolation" => {
+                    let inner = part
+                        .child_by_field_name("expression")
+                        .filter(|e| e.kind() == "identifier")
+                        .and_then(|e| self.consts.get(self.text(e)));
+                    match inner {
+                        Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
+                        _ => return Arg::Prefix(s),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Arg::Str(s)
+    }
+
+    fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
+        let function = node.child_by_field_name("function")?;
+        let callee = self.resolve(&self.normalize(function)?, scope, 0);
+        let mut args = Vec::new();
+        let mut kwargs = Vec::new();
+        if let Some(list) = node.child_by_field_name("arguments") {
+            let mut cursor = list.walk();
+            for a in list.named_children(&mut cursor) {
+                match a.kind() {
+                    "keyword_argument" => {
+                        if let (Some(k), Some(v)) = (
+                            a.child_by_field_name("name"),
+                            a.child_by_field_name("value"),
+                        ) {
+                            kwargs.push((self.text(k).to_string(), self.arg(v, scope)));
+                        }
+                    }
+                    "comment" => {}
+                    _ => args.push(self.arg(a, scope)),
+                }
+            }
+        }
+        // `Path("/etc/secrets/x").read_text()`, `IMAP4_SSL("h").fetch()`:
+        // an argument-less method on a constructed object sees the
+        // constructor's arguments.
+        if args.is_empty()
+            && kwargs.is_empty()
+            && function.kind() == "attribute"
+            && let Some(inner) = function
+                .child_by_field_name("object")
+                .filter(|o| o.kind() == "call")
+            && let Some(site) = self.call_site(inner, scope)
+        {
+            args = site.args;
+            kwargs = site.kwargs;
+        }
+        Some(CallSite {
+            callee,
+            line: line(node),
+            args,
+            kwargs,
+        })
+    }
+
+    /// Collects the events of a body. `class` is the enclosing class (for
+    /// `self.helper()`), `hop` whether helpers may still be followed.
+    fn events(&self, body: Node<'t>, class: Option<&str>, hop: bool, out: &mut Vec<Event>) {
+        let mut scope = Scope::default();
+        // `self.client = httpx.Client()` in `__init__` tells what
+        // `self.client.get(…)` is in the body.
+        if let Some(init) = class
+            .and_then(|c| self.methods.get(c))
+            .and_then(|m| m.get("__init__"))
+            .and_then(|f| f.child_by_field_name("body"))
+        {
+            let mut stack = vec![init];
+            while let Some(node) = stack.pop() {
+                if node.kind() == "assignment"
+                    && node
+                        .child_by_field_name("left")
+                        .is_some_and(|l| self.text(l).starts_with("self."))
+                {
+                    self.assignment(node, &mut scope);
+                }
+                let mut cursor = node.walk();
+                stack.extend(node.named_children(&mut cursor));
+            }
+        }
+        let mut stack = vec![body];
+        // Preorder in source order, so assignments are seen before uses.
+        while let Some(node) = stack.pop() {
+            match node.kind() {
+                "assignment" => self.assignment(node, &mut scope),
+                "as_pattern" => {
+                    if let (Some(value), Some(alias)) =
+                        (node.named_child(0), node.child_by_field_name("alias"))
+                        && let Some(target) = alias.named_child(0)
+                        && let Some(v) = self.normalize(value)
+                    {
+                        scope.aliases.insert(self.text(target).to_string(), v);
+                    }
+                }
+                "import_statement" | "import_from_statement" => {
+                    // Local imports: treat as aliases to the module path.
+                    let mut local = HashMap::new();
+                    self.add_imports(node, &mut local);
+                    scope.aliases.extend(local);
+                }
+                "call" => {
+                    if let Some(site) = self.call_site(node, &scope) {
+                        if hop {
+                            self.follow(node, class, &scope, out);
+                        }
+                        out.push(Event::Call(site));
+                    }
+                }
+                "subscript" => {
+                    if let Some(value) = node.child_by_field_name("value")
+                        && let Some(v) = self.normalize(value)
+                        && self.resolve(&v, &scope, 0) == "os.environ"
+                    {
+                        let var = node
+                            .child_by_field_name("subscript")
+                            .map(|s| self.arg(s, &scope))
+                            .and_then(|a| match a {
+                                Arg::Str(s) => Some(s),
+                                _ => None,
+                            });
+                        out.push(Event::Env {
+                            var,
+                            call: "os.environ[]".into(),
+                            line: line(node),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            let mut cursor = node.walk();
+            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev());
+        }
+    }
+
+    /// One hop into a same-file helper: `helper(...)` for a module function,
+    /// `self.helper(...)` for a method of the enclosing class.
+    fn follow(&self, call: Node<'t>, class: Option<&str>, scope: &Scope, out: &mut Vec<Event>) {
+        let Some(function) = call.child_by_field_name("function") else {
+            return;
+        };
+        let target = match function.kind() {
+            "identifier" => self.functions.get(self.text(function)).map(|f| (*f, None)),
+            "attribute" => {
+                let object = function.child_by_field_name("object");
+                let attr = function.child_by_field_name("attribute");
+                match (object, attr, class) {
+                    (Some(o), Some(a), Some(c)) if self.text(o) == "self" => self
+                        .methods
+                        .get(c)
+                        .and_then(|m| m.get(self.text(a)))
+                        .map(|f| (*f, Some(c))),
+                    // `obj.method()` with `obj = LocalClass(...)`.
+                    (Some(o), Some(a), _) => {
+                        let resolved = self.normalize(o).map(|n| self.resolve(&n, scope, 0));
+                        resolved
+                            .as_deref()
+                            .and_then(|r| r.strip_suffix("()"))
+                            .and_then(|c| self.methods.get_key_value(c))
+                            .and_then(|(c, m)| m.get(self.text(a)).map(|f| (*f, Some(c.as_str()))))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some((def, cls)) = target
+            && let Some(body) = def.child_by_field_name("body")
+        {
+            self.events(body, cls, false, out);
+        }
+    }
+
+    /// Walks the whole tree for tool definitions.
+    fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for child in children {
+            match child.kind() {
+                "decorated_definition" => {
+                    self.decorated(child, out);
+                    if let Some(def) = child
+                        .child_by_field_name("definition")
+                        .filter(|d| d.kind() == "class_definition")
+                    {
+                        self.class_tool(def, out);
+                        self.find_tools(def, out);
+                    }
+                }
+                "class_definition" => {
+                    self.class_tool(child, out);
+                    self.find_tools(child, out);
+                }
+                "function_definition"
+                | "block"
+                | "if_statement"
+                | "try_statement"
+                | "else_clause"
+                | "with_statement" => self.find_tools(child, out),
+                _ => {}
+            }
+        }
+    }
+
+    fn decorated(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
+        let Some(def) = node
+            .child_by_field_name("definition")
+            .filter(|d| d.kind() == "function_definition")
+        else {
+            return;
+        };
+        let Some(fname) = def.child_by_field_name("name") else {
+            return;
+        };
+        let Some(body) = def.child_by_field_name("body") else {
+            return;
+        };
+        let mut cursor = node.walk();
+        for decorator in node.named_children(&mut cursor) {
+            if decorator.kind() != "decorator" {
+                continue;
+            }
+            let Some(expr) = decorator.named_child(0) else {
+                continue;
+            };
+            let (target, call) = if expr.kind() == "call" {
+                (expr.child_by_field_name("function"), Some(expr))
+            } else {
+                (Some(expr), None)
+            };
+            let Some(target) = target.and_then(|t| self.normalize(t)) else {
+                continue;
+            };
+            let last = target.rsplit('.').next().unwrap_or("");
+            match last {
+                "tool" | "function_tool" => {
+                    let mut name = self.text(fname).to_string();
+                    let mut hints = Hints::default();
+                    if let Some(call) = call {
+                        let scope = Scope::default();
+                        if let Some(site) = self.call_site(call, &scope) {
+                            if let Some(Arg::Str(n)) = site.args.first() {
+                                name = n.clone();
+                            }
+                            for key in ["name", "name_override"] {
+                                if let Some((_, Arg::Str(n))) =
+                                    site.kwargs.iter().find(|(k, _)| k == key)
+                                {
+                                    name = n.clone();
+                                }
+                            }
+                        }
+                        hints = self.hints(call);
+                    }
+                    let mut events = Vec::new();
+                    self.events(body, None, true, &mut events);
+                    out.push(RawTool {
+                        name,
+                        line: line(def),
+                        events,
+                        hints,
+                    });
+                }
+                "call_tool" => self.dispatch(def, body, out),
+                _ => {}
+            }
+        }
+    }
+
+    /// MCP annotations on a decorator call: `annotations={"readOnlyHint":
+    /// True}` or `annotations=ToolAnnotations(readOnlyHint=True)`.
+    fn hints(&self, call: Node<'_>) -> Hints {
+        let mut hints = Hints::default();
+        let Some(args) = call.child_by_field_name("arguments") else {
+            return hints;
+        };
+        let mut cursor = args.walk();
+        for kw in args.named_children(&mut cursor) {
+            if kw.kind() != "keyword_argument"
+                || kw.child_by_field_name("name").map(|n| self.text(n)) != Some("annotations")
+            {
+                continue;
+            }
+            let Some(value) = kw.child_by_field_name("value") else {
+                continue;
+            };
+            let mut pairs: Vec<(String, Node<'_>)> = Vec::new();
+            let mut c2 = value.walk();
+            match value.kind() {
+                "dictionary" => {
+                    for pair in value.named_children(&mut c2) {
+                        if let (Some(k), Some(v)) = (
+                            pair.child_by_field_name("key"),
+                            pair.child_by_field_name("value"),
+                        ) && let Arg::Str(k) = self.string(k)
+                        {
+                            pairs.push((k, v));
+                        }
+                    }
+                }
+                "call" => {
+                    if let Some(a) = value.child_by_field_name("arguments") {
+                        let mut c3 = a.walk();
+                        for k in a.named_children(&mut c3) {
+                            if let (Some(n), Some(v)) = (
+                                k.child_by_field_name("name"),
+                                k.child_by_field_name("value"),
+                            ) {
+                                pairs.push((self.text(n).to_string(), v));
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            for (k, v) in pairs {
+                let b = match v.kind() {
+                    "true" => Some(true),
+                    "false" => Some(false),
+                    _ => None,
+                };
+                match k.as_str() {
+                    "readOnlyHint" | "read_only_hint" => hints.read_only = b,
+                    "openWorldHint" | "open_world_hint" => hints.open_world = b,
+                    _ => {}
+                }
+            }
+        }
+        hints
+    }
+
+    /// A low-level `@server.call_tool()` handler: each `if name == "x"` /
+    /// `case "x"` branch is a tool of its own.
+    fn dispatch(&self, def: Node<'t>, body: Node<'t>, out: &mut Vec<RawTool>) {
+        let param = def.child_by_field_name("parameters").and_then(|p| {
+            let mut cursor = p.walk();
+            let first = p.named_children(&mut cursor).next()?;
+            let ident = match first.kind() {
+                "identifier" => first,
+                _ => first.named_child(0)?,
+            };
+            Some(self.text(ident).to_string())
+        });
+        let Some(param) = param else {
+            return;
+        };
+        self.branches(body, &param, out);
+    }
+
+    fn branches(&self, node: Node<'t>, param: &str, out: &mut Vec<RawTool>) {
+        match node.kind() {
+            "if_statement" | "elif_clause" => {
+                let names = node
+                    .child_by_field_name("condition")
+                    .map(|c| self.compared_names(c, param))
+                    .unwrap_or_default();
+                if !names.is_empty() {
+                    if let Some(body) = node.child_by_field_name("consequence") {
+                        self.branch_tools(&names, line(node), body, out);
+                    }
+                } else if let Some(body) = node.child_by_field_name("consequence") {
+                    self.branches(body, param, out);
+                }
+                let mut cursor = node.walk();
+                let alts: Vec<Node<'t>> = node
+                    .children_by_field_name("alternative", &mut cursor)
+                    .collect();
+                for alt in alts {
+                    self.branches(alt, param, out);
+                }
+                return;
+            }
+            "match_statement" => {
+                let subject = node
+                    .child_by_field_name("subject")
+                    .map(|s| self.text(s))
+                    .unwrap_or("");
+                if subject == param
+                    && let Some(body) = node.child_by_field_name("body")
+                {
+                    let mut cursor = body.walk();
+                    for case in body.named_children(&mut cursor) {
+                        if case.kind() != "case_clause" {
+                            continue;
+                        }
+                        let mut names = Vec::new();
+                        let mut c2 = case.walk();
+                        for pat in case.named_children(&mut c2) {
+                            if pat.kind() == "case_pattern" {
+                                self.strings_in(pat, &mut names);
+                            }
+                        }
+                        if let Some(consequence) = case.child_by_field_name("consequence")
+                            && !names.is_empty()
+                        {
+                            self.branch_tools(&names, line(case), consequence, out);
+                        }
+                    }
+                    return;
+                }
+            }
+            "function_definition" | "class_definition" => return,
+            _ => {}
+        }
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for child in children {
+            self.branches(child, param, out);
+        }
+    }
+
+    fn branch_tools(&self, names: &[String], at: u32, body: Node<'t>, out: &mut Vec<RawTool>) {
+        let mut events = Vec::new();
+        self.events(body, None, true, &mut events);
+        for name in names {
+            out.push(RawTool {
+                name: name.clone(),
+                line: at,
+                events: events.clone(),
+                hints: Hints::default(),
+            });
+        }
+    }
+
+    /// The string literals a condition compares `param` with:
+    /// `name == "a"`, `name in ("a", "b")`, `name == "a" or name == "b"`.
+    fn compared_names(&self, cond: Node<'_>, param: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        match cond.kind() {
+            "comparison_operator" => {
+                let mut cursor = cond.walk();
+                let operands: Vec<Node<'_>> = cond.named_children(&mut cursor).collect();
+                if operands.len() == 2 && operands.iter().any(|o| self.text(*o) == param) {
+                    for o in operands {
+                        match o.kind() {
+                            "string" => {
+                                if let Arg::Str(s) = self.string(o) {
+                                    names.push(s);
+                                }
+                            }
+                            "tuple" | "list" | "set" => self.strings_in(o, &mut names),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            "boolean_operator" => {
+                for side in ["left", "right"] {
+                    if let Some(s) = cond.child_by_field_name(side) {
+                        names.extend(self.compared_names(s, param));
+                    }
+                }
+            }
+            "parenthesized_expression" => {
+                if let Some(inner) = cond.named_child(0) {
+                    names.extend(self.compared_names(inner, param));
+                }
+            }
+            _ => {}
+        }
+        names
+    }
+
+    fn strings_in(&self, node: Node<'_>, out: &mut Vec<String>) {
+        if node.kind() == "string" {
+            if let Arg::Str(s) = self.string(node) {
+                out.push(s);
+            }
+            return;
+        }
+        let mut cursor = node.walk();
+        for c in node.named_children(&mut cursor) {
+            self.strings_in(c, out);
+        }
+    }
+
+    /// Tools built by a call rather than declared: LangChain
+    /// `StructuredTool.from_function(func=f, name="x")` and
+    /// `Tool(name="x", func=f)` with `f` a function of this file.
+    fn registered_tools(&self, root: Node<'t>, out: &mut Vec<RawTool>) {
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            if node.kind() == "call" {
+                self.registered_tool(node, out);
+            }
+            let mut cursor = node.walk();
+            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev());
+        }
+    }
+
+    fn registered_tool(&self, call: Node<'t>, out: &mut Vec<RawTool>) {
+        let Some(callee) = call
+            .child_by_field_name("function")
+            .and_then(|f| self.normalize(f))
+            .map(|n| self.resolve(&n, &Scope::default(), 0))
+        else {
+            return;
+        };
+        let segs: Vec<&str> = callee.split('.').collect();
+        let last = segs.last().copied().unwrap_or("");
+        let is_factory = last == "from_function"
+            && segs
+                .len()
+                .checked_sub(2)
+                .and_then(|i| segs.get(i))
+                .is_some_and(|s| s.ends_with("Tool"));
+        let is_ctor = matches!(last, "Tool" | "StructuredTool")
+            && segs.first().is_some_and(|r| r.starts_with("langchain"));
+        if !is_factory && !is_ctor {
+            return;
+        }
+        let Some(args) = call.child_by_field_name("arguments") else {
+            return;
+        };
+        let mut func = None;
+        let mut name = None;
+        let mut cursor = args.walk();
+        for (i, a) in args.named_children(&mut cursor).enumerate() {
+            match a.kind() {
+                "keyword_argument" => {
+                    let (Some(k), Some(v)) = (
+                        a.child_by_field_name("name"),
+                        a.child_by_field_name("value"),
+                    ) else {
+                        continue;
+                    };
+                    match self.text(k) {
+                        "func" | "coroutine" => func = func.or(Some(v)),
+                        "name" => {
+                            if let Arg::Str(n) = self.arg(v, &Scope::default()) {
+                                name = Some(n);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                // from_function(f, ...) takes the function first.
+                _ if i == 0 && is_factory => func = Some(a),
+                _ => {}
+            }
+        }
+        let Some(func) = func else {
+            return;
+        };
+        let (body, fallback) = match func.kind() {
+            "identifier" => {
+                let fname = self.text(func);
+                match self
+                    .functions
+                    .get(fname)
+                    .and_then(|f| f.child_by_field_name("body"))
+                {
+                    Some(b) => (b, fname.to_string()),
+                    None => return,
+                }
+            }
+            "lambda" => match func.child_by_field_name("body") {
+                Some(b) => (b, String::new()),
+                None => return,
+            },
+            _ => return,
+        };
+        let Some(name) = name.or((!fallback.is_empty()).then_some(fallback)) else {
+            return;
+        };
+        let mut events = Vec::new();
+        self.events(body, None, true, &mut events);
+        out.push(RawTool {
+            name,
+            line: line(call),
+            events,
+            hints: Hints::default(),
+        });
+    }
+
+    /// A `BaseTool` subclass (LangChain, CrewAI): the `name` class attribute
+    /// names it, `_run`/`_arun` are its body.
+    fn class_tool(&self, class: Node<'t>, out: &mut Vec<RawTool>) {
+        let is_tool = class.child_by_field_name("superclasses").is_some_and(|s| {
+            let mut cursor = s.walk();
+            s.named_children(&mut cursor).any(|b| {
+                self.normalize(b)
+                    .is_some_and(|n| n.rsplit('.').next() == Some("BaseTool"))
+            })
+        });
+        let (Some(cname), Some(body)) = (
+            class.child_by_field_name("name"),
+            class.child_by_field_name("body"),
+        ) else {
+            return;
+        };
+        if !is_tool {
+            return;
+        }
+        let class_name = self.text(cname);
+        let mut name = class_name.to_string();
+        let mut cursor = body.walk();
+        for stmt in body.named_children(&mut cursor) {
+            if stmt.kind() == "expression_statement"
+                && let Some(a) = stmt.named_child(0).filter(|a| a.kind() == "assignment")
+                && a.child_by_field_name("left").map(|l| self.text(l)) == Some("name")
+                && let Some(Arg::Str(n)) = a
+                    .child_by_field_name("right")
+                    .map(|r| self.arg(r, &Scope::default()))
+            {
+                name = n;
+            }
+        }
+        let mut events = Vec::new();
+        if let Some(methods) = self.methods.get(class_name) {
+            for run in ["_run", "_arun"] {
+                if let Some(body) = methods.get(run).and_then(|m| m.child_by_field_name("body")) {
+                    self.events(body, Some(class_name), true, &mut events);
+                }
+            }
+        }
+        out.push(RawTool {
+            name,
+            line: line(class),
+            events,
+            hints: Hints::default(),
+        });
+    }
+}

@@ -1,0 +1,829 @@
+//! TypeScript front end: MCP `server.tool("x", …, handler)`,
+//! `server.registerTool("x", {…}, handler)` and
+//! `server.setRequestHandler(CallToolRequestSchema, …)` with a `switch` or
+//! `if` chain on the tool name. Bodies (plus one hop into same-file
+//! functions and `this.method`s) become [`Event`]s for classification.
+
+use std::collections::HashMap;
+
+use tree_sitter::{Node, Tree};
+
+use super::classify::{Arg, CallSite, Event};
+use super::{Hints, RawTool};
+
+struct File<'t> {
+    src: &'t [u8],
+    /// Local name → module path (`axios` → `axios`, `WebClient` →
+    /// `@slack/web-api.WebClient`, `cp` → `child_process`).
+    imports: HashMap<String, String>,
+    /// Module-level `const x = <expr>` → normalized value.
+    aliases: HashMap<String, String>,
+    /// Module-level string constants.
+    consts: HashMap<String, Arg>,
+    /// Functions by name (`function f`, `const f = () => …`) and methods by
+    /// `this.name`.
+    functions: HashMap<String, Node<'t>>,
+}
+
+#[derive(Default)]
+struct Scope {
+    aliases: HashMap<String, String>,
+    consts: HashMap<String, Arg>,
+}
+
+fn line(node: Node<'_>) -> u32 {
+    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
+}
+
+fn is_function(node: Node<'_>) -> bool {
+    matches!(
+        node.kind(),
+        "arrow_function" | "function_expression" | "function" | "function_declaration"
+    )
+}
+
+/// Extracts the tools of one parsed TypeScript/TSX file.
+pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
+    let root = tree.root_node();
+    let mut file = File {
+        src: src.as_bytes(),
+        imports: HashMap::new(),
+        aliases: HashMap::new(),
+        consts: HashMap::new(),
+        functions: HashMap::new(),
+    };
+    file.index(root, true);
+    let mut out = Vec::new();
+    file.find_tools(root, &mut out);
+    out
+}
+
+impl<'t> File<'t> {
+    fn text(&self, node: Node<'_>) -> &'t str {
+        node.utf8_text(self.src).unwrap_or("")
+    }
+
+    /// Imports, top-level constants and every named function in the file.
+    fn index(&mut self, node: Node<'t>, top: bool) {
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for child in children {
+            match child.kind() {
+                "import_statement" => self.import(child),
+                "lexical_declaration" | "variable_declaration" if top => {
+                    let mut scope = Scope::default();
+                    self.declaration(child, &mut scope);
+                    self.aliases.extend(scope.aliases);
+                    self.consts.extend(scope.consts);
+                    self.index(child, false);
+                }
+                "variable_declarator" => {
+                    if let (Some(name), Some(value)) = (
+                        child.child_by_field_name("name"),
+                        child.child_by_field_name("value"),
+                    ) && is_function(value)
+                    {
+                        self.functions.insert(self.text(name).to_string(), value);
+                    }
+                }
+                "function_declaration" => {
+                    if let Some(name) = child.child_by_field_name("name") {
+                        self.functions.insert(self.text(name).to_string(), child);
+                    }
+                }
+                "method_definition" => {
+                    if let Some(name) = child.child_by_field_name("name") {
+                        let method = self.text(name);
+                        self.functions.insert(format!("this.{method}"), child);
+                        if let Some(class) = class_name(child, self.src) {
+                            self.functions.insert(format!("{class}().{method}"), child);
+                        }
+                    }
+                }
+                "export_statement"
+                | "class_declaration"
+                | "class"
+                | "class_body"
+                | "lexical_declaration"
+                | "variable_declaration" => self.index(child, top),
+                _ => {}
+            }
+        }
+    }
+
+    fn import(&mut self, node: Node<'_>) {
+        let Some(source) = node.child_by_field_name("source") else {
+            return;
+        };
+        let module = match self.literal(source) {
+            Arg::Str(s) => s,
+            _ => return,
+        };
+        let module = module.strip_prefix("node:").unwrap_or(&module).to_string();
+        let mut cursor = node.walk();
+        for clause in node.named_children(&mut cursor) {
+            if clause.kind() != "import_clause" {
+                continue;
+            }
+            let mut c2 = clause.walk();
+            for part in clause.named_children(&mut c2) {
+                match part.kind() {
+                    "identifier" => {
+                        self.imports
+                            .insert(self.text(part).to_string(), module.clone());
+                    }
+                    "namespace_import" => {
+                        if let Some(id) = part.named_child(0) {
+                            self.imports
+                                .insert(self.text(id).to_string(), module.clone());
+                        }
+                    }
+                    "named_imports" => {
+                        let mut c3 = part.walk();
+                        for spec in part.named_children(&mut c3) {
+                            let Some(name) = spec.child_by_field_name("name") else {
+                                continue;
+                            };
+                            let local = spec.child_by_field_name("alias").unwrap_or(name);
+                            self.imports.insert(
+                                self.text(local).to_string(),
+                                format!("{module}.{}", self.text(name)),
+                            );
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// `const x = …` declarations: aliases, constants, `require`s and
+    /// destructured requires.
+    fn declaration(&self, node: Node<'_>, scope: &mut Scope) {
+        let mut cursor = node.walk();
+        for decl in node.named_children(&mut cursor) {
+            if decl.kind() != "variable_declarator" {
+                continue;
+            }
+            let (Some(name), Some(value)) = (
+                decl.child_by_field_name("name"),
+                decl.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            let value = unwrap_expr(value);
+            // require("m")
+            let required = (value.kind() == "call_expression"
+                && value
+                    .child_by_field_name("function")
+                    .is_some_and(|f| self.text(f) == "require"))
+            .then(|| {
+                value
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))
+            })
+            .flatten()
+            .and_then(|a| match self.literal(a) {
+                Arg::Str(s) => Some(s.strip_prefix("node:").unwrap_or(&s).to_string()),
+                _ => None,
+            });
+            let base = required.or_else(|| self.normalize(value));
+            match name.kind() {
+                "identifier" => {
+                    let key = self.text(name).to_string();
+                    match self.arg(value, scope) {
+                        a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_)) => {
+                            scope.consts.insert(key, a);
+                        }
+                        _ => {
+                            if let Some(b) = base {
+                                scope.aliases.insert(key, b);
+                            }
+                        }
+                    }
+                }
+                "object_pattern" => {
+                    let Some(base) = base else { continue };
+                    let mut c2 = name.walk();
+                    for p in name.named_children(&mut c2) {
+                        match p.kind() {
+                            "shorthand_property_identifier_pattern" => {
+                                let n = self.text(p);
+                                scope.aliases.insert(n.to_string(), format!("{base}.{n}"));
+                            }
+                            "pair_pattern" => {
+                                if let (Some(k), Some(v)) =
+                                    (p.child_by_field_name("key"), p.child_by_field_name("value"))
+                                {
+                                    scope.aliases.insert(
+                                        self.text(v).to_string(),
+                                        format!("{base}.{}", self.text(k)),
+                                    );
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn normalize(&self, node: Node<'_>) -> Option<String> {
+        let node = unwrap_expr(node);
+        match node.kind() {
+            "identifier" | "this" | "property_identifier" => Some(self.text(node).to_string()),
+            "member_expression" => {
+                let object = self.normalize(node.child_by_field_name("object")?)?;
+                let prop = self.text(node.child_by_field_name("property")?);
+                Some(format!("{object}.{prop}"))
+            }
+            "subscript_expression" => {
+                let object = self.normalize(node.child_by_field_name("object")?)?;
+                match self.literal(node.child_by_field_name("index")?) {
+                    Arg::Str(s) => Some(format!("{object}.{s}")),
+                    _ => None,
+                }
+            }
+            "call_expression" => {
+                let f = self.normalize(node.child_by_field_name("function")?)?;
+                Some(format!("{f}()"))
+            }
+            "new_expression" => {
+                let f = self.normalize(node.child_by_field_name("constructor")?)?;
+                Some(format!("{f}()"))
+            }
+            _ => None,
+        }
+    }
+
+    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
+        if depth > 6 {
+            return dotted.to_string();
+        }
+        let mut cut = dotted.len();
+        loop {
+            let prefix = &dotted[..cut];
+            if !prefix.ends_with("()") {
+                let found = scope
+                    .aliases
+                    .get(prefix)
+                    .or_else(|| self.aliases.get(prefix));
+                if let Some(value) = found
+                    && value.as_str() != prefix
+                {
+                    let rest = &dotted[cut..];
+                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
+                }
+            }
+            match prefix.rfind(['.', '(']) {
+                Some(i) => cut = i,
+                None => break,
+            }
+        }
+        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
+        match self.imports.get(&dotted[..head_end]) {
+            Some(module) => format!("{module}{}", &dotted[head_end..]),
+            None => dotted.to_string(),
+        }
+    }
+
+    /// A string or template literal (prefix up to the first substitution,
+    /// or a constant substituted first).
+    fn literal(&self, node: Node<'_>) -> Arg {
+        match node.kind() {
+            "string" => {
+                let mut s = String::new();
+                let mut cursor = node.walk();
+                for part in node.named_children(&mut cursor) {
+                    s.push_str(self.text(part));
+                }
+                Arg::Str(s)
+            }
+            "template_string" => {
+                let mut s = String::new();
+                let mut cursor = node.walk();
+                for part in node.named_children(&mut cursor) {
+                    match part.kind() {
+                        "string_fragment" | "escape_sequence" => s.push_str(self.text(part)),
+                        "template_substitution" => {
+                            let c = part
+                                .named_child(0)
+                                .filter(|e| e.kind() == "identifier")
+                                .and_then(|e| self.consts.get(self.text(e)));
+                            match c {
+                                Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
+                                _ => return Arg::Prefix(s),
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Arg::Str(s)
+            }
+            _ => Arg::Other,
+        }
+    }
+
+    fn arg(&self, node: Node<'_>, scope: &Scope) -> Arg {
+        let node = unwrap_expr(node);
+        match node.kind() {
+            "string" | "template_string" => self.literal(node),
+            "number" => self.text(node).parse().map(Arg::Int).unwrap_or(Arg::Other),
+            "array" => {
+                let mut cursor = node.walk();
+                Arg::Seq(
+                    node.named_children(&mut cursor)
+                        .map(|c| self.arg(c, scope))
+                        .collect(),
+                )
+            }
+            "object" => {
+                let mut cursor = node.walk();
+                let mut fields = Vec::new();
+                for p in node.named_children(&mut cursor) {
+                    match p.kind() {
+                        "pair" => {
+                            if let (Some(k), Some(v)) =
+                                (p.child_by_field_name("key"), p.child_by_field_name("value"))
+                            {
+                                let key = match k.kind() {
+                                    "string" => match self.literal(k) {
+                                        Arg::Str(s) => s,
+                                        _ => continue,
+                                    },
+                                    _ => self.text(k).to_string(),
+                                };
+                                fields.push((key, self.arg(v, scope)));
+                            }
+                        }
+                        "shorthand_property_identifier" => {
+                            let n = self.text(p);
+                            let v = scope
+                                .consts
+                                .get(n)
+                                .or_else(|| self.consts.get(n))
+                                .cloned()
+                                .unwrap_or(Arg::Other);
+                            fields.push((n.to_string(), v));
+                        }
+                        _ => {}
+                    }
+                }
+                Arg::Object(fields)
+            }
+            "identifier" => {
+                let n = self.text(node);
+                scope
+                    .consts
+                    .get(n)
+                    .or_else(|| self.consts.get(n))
+                    .cloned()
+                    .unwrap_or(Arg::Other)
+            }
+            "binary_expression" => {
+                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
+                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
+                    _ => Arg::Other,
+                }
+            }
+            // path.join(os.homedir(), ".ssh/id_rsa") / path.resolve("/etc/secrets/x")
+            "call_expression" => {
+                let f = node
+                    .child_by_field_name("function")
+                    .and_then(|f| self.normalize(f))
+                    .unwrap_or_default();
+                if f.ends_with("join") || f.ends_with("resolve") {
+                    let args = node.child_by_field_name("arguments");
+                    let mut parts = Vec::new();
+                    if let Some(a) = args {
+                        let mut cursor = a.walk();
+                        for c in a.named_children(&mut cursor) {
+                            if let Arg::Str(s) = self.arg(c, scope) {
+                                parts.push(s);
+                            }
+                        }
+                    }
+                    if parts.is_empty() {
+                        Arg::Other
+                    } else {
+                        Arg::Str(parts.join("/"))
+                    }
+                } else {
+                    Arg::Other
+                }
+            }
+            _ => Arg::Other,
+        }
+    }
+
+    fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
+        let f = match node.kind() {
+            "call_expression" => node.child_by_field_name("function")?,
+            _ => node.child_by_field_name("constructor")?,
+        };
+        let callee = self.resolve(&self.normalize(f)?, scope, 0);
+        let mut args = Vec::new();
+        if let Some(list) = node.child_by_field_name("arguments") {
+            let mut cursor = list.walk();
+            for a in list.named_children(&mut cursor) {
+                if a.kind() != "comment" {
+                    args.push(self.arg(a, scope));
+                }
+            }
+        }
+        Some(CallSite {
+            callee,
+            line: line(node),
+            args,
+            kwargs: Vec::new(),
+        })
+    }
+
+    fn events(&self, body: Node<'t>, hop: bool, out: &mut Vec<Event>) {
+        let mut scope = Scope::default();
+        let mut stack = vec![body];
+        while let Some(node) = stack.pop() {
+            match node.kind() {
+                "lexical_declaration" | "variable_declaration" => {
+                    self.declaration(node, &mut scope);
+                    self.env_destructuring(node, out);
+                }
+                "call_expression" | "new_expression" => {
+                    if let Some(site) = self.call_site(node, &scope) {
+                        if hop {
+                            self.follow(node, &scope, out);
+                        }
+                        out.push(Event::Call(site));
+                    }
+                }
+                "member_expression" | "subscript_expression" => {
+                    if let Some(object) = node.child_by_field_name("object")
+                        && self.text(object) == "process.env"
+                    {
+                        let var = match node.kind() {
+                            "member_expression" => node
+                                .child_by_field_name("property")
+                                .map(|p| self.text(p).to_string()),
+                            _ => node.child_by_field_name("index").and_then(|i| {
+                                match self.arg(i, &scope) {
+                                    Arg::Str(s) => Some(s),
+                                    _ => None,
+                                }
+                            }),
+                        };
+                        out.push(Event::Env {
+                            var,
+                            call: "process.env".into(),
+                            line: line(node),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            let mut cursor = node.walk();
+            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev());
+        }
+    }
+
+    /// `const { API_KEY, REGION: region } = process.env` reads each name.
+    fn env_destructuring(&self, node: Node<'_>, out: &mut Vec<Event>) {
+        let mut cursor = node.walk();
+        for decl in node.named_children(&mut cursor) {
+            let (Some(name), Some(value)) = (
+                decl.child_by_field_name("name"),
+                decl.child_by_field_name("value"),
+            ) else {
+                continue;
+            };
+            if name.kind() != "object_pattern" || self.text(unwrap_expr(value)) != "process.env" {
+                continue;
+            }
+            let mut c2 = name.walk();
+            for p in name.named_children(&mut c2) {
+                let var = match p.kind() {
+                    "shorthand_property_identifier_pattern" => Some(self.text(p)),
+                    "pair_pattern" | "object_assignment_pattern" => p
+                        .child_by_field_name("key")
+                        .or_else(|| p.child_by_field_name("left"))
+                        .map(|k| self.text(k)),
+                    _ => None,
+                };
+                if let Some(var) = var {
+                    out.push(Event::Env {
+                        var: Some(var.to_string()),
+                        call: "process.env".into(),
+                        line: line(p),
+                    });
+                }
+            }
+        }
+    }
+
+    /// One hop into a same-file function: `helper()`, `this.method()`, or
+    /// `obj.method()` where `obj` is `new LocalClass()`.
+    fn follow(&self, call: Node<'t>, scope: &Scope, out: &mut Vec<Event>) {
+        let Some(f) = call.child_by_field_name("function") else {
+            return;
+        };
+        let key = match f.kind() {
+            "identifier" => self.text(f).to_string(),
+            "member_expression" => {
+                let (Some(o), Some(p)) = (
+                    f.child_by_field_name("object"),
+                    f.child_by_field_name("property"),
+                ) else {
+                    return;
+                };
+                let object = if o.kind() == "this" {
+                    "this".to_string()
+                } else {
+                    match self.normalize(o) {
+                        Some(n) => self.resolve(&n, scope, 0),
+                        None => return,
+                    }
+                };
+                format!("{object}.{}", self.text(p))
+            }
+            _ => return,
+        };
+        if let Some(def) = self.functions.get(&key)
+            && let Some(body) = def.child_by_field_name("body")
+        {
+            self.events(body, false, out);
+        }
+    }
+
+    /// The handler of a registration: the last function argument, or a
+    /// same-file function passed by name.
+    fn handler(&self, args: &[Node<'t>]) -> Option<Node<'t>> {
+        let last = unwrap_expr(*args.last()?);
+        if is_function(last) {
+            return last.child_by_field_name("body");
+        }
+        if last.kind() == "identifier" || last.kind() == "member_expression" {
+            let key = self.text(last).to_string();
+            return self
+                .functions
+                .get(&key)
+                .and_then(|f| f.child_by_field_name("body"));
+        }
+        None
+    }
+
+    fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
+        let mut stack = vec![node];
+        while let Some(node) = stack.pop() {
+            if node.kind() == "call_expression" && self.registration(node, out) {
+                continue;
+            }
+            let mut cursor = node.walk();
+            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev());
+        }
+    }
+
+    /// Handles one `x.tool(…)`, `x.registerTool(…)` or
+    /// `x.setRequestHandler(CallToolRequestSchema, …)`; true when it was one.
+    fn registration(&self, call: Node<'t>, out: &mut Vec<RawTool>) -> bool {
+        let Some(f) = call
+            .child_by_field_name("function")
+            .filter(|f| f.kind() == "member_expression")
+        else {
+            return false;
+        };
+        let method = f
+            .child_by_field_name("property")
+            .map(|p| self.text(p))
+            .unwrap_or("");
+        let Some(list) = call.child_by_field_name("arguments") else {
+            return false;
+        };
+        let mut cursor = list.walk();
+        let args: Vec<Node<'t>> = list
+            .named_children(&mut cursor)
+            .filter(|a| a.kind() != "comment")
+            .collect();
+        match method {
+            "tool" | "registerTool" => {
+                let Some(first) = args.first() else {
+                    return false;
+                };
+                // A literal name, or a constant holding one.
+                let Arg::Str(name) = self.arg(*first, &Scope::default()) else {
+                    return false;
+                };
+                let Some(body) = self.handler(&args) else {
+                    return false;
+                };
+                let mut hints = Hints::default();
+                for a in &args[1..] {
+                    if unwrap_expr(*a).kind() == "object" {
+                        self.hints(unwrap_expr(*a), &mut hints);
+                    }
+                }
+                let mut events = Vec::new();
+                self.events(body, true, &mut events);
+                out.push(RawTool {
+                    name,
+                    line: line(*first),
+                    events,
+                    hints,
+                });
+                true
+            }
+            "setRequestHandler" => {
+                if args.first().map(|a| self.text(*a)) != Some("CallToolRequestSchema") {
+                    return false;
+                }
+                let Some(body) = self.handler(&args) else {
+                    return false;
+                };
+                self.branches(body, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `readOnlyHint`/`openWorldHint` directly in an object, or under its
+    /// `annotations` key.
+    fn hints(&self, object: Node<'_>, hints: &mut Hints) {
+        let mut cursor = object.walk();
+        for p in object.named_children(&mut cursor) {
+            if p.kind() != "pair" {
+                continue;
+            }
+            let (Some(k), Some(v)) = (p.child_by_field_name("key"), p.child_by_field_name("value"))
+            else {
+                continue;
+            };
+            let key = self.text(k).trim_matches(['"', '\'']);
+            let b = match v.kind() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            };
+            match key {
+                "readOnlyHint" => hints.read_only = b,
+                "openWorldHint" => hints.open_world = b,
+                "annotations" if unwrap_expr(v).kind() == "object" => {
+                    self.hints(unwrap_expr(v), hints)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Tools of a `CallToolRequestSchema` handler: `switch (…name) { case
+    /// "x": … }` cases (fall-through cases share the body) and
+    /// `if (name === "x")` chains.
+    fn branches(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
+        match node.kind() {
+            "switch_statement" => {
+                let on_name = node
+                    .child_by_field_name("value")
+                    .is_some_and(|v| mentions_name(self.text(v)));
+                if on_name && let Some(body) = node.child_by_field_name("body") {
+                    let mut pending: Vec<(String, u32)> = Vec::new();
+                    let mut cursor = body.walk();
+                    for case in body.named_children(&mut cursor) {
+                        if case.kind() != "switch_case" {
+                            pending.clear();
+                            continue;
+                        }
+                        if let Some(Arg::Str(n)) =
+                            case.child_by_field_name("value").map(|v| self.literal(v))
+                        {
+                            pending.push((n, line(case)));
+                        }
+                        let mut c2 = case.walk();
+                        let stmts: Vec<Node<'t>> =
+                            case.children_by_field_name("body", &mut c2).collect();
+                        if stmts.is_empty() {
+                            continue;
+                        }
+                        let mut events = Vec::new();
+                        for s in stmts {
+                            self.events(s, true, &mut events);
+                        }
+                        for (name, at) in pending.drain(..) {
+                            out.push(RawTool {
+                                name,
+                                line: at,
+                                events: events.clone(),
+                                hints: Hints::default(),
+                            });
+                        }
+                    }
+                    return;
+                }
+            }
+            "if_statement" => {
+                let names = node
+                    .child_by_field_name("condition")
+                    .map(|c| self.compared_names(c))
+                    .unwrap_or_default();
+                if !names.is_empty()
+                    && let Some(body) = node.child_by_field_name("consequence")
+                {
+                    let mut events = Vec::new();
+                    self.events(body, true, &mut events);
+                    for name in names {
+                        out.push(RawTool {
+                            name,
+                            line: line(node),
+                            events: events.clone(),
+                            hints: Hints::default(),
+                        });
+                    }
+                    if let Some(alt) = node.child_by_field_name("alternative") {
+                        self.branches(alt, out);
+                    }
+                    return;
+                }
+            }
+            _ => {}
+        }
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for c in children {
+            self.branches(c, out);
+        }
+    }
+
+    fn compared_names(&self, cond: Node<'_>) -> Vec<String> {
+        let cond = unwrap_expr(cond);
+        let mut names = Vec::new();
+        if cond.kind() != "binary_expression" {
+            return names;
+        }
+        let op = cond
+            .child_by_field_name("operator")
+            .map(|o| self.text(o))
+            .unwrap_or("");
+        let (Some(l), Some(r)) = (
+            cond.child_by_field_name("left"),
+            cond.child_by_field_name("right"),
+        ) else {
+            return names;
+        };
+        match op {
+            "===" | "==" => {
+                for (a, b) in [(l, r), (r, l)] {
+                    if mentions_name(self.text(a))
+                        && let Arg::Str(s) = self.literal(b)
+                    {
+                        names.push(s);
+                    }
+                }
+            }
+            "||" => {
+                names.extend(self.compared_names(l));
+                names.extend(self.compared_names(r));
+            }
+            _ => {}
+        }
+        names
+    }
+}
+
+/// The name of the class a method belongs to.
+fn class_name(method: Node<'_>, src: &[u8]) -> Option<String> {
+    let body = method.parent()?;
+    let class = body.parent()?;
+    let name = class.child_by_field_name("name")?;
+    name.utf8_text(src).ok().map(str::to_string)
+}
+
+/// True for the expressions that hold the called tool's name
+/// (`request.params.name`, `name`, `toolName`).
+fn mentions_name(text: &str) -> bool {
+    let last = text
+        .rsplit('.')
+        .next()
+        .unwrap_or(text)
+        .trim_matches(['(', ')']);
+    last == "name" || last.ends_with("Name") || last.ends_with("_name")
+}
+
+/// Strips wrappers that do not change what an expression is.
+fn unwrap_expr(node: Node<'_>) -> Node<'_> {
+    let mut node = node;
+    while matches!(
+        node.kind(),
+        "await_expression"
+            | "parenthesized_expression"
+            | "as_expression"
+            | "non_null_expression"
+            | "satisfies_expression"
+    ) {
+        match node.named_child(0) {
+            Some(inner) => node = inner,
+            None => break,
+        }
+    }
+    node
+}

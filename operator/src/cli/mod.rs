@@ -6,6 +6,7 @@ pub mod crds;
 pub mod diff;
 pub mod import;
 pub mod plugin;
+pub mod scan;
 pub mod verify;
 pub mod webhook;
 
@@ -58,6 +59,8 @@ pub enum Command {
     Import(import::ImportCommand),
     /// Print the CustomResourceDefinitions (YAML) for `kubectl apply -f -`.
     Crds,
+    /// Find lethal-trifecta risks in an agent's source; print them, SARIF or an AgentScan.
+    Scan(scan::ScanArgs),
     /// Run the reconcilers against the cluster in KUBECONFIG.
     Controller(controller::ControllerArgs),
     /// Serve only the admission webhook and /v1/decide (every replica serves).
@@ -71,6 +74,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Diff(args) => diff::run(&args),
         Command::Import(cmd) => import::run(&cmd),
         Command::Crds => crds::run(),
+        Command::Scan(args) => scan::run(&args),
         Command::Controller(args) => controller::run(&args),
         Command::Webhook(args) => webhook::run(&args),
     };

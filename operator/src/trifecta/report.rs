@@ -63,6 +63,16 @@ pub struct Note {
     pub source: Option<SourceLocation>,
 }
 
+impl std::fmt::Display for Note {
+    /// `file:line: warning: message`, as compilers print diagnostics.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            Some(s) => write!(f, "{s}: {}: {}", self.level.as_str(), self.message),
+            None => write!(f, "{}: {}", self.level.as_str(), self.message),
+        }
+    }
+}
+
 /// Everything one scan produced, borrowed for rendering.
 #[derive(Debug, Clone, Copy)]
 pub struct ScanReport<'a> {

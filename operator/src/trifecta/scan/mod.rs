@@ -11,10 +11,7 @@ mod python;
 mod typescript;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
 
 use crate::trifecta::graph::{
     Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
@@ -37,64 +34,13 @@ const SKIP_DIRS: &[&str] = &[
 /// generated code, not hand-written tools, and would dominate scan time.
 const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 
-/// How serious a diagnostic is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// The scan went on; the result may be less precise.
-    Warning,
-    /// Part of the input could not be scanned at all.
-    Error,
-}
-
-/// Something the scan noticed that is not a graph fact.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Diagnostic {
-    /// Warning or error.
-    pub severity: Severity,
-    /// What, naming the tool or file.
-    pub message: String,
-    /// Where, when there is a place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<SourceLocation>,
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let sev = match self.severity {
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-        };
-        match &self.source {
-            Some(s) => write!(f, "{s}: {sev}: {}", self.message),
-            None => write!(f, "{sev}: {}", self.message),
-        }
-    }
-}
-
-/// Diagnostics become the report's scanner notes (SARIF `AG-ANNOTATION`
-/// results, the JSON report's notes).
-impl From<Diagnostic> for Note {
-    fn from(d: Diagnostic) -> Note {
-        Note {
-            level: match d.severity {
-                Severity::Warning => NoteLevel::Warning,
-                Severity::Error => NoteLevel::Error,
-            },
-            message: d.message,
-            source: d.source,
-        }
-    }
-}
-
 /// The result of a scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scan {
     /// The agent's information-flow graph.
     pub graph: Graph,
     /// Annotation mismatches, unparseable files and the like.
-    pub diagnostics: Vec<Diagnostic>,
+    pub diagnostics: Vec<Note>,
     /// Number of source files parsed.
     pub files: usize,
 }
@@ -184,8 +130,8 @@ pub fn scan_path(root: &Path) -> Result<Scan, ScanError> {
     for (rel, path) in paths {
         let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_FILE_BYTES);
         if too_big {
-            diagnostics.push(Diagnostic {
-                severity: Severity::Warning,
+            diagnostics.push(Note {
+                level: NoteLevel::Warning,
                 message: format!("{rel}: larger than {MAX_FILE_BYTES} bytes, not scanned"),
                 source: None,
             });
@@ -194,14 +140,14 @@ pub fn scan_path(root: &Path) -> Result<Scan, ScanError> {
         match std::fs::read(&path) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => files.push((rel, text)),
-                Err(_) => diagnostics.push(Diagnostic {
-                    severity: Severity::Error,
+                Err(_) => diagnostics.push(Note {
+                    level: NoteLevel::Error,
                     message: format!("{rel}: not UTF-8, not scanned"),
                     source: None,
                 }),
             },
-            Err(e) => diagnostics.push(Diagnostic {
-                severity: Severity::Error,
+            Err(e) => diagnostics.push(Note {
+                level: NoteLevel::Error,
                 message: format!("{rel}: cannot read: {e}"),
                 source: None,
             }),
@@ -221,7 +167,7 @@ fn walk(
     dir: &Path,
     prefix: &str,
     out: &mut Vec<(String, PathBuf)>,
-    diagnostics: &mut Vec<Diagnostic>,
+    diagnostics: &mut Vec<Note>,
 ) -> Result<(), (PathBuf, std::io::Error)> {
     let entries = std::fs::read_dir(dir).map_err(|e| (dir.to_path_buf(), e))?;
     let mut items = Vec::new();
@@ -245,8 +191,8 @@ fn walk(
             if !SKIP_DIRS.contains(&name.as_str())
                 && let Err((_, e)) = walk(&path, &rel, out, diagnostics)
             {
-                diagnostics.push(Diagnostic {
-                    severity: Severity::Error,
+                diagnostics.push(Note {
+                    level: NoteLevel::Error,
                     message: format!("{rel}: cannot read directory: {e}"),
                     source: None,
                 });
@@ -306,7 +252,7 @@ impl Parsers {
 }
 
 /// Parses and classifies one file.
-fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, Vec<Diagnostic>) {
+fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, Vec<Note>) {
     let mut diagnostics = Vec::new();
     let Some(grammar) = language(path) else {
         return (Vec::new(), diagnostics);
@@ -314,8 +260,8 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
     let parser = match parsers.get(grammar) {
         Ok(p) => p,
         Err(e) => {
-            diagnostics.push(Diagnostic {
-                severity: Severity::Error,
+            diagnostics.push(Note {
+                level: NoteLevel::Error,
                 message: format!("{path}: no parser: {e}"),
                 source: None,
             });
@@ -323,8 +269,8 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
         }
     };
     let Some(tree) = parser.parse(text, None) else {
-        diagnostics.push(Diagnostic {
-            severity: Severity::Error,
+        diagnostics.push(Note {
+            level: NoteLevel::Error,
             message: format!("{path}: could not be parsed"),
             source: None,
         });
@@ -332,8 +278,8 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
     };
     let root = tree.root_node();
     if root.has_error() {
-        diagnostics.push(Diagnostic {
-            severity: Severity::Warning,
+        diagnostics.push(Note {
+            level: NoteLevel::Warning,
             message: format!(
                 "{path}: syntax errors; tools in the damaged part may be missed or misread"
             ),
@@ -458,8 +404,8 @@ pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result
             check_hints(&tool, &mut diagnostics);
             match tools.get_mut(&tool.name) {
                 Some(existing) => {
-                    diagnostics.push(Diagnostic {
-                        severity: Severity::Warning,
+                    diagnostics.push(Note {
+                        level: NoteLevel::Warning,
                         message: format!(
                             "tool {:?} is defined more than once (also at {}); capabilities merged",
                             tool.name, existing.source
@@ -493,7 +439,7 @@ const PARSE_STACK: usize = 256 * 1024 * 1024;
 /// Parses every file, on up to two threads (the scanner runs in CI and in
 /// the operator; more threads buy little for agent repositories), keeping
 /// the input order.
-fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Diagnostic>)> {
+fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Note>)> {
     let run = |chunk: &[&(String, String)]| {
         let mut parsers = Parsers::default();
         chunk
@@ -538,7 +484,7 @@ fn parse_all(files: &[&(String, String)]) -> Vec<(Vec<FoundTool>, Vec<Diagnostic
 }
 
 /// Cross-checks MCP annotations with what the body does.
-fn check_hints(tool: &FoundTool, out: &mut Vec<Diagnostic>) {
+fn check_hints(tool: &FoundTool, out: &mut Vec<Note>) {
     let describe = |c: &Capability| {
         let call = c.call.as_deref().unwrap_or("?");
         match &c.source {
@@ -552,8 +498,8 @@ fn check_hints(tool: &FoundTool, out: &mut Vec<Diagnostic>) {
             .iter()
             .find(|c| c.effect == Effect::Egress)
     {
-        out.push(Diagnostic {
-            severity: Severity::Warning,
+        out.push(Note {
+            level: NoteLevel::Warning,
             message: format!(
                 "tool {:?} declares readOnlyHint: true but its body sends data out: {} ({} egress)",
                 tool.name,
@@ -574,8 +520,8 @@ fn check_hints(tool: &FoundTool, out: &mut Vec<Diagnostic>) {
         } else {
             "untrusted input"
         };
-        out.push(Diagnostic {
-            severity: Severity::Warning,
+        out.push(Note {
+            level: NoteLevel::Warning,
             message: format!(
                 "tool {:?} declares openWorldHint: false but its body reaches the outside world: {} ({} {what})",
                 tool.name,

@@ -363,7 +363,7 @@ fn syntax_errors_are_diagnostics() {
     );
     assert_eq!(summary(&s), vec!["t: "]);
     assert_eq!(s.diagnostics.len(), 1);
-    assert_eq!(s.diagnostics[0].severity, Severity::Warning);
+    assert_eq!(s.diagnostics[0].level, NoteLevel::Warning);
     assert_eq!(s.diagnostics[0].source.as_ref().unwrap().file, "bad.py");
 }
 
@@ -427,15 +427,16 @@ fn scan_path_walks_and_skips() {
 }
 
 #[test]
-fn diagnostics_become_report_notes() {
-    let d = Diagnostic {
-        severity: Severity::Error,
-        message: "x.py: not UTF-8, not scanned".into(),
-        source: None,
+fn notes_print_like_compiler_diagnostics() {
+    let note = Note {
+        level: NoteLevel::Error,
+        message: "not UTF-8, not scanned".into(),
+        source: Some(SourceLocation {
+            file: "x.py".into(),
+            line: 3,
+        }),
     };
-    let note = crate::trifecta::report::Note::from(d);
-    assert_eq!(note.level, crate::trifecta::report::NoteLevel::Error);
-    assert_eq!(note.message, "x.py: not UTF-8, not scanned");
+    assert_eq!(note.to_string(), "x.py:3: error: not UTF-8, not scanned");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! decodes requests, asks SubjectAccessReviews and encodes answers.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 
 use kube::ResourceExt;
 use kube::core::admission::Operation;
@@ -55,6 +56,16 @@ pub fn review_sandbox(
         }
         Governance::Governed(g) => g,
     };
+    for (i, accepted) in sandbox.spec.accepted_findings.iter().enumerate() {
+        // An acceptance that could never lapse (or never apply) is refused
+        // here rather than silently ignored later.
+        if k8s_openapi::jiff::Timestamp::from_str(&accepted.expires).is_err() {
+            return Answer::Deny(format!(
+                "agentsandbox {name:?}: spec.acceptedFindings[{i}].expires {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
+                accepted.expires
+            ));
+        }
+    }
     let compiled = match compile(&sandbox.spec.policy, Role::Sandbox, &Limits::default()) {
         Ok(p) => p,
         Err(reason) => {
@@ -315,6 +326,17 @@ spec:
             review_sandbox(&narrow, &gov, &prover, false),
             Answer::allow()
         );
+        let mut odd = sandbox("");
+        odd.spec.accepted_findings = vec![crate::k8s::crd::AcceptedFinding {
+            id: "AG-TRIFECTA".into(),
+            sink: None,
+            reason: "r".into(),
+            expires: "next tuesday".into(),
+        }];
+        assert!(matches!(
+            review_sandbox(&odd, &gov, &prover, false),
+            Answer::Deny(m) if m.contains("spec.acceptedFindings[0].expires \"next tuesday\" is not an RFC 3339 time")
+        ));
     }
 
     #[test]

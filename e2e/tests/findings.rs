@@ -173,7 +173,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         &[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -199,7 +199,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         |r| r.contains("PodRefused"),
     );
     assert!(
-        cp.kubectl(&["get", "pod", "triage-bot", "-n", "agents"])
+        cp.kubectl(&["get", "pod", "issue-responder", "-n", "agents"])
             .unwrap()
             .status
             .code()
@@ -210,7 +210,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     let deny = cp
         .decide(
             port,
-            r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"POST","path":"/repos/acme/widgets/pulls"}"#,
+            r#"{"sandbox":"issue-responder","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"POST","path":"/repos/acme/widgets/pulls"}"#,
         )
         .unwrap();
     assert_eq!(deny["allow"], false, "{deny}");
@@ -233,7 +233,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         &[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -247,17 +247,17 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         &[
             "get",
             "pod",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
             "jsonpath={.metadata.name}",
         ],
-        |n| n == "triage-bot",
+        |n| n == "issue-responder",
     );
     let record = cp
         .run(&[
-            "get", "asbx", "triage-bot", "-n", "agents", "-o",
+            "get", "asbx", "issue-responder", "-n", "agents", "-o",
             "jsonpath={.status.findings.images[0].findings[0].state}/{.status.findings.images[0].findings[0].severedBy[0]}",
         ])
         .unwrap();
@@ -309,19 +309,19 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         &[
             "get",
             "pod",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
             "jsonpath={.metadata.name}",
         ],
-        |n| n == "triage-bot",
+        |n| n == "issue-responder",
     );
     let state = cp
         .run(&[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -335,7 +335,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         &[
             "get",
             "reports.openreports.io",
-            "agentgate-triage-bot",
+            "agentgate-issue-responder",
             "-n",
             "agents",
             "-o",
@@ -346,7 +346,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     // While it lasts, another pod of the sandbox is admitted too.
     cp.run_stdin(
         &["apply", "-f", "-"],
-        &owned_pod(&cp, "triage-bot-2", "triage-bot"),
+        &owned_pod(&cp, "issue-responder-2", "issue-responder"),
     )
     .unwrap();
     // After it expires the operator re-assesses on time, and new pods are refused.
@@ -354,7 +354,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         &[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -367,7 +367,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     assert_refused(
         cp.kubectl_stdin(
             &["apply", "-f", "-"],
-            &owned_pod(&cp, "triage-bot-3", "triage-bot"),
+            &owned_pod(&cp, "issue-responder-3", "issue-responder"),
         )
         .unwrap(),
         WITNESS,

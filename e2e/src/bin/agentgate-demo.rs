@@ -4,8 +4,10 @@
 //! `agentgate-demo up` starts etcd, kube-apiserver and `agentgate
 //! controller`, applies examples/ (a MaximumPolicy with a review region and
 //! an invariant, a sandbox, three proposals), waits for their verdicts,
-//! prints them and the KUBECONFIG path, and exits, leaving the processes
-//! running. `agentgate-demo down` stops them and removes the files.
+//! prints them; then scans examples/agent, applies the AgentScan, shows the
+//! agent's pod refused with the trifecta witness and admitted once the
+//! policy severs the sink; prints the KUBECONFIG path and exits, leaving the
+//! processes running. `agentgate-demo down` stops them and removes the files.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -210,6 +212,8 @@ fn up() -> Result<(), String> {
         ],
     )?;
 
+    trifecta(&cp, &operator)?;
+
     let kubeconfig = cp.kubeconfig().display().to_string();
     let (operator_pid, log) = operator.detach();
     let mut pids = cp.detach();
@@ -247,8 +251,166 @@ fn up() -> Result<(), String> {
     println!(
         "  curl -sk https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
     );
+    println!(
+        "  kubectl get asbx issue-responder -n agents -o jsonpath='{{.status.findings}}'   # per-finding state: Severed, by post_comment"
+    );
+    println!(
+        "  agentgate scan examples/agent -o sarif                 # the same findings as SARIF code flows"
+    );
     println!("Operator log: {}", log.display());
     println!("Stop it with: make demo-down");
+    Ok(())
+}
+
+/// The image the example agent's sandbox runs (the digest is illustrative;
+/// nothing is pulled: the local control plane has no nodes).
+const AGENT_IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+
+/// The trifecta part: scan, apply the AgentScan, a refused pod with the
+/// witness, the policy severing the sink, the pod admitted.
+fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(), String> {
+    let bin = agentgate_e2e::operator_binary().map_err(|e| e.to_string())?;
+    let scan = |output: &str| -> Result<String, String> {
+        let out = Command::new(&bin)
+            .args([
+                "scan",
+                "examples/agent",
+                "--image",
+                AGENT_IMAGE,
+                "-o",
+                output,
+            ])
+            .current_dir(agentgate_e2e::repo_root())
+            .output()
+            .map_err(|e| format!("running agentgate scan: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "agentgate scan: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    println!(
+        "\n\x1b[1m# The agent in examples/agent: untrusted issue text, a private customer database, posting comments\x1b[0m\n$ agentgate scan examples/agent --image {AGENT_IMAGE}"
+    );
+    print!("{}", scan("text")?);
+    println!(
+        "\n\x1b[1m# CI applies the scan; the operator recomputes the findings from the graph\x1b[0m\n$ agentgate scan examples/agent --image {AGENT_IMAGE} -o yaml | kubectl apply -f -"
+    );
+    print!(
+        "{}",
+        cp.run_stdin(&["apply", "-f", "-"], &scan("yaml")?)
+            .map_err(|e| e.to_string())?
+    );
+    kubectl(cp, &["create", "namespace", "enforced"])?;
+    kubectl(
+        cp,
+        &[
+            "label",
+            "namespace",
+            "enforced",
+            "agentgate.dev/enforce=enforce",
+        ],
+    )?;
+    cp.wait_for(
+        &[
+            "get",
+            "ascan",
+            "-o",
+            "jsonpath={.items[0].status.findings[*].sink}",
+        ],
+        Duration::from_secs(30),
+        |s| !s.is_empty(),
+    )
+    .map_err(|last| format!("the scan was never analysed ({last:?})\n{}", operator.log()))?;
+    println!(
+        "\n\x1b[1m# A pod running that image in an enforced namespace: refused with both witness paths and the minimal fix\x1b[0m\n$ kubectl run bot -n enforced --image={AGENT_IMAGE}"
+    );
+    let refused = cp
+        .kubectl(&[
+            "run",
+            "bot",
+            "-n",
+            "enforced",
+            &format!("--image={AGENT_IMAGE}"),
+            "--restart=Never",
+        ])
+        .map_err(|e| e.to_string())?;
+    if refused.status.success() {
+        return Err("the pod with an unfixed finding was admitted".into());
+    }
+    print!("{}", String::from_utf8_lossy(&refused.stderr));
+    let condition = |cp: &ControlPlane, want: &str| {
+        cp.wait_for(
+            &[
+                "get",
+                "asbx",
+                "issue-responder",
+                "-n",
+                "agents",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
+            ],
+            Duration::from_secs(60),
+            |s| s == want,
+        )
+        .map_err(|last| format!("FindingsClear never {want} ({last:?})\n{}", operator.log()))
+    };
+    println!(
+        "\n\x1b[1m# A sandbox running the image with every leg open: FindingsClear=False, its pod refused\x1b[0m\n$ kubectl apply -f examples/agent/sandbox.yaml"
+    );
+    print!(
+        "{}",
+        kubectl(cp, &["apply", "-f", "examples/agent/sandbox.yaml"])?
+    );
+    condition(cp, "False")?;
+    print!(
+        "$ kubectl get asbx issue-responder -n agents -o jsonpath='{{.status.conditions[?(@.type==\"FindingsClear\")].message}}'\n{}\n",
+        kubectl(
+            cp,
+            &[
+                "get",
+                "asbx",
+                "issue-responder",
+                "-n",
+                "agents",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].message}"
+            ]
+        )?
+    );
+    println!(
+        "\n\x1b[1m# The policy severs the sink (GET only: post_comment cannot send): the pod is admitted\x1b[0m\n$ kubectl apply -f examples/agent/sandbox-severed.yaml"
+    );
+    print!(
+        "{}",
+        kubectl(cp, &["apply", "-f", "examples/agent/sandbox-severed.yaml"])?
+    );
+    condition(cp, "True")?;
+    cp.wait_for(
+        &[
+            "get",
+            "pod",
+            "issue-responder",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.name}",
+        ],
+        Duration::from_secs(60),
+        |s| s == "issue-responder",
+    )
+    .map_err(|last| {
+        format!(
+            "the severed sandbox's pod was not created ({last:?})\n{}",
+            operator.log()
+        )
+    })?;
+    print!(
+        "$ kubectl get pod issue-responder -n agents\n{}",
+        kubectl(cp, &["get", "pod", "issue-responder", "-n", "agents"])?
+    );
     Ok(())
 }
 

@@ -279,7 +279,7 @@ fn run() -> Result<(), String> {
         &[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -293,7 +293,7 @@ fn run() -> Result<(), String> {
         .run(&[
             "get",
             "asbx",
-            "triage-bot",
+            "issue-responder",
             "-n",
             "agents",
             "-o",
@@ -320,7 +320,7 @@ fn run() -> Result<(), String> {
     let dir = cp.dir().join("pods-allow");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let bodies: Vec<String> = (0..=POD_REQUESTS)
-        .map(|v| pod_review("agents", v, Some(("triage-bot", uid.trim()))))
+        .map(|v| pod_review("agents", v, Some(("issue-responder", uid.trim()))))
         .collect();
     let times = load(&dir, &ca, &url, &bodies, "\"allowed\":true", POD_RATE)?;
     report("pod admission, sandbox pod, severed (allow)", &times);

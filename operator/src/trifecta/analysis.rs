@@ -125,6 +125,14 @@ impl Finding {
     }
 }
 
+impl Finding {
+    /// The one line every surface prints (webhook, status, reports):
+    /// `AG-TRIFECTA → x; control: …; data: …. Minimal fix: restrict tool x.`
+    pub fn line_with_fix(&self) -> String {
+        format!("{self}. Minimal fix: {}.", self.fix())
+    }
+}
+
 impl fmt::Display for Finding {
     /// One line: title, both witnesses.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -243,10 +243,7 @@ pub fn unfixed_line(image: &str, unfixed: &[&Finding]) -> Option<String> {
     } else {
         "findings"
     };
-    let details: Vec<String> = unfixed
-        .iter()
-        .map(|f| format!("{f}. Minimal fix: {}.", f.fix()))
-        .collect();
+    let details: Vec<String> = unfixed.iter().map(|f| f.line_with_fix()).collect();
     Some(format!(
         "image {} carries {} unfixed trifecta {noun}: {}",
         short_image(image),

@@ -139,11 +139,6 @@ fn value<T: Serialize>(item: &T) -> Value {
     serde_json::to_value(item).unwrap_or(Value::Null)
 }
 
-/// The minimal fix sentence appended to every finding line.
-fn fix_sentence(finding: &Finding) -> String {
-    format!("Minimal fix: {}", finding.fix())
-}
-
 /// The JSON report: `{image?, summary, findings, graph, notes}`. Each finding
 /// is its serde form plus `message` (the one-line Display) and `fix`.
 pub fn json(report: &ScanReport<'_>) -> Value {
@@ -192,11 +187,10 @@ pub fn text(report: &ScanReport<'_>) -> String {
     for finding in report.findings {
         let _ = writeln!(
             out,
-            "{:<8} {} {}",
+            "{:<8} {}",
             // Severity's Display ignores width, so pad its text.
             finding.severity.to_string(),
-            finding,
-            fix_sentence(finding)
+            finding.line_with_fix()
         );
     }
     for note in report.notes {
@@ -367,7 +361,7 @@ fn finding_result(graph: &Graph, finding: &Finding) -> Value {
         "ruleId": TRIFECTA_ID,
         "ruleIndex": 0,
         "level": level,
-        "message": {"text": format!("{finding} {}", fix_sentence(finding))},
+        "message": {"text": finding.line_with_fix()},
         "locations": locations,
         "codeFlows": [{
             "message": {"text": format!("Lethal trifecta at {}", finding.sink)},
@@ -740,7 +734,7 @@ mod tests {
             r["message"]["text"]
                 .as_str()
                 .unwrap()
-                .ends_with("(db.py:10) Minimal fix: restrict tool send_email")
+                .ends_with("(db.py:10). Minimal fix: restrict tool send_email.")
         );
         let physical = &r["locations"][0]["physicalLocation"];
         assert_eq!(physical["artifactLocation"]["uri"], "tools.py");
@@ -855,8 +849,8 @@ mod tests {
         assert_eq!(
             text(&report),
             "HIGH     AG-TRIFECTA → send_email; control: read_email → __llm__ → send_email \
-             (tools.py:42); data: query_customers → __llm__ → send_email (db.py:10) \
-             Minimal fix: restrict tool send_email\n\
+             (tools.py:42); data: query_customers → __llm__ → send_email (db.py:10). \
+             Minimal fix: restrict tool send_email.\n\
              WARNING  tools.py:12: readOnlyHint true but body calls requests.post\n"
         );
         let clean = text(&ScanReport {

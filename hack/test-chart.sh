@@ -301,7 +301,9 @@ assert_kind_count PodDisruptionBudget 0
 run_case options --set allowUnmanaged=true --set webhook.failurePolicy=Ignore --set rbac.aggregateToAdmin=true \
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --set replicaCount=1 --set leaderElection.enabled=false --set-json 'affinity={"nodeAffinity":{}}'
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 6
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 4
+# Loosening the agentgate kinds does not open pod enforcement.
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
 assert_in Deployment agentgate "- --allow-unmanaged"
 assert_in Deployment agentgate "- --leader-elect=false"
 assert_in Deployment agentgate 'image: "ghcr.io/agentgate-dev/agentgate@sha256:0123456789abcdef'

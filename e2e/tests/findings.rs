@@ -343,13 +343,39 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         ],
         |s| s == "1/AG-TRIFECTA/post_comment/skip",
     );
-    // While it lasts, another pod of the sandbox is admitted too.
-    cp.run_stdin(
-        &["apply", "-f", "-"],
-        &owned_pod(&cp, "issue-responder-2", "issue-responder"),
-    )
+    // The acceptance is lent only to the operator's own pod: mallory, who
+    // can create pods and read the sandbox, copies its owner reference and
+    // label and is refused, acceptance or not.
+    cp.run(&[
+        "create",
+        "role",
+        "pod-maker",
+        "-n",
+        "agents",
+        "--verb=create,get",
+        "--resource=pods",
+    ])
     .unwrap();
-    // After it expires the operator re-assesses on time, and new pods are refused.
+    cp.run(&[
+        "create",
+        "rolebinding",
+        "pod-maker",
+        "-n",
+        "agents",
+        "--role=pod-maker",
+        "--user=mallory",
+    ])
+    .unwrap();
+    assert_refused(
+        cp.kubectl_stdin(
+            &["apply", "-f", "-", "--as", "mallory"],
+            &owned_pod(&cp, "copycat", "issue-responder"),
+        )
+        .unwrap(),
+        WITNESS,
+    );
+    // After it expires the operator re-assesses on time, and the sandbox's
+    // pod, created again, is refused.
     cp.wait_for(
         &[
             "get",
@@ -364,13 +390,35 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         |s| s == "False",
     )
     .unwrap_or_else(|last| panic!("still {last}\n{}", operator.log()));
-    assert_refused(
-        cp.kubectl_stdin(
-            &["apply", "-f", "-"],
-            &owned_pod(&cp, "issue-responder-3", "issue-responder"),
-        )
-        .unwrap(),
-        WITNESS,
+    cp.run(&[
+        "delete",
+        "pod",
+        "issue-responder",
+        "-n",
+        "agents",
+        "--wait=false",
+    ])
+    .unwrap();
+    wait(
+        &cp,
+        &operator,
+        &[
+            "get",
+            "events",
+            "-n",
+            "agents",
+            "--field-selector",
+            "reason=PodRefused",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |m| m.contains(WITNESS),
+    );
+    assert!(
+        !cp.kubectl(&["get", "pod", "issue-responder", "-n", "agents"])
+            .unwrap()
+            .status
+            .success()
     );
     drop(operator);
 }

@@ -36,7 +36,7 @@ use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
 use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
 use crate::policy::model::PolicyDocument;
-use crate::trifecta::assess::{assess_sandbox, findings_condition, next_expiry};
+use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
 use crate::verdict::Mode;
 use crate::webhook::pods::spec_images;
 
@@ -323,7 +323,7 @@ async fn reconcile(
     }
     status.observed_generation = generation;
     let requeue =
-        assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await?;
+        assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await;
 
     if status != before {
         // The sandbox's resourceVersion is the precondition: a proposal
@@ -354,15 +354,17 @@ async fn reconcile(
                 tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
             }
         }
-        if let Some(findings) = &status.findings {
-            publish_report(&sandbox, findings, &ctx).await;
-        }
+    }
+    if let Some(findings) = &status.findings {
+        // Every reconcile: a Report deleted by hand or a CRD installed later
+        // is (re)published without waiting for the findings to change.
+        publish_report(&sandbox, findings, &ctx).await;
     }
     // Only what is committed reaches the enforcement proxy.
     apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
     if let Some(refusal) = ensure_pod(&sandbox, &ctx).await? {
         // Refused by admission (unfixed findings, usually): say so and look
-        // again soon; a policy or scan change also brings us back at once.
+        // again in 10 s; a policy or scan change brings us back at once.
         tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
         let event = Event {
             type_: EventType::Warning,
@@ -374,7 +376,7 @@ async fn reconcile(
         if let Err(e) = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await {
             tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
         }
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        return Ok(Action::requeue(Duration::from_secs(10)));
     }
     tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
     Ok(Action::requeue(requeue))
@@ -383,7 +385,10 @@ async fn reconcile(
 /// Assesses the trifecta findings of the template's images against the
 /// effective policy about to be committed: `status.findings` and the
 /// `FindingsClear` condition. Returns when to look again (the next
-/// acceptance expiry, at most five minutes).
+/// acceptance expiry, at most five minutes). Never fails: the policy commit
+/// (which may be a revocation) must not wait on the findings, so a failed
+/// assessment is `FindingsClear=Unknown` with the reason, and the sandbox's
+/// pods count as unfixed at admission meanwhile.
 async fn assess_findings(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
@@ -391,68 +396,106 @@ async fn assess_findings(
     events: &mut Vec<(EventType, &'static str, String)>,
     time: &Time,
     ctx: &Context,
-) -> Result<Duration, ControllerError> {
+) -> Duration {
     let default = Duration::from_secs(300);
     let Some(spec) = sandbox.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
         status.findings = None;
         status.conditions.retain(|c| c.type_ != "FindingsClear");
-        return Ok(default);
+        return default;
     };
     let images = spec_images(spec);
-    let scans = Api::<AgentScan>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    // A policy that does not compile severs nothing (fail closed).
-    let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
-    let accepted = sandbox.spec.accepted_findings.clone();
-    let prover = ctx.prover.clone();
-    let revision = status.revision;
     let now = Timestamp::now();
-    let started = std::time::Instant::now();
-    let summary = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&AgentScan> = scans.iter().collect();
-        assess_sandbox(
-            &images,
-            &refs,
-            policy.as_ref(),
-            &prover,
-            &accepted,
-            now,
-            revision,
-        )
-    })
-    .await
-    .map_err(|e| ControllerError::Prover(e.to_string()))?;
-    ctx.metrics
-        .solver_seconds
-        .observe(started.elapsed().as_secs_f64());
-    let (clear, reason, message) = findings_condition(&summary);
+    let assessed = match Api::<AgentScan>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(scans) => {
+            // A policy that does not compile severs nothing (fail closed).
+            let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
+            let accepted = sandbox.spec.accepted_findings.clone();
+            let prover = ctx.prover.clone();
+            let revision = status.revision;
+            let started = std::time::Instant::now();
+            let result = tokio::task::spawn_blocking(move || {
+                let refs: Vec<&AgentScan> = scans.items.iter().collect();
+                assess_sandbox(
+                    &images,
+                    &refs,
+                    policy.as_ref(),
+                    &prover,
+                    &accepted,
+                    now,
+                    revision,
+                )
+            })
+            .await
+            .map_err(|e| format!("the assessment task failed: {e}"));
+            ctx.metrics
+                .solver_seconds
+                .observe(started.elapsed().as_secs_f64());
+            result
+        }
+        Err(e) => Err(format!("cannot list AgentScans: {e}")),
+    };
+    let (clear, reason, message) = match assessed {
+        Ok(mut summary) => {
+            cap_records(&mut summary);
+            let (clear, reason, message) = findings_condition(&summary);
+            status.findings = Some(summary);
+            (Some(clear), reason, message)
+        }
+        Err(message) => {
+            status.findings = None;
+            (None, "AssessmentFailed", message)
+        }
+    };
     let changed = conditions::set(
         &mut status.conditions,
         "FindingsClear",
-        if clear { Status::True } else { Status::False },
+        match clear {
+            Some(true) => Status::True,
+            Some(false) => Status::False,
+            None => Status::Unknown,
+        },
         reason,
         &message,
         sandbox.meta().generation,
         time,
     );
     if changed {
-        let type_ = if clear {
+        let type_ = if clear == Some(true) {
             EventType::Normal
         } else {
             EventType::Warning
         };
         events.push((type_, reason, message));
     }
-    status.findings = Some(summary);
-    let requeue = next_expiry(&sandbox.spec.accepted_findings, now)
+    if clear.is_none() {
+        return Duration::from_secs(10);
+    }
+    next_expiry(&sandbox.spec.accepted_findings, now)
         .map(|expiry| {
             let millis = expiry.as_millisecond().saturating_sub(now.as_millisecond());
             Duration::from_millis(u64::try_from(millis).unwrap_or(0).saturating_add(500))
         })
-        .map_or(default, |wait| wait.min(default));
-    Ok(requeue)
+        .map_or(default, |wait| wait.min(default))
+}
+
+/// At most this many finding records per image in the status (the counts
+/// stay exact): a scan with thousands of sinks must not push the sandbox
+/// past the API server's object size limit and block its commits.
+const MAX_RECORDS_PER_IMAGE: usize = 50;
+
+fn cap_records(summary: &mut FindingsSummary) {
+    for image in &mut summary.images {
+        if image.findings.len() > MAX_RECORDS_PER_IMAGE {
+            // Unfixed first, so what admission refuses is what is shown.
+            image
+                .findings
+                .sort_by_key(|r| r.state != crate::k8s::crd::FindingState::Unfixed);
+            image.findings.truncate(MAX_RECORDS_PER_IMAGE);
+        }
+    }
 }
 
 /// Publishes the findings as an OpenReports `Report` when that CRD is
@@ -605,6 +648,12 @@ pub async fn run(ctx: Arc<Context>) {
             Api::<ConfigMap>::all(ctx.client.clone()),
             watcher::Config::default().labels(SANDBOX_LABEL),
         )
+        // A deleted agent Pod is created again (and judged again by pod
+        // admission) at once, not at the next periodic reconcile.
+        .owns(
+            Api::<Pod>::all(ctx.client.clone()),
+            watcher::Config::default().labels(SANDBOX_LABEL),
+        )
         .watches(
             Api::<MaximumPolicy>::all(ctx.client.clone()),
             watcher::Config::default(),
@@ -619,10 +668,23 @@ pub async fn run(ctx: Arc<Context>) {
         .watches(
             Api::<AgentScan>::all(ctx.client.clone()),
             watcher::Config::default(),
-            move |_| {
+            move |scan| {
+                // Only the sandboxes whose template runs the scanned digest.
+                let digest = image_digest(&scan.spec.image).map(str::to_string);
                 by_scan
                     .state()
                     .iter()
+                    .filter(|s| {
+                        s.spec
+                            .template
+                            .as_ref()
+                            .and_then(|t| t.spec.as_ref())
+                            .is_some_and(|spec| {
+                                spec_images(spec)
+                                    .iter()
+                                    .any(|i| image_digest(i).map(str::to_string) == digest)
+                            })
+                    })
                     .map(|s| ObjectRef::from_obj(s.as_ref()))
                     .collect::<Vec<_>>()
             },

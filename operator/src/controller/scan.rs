@@ -42,7 +42,12 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     let before = status.clone();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut events = Vec::new();
-    match analyze(&scan.spec.graph) {
+    // Off the async runtime: a big graph is milliseconds to seconds of work.
+    let graph = scan.spec.graph.clone();
+    let analysed = tokio::task::spawn_blocking(move || analyze(&graph))
+        .await
+        .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    match analysed {
         Ok(findings) => {
             let message = summary(&findings);
             if findings != status.findings {

@@ -208,6 +208,9 @@ pub struct ImageFindings {
     /// The AgentScan used, if one exists for the image's digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<String>,
+    /// The AgentScan's uid (a scan recreated under the same name is another scan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_uid: Option<String>,
     /// The AgentScan generation the findings come from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan_generation: Option<i64>,

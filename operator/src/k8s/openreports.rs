@@ -140,6 +140,7 @@ mod tests {
                 ImageFindings {
                     image: "a@sha256:00".into(),
                     scan: Some("a".into()),
+                    scan_uid: Some("u".into()),
                     scan_generation: Some(1),
                     problem: None,
                     findings: vec![

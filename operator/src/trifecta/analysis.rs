@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cut::minimum_cut;
 use super::graph::{
-    Confidentiality, EdgeKind, Effect, Graph, GraphError, IndexedGraph, Integrity, Node,
+    Channel, Confidentiality, EdgeKind, Effect, Graph, GraphError, IndexedGraph, Integrity, Node,
     SourceLocation,
 };
 
@@ -241,21 +241,16 @@ pub(crate) fn edge_allowed(kind: EdgeKind, half: Half, into_sink: bool) -> bool 
     }
 }
 
-/// True when `node` blocks data paths to `sink`: it declassifies every
-/// egress channel of the sink.
-pub(crate) fn declassifies_for(node: &Node, sink: &Node) -> bool {
-    let channels = sink.egress_channels();
-    !node.declassifies.is_empty() && channels.iter().all(|c| node.declassifies.contains(c))
+/// True when `node` blocks data paths to a sink with these egress
+/// channels: it declassifies every one of them.
+pub fn declassifies_for(node: &Node, sink_channels: &[Channel]) -> bool {
+    !node.declassifies.is_empty() && sink_channels.iter().all(|c| node.declassifies.contains(c))
 }
 
-/// [`declassifies_for`], for tests outside the crate.
-pub fn declassifies_for_test(node: &Node, sink: &Node) -> bool {
-    declassifies_for(node, sink)
-}
-
-/// True when `node` may sit on a `half` path to `sink` (as source or hop).
-pub(crate) fn passable(node: &Node, sink: &Node, half: Half) -> bool {
-    half == Half::Control || !declassifies_for(node, sink)
+/// True when `node` may sit on a `half` path to a sink with these egress
+/// channels (as source or hop).
+pub(crate) fn passable(node: &Node, sink_channels: &[Channel], half: Half) -> bool {
+    half == Half::Control || !declassifies_for(node, sink_channels)
 }
 
 /// The preferred source-to-sink path for one half: sources ranked by how
@@ -269,9 +264,10 @@ fn best_path(
     removed: &[bool],
     half: Half,
 ) -> Option<Vec<usize>> {
-    let sink_node = graph.node(sink);
+    // Computed once: the usable check runs for every edge of the search.
+    let channels = graph.node(sink).egress_channels();
     let usable = |i: usize| {
-        !removed.get(i).copied().unwrap_or(false) && passable(graph.node(i), sink_node, half)
+        !removed.get(i).copied().unwrap_or(false) && passable(graph.node(i), &channels, half)
     };
     // Distance (in edges) from each node to the sink, walking edges backwards.
     let mut distance = vec![usize::MAX; graph.len()];

@@ -34,8 +34,11 @@ pub fn image_digest(image: &str) -> Option<&str> {
 /// shortened, for one-line messages.
 pub fn short_image(image: &str) -> String {
     match image.rsplit_once("@sha256:") {
-        Some((name, hex)) if hex.len() > 12 => format!("{name}@sha256:{}…", &hex[..12]),
-        _ => image.to_string(),
+        Some((name, hex)) => match hex.get(..12) {
+            Some(prefix) if hex.len() > 12 => format!("{name}@sha256:{prefix}…"),
+            _ => image.to_string(),
+        },
+        None => image.to_string(),
     }
 }
 
@@ -68,6 +71,8 @@ pub fn next_expiry(accepted: &[AcceptedFinding], now: Timestamp) -> Option<Times
 pub struct ScanInput<'a> {
     /// AgentScan name.
     pub name: &'a str,
+    /// AgentScan uid.
+    pub uid: &'a str,
     /// Its generation.
     pub generation: Option<i64>,
     /// The graph.
@@ -104,6 +109,7 @@ pub fn assess_image(
         return out;
     };
     out.scan = Some(scan.name.to_string());
+    out.scan_uid = Some(scan.uid.to_string());
     out.scan_generation = scan.generation;
     let findings = match scan.findings {
         Ok(findings) => findings,
@@ -162,17 +168,33 @@ pub fn assess_sandbox(
         ..FindingsSummary::default()
     };
     for image in images {
-        let scan = image_digest(image).and_then(|digest| {
-            scans
+        let candidates: Vec<&&AgentScan> = match image_digest(image) {
+            Some(digest) => scans
                 .iter()
                 .filter(|s| image_digest(&s.spec.image) == Some(digest))
-                .min_by(|a, b| a.name_any().cmp(&b.name_any()))
-        });
+                .collect(),
+            None => Vec::new(),
+        };
+        if candidates.len() > 1 {
+            summary.images.push(ImageFindings {
+                image: image.clone(),
+                problem: Some(format!(
+                    "image {}: {}",
+                    short_image(image),
+                    several_scans(candidates.iter().map(|s| s.name_any()))
+                )),
+                ..ImageFindings::default()
+            });
+            continue;
+        }
+        let scan = candidates.first().copied();
         let name = scan.map(|s| s.name_any());
+        let uid = scan.map(|s| s.uid().unwrap_or_default());
         let findings = scan.map(|s| analyze(&s.spec.graph).map_err(|e| e.to_string()));
-        let input = match (scan, &name, &findings) {
-            (Some(scan), Some(name), Some(findings)) => Some(ScanInput {
+        let input = match (scan, &name, &uid, &findings) {
+            (Some(scan), Some(name), Some(uid), Some(findings)) => Some(ScanInput {
                 name,
+                uid,
                 generation: scan.metadata.generation,
                 graph: &scan.spec.graph,
                 findings,
@@ -189,6 +211,18 @@ pub fn assess_sandbox(
         summary.images.push(assessed);
     }
     summary
+}
+
+/// The problem when several AgentScans describe one digest: which one is
+/// true is not for agentgate to guess (a later scan could hide findings), so
+/// the image counts as not assessed until all but one are deleted.
+pub fn several_scans(names: impl Iterator<Item = String>) -> String {
+    let mut names: Vec<String> = names.collect();
+    names.sort();
+    format!(
+        "several AgentScans ({}) describe its digest; delete all but one",
+        names.join(", ")
+    )
 }
 
 /// The `FindingsClear` condition for a summary: `(clear, reason, message)`.

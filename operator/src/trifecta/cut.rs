@@ -161,9 +161,9 @@ fn half_cut(
     let n = graph.len();
     let infinite = n + 1;
     let (source, target) = (2 * n, 2 * n + 1);
-    let sink_node = graph.node(sink);
+    let channels = graph.node(sink).egress_channels();
     let usable = |i: usize| {
-        !removed.get(i).copied().unwrap_or(false) && passable(graph.node(i), sink_node, half)
+        !removed.get(i).copied().unwrap_or(false) && passable(graph.node(i), &channels, half)
     };
     let mut network = Network::new(2 * n + 2);
     for v in (0..n).filter(|&v| usable(v)) {

@@ -1,9 +1,9 @@
 //! The link between a finding and a sandbox's policy (DESIGN.md §7): a
 //! capability the effective policy provably never allows cannot carry
 //! information, so the graph the sandbox really runs is the scanned graph
-//! without those capabilities (and without nodes left with nothing to do).
+//! without those capabilities.
 //! A finding is severed when the trifecta query on that graph finds no path
-//! to its sink.
+//! to its sink. Nodes and edges stay: only what a tool can do is removed.
 //!
 //! Each network capability is one prover intersection query (policy ∩ the
 //! capability's region = ∅). Capabilities a network policy cannot stop
@@ -69,41 +69,21 @@ pub fn reach(capability: &Capability, policy: &CompiledPolicy, prover: &Prover) 
 }
 
 /// The graph as a sandbox runs it: capabilities the policy denies are
-/// dropped, and a node whose every capability is denied is dropped with its
-/// edges. Returns the graph and the ids of nodes that lost a capability.
+/// dropped. Nodes and edges stay: the tool's code still runs and still
+/// relays what flows through it, and a label the graph declares is not a
+/// capability a policy can take away. Returns the graph and the ids of
+/// nodes that lost a capability.
 pub fn restrict(graph: &Graph, policy: &CompiledPolicy, prover: &Prover) -> (Graph, Vec<String>) {
-    let mut restricted = Graph {
-        nodes: Vec::with_capacity(graph.nodes.len()),
-        edges: Vec::with_capacity(graph.edges.len()),
-    };
+    let mut restricted = graph.clone();
     let mut touched = Vec::new();
-    let mut dropped = std::collections::HashSet::new();
-    for node in &graph.nodes {
-        let kept: Vec<Capability> = node
-            .capabilities
-            .iter()
-            .filter(|c| reach(c, policy, prover) != Reach::Denied)
-            .cloned()
-            .collect();
-        if kept.len() == node.capabilities.len() {
-            restricted.nodes.push(node.clone());
-            continue;
+    for node in &mut restricted.nodes {
+        let before = node.capabilities.len();
+        node.capabilities
+            .retain(|c| reach(c, policy, prover) != Reach::Denied);
+        if node.capabilities.len() != before {
+            touched.push(node.id.clone());
         }
-        touched.push(node.id.clone());
-        if kept.is_empty() {
-            dropped.insert(node.id.as_str());
-            continue;
-        }
-        let mut node = node.clone();
-        node.capabilities = kept;
-        restricted.nodes.push(node);
     }
-    restricted.edges = graph
-        .edges
-        .iter()
-        .filter(|e| !dropped.contains(e.from.as_str()) && !dropped.contains(e.to.as_str()))
-        .cloned()
-        .collect();
     (restricted, touched)
 }
 
@@ -267,6 +247,10 @@ mod tests {
             severed_by(&findings, &restricted, &touched).unwrap(),
             vec![Some(vec!["read_email".to_string()])]
         );
-        assert!(restricted.node("read_email").is_none());
+        // The node stays (its code still runs), without the capability.
+        assert_eq!(
+            restricted.node("read_email").map(|n| n.capabilities.len()),
+            Some(0)
+        );
     }
 }

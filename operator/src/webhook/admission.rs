@@ -112,12 +112,25 @@ pub fn review_sandbox(
     }
 }
 
-/// Whether a create or update sets or changes `spec.acceptedFindings` (a
-/// risk acceptance, which needs the approve verb).
+/// Whether a create or update sets or changes what `spec.acceptedFindings`
+/// accepts (a risk acceptance, which needs the approve verb): the entries
+/// themselves, or — while there are entries — the template's images, since
+/// an acceptance covers whatever image the sandbox runs.
 pub fn accepted_findings_changed(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
+    let images = |s: &AgentSandbox| {
+        s.spec
+            .template
+            .as_ref()
+            .and_then(|t| t.spec.as_ref())
+            .map(crate::webhook::pods::spec_images)
+            .unwrap_or_default()
+    };
     match old {
         None => !new.spec.accepted_findings.is_empty(),
-        Some(old) => old.spec.accepted_findings != new.spec.accepted_findings,
+        Some(old) => {
+            old.spec.accepted_findings != new.spec.accepted_findings
+                || (!new.spec.accepted_findings.is_empty() && images(old) != images(new))
+        }
     }
 }
 
@@ -248,6 +261,35 @@ pub fn pinned_by_digest(image: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// A second AgentScan for a digest another scan already describes: refused,
+/// so nobody can shadow a scan with findings by a cleaner one (pods of a
+/// digest with several scans are refused too, in case two race past this).
+pub fn scan_conflict<'a>(
+    scan: &AgentScan,
+    others: impl Iterator<Item = &'a AgentScan>,
+) -> Option<String> {
+    let digest = crate::trifecta::assess::image_digest(&scan.spec.image)?;
+    let name = scan.name_any();
+    others
+        .filter(|o| o.name_any() != name)
+        .find(|o| crate::trifecta::assess::image_digest(&o.spec.image) == Some(digest))
+        .map(|o| {
+            format!(
+                "agentscan {name:?}: AgentScan {:?} already describes {digest}; update that one instead",
+                o.name_any()
+            )
+        })
+}
+
+/// Size limits of an AgentScan graph: the analysis is linear per sink, and
+/// every controller and webhook replica runs it, so a graph written by an
+/// untrusted CI job must stay bounded. 20,000 tools is far beyond real agents.
+pub const MAX_SCAN_NODES: usize = 20_000;
+/// See [`MAX_SCAN_NODES`].
+pub const MAX_SCAN_EDGES: usize = 100_000;
+/// See [`MAX_SCAN_NODES`].
+pub const MAX_SCAN_CAPABILITIES: usize = 50_000;
+
 /// An AgentScan must pin its image by digest and carry a well-formed graph:
 /// every node has a unique non-empty string `id`, every edge's `from` and
 /// `to` name a node.
@@ -259,7 +301,19 @@ pub fn review_scan(scan: &AgentScan) -> Answer {
             scan.spec.image
         ));
     }
-    if let Err(error) = scan.spec.graph.indexed() {
+    let graph = &scan.spec.graph;
+    let capabilities: usize = graph.nodes.iter().map(|n| n.capabilities.len()).sum();
+    if graph.nodes.len() > MAX_SCAN_NODES
+        || graph.edges.len() > MAX_SCAN_EDGES
+        || capabilities > MAX_SCAN_CAPABILITIES
+    {
+        return Answer::Deny(format!(
+            "agentscan {name:?}: the graph has {} nodes, {} edges and {capabilities} capabilities; at most {MAX_SCAN_NODES}, {MAX_SCAN_EDGES} and {MAX_SCAN_CAPABILITIES} are analysed (split the agent, or declare load-bearing tools in agentgate.yaml)",
+            graph.nodes.len(),
+            graph.edges.len()
+        ));
+    }
+    if let Err(error) = graph.indexed() {
         return Answer::Deny(format!("agentscan {name:?}: spec.graph.{error}"));
     }
     Answer::allow()
@@ -505,5 +559,65 @@ spec:
             matches!(review_scan(&scan(&digest, twice)), Answer::Deny(m) if m.contains("duplicate node id \"a\""))
         );
         assert!(!pinned_by_digest("x@sha256:ABC"));
+        // One scan per digest: a second name for it is refused.
+        let first = scan(&digest, serde_json::json!({}));
+        let mut second = scan(&digest, serde_json::json!({}));
+        second.metadata.name = Some("t".into());
+        assert!(
+            scan_conflict(&second, [&first].into_iter())
+                .is_some_and(|m| m.contains("AgentScan \"s\" already describes"))
+        );
+        assert_eq!(scan_conflict(&first, [&first].into_iter()), None);
+        // Too big to analyse on every replica: refused with the counts.
+        let mut huge = scan(&digest, serde_json::json!({}));
+        huge.spec.graph.nodes = (0..=MAX_SCAN_NODES)
+            .map(|i| crate::trifecta::Node {
+                id: format!("t{i}"),
+                ..Default::default()
+            })
+            .collect();
+        assert!(matches!(review_scan(&huge), Answer::Deny(m) if m.contains("20001 nodes")));
+    }
+
+    #[test]
+    fn changing_the_images_of_a_sandbox_with_acceptances_needs_approval() {
+        let with_image = |image: &str, accepted: bool| {
+            let mut s = sandbox("");
+            s.spec.template = Some(
+                serde_json::from_value(
+                    serde_json::json!({"spec": {"containers": [{"name": "a", "image": image}]}}),
+                )
+                .unwrap(),
+            );
+            if accepted {
+                s.spec.accepted_findings = vec![crate::k8s::crd::AcceptedFinding {
+                    id: "AG-TRIFECTA".into(),
+                    sink: None,
+                    reason: "r".into(),
+                    expires: "2027-01-01T00:00:00Z".into(),
+                }];
+            }
+            s
+        };
+        assert!(accepted_findings_changed(
+            None,
+            &with_image("a@sha256:1", true)
+        ));
+        assert!(!accepted_findings_changed(
+            None,
+            &with_image("a@sha256:1", false)
+        ));
+        assert!(accepted_findings_changed(
+            Some(&with_image("a@sha256:1", true)),
+            &with_image("b@sha256:2", true)
+        ));
+        assert!(!accepted_findings_changed(
+            Some(&with_image("a@sha256:1", false)),
+            &with_image("b@sha256:2", false)
+        ));
+        assert!(!accepted_findings_changed(
+            Some(&with_image("a@sha256:1", true)),
+            &with_image("a@sha256:1", true)
+        ));
     }
 }

@@ -105,10 +105,12 @@ pub fn cite_finding(
             method: request.method.clone().unwrap_or_default(),
             path: request.path.clone().unwrap_or_default(),
         };
-        capability
-            .network_region()
-            .and_then(|r| compile_region(&r, "capability").ok())
-            .is_some_and(|region| region_contains(&region, &action))
+        // A malformed request is denied for that reason, not by a finding.
+        action.check_canonical().is_ok()
+            && capability
+                .network_region()
+                .and_then(|r| compile_region(&r, "capability").ok())
+                .is_some_and(|region| region_contains(&region, &action))
     };
     findings.iter().find_map(|finding| {
         let nodes = std::iter::once(finding.sink.as_str())

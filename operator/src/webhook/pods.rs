@@ -70,7 +70,11 @@ pub fn owning_sandbox(pod: &Pod) -> Option<(String, String)> {
         .owner_references
         .as_ref()?
         .iter()
-        .find(|o| o.kind == "AgentSandbox" && o.api_version.starts_with("agentgate.dev/"))
+        .find(|o| {
+            o.kind == "AgentSandbox"
+                && o.api_version.starts_with("agentgate.dev/")
+                && o.controller == Some(true)
+        })
         .map(|o| (o.name.clone(), o.uid.clone()))
 }
 
@@ -116,6 +120,9 @@ pub fn spec_images(spec: &PodSpec) -> Vec<String> {
 pub struct CachedScan {
     /// AgentScan name.
     pub name: String,
+    /// Its uid: a scan deleted and created again under the same name starts
+    /// again at generation 1, so name and generation alone are not enough.
+    pub uid: String,
     /// Its generation.
     pub generation: Option<i64>,
     /// Findings recomputed from its graph, or why they could not be.
@@ -155,17 +162,30 @@ impl PodReview {
     }
 }
 
-/// Reviews a pod. `sandbox` is the owning sandbox from the cache, already
-/// checked against the owner reference's uid; `scan_for` finds the scan of
-/// an image digest.
+/// How the webhook found the scan of a digest.
+pub type ScanLookup = Result<Option<CachedScan>, String>;
+
+/// Reviews a pod (and, for an update, the pod it replaces).
+///
+/// `sandbox` is the owning sandbox from the cache, lent only when the
+/// request comes from the operator itself and the owner reference's uid
+/// matches: anyone who can read a sandbox could copy its owner reference,
+/// so a pod created by someone else gets no severance proofs and no
+/// acceptances from it. The sandbox's pod also carries the sandbox's name.
+/// `scan_for` finds the scan of an image digest (an error when several
+/// scans claim it: fail closed). On update only images the old pod did not
+/// run are checked, so finalizer removal and label patches of a running pod
+/// are never blocked by a finding that appeared later.
 pub fn review_pod(
     pod: &Pod,
+    old: Option<&Pod>,
     namespace_labels: &BTreeMap<String, String>,
     sandbox: Option<&AgentSandbox>,
-    scan_for: &dyn Fn(&str) -> Option<CachedScan>,
+    scan_for: &dyn Fn(&str) -> ScanLookup,
     now: Timestamp,
 ) -> PodReview {
-    let Some((mode, note)) = enforcement(namespace_labels, claims_sandbox(pod)) else {
+    let claims = claims_sandbox(pod) || old.is_some_and(claims_sandbox);
+    let Some((mode, note)) = enforcement(namespace_labels, claims) else {
         return PodReview {
             mode: None,
             problems: Vec::new(),
@@ -177,6 +197,7 @@ pub fn review_pod(
         problems: Vec::new(),
         notes: note.into_iter().collect(),
     };
+    let sandbox = sandbox.filter(|s| pod.metadata.name.as_deref() == s.metadata.name.as_deref());
     let status = sandbox.and_then(|s| s.status.as_ref());
     let current = status.and_then(|s| {
         s.findings
@@ -186,19 +207,29 @@ pub fn review_pod(
     let accepted = sandbox
         .map(|s| s.spec.accepted_findings.as_slice())
         .unwrap_or(&[]);
-    for image in images(pod) {
+    let running: BTreeSet<String> = old.map(images).unwrap_or_default().into_iter().collect();
+    for image in images(pod).into_iter().filter(|i| !running.contains(i)) {
         let Some(digest) = image_digest(&image) else {
             review.problems.push(format!(
                 "image {image:?} is not pinned by digest; use name@sha256:<64 hex digits>."
             ));
             continue;
         };
-        let Some(scan) = scan_for(digest) else {
-            review.problems.push(format!(
-                "image {} has no AgentScan; scan it with `agentgate scan PATH --image {image} -o yaml | kubectl apply -f -`.",
-                short_image(&image)
-            ));
-            continue;
+        let scan = match scan_for(digest) {
+            Ok(Some(scan)) => scan,
+            Ok(None) => {
+                review.problems.push(format!(
+                    "image {} has no AgentScan; scan it with `agentgate scan PATH --image {image} -o yaml | kubectl apply -f -`.",
+                    short_image(&image)
+                ));
+                continue;
+            }
+            Err(problem) => {
+                review
+                    .problems
+                    .push(format!("image {}: {problem}.", short_image(&image)));
+                continue;
+            }
         };
         let findings = match scan.findings.as_ref() {
             Ok(findings) => findings,
@@ -212,12 +243,14 @@ pub fn review_pod(
             }
         };
         // Severance comes from the sandbox's status, proved by the operator
-        // against the committed revision and this very scan generation.
+        // against the committed revision and this very scan (uid and
+        // generation).
         let severed: BTreeSet<&str> = current
             .and_then(|f| {
                 f.images.iter().find(|i| {
                     i.image == image
                         && i.scan.as_deref() == Some(scan.name.as_str())
+                        && i.scan_uid.as_deref() == Some(scan.uid.as_str())
                         && i.scan_generation == scan.generation
                 })
             })
@@ -265,6 +298,8 @@ mod tests {
         }))
         .unwrap();
         if owned {
+            // The operator names a sandbox's pod after the sandbox.
+            pod.metadata.name = Some("bot".into());
             pod.metadata.owner_references = Some(vec![
                 serde_json::from_value(serde_json::json!({
                     "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
@@ -298,12 +333,13 @@ mod tests {
         Arc::new(Ok(analyze(&graph).unwrap()))
     }
 
-    fn scans(digest: &str) -> Option<CachedScan> {
-        (digest.starts_with("sha256:ab12")).then(|| CachedScan {
+    fn scans(digest: &str) -> ScanLookup {
+        Ok((digest.starts_with("sha256:ab12")).then(|| CachedScan {
             name: "bot-scan".into(),
+            uid: "scan-uid".into(),
             generation: Some(1),
             findings: findings(),
-        })
+        }))
     }
 
     fn labels(mode: &str) -> BTreeMap<String, String> {
@@ -318,6 +354,7 @@ mod tests {
     fn unfixed_findings_deny_with_the_witness_and_the_fix() {
         let review = review_pod(
             &pod(&digest_image(), false),
+            None,
             &labels("enforce"),
             None,
             &scans,
@@ -335,6 +372,7 @@ mod tests {
         // Warn admits with the same line; audit admits silently.
         let warn = review_pod(
             &pod(&digest_image(), false),
+            None,
             &labels("warn"),
             None,
             &scans,
@@ -343,6 +381,7 @@ mod tests {
         assert_eq!(warn.answer(), Answer::Allow(vec![message]));
         let audit = review_pod(
             &pod(&digest_image(), false),
+            None,
             &labels("audit"),
             None,
             &scans,
@@ -350,7 +389,14 @@ mod tests {
         );
         assert!(matches!(audit.answer(), Answer::Audit(p) if p.len() == 1));
         // Not governed: no label, no sandbox.
-        let free = review_pod(&pod("nginx", false), &BTreeMap::new(), None, &scans, now());
+        let free = review_pod(
+            &pod("nginx", false),
+            None,
+            &BTreeMap::new(),
+            None,
+            &scans,
+            now(),
+        );
         assert_eq!(free.answer(), Answer::allow());
     }
 
@@ -358,6 +404,7 @@ mod tests {
     fn unpinned_and_unscanned_images_are_refused() {
         let review = review_pod(
             &pod("nginx:latest", true),
+            None,
             &BTreeMap::new(),
             None,
             &scans,
@@ -365,9 +412,23 @@ mod tests {
         );
         assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("not pinned by digest")));
         let other = format!("ghcr.io/acme/other@sha256:{}", "cd".repeat(32));
-        let review = review_pod(&pod(&other, true), &BTreeMap::new(), None, &scans, now());
+        let review = review_pod(
+            &pod(&other, true),
+            None,
+            &BTreeMap::new(),
+            None,
+            &scans,
+            now(),
+        );
         assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("has no AgentScan")));
-        let odd = review_pod(&pod(&other, false), &labels("strict"), None, &scans, now());
+        let odd = review_pod(
+            &pod(&other, false),
+            None,
+            &labels("strict"),
+            None,
+            &scans,
+            now(),
+        );
         assert!(
             matches!(odd.answer(), Answer::Deny(m) if m.contains("is not enforce, warn or audit"))
         );
@@ -405,6 +466,7 @@ mod tests {
                 images: vec![ImageFindings {
                     image: image.clone(),
                     scan: Some("bot-scan".into()),
+                    scan_uid: Some("scan-uid".into()),
                     scan_generation: Some(1),
                     problem: None,
                     findings: vec![record(FindingState::Severed)],
@@ -413,11 +475,25 @@ mod tests {
             ..AgentSandboxStatus::default()
         });
         let owned = pod(&image, true);
-        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        let review = review_pod(
+            &owned,
+            None,
+            &BTreeMap::new(),
+            Some(&sandbox),
+            &scans,
+            now(),
+        );
         assert_eq!(review.answer(), Answer::allow());
         // A stale proof (older revision) does not count.
         sandbox.status.as_mut().unwrap().revision = 4;
-        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        let review = review_pod(
+            &owned,
+            None,
+            &BTreeMap::new(),
+            Some(&sandbox),
+            &scans,
+            now(),
+        );
         assert!(matches!(review.answer(), Answer::Deny(_)));
         // An acceptance admits until it expires.
         sandbox.spec.accepted_findings = vec![AcceptedFinding {
@@ -426,10 +502,88 @@ mod tests {
             reason: "pilot".into(),
             expires: "2026-12-01T00:00:00Z".into(),
         }];
-        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, now());
+        let review = review_pod(
+            &owned,
+            None,
+            &BTreeMap::new(),
+            Some(&sandbox),
+            &scans,
+            now(),
+        );
         assert_eq!(review.answer(), Answer::allow());
-        let later = Timestamp::from_str("2026-12-02T00:00:00Z").unwrap();
-        let review = review_pod(&owned, &BTreeMap::new(), Some(&sandbox), &scans, later);
+        // A pod by another name claiming the sandbox borrows nothing.
+        let mut other = owned.clone();
+        other.metadata.name = Some("copycat".into());
+        let review = review_pod(
+            &other,
+            None,
+            &BTreeMap::new(),
+            Some(&sandbox),
+            &scans,
+            now(),
+        );
         assert!(matches!(review.answer(), Answer::Deny(_)));
+        let later = Timestamp::from_str("2026-12-02T00:00:00Z").unwrap();
+        let review = review_pod(
+            &owned,
+            None,
+            &BTreeMap::new(),
+            Some(&sandbox),
+            &scans,
+            later,
+        );
+        assert!(matches!(review.answer(), Answer::Deny(_)));
+    }
+
+    #[test]
+    fn updates_check_only_new_images_and_several_scans_fail_closed() {
+        let image = digest_image();
+        let running = pod(&image, false);
+        // Same images (e.g. a finalizer removed): admitted even with a finding.
+        let review = review_pod(
+            &running,
+            Some(&running),
+            &labels("enforce"),
+            None,
+            &scans,
+            now(),
+        );
+        assert_eq!(review.answer(), Answer::allow());
+        // A new image is checked.
+        let unscanned = format!("ghcr.io/acme/other@sha256:{}", "cd".repeat(32));
+        let mut changed = running.clone();
+        if let Some(spec) = changed.spec.as_mut() {
+            spec.containers[0].image = Some(unscanned);
+        }
+        let review = review_pod(
+            &changed,
+            Some(&running),
+            &labels("enforce"),
+            None,
+            &scans,
+            now(),
+        );
+        assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("has no AgentScan")));
+        // An update that drops the sandbox label is still governed.
+        let mut claimed = running.clone();
+        claimed.metadata.labels = Some(BTreeMap::from([(
+            SANDBOX_LABEL.to_string(),
+            "bot".to_string(),
+        )]));
+        let review = review_pod(
+            &changed,
+            Some(&claimed),
+            &BTreeMap::new(),
+            None,
+            &scans,
+            now(),
+        );
+        assert!(matches!(review.answer(), Answer::Deny(_)));
+        // Two scans for one digest: refused until one is deleted.
+        let several = |_: &str| -> ScanLookup {
+            Err("several AgentScans (a, b) describe sha256:ab12…".into())
+        };
+        let review = review_pod(&running, None, &labels("enforce"), None, &several, now());
+        assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("several AgentScans")));
     }
 }

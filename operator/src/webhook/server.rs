@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -33,11 +34,11 @@ use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::controller::sandbox::governing_from;
 use crate::k8s::crd::{AgentSandbox, AgentScan, FindingState, MaximumPolicy, PolicyProposal};
 use crate::prover::Prover;
-use crate::trifecta::assess::{acceptance, image_digest};
+use crate::trifecta::assess::{acceptance, image_digest, several_scans};
 use crate::trifecta::{Finding, analyze};
 use crate::webhook::admission::{
     APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
-    review_proposal, review_sandbox, review_scan,
+    review_proposal, review_sandbox, review_scan, scan_conflict,
 };
 use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
 use crate::webhook::decide::{
@@ -59,6 +60,9 @@ pub struct WebhookState {
     sandboxes: Store<AgentSandbox>,
     scans: Store<AgentScan>,
     analyses: ScanAnalyses,
+    /// The operator's own user name (from a SelfSubjectReview at start):
+    /// only its pods borrow their sandbox's proofs and acceptances.
+    operator_user: Option<String>,
     policies: CompiledPolicies,
     listening: AtomicBool,
     resolver: Arc<CertResolver>,
@@ -97,17 +101,23 @@ impl WebhookState {
             && self.scans.wait_until_ready().await.is_ok()
     }
 
-    /// The AgentScan for an image digest (the first by name when several
-    /// scan the same digest), with its findings recomputed from the graph.
-    fn scan_for(&self, digest: &str) -> Option<(Arc<AgentScan>, CachedScan)> {
-        let scan = self
-            .scans
-            .state()
-            .into_iter()
+    /// The AgentScan for an image digest, with its findings recomputed
+    /// from the graph; an error when several scans claim the digest.
+    fn scan_for(&self, digest: &str) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
+        let all = self.scans.state();
+        let mut matching: Vec<Arc<AgentScan>> = all
+            .iter()
             .filter(|s| image_digest(&s.spec.image) == Some(digest))
-            .min_by(|a, b| a.name_any().cmp(&b.name_any()))?;
-        let cached = self.analyses.get(&scan);
-        Some((scan, cached))
+            .cloned()
+            .collect();
+        if matching.len() > 1 {
+            return Err(several_scans(matching.iter().map(|s| s.name_any())));
+        }
+        let Some(scan) = matching.pop() else {
+            return Ok(None);
+        };
+        let cached = self.analyses.get(&scan, &all);
+        Ok(Some((scan, cached)))
     }
 
     async fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
@@ -241,8 +251,10 @@ where
         Answer::Audit(problems) => {
             tracing::info!(kind, %uid, %name, %namespace, %user, %operation, problems = %problems.join(" "), "admitted in audit mode");
             let mut r = base;
+            // The API server prefixes the key with the webhook's name
+            // (pods.agentgate.dev/findings); a key with a '/' is dropped.
             r.audit_annotations
-                .insert("agentgate.dev/findings".into(), problems.join(" "));
+                .insert("findings".into(), problems.join(" "));
             r
         }
         Answer::Allow(warnings) => {
@@ -278,7 +290,7 @@ async fn validate_sandbox(
                 Ok(true) => {}
                 Ok(false) => {
                     return Answer::Deny(format!(
-                        "agentsandbox {:?}: changing spec.acceptedFindings accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {:?} does not hold",
+                        "agentsandbox {:?}: changing spec.acceptedFindings (or the images they cover) accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {:?} does not hold",
                         sandbox.name_any(),
                         request.user_info.username.as_deref().unwrap_or("")
                     ));
@@ -362,12 +374,24 @@ async fn validate_scan(
     State(state): State<Arc<WebhookState>>,
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
     answer(
         &state,
         "agentscans",
         "AgentScan",
         review,
-        |_, scan: AgentScan, _| async move { review_scan(&scan) },
+        |_, scan: AgentScan, _| async move {
+            match review_scan(&scan) {
+                Answer::Allow(warnings) => {
+                    let others = s.scans.state();
+                    match scan_conflict(&scan, others.iter().map(|s| s.as_ref())) {
+                        Some(message) => Answer::Deny(message),
+                        None => Answer::Allow(warnings),
+                    }
+                }
+                other => other,
+            }
+        },
     )
     .await
 }
@@ -382,22 +406,31 @@ async fn validate_pod(
         "pods",
         "Pod",
         review,
-        |request, pod: Pod, _| async move {
+        |request, pod: Pod, old| async move {
             let namespace = request.namespace.clone().unwrap_or_default();
             let labels = match s.namespace_labels(&namespace).await {
                 Ok(l) => l,
                 Err(e) => return Answer::Deny(format!("pod {:?}: {e}", request.name)),
             };
-            // Only the sandbox the owner reference names, with the same uid,
-            // lends the pod its severance proofs and acceptances.
-            let sandbox = owning_sandbox(&pod).and_then(|(name, uid)| {
-                s.sandboxes
-                    .get(&ObjectRef::new(&name).within(&namespace))
-                    .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
-            });
-            let scan_for = |digest: &str| s.scan_for(digest).map(|(_, cached)| cached);
+            // Only the operator's own pods borrow their sandbox's severance
+            // proofs and acceptances: an owner reference can be copied by
+            // anyone who can read the sandbox.
+            let by_operator = s.operator_user.is_some()
+                && request.user_info.username.as_deref() == s.operator_user.as_deref();
+            let sandbox = owning_sandbox(&pod)
+                .filter(|_| by_operator)
+                .and_then(|(name, uid)| {
+                    s.sandboxes
+                        .get(&ObjectRef::new(&name).within(&namespace))
+                        .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
+                });
+            let scan_for = |digest: &str| {
+                s.scan_for(digest)
+                    .map(|found| found.map(|(_, cached)| cached))
+            };
             review_pod(
                 &pod,
+                old.as_ref(),
                 &labels,
                 sandbox.as_deref(),
                 &scan_for,
@@ -476,18 +509,27 @@ fn cite_unfixed(
     sandbox: &AgentSandbox,
     request: &DecideRequest,
 ) -> Option<FindingCitation> {
-    let summary = sandbox.status.as_ref()?.findings.as_ref()?;
+    let status = sandbox.status.as_ref()?;
+    // Severance records count only when proved for the committed revision
+    // and this very scan, as at pod admission.
+    let summary = status
+        .findings
+        .as_ref()
+        .filter(|f| f.revision == Some(status.revision))?;
     let now = Timestamp::now();
     summary.images.iter().find_map(|image| {
-        let (scan, cached) = state.scan_for(image_digest(&image.image)?)?;
+        let (scan, cached) = state.scan_for(image_digest(&image.image)?).ok()??;
         let findings = cached.findings.as_ref().as_ref().ok()?;
+        let current = image.scan_uid.as_deref() == Some(cached.uid.as_str())
+            && image.scan_generation == cached.generation;
         let unfixed: Vec<&Finding> = findings
             .iter()
             .filter(|f| {
-                !image
-                    .findings
-                    .iter()
-                    .any(|r| r.sink == f.sink && r.state == FindingState::Severed)
+                !(current
+                    && image
+                        .findings
+                        .iter()
+                        .any(|r| r.sink == f.sink && r.state == FindingState::Severed))
             })
             .filter(|f| acceptance(&sandbox.spec.accepted_findings, f, now).is_none())
             .collect();
@@ -507,20 +549,34 @@ struct ScanAnalyses {
 }
 
 impl ScanAnalyses {
-    fn get(&self, scan: &AgentScan) -> CachedScan {
+    /// The findings of `scan`, analysing it when its generation is new;
+    /// entries of scans no longer in `all` are dropped then. The analysis
+    /// runs outside the lock (bounded by the AgentScan size limits).
+    fn get(&self, scan: &AgentScan, all: &[Arc<AgentScan>]) -> CachedScan {
         let uid = scan.uid().unwrap_or_default();
         let generation = scan.metadata.generation;
-        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
-        let findings = match by_uid.get(&uid) {
-            Some((g, findings)) if *g == generation => findings.clone(),
-            _ => {
+        let cached = self
+            .by_uid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&uid)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, findings)| findings.clone());
+        let findings = match cached {
+            Some(findings) => findings,
+            None => {
                 let findings = Arc::new(analyze(&scan.spec.graph).map_err(|e| e.to_string()));
-                by_uid.insert(uid, (generation, findings.clone()));
+                let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+                let live: std::collections::HashSet<String> =
+                    all.iter().filter_map(|s| s.uid()).collect();
+                by_uid.retain(|uid, _| live.contains(uid));
+                by_uid.insert(uid.clone(), (generation, findings.clone()));
                 findings
             }
         };
         CachedScan {
             name: scan.name_any(),
+            uid,
             generation,
             findings,
         }
@@ -535,6 +591,31 @@ async fn readyz(State(state): State<Arc<WebhookState>>) -> impl IntoResponse {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// This process's user name as the API server sees it (SelfSubjectReview).
+/// `None` when it cannot be learnt: then no pod borrows a sandbox's proofs
+/// or acceptances (fail closed), and the operator's own pods are refused
+/// until the findings are fixed for everyone.
+async fn whoami(client: &Client) -> Option<String> {
+    let review = SelfSubjectReview::default();
+    match Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+    {
+        Ok(answer) => {
+            let user = answer
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username);
+            tracing::info!(user = ?user, "webhook: the operator's identity, trusted for sandbox pods");
+            user
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "webhook: cannot learn the operator's identity; sandbox pods borrow no proofs");
+            None
+        }
     }
 }
 
@@ -595,6 +676,7 @@ pub async fn run(
         sandboxes: reflect(Api::all(client.clone())),
         scans: reflect(Api::all(client.clone())),
         analyses: ScanAnalyses::default(),
+        operator_user: whoami(&client).await,
         client,
         // No single check may outlive the whole request's deadline.
         prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),

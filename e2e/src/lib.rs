@@ -609,6 +609,55 @@ impl ControlPlane {
         serde_json::from_slice(&output.stdout).map_err(|e| failed("reading the decide answer", e))
     }
 
+    /// `agentgate scan examples/agent --image AGENT_IMAGE -o yaml | kubectl
+    /// apply -f -`: what CI does for the example agent.
+    pub fn apply_example_scan(&self) -> Result<String, HarnessError> {
+        self.run_stdin(&["apply", "-f", "-"], &scan_example("yaml")?)
+    }
+
+    /// Waits until the pod `namespace/name` exists (the local control plane
+    /// has no nodes, so it stays Pending: existing is what admission
+    /// decides).
+    pub fn wait_pod(&self, namespace: &str, name: &str, limit: Duration) -> Result<String, String> {
+        self.wait_for(
+            &[
+                "get",
+                "pod",
+                name,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.metadata.name}",
+            ],
+            limit,
+            |n| n == name,
+        )
+    }
+
+    /// Waits until the sandbox's `FindingsClear` condition is `want`
+    /// (`True`/`False`/`Unknown`); returns the last status seen on failure.
+    pub fn wait_findings_clear(
+        &self,
+        namespace: &str,
+        sandbox: &str,
+        want: &str,
+        limit: Duration,
+    ) -> Result<String, String> {
+        self.wait_for(
+            &[
+                "get",
+                "asbx",
+                sandbox,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
+            ],
+            limit,
+            |s| s == want,
+        )
+    }
+
     /// Writes the CA of the self-managed webhook certificate (from the
     /// Secret in the chart's namespace) to a file and returns its path.
     pub fn webhook_ca(&self) -> Result<PathBuf, HarnessError> {
@@ -704,6 +753,33 @@ impl Drop for ControlPlane {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The image examples/agent/sandbox.yaml runs (the digest is illustrative:
+/// the local control plane has no nodes, nothing is pulled).
+pub const AGENT_IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+
+/// `agentgate scan examples/agent --image AGENT_IMAGE -o OUTPUT`; stdout.
+pub fn scan_example(output: &str) -> Result<String, HarnessError> {
+    let out = Command::new(operator_binary()?)
+        .args([
+            "scan",
+            "examples/agent",
+            "--image",
+            AGENT_IMAGE,
+            "-o",
+            output,
+        ])
+        .current_dir(repo_root())
+        .output()
+        .map_err(|e| failed("running agentgate scan", e))?;
+    if !out.status.success() {
+        return Err(failed(
+            "agentgate scan",
+            String::from_utf8_lossy(&out.stderr),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Asserts that a kubectl command was refused and that its stderr says

@@ -7,9 +7,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use agentgate_e2e::{ControlPlane, Operator, assert_refused, operator_binary, repo_root};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, assert_refused, repo_root};
 
-const IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+const IMAGE: &str = AGENT_IMAGE;
 
 /// The one line the webhook and the sandbox status give for the example agent.
 const WITNESS: &str = "carries 1 unfixed trifecta finding: AG-TRIFECTA → post_comment; \
@@ -19,18 +19,13 @@ const WITNESS: &str = "carries 1 unfixed trifecta finding: AG-TRIFECTA → post_
 
 /// `agentgate scan examples/agent --image IMAGE -o yaml | kubectl apply -f -`
 fn scan_and_apply(cp: &ControlPlane) {
-    let out = Command::new(operator_binary().unwrap())
-        .args(["scan", "examples/agent", "--image", IMAGE, "-o", "yaml"])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scan: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    cp.run_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout))
-        .unwrap();
+    cp.apply_example_scan().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Waits for the example sandbox's `FindingsClear` to be `want`.
+fn findings_clear(cp: &ControlPlane, operator: &Operator, want: &str, limit: Duration) {
+    cp.wait_findings_clear("agents", "issue-responder", want, limit)
+        .unwrap_or_else(|last| panic!("FindingsClear {last:?}, not {want}\n{}", operator.log()));
 }
 
 fn wait(
@@ -227,34 +222,9 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     // Severing the sink (no more POST) admits the sandbox's pod.
     cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
         .unwrap();
-    wait(
-        &cp,
-        &operator,
-        &[
-            "get",
-            "asbx",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
-        ],
-        |s| s == "True",
-    );
-    wait(
-        &cp,
-        &operator,
-        &[
-            "get",
-            "pod",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.name}",
-        ],
-        |n| n == "issue-responder",
-    );
+    findings_clear(&cp, &operator, "True", Duration::from_secs(30));
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(30))
+        .unwrap_or_else(|last| panic!("no pod ({last:?})\n{}", operator.log()));
     let record = cp
         .run(&[
             "get", "asbx", "issue-responder", "-n", "agents", "-o",
@@ -303,20 +273,8 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
             "  acceptedFindings:\n    - {{id: AG-TRIFECTA, sink: post_comment, reason: \"pilot, comments reviewed daily\", expires: \"{expires}\"}}\n  template:"
         ));
     cp.run_stdin(&["apply", "-f", "-"], &accepted).unwrap();
-    wait(
-        &cp,
-        &operator,
-        &[
-            "get",
-            "pod",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.name}",
-        ],
-        |n| n == "issue-responder",
-    );
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(30))
+        .unwrap_or_else(|last| panic!("no pod ({last:?})\n{}", operator.log()));
     let state = cp
         .run(&[
             "get",
@@ -376,20 +334,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     );
     // After it expires the operator re-assesses on time, and the sandbox's
     // pod, created again, is refused.
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
-        ],
-        Duration::from_secs(60),
-        |s| s == "False",
-    )
-    .unwrap_or_else(|last| panic!("still {last}\n{}", operator.log()));
+    findings_clear(&cp, &operator, "False", Duration::from_secs(60));
     cp.run(&[
         "delete",
         "pod",

@@ -8,10 +8,7 @@
 use agentgate::trifecta::report::{
     Note, NoteLevel, ScanReport, agent_scan_manifest, sarif, scan_name,
 };
-use agentgate::trifecta::{
-    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
-    analyze,
-};
+use agentgate::trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation, analyze};
 use serde_json::{Value, json};
 
 const SCHEMA: &str = include_str!("../schemas/sarif-2.1.0.json");
@@ -47,87 +44,40 @@ fn violations(instance: &Value) -> Vec<String> {
 }
 
 fn at(file: &str, line: u32) -> Option<SourceLocation> {
-    Some(SourceLocation {
-        file: file.into(),
-        line,
-    })
-}
-
-fn capability(effect: Effect, channel: Channel, source: Option<SourceLocation>) -> Capability {
-    Capability {
-        effect,
-        channel,
-        call: None,
-        destination: None,
-        resource: None,
-        source,
-    }
+    SourceLocation::at(file, line)
 }
 
 /// Three sinks: a CRITICAL one (secret data, full evidence), a HIGH one
 /// (internal data) and a MEDIUM one (no source line for its egress call), so
 /// every shape of result is validated.
 fn graph() -> Graph {
-    let tool = |id: &str, capabilities: Vec<Capability>, source: Option<SourceLocation>| Node {
-        id: id.into(),
-        capabilities,
-        source,
-        ..Node::default()
+    let tool = |id: &str, effect: Effect, channel: Channel, call: Option<SourceLocation>, def| {
+        Node::tool(id, vec![Capability::new(effect, channel, call)], def)
     };
-    let nodes = vec![
-        Node {
-            id: LLM.into(),
-            kind: NodeKind::Llm,
-            ..Node::default()
-        },
+    Graph::single_agent(vec![
         tool(
             "read_email",
-            vec![capability(
-                Effect::UntrustedInput,
-                Channel::Mail,
-                at("agent/tools.py", 42),
-            )],
+            Effect::UntrustedInput,
+            Channel::Mail,
+            at("agent/tools.py", 42),
             at("agent/tools.py", 40),
         ),
         tool(
             "get_token",
-            vec![capability(
-                Effect::ReadsSecret,
-                Channel::Env,
-                at("agent/secrets.py", 3),
-            )],
+            Effect::ReadsSecret,
+            Channel::Env,
+            at("agent/secrets.py", 3),
             at("agent/secrets.py", 1),
         ),
         tool(
             "send_email",
-            vec![capability(
-                Effect::Egress,
-                Channel::Mail,
-                at("agent/tools.py", 77),
-            )],
+            Effect::Egress,
+            Channel::Mail,
+            at("agent/tools.py", 77),
             at("agent/tools.py", 75),
         ),
-        tool(
-            "post webhook",
-            vec![capability(Effect::Egress, Channel::Webhook, None)],
-            None,
-        ),
-    ];
-    let mut edges = Vec::new();
-    for t in ["read_email", "get_token", "send_email", "post webhook"] {
-        for (from, to, kind) in [
-            (t, LLM, EdgeKind::Data),
-            (LLM, t, EdgeKind::Control),
-            (LLM, t, EdgeKind::Data),
-        ] {
-            edges.push(Edge {
-                from: from.into(),
-                to: to.into(),
-                kind,
-            });
-        }
-    }
-    Graph { nodes, edges }
+        tool("post webhook", Effect::Egress, Channel::Webhook, None, None),
+    ])
 }
 
 fn notes() -> Vec<Note> {

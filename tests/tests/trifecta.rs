@@ -322,41 +322,7 @@ fn check_witnesses(g: &Graph, finding: &agentgate::trifecta::Finding) {
 /// The example of DESIGN.md §6, end to end through the analysis.
 #[test]
 fn the_design_example_names_its_witnesses_and_fix() {
-    let tool = |id: &str, caps: Vec<Capability>, line: u32| Node {
-        id: id.into(),
-        capabilities: caps,
-        source: Some(SourceLocation {
-            file: "tools.py".into(),
-            line,
-        }),
-        ..Node::default()
-    };
-    let mut read = capability(Effect::UntrustedInput, Channel::Mail, 42);
-    read.call = Some("imaplib.IMAP4_SSL".into());
-    let mut query = capability(Effect::ReadsInternal, Channel::Database, 10);
-    query.source = Some(SourceLocation {
-        file: "db.py".into(),
-        line: 10,
-    });
-    let send = capability(Effect::Egress, Channel::Mail, 77);
-    let mut g = Graph {
-        nodes: vec![
-            Node {
-                id: LLM.into(),
-                kind: NodeKind::Llm,
-                ..Node::default()
-            },
-            tool("read_email", vec![read], 40),
-            tool("query_customers", vec![query], 8),
-            tool("send_email", vec![send], 75),
-        ],
-        edges: Vec::new(),
-    };
-    for t in ["read_email", "query_customers", "send_email"] {
-        g.edges.push(edge(t, LLM, EdgeKind::Data));
-        g.edges.push(edge(LLM, t, EdgeKind::Control));
-        g.edges.push(edge(LLM, t, EdgeKind::Data));
-    }
+    let mut g = agentgate::trifecta::fixtures::mail_agent();
     let findings = analyze(&g).unwrap();
     assert_eq!(findings.len(), 1);
     let f = &findings[0];

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use agentgate_e2e::{ControlPlane, free_loopback_port};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, free_loopback_port};
 
 fn state_dir() -> PathBuf {
     std::env::temp_dir().join("agentgate-demo")
@@ -262,35 +262,10 @@ fn up() -> Result<(), String> {
     Ok(())
 }
 
-/// The image the example agent's sandbox runs (the digest is illustrative;
-/// nothing is pulled: the local control plane has no nodes).
-const AGENT_IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
-
 /// The trifecta part: scan, apply the AgentScan, a refused pod with the
 /// witness, the policy severing the sink, the pod admitted.
 fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(), String> {
-    let bin = agentgate_e2e::operator_binary().map_err(|e| e.to_string())?;
-    let scan = |output: &str| -> Result<String, String> {
-        let out = Command::new(&bin)
-            .args([
-                "scan",
-                "examples/agent",
-                "--image",
-                AGENT_IMAGE,
-                "-o",
-                output,
-            ])
-            .current_dir(agentgate_e2e::repo_root())
-            .output()
-            .map_err(|e| format!("running agentgate scan: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "agentgate scan: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
+    let scan = |output: &str| agentgate_e2e::scan_example(output).map_err(|e| e.to_string());
     println!(
         "\n\x1b[1m# The agent in examples/agent: untrusted issue text, a private customer database, posting comments\x1b[0m\n$ agentgate scan examples/agent --image {AGENT_IMAGE}"
     );
@@ -342,20 +317,8 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
     }
     print!("{}", String::from_utf8_lossy(&refused.stderr));
     let condition = |cp: &ControlPlane, want: &str| {
-        cp.wait_for(
-            &[
-                "get",
-                "asbx",
-                "issue-responder",
-                "-n",
-                "agents",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
-            ],
-            Duration::from_secs(60),
-            |s| s == want,
-        )
-        .map_err(|last| format!("FindingsClear never {want} ({last:?})\n{}", operator.log()))
+        cp.wait_findings_clear("agents", "issue-responder", want, Duration::from_secs(60))
+            .map_err(|last| format!("FindingsClear never {want} ({last:?})\n{}", operator.log()))
     };
     println!(
         "\n\x1b[1m# A sandbox running the image with every leg open: FindingsClear=False, its pod refused\x1b[0m\n$ kubectl apply -f examples/agent/sandbox.yaml"
@@ -388,25 +351,13 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
         kubectl(cp, &["apply", "-f", "examples/agent/sandbox-severed.yaml"])?
     );
     condition(cp, "True")?;
-    cp.wait_for(
-        &[
-            "get",
-            "pod",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.name}",
-        ],
-        Duration::from_secs(60),
-        |s| s == "issue-responder",
-    )
-    .map_err(|last| {
-        format!(
-            "the severed sandbox's pod was not created ({last:?})\n{}",
-            operator.log()
-        )
-    })?;
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(60))
+        .map_err(|last| {
+            format!(
+                "the severed sandbox's pod was not created ({last:?})\n{}",
+                operator.log()
+            )
+        })?;
     print!(
         "$ kubectl get pod issue-responder -n agents\n{}",
         kubectl(cp, &["get", "pod", "issue-responder", "-n", "agents"])?

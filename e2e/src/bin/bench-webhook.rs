@@ -16,7 +16,7 @@ const REQUESTS: usize = 200;
 /// Pod admission is answered from caches only, so it is driven harder.
 const POD_RATE: &str = "500/s";
 const POD_REQUESTS: usize = 2000;
-const IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1e4a9f7b2d6c8e0a3f5b7d9c1e3a5f7b9d1c3e5a7f9b1d3";
+const IMAGE: &str = agentgate_e2e::AGENT_IMAGE;
 
 /// An AdmissionReview for creating a pod running IMAGE in `namespace`,
 /// owned by the sandbox `owner` (name, uid) when given.
@@ -248,22 +248,7 @@ fn run() -> Result<(), String> {
     // Pod admission: the example agent's scan, an enforce namespace (the
     // finding is unfixed: deny with the witness) and the severed sandbox's
     // own pods (allow), at POD_RATE.
-    let scan = Command::new(agentgate_e2e::operator_binary().map_err(|e| e.to_string())?)
-        .args(["scan", "examples/agent", "--image", IMAGE, "-o", "yaml"])
-        .current_dir(agentgate_e2e::repo_root())
-        .output()
-        .map_err(|e| format!("running agentgate scan: {e}"))?;
-    if !scan.status.success() {
-        return Err(format!(
-            "agentgate scan: {}",
-            String::from_utf8_lossy(&scan.stderr)
-        ));
-    }
-    cp.run_stdin(
-        &["apply", "-f", "-"],
-        &String::from_utf8_lossy(&scan.stdout),
-    )
-    .map_err(|e| e.to_string())?;
+    cp.apply_example_scan().map_err(|e| e.to_string())?;
     cp.run(&["create", "namespace", "enforced"])
         .map_err(|e| e.to_string())?;
     cp.run(&[
@@ -275,20 +260,8 @@ fn run() -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
         .map_err(|e| e.to_string())?;
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
-        ],
-        Duration::from_secs(30),
-        |s| s == "True",
-    )
-    .map_err(|last| format!("FindingsClear never True ({last})\n{}", operator.log()))?;
+    cp.wait_findings_clear("agents", "issue-responder", "True", Duration::from_secs(30))
+        .map_err(|last| format!("FindingsClear never True ({last})\n{}", operator.log()))?;
     let uid = cp
         .run(&[
             "get",

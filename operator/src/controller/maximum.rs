@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -223,18 +222,7 @@ async fn reconcile(
     status.observed_generation = generation;
     if status != before {
         write_status(&name, &status, &ctx).await?;
-        for (type_, reason, note) in events {
-            let event = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Verify".into(),
-                secondary: None,
-            };
-            if let Err(e) = ctx.recorder.publish(&event, &maximum.object_ref(&())).await {
-                tracing::warn!(maximum = %name, error = %e, "could not publish an event");
-            }
-        }
+        super::publish(&ctx, maximum.as_ref(), "Verify", events).await;
     }
     tracing::info!(maximum = %name, ?assessment, "reconciled");
     Ok(Action::requeue(Duration::from_secs(300)))
@@ -285,24 +273,21 @@ pub async fn run(ctx: Arc<Context>) {
             .collect::<Vec<_>>()
     };
     let all_for_namespaces = all.clone();
-    controller
-        .watches(
-            Api::<AgentSandbox>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |_| all(),
-        )
-        .watches(
-            Api::<Namespace>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |_| all_for_namespaces(),
-        )
-        .shutdown_on_signal()
-        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
-        .run(counted, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
-            }
-        })
-        .await;
+    super::drive(
+        controller
+            .watches(
+                Api::<AgentSandbox>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |_| all(),
+            )
+            .watches(
+                Api::<Namespace>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |_| all_for_namespaces(),
+            ),
+        counted,
+        error_policy,
+        ctx,
+    )
+    .await;
 }

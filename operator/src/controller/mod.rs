@@ -16,8 +16,8 @@ use std::time::Duration;
 use std::future::Future;
 
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::{Client, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::k8s::selector::SelectorError;
 use crate::prover::Prover;
@@ -147,3 +147,56 @@ pub const CONCURRENCY: u16 = 4;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "agentgate";
+
+/// One Event to publish: type, reason (CamelCase) and the note.
+pub type Note = (EventType, &'static str, String);
+
+/// Publishes Events about `obj` for `action` (e.g. `Verify`). An Event is a
+/// view of a decision the status already records, so a failure to publish
+/// is logged and never fails the reconcile.
+pub async fn publish<K>(ctx: &Context, obj: &K, action: &str, notes: Vec<Note>)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let reference = obj.object_ref(&());
+    for (type_, reason, note) in notes {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            tracing::warn!(object = ?reference.name, reason, error = %e, "could not publish an event");
+        }
+    }
+}
+
+/// Runs a configured controller until shutdown (SIGINT/SIGTERM), with the
+/// shared concurrency bound, `counted` reconciles and backoff on errors.
+/// Stream errors (watch hiccups, failed reconciles) are already logged and
+/// retried by the runtime and the error policy, so they are only traced.
+pub async fn drive<K, F, Fut>(
+    controller: kube::runtime::Controller<K>,
+    reconcile: F,
+    error_policy: fn(Arc<K>, &ControllerError, Arc<Context>) -> Action,
+    ctx: Arc<Context>,
+) where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::fmt::Debug + Eq + std::hash::Hash + Clone + Unpin,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, ControllerError>> + Send + 'static,
+{
+    use futures::StreamExt as _;
+    controller
+        .shutdown_on_signal()
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+}

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -418,14 +417,11 @@ async fn counted(
 /// Runs the PolicyProposal controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
     let proposals: Api<PolicyProposal> = Api::all(ctx.client.clone());
-    Controller::new(proposals, watcher::Config::default())
-        .shutdown_on_signal()
-        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
-        .run(counted, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
-            }
-        })
-        .await;
+    super::drive(
+        Controller::new(proposals, watcher::Config::default()),
+        counted,
+        error_policy,
+        ctx,
+    )
+    .await;
 }

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -18,7 +17,7 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -342,18 +341,7 @@ async fn reconcile(
             }
             Err(e) => return Err(e.into()),
         }
-        for (type_, reason, note) in events {
-            let event = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Verify".into(),
-                secondary: None,
-            };
-            if let Err(e) = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await {
-                tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
-            }
-        }
+        super::publish(&ctx, sandbox.as_ref(), "Verify", events).await;
     }
     if let Some(findings) = &status.findings {
         // Every reconcile: a Report deleted by hand or a CRD installed later
@@ -366,16 +354,8 @@ async fn reconcile(
         // Refused by admission (unfixed findings, usually): say so and look
         // again in 10 s; a policy or scan change brings us back at once.
         tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "PodRefused".into(),
-            note: Some(refusal),
-            action: "CreatePod".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await {
-            tracing::warn!(sandbox = %name, error = %e, "could not publish an event");
-        }
+        let notes = vec![(EventType::Warning, "PodRefused", refusal)];
+        super::publish(&ctx, sandbox.as_ref(), "CreatePod", notes).await;
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
     tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
@@ -393,7 +373,7 @@ async fn assess_findings(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     status: &mut AgentSandboxStatus,
-    events: &mut Vec<(EventType, &'static str, String)>,
+    events: &mut Vec<super::Note>,
     time: &Time,
     ctx: &Context,
 ) -> Duration {
@@ -643,72 +623,69 @@ pub async fn run(ctx: Arc<Context>) {
     let store = controller.store();
     let by_namespace = store.clone();
     let by_scan = store.clone();
-    controller
-        .owns(
-            Api::<ConfigMap>::all(ctx.client.clone()),
-            watcher::Config::default().labels(SANDBOX_LABEL),
-        )
-        // A deleted agent Pod is created again (and judged again by pod
-        // admission) at once, not at the next periodic reconcile.
-        .owns(
-            Api::<Pod>::all(ctx.client.clone()),
-            watcher::Config::default().labels(SANDBOX_LABEL),
-        )
-        .watches(
-            Api::<MaximumPolicy>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |_| {
-                store
-                    .state()
-                    .iter()
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
-            Api::<AgentScan>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |scan| {
-                // Only the sandboxes whose template runs the scanned digest.
-                let digest = image_digest(&scan.spec.image).map(str::to_string);
-                by_scan
-                    .state()
-                    .iter()
-                    .filter(|s| {
-                        s.spec
-                            .template
-                            .as_ref()
-                            .and_then(|t| t.spec.as_ref())
-                            .is_some_and(|spec| {
-                                spec_images(spec)
-                                    .iter()
-                                    .any(|i| image_digest(i).map(str::to_string) == digest)
-                            })
-                    })
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .watches(
-            Api::<Namespace>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |ns| {
-                let ns = ns.name_any();
-                by_namespace
-                    .state()
-                    .iter()
-                    .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .shutdown_on_signal()
-        .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
-        .run(counted, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
-            }
-        })
-        .await;
+    super::drive(
+        controller
+            .owns(
+                Api::<ConfigMap>::all(ctx.client.clone()),
+                watcher::Config::default().labels(SANDBOX_LABEL),
+            )
+            // A deleted agent Pod is created again (and judged again by pod
+            // admission) at once, not at the next periodic reconcile.
+            .owns(
+                Api::<Pod>::all(ctx.client.clone()),
+                watcher::Config::default().labels(SANDBOX_LABEL),
+            )
+            .watches(
+                Api::<MaximumPolicy>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |_| {
+                    store
+                        .state()
+                        .iter()
+                        .map(|s| ObjectRef::from_obj(s.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .watches(
+                Api::<AgentScan>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |scan| {
+                    // Only the sandboxes whose template runs the scanned digest.
+                    let digest = image_digest(&scan.spec.image).map(str::to_string);
+                    by_scan
+                        .state()
+                        .iter()
+                        .filter(|s| {
+                            s.spec
+                                .template
+                                .as_ref()
+                                .and_then(|t| t.spec.as_ref())
+                                .is_some_and(|spec| {
+                                    spec_images(spec)
+                                        .iter()
+                                        .any(|i| image_digest(i).map(str::to_string) == digest)
+                                })
+                        })
+                        .map(|s| ObjectRef::from_obj(s.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            )
+            .watches(
+                Api::<Namespace>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |ns| {
+                    let ns = ns.name_any();
+                    by_namespace
+                        .state()
+                        .iter()
+                        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                        .map(|s| ObjectRef::from_obj(s.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            ),
+        counted,
+        error_policy,
+        ctx,
+    )
+    .await;
 }

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -98,18 +97,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
                 &Patch::Apply(&patch),
             )
             .await?;
-        for (type_, reason, note) in events {
-            let event = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Analyze".into(),
-                secondary: None,
-            };
-            if let Err(e) = ctx.recorder.publish(&event, &scan.object_ref(&())).await {
-                tracing::warn!(scan = %name, error = %e, "could not publish an event");
-            }
-        }
+        super::publish(&ctx, scan.as_ref(), "Analyze", events).await;
     }
     tracing::info!(scan = %name, findings = status.findings.len(), "reconciled");
     Ok(Action::requeue(Duration::from_secs(600)))
@@ -125,17 +113,14 @@ async fn counted(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Cont
 
 /// Runs the AgentScan controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
-    Controller::new(
-        Api::<AgentScan>::all(ctx.client.clone()),
-        watcher::Config::default(),
+    super::drive(
+        Controller::new(
+            Api::<AgentScan>::all(ctx.client.clone()),
+            watcher::Config::default(),
+        ),
+        counted,
+        error_policy,
+        ctx,
     )
-    .shutdown_on_signal()
-    .with_config(kube::runtime::controller::Config::default().concurrency(super::CONCURRENCY))
-    .run(counted, error_policy, ctx)
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "controller event");
-        }
-    })
     .await;
 }

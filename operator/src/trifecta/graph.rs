@@ -217,6 +217,16 @@ pub struct SourceLocation {
     pub line: u32,
 }
 
+impl SourceLocation {
+    /// `file:line`, as an `Option` for the fields that take one.
+    pub fn at(file: &str, line: u32) -> Option<SourceLocation> {
+        Some(SourceLocation {
+            file: file.to_string(),
+            line,
+        })
+    }
+}
+
 impl fmt::Display for SourceLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.file, self.line)
@@ -246,6 +256,19 @@ pub struct Capability {
 }
 
 impl Capability {
+    /// A capability with no literal destination or resource, seen at
+    /// `source`.
+    pub fn new(effect: Effect, channel: Channel, source: Option<SourceLocation>) -> Capability {
+        Capability {
+            effect,
+            channel,
+            call: None,
+            destination: None,
+            resource: None,
+            source,
+        }
+    }
+
     /// The label this capability gives the node that has it.
     pub fn label(&self) -> Label {
         match self.effect {
@@ -319,6 +342,16 @@ pub struct Node {
 }
 
 impl Node {
+    /// A tool node with these capabilities, defined at `source`.
+    pub fn tool(id: &str, capabilities: Vec<Capability>, source: Option<SourceLocation>) -> Node {
+        Node {
+            id: id.to_string(),
+            capabilities,
+            source,
+            ..Node::default()
+        }
+    }
+
     /// The node's own label: declared joined with its capabilities'.
     pub fn intrinsic_label(&self) -> Label {
         self.capabilities
@@ -427,6 +460,36 @@ pub struct IndexedGraph<'g> {
 }
 
 impl Graph {
+    /// A single-agent graph: `__llm__` plus `tools`, each wired the way the
+    /// model sees a tool — its output enters the context (data), and the
+    /// model decides to call it (control) and passes the arguments (data).
+    /// This is the shape the scanner builds.
+    pub fn single_agent(tools: Vec<Node>) -> Graph {
+        let mut edges = Vec::with_capacity(3 * tools.len());
+        for tool in &tools {
+            for (from, to, kind) in [
+                (tool.id.as_str(), LLM, EdgeKind::Data),
+                (LLM, tool.id.as_str(), EdgeKind::Control),
+                (LLM, tool.id.as_str(), EdgeKind::Data),
+            ] {
+                edges.push(Edge {
+                    from: from.to_string(),
+                    to: to.to_string(),
+                    kind,
+                });
+            }
+        }
+        let llm = Node {
+            id: LLM.to_string(),
+            kind: NodeKind::Llm,
+            ..Node::default()
+        };
+        Graph {
+            nodes: std::iter::once(llm).chain(tools).collect(),
+            edges,
+        }
+    }
+
     /// Checks ids and edges and builds the adjacency lists.
     pub fn indexed(&self) -> Result<IndexedGraph<'_>, GraphError> {
         let mut index = HashMap::with_capacity(self.nodes.len());

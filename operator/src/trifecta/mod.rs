@@ -14,6 +14,7 @@ pub use graph::{
 pub mod analysis;
 pub mod assess;
 pub mod cut;
+pub mod fixtures;
 pub mod lattice;
 pub mod report;
 pub mod sever;

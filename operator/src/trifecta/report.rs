@@ -569,84 +569,13 @@ pub fn agent_scan_manifest(report: &ScanReport<'_>, name: &str) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trifecta::{Capability, Channel, Edge, EdgeKind, Effect, LLM, Node, analyze};
+    use crate::trifecta::{Effect, analyze};
 
     const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-    fn capability(effect: Effect, channel: Channel, file: &str, line: u32) -> Capability {
-        Capability {
-            effect,
-            channel,
-            call: None,
-            destination: None,
-            resource: None,
-            source: Some(SourceLocation {
-                file: file.into(),
-                line,
-            }),
-        }
-    }
-
     /// The DESIGN.md example: mail in, customer records, mail out.
     fn design_graph() -> Graph {
-        let tool = |id: &str, caps: Vec<Capability>, line: u32| Node {
-            id: id.into(),
-            capabilities: caps,
-            source: Some(SourceLocation {
-                file: "tools.py".into(),
-                line,
-            }),
-            ..Node::default()
-        };
-        let mut g = Graph {
-            nodes: vec![
-                Node {
-                    id: LLM.into(),
-                    kind: NodeKind::Llm,
-                    ..Node::default()
-                },
-                tool(
-                    "read_email",
-                    vec![capability(
-                        Effect::UntrustedInput,
-                        Channel::Mail,
-                        "tools.py",
-                        42,
-                    )],
-                    40,
-                ),
-                tool(
-                    "query_customers",
-                    vec![capability(
-                        Effect::ReadsInternal,
-                        Channel::Database,
-                        "db.py",
-                        10,
-                    )],
-                    8,
-                ),
-                tool(
-                    "send_email",
-                    vec![capability(Effect::Egress, Channel::Mail, "tools.py", 77)],
-                    75,
-                ),
-            ],
-            edges: Vec::new(),
-        };
-        for t in ["read_email", "query_customers", "send_email"] {
-            for (from, to, kind) in [
-                (t, LLM, EdgeKind::Data),
-                (LLM, t, EdgeKind::Control),
-                (LLM, t, EdgeKind::Data),
-            ] {
-                g.edges.push(Edge {
-                    from: from.into(),
-                    to: to.into(),
-                    kind,
-                });
-            }
-        }
-        g
+        crate::trifecta::fixtures::mail_agent()
     }
 
     fn note() -> Note {

@@ -130,7 +130,7 @@ mod tests {
     use crate::policy::load::load_document;
     use crate::prover::ProverOptions;
     use crate::trifecta::analysis::analyze;
-    use crate::trifecta::graph::{Destination, EdgeKind, Effect, LLM, Node, NodeKind};
+    use crate::trifecta::graph::{Destination, Effect, Node};
 
     fn policy(yaml: &str) -> CompiledPolicy {
         load_document(yaml, &Limits::default())
@@ -155,58 +155,34 @@ mod tests {
     }
 
     fn mail_agent() -> Graph {
-        let tool = |id: &str, capabilities: Vec<Capability>| Node {
-            id: id.into(),
-            capabilities,
-            ..Node::default()
-        };
-        let mut graph = Graph {
-            nodes: vec![
-                Node {
-                    id: LLM.into(),
-                    kind: NodeKind::Llm,
-                    ..Node::default()
-                },
-                tool(
-                    "read_email",
-                    vec![capability(
-                        Effect::UntrustedInput,
-                        Channel::Mail,
-                        Some("imap.example.com"),
-                    )],
-                ),
-                tool(
-                    "query_customers",
-                    vec![capability(
-                        Effect::ReadsInternal,
-                        Channel::Database,
-                        Some("db.internal"),
-                    )],
-                ),
-                tool(
-                    "send_email",
-                    vec![
-                        capability(Effect::Egress, Channel::Mail, Some("smtp.example.com")),
-                        capability(Effect::ReadsSecret, Channel::Env, None),
-                    ],
-                ),
-            ],
-            edges: Vec::new(),
-        };
-        for id in ["read_email", "query_customers", "send_email"] {
-            for (from, to, kind) in [
-                (id, LLM, EdgeKind::Data),
-                (LLM, id, EdgeKind::Control),
-                (LLM, id, EdgeKind::Data),
-            ] {
-                graph.edges.push(crate::trifecta::Edge {
-                    from: from.into(),
-                    to: to.into(),
-                    kind,
-                });
-            }
-        }
-        graph
+        Graph::single_agent(vec![
+            Node::tool(
+                "read_email",
+                vec![capability(
+                    Effect::UntrustedInput,
+                    Channel::Mail,
+                    Some("imap.example.com"),
+                )],
+                None,
+            ),
+            Node::tool(
+                "query_customers",
+                vec![capability(
+                    Effect::ReadsInternal,
+                    Channel::Database,
+                    Some("db.internal"),
+                )],
+                None,
+            ),
+            Node::tool(
+                "send_email",
+                vec![
+                    capability(Effect::Egress, Channel::Mail, Some("smtp.example.com")),
+                    capability(Effect::ReadsSecret, Channel::Env, None),
+                ],
+                None,
+            ),
+        ])
     }
 
     #[test]

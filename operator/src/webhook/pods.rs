@@ -312,25 +312,9 @@ mod tests {
     }
 
     fn findings() -> Arc<Result<Vec<Finding>, String>> {
-        let graph = serde_json::from_value(serde_json::json!({
-            "nodes": [
-                {"id": "__llm__", "kind": "llm"},
-                {"id": "read_email", "capabilities": [{"effect": "untrustedInput", "channel": "mail",
-                    "source": {"file": "tools.py", "line": 42}}]},
-                {"id": "query_customers", "capabilities": [{"effect": "readsInternal", "channel": "database",
-                    "source": {"file": "db.py", "line": 10}}]},
-                {"id": "send_email", "capabilities": [{"effect": "egress", "channel": "mail",
-                    "source": {"file": "tools.py", "line": 60}}]}
-            ],
-            "edges": [
-                {"from": "read_email", "to": "__llm__", "kind": "data"},
-                {"from": "query_customers", "to": "__llm__", "kind": "data"},
-                {"from": "__llm__", "to": "send_email", "kind": "control"},
-                {"from": "__llm__", "to": "send_email", "kind": "data"}
-            ]
-        }))
-        .unwrap();
-        Arc::new(Ok(analyze(&graph).unwrap()))
+        Arc::new(Ok(
+            analyze(&crate::trifecta::fixtures::mail_agent()).unwrap()
+        ))
     }
 
     fn scans(digest: &str) -> ScanLookup {
@@ -475,26 +459,13 @@ mod tests {
             ..AgentSandboxStatus::default()
         });
         let owned = pod(&image, true);
-        let review = review_pod(
-            &owned,
-            None,
-            &BTreeMap::new(),
-            Some(&sandbox),
-            &scans,
-            now(),
-        );
-        assert_eq!(review.answer(), Answer::allow());
+        let judge = |pod: &Pod, sandbox: &AgentSandbox, at: Timestamp| {
+            review_pod(pod, None, &BTreeMap::new(), Some(sandbox), &scans, at).answer()
+        };
+        assert_eq!(judge(&owned, &sandbox, now()), Answer::allow());
         // A stale proof (older revision) does not count.
         sandbox.status.as_mut().unwrap().revision = 4;
-        let review = review_pod(
-            &owned,
-            None,
-            &BTreeMap::new(),
-            Some(&sandbox),
-            &scans,
-            now(),
-        );
-        assert!(matches!(review.answer(), Answer::Deny(_)));
+        assert!(matches!(judge(&owned, &sandbox, now()), Answer::Deny(_)));
         // An acceptance admits until it expires.
         sandbox.spec.accepted_findings = vec![AcceptedFinding {
             id: "AG-TRIFECTA".into(),
@@ -502,37 +473,13 @@ mod tests {
             reason: "pilot".into(),
             expires: "2026-12-01T00:00:00Z".into(),
         }];
-        let review = review_pod(
-            &owned,
-            None,
-            &BTreeMap::new(),
-            Some(&sandbox),
-            &scans,
-            now(),
-        );
-        assert_eq!(review.answer(), Answer::allow());
+        assert_eq!(judge(&owned, &sandbox, now()), Answer::allow());
         // A pod by another name claiming the sandbox borrows nothing.
         let mut other = owned.clone();
         other.metadata.name = Some("copycat".into());
-        let review = review_pod(
-            &other,
-            None,
-            &BTreeMap::new(),
-            Some(&sandbox),
-            &scans,
-            now(),
-        );
-        assert!(matches!(review.answer(), Answer::Deny(_)));
+        assert!(matches!(judge(&other, &sandbox, now()), Answer::Deny(_)));
         let later = Timestamp::from_str("2026-12-02T00:00:00Z").unwrap();
-        let review = review_pod(
-            &owned,
-            None,
-            &BTreeMap::new(),
-            Some(&sandbox),
-            &scans,
-            later,
-        );
-        assert!(matches!(review.answer(), Answer::Deny(_)));
+        assert!(matches!(judge(&owned, &sandbox, later), Answer::Deny(_)));
     }
 
     #[test]

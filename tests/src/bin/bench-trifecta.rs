@@ -12,65 +12,37 @@ use std::time::Instant;
 use agentgate::trifecta::analysis::{analyze, finding_at};
 use agentgate::trifecta::cut::minimum_cut;
 use agentgate::trifecta::lattice::propagate;
-use agentgate::trifecta::{
-    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
-};
+use agentgate::trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation};
 
 const TOOLS: usize = 10_000;
 const ROUNDS: usize = 20;
 
 fn capability(effect: Effect, channel: Channel, line: u32) -> Capability {
-    Capability {
+    Capability::new(
         effect,
         channel,
-        call: None,
-        destination: None,
-        resource: None,
-        source: Some(SourceLocation {
-            file: format!("tools_{}.py", line / 100),
-            line,
-        }),
-    }
+        SourceLocation::at(&format!("tools_{}.py", line / 100), line),
+    )
 }
 
 fn graph() -> Graph {
-    let mut nodes = vec![Node {
-        id: LLM.into(),
-        kind: NodeKind::Llm,
-        ..Node::default()
-    }];
-    let mut edges = Vec::with_capacity(3 * TOOLS);
-    for i in 0..TOOLS {
-        let id = format!("tool_{i:05}");
-        let line = i as u32 + 1;
-        let mut capabilities = Vec::new();
-        if i % 10 == 0 {
-            capabilities.push(capability(Effect::UntrustedInput, Channel::Http, line));
-        }
-        if i % 20 == 3 {
-            capabilities.push(capability(Effect::ReadsSecret, Channel::Env, line));
-        }
-        if i % 10 == 7 {
-            capabilities.push(capability(Effect::Egress, Channel::Http, line));
-        }
-        edges.push(edge(&id, LLM, EdgeKind::Data));
-        edges.push(edge(LLM, &id, EdgeKind::Control));
-        edges.push(edge(LLM, &id, EdgeKind::Data));
-        nodes.push(Node {
-            id,
-            capabilities,
-            ..Node::default()
-        });
-    }
-    Graph { nodes, edges }
-}
-
-fn edge(from: &str, to: &str, kind: EdgeKind) -> Edge {
-    Edge {
-        from: from.into(),
-        to: to.into(),
-        kind,
-    }
+    let tools = (0..TOOLS)
+        .map(|i| {
+            let line = i as u32 + 1;
+            let mut capabilities = Vec::new();
+            if i % 10 == 0 {
+                capabilities.push(capability(Effect::UntrustedInput, Channel::Http, line));
+            }
+            if i % 20 == 3 {
+                capabilities.push(capability(Effect::ReadsSecret, Channel::Env, line));
+            }
+            if i % 10 == 7 {
+                capabilities.push(capability(Effect::Egress, Channel::Http, line));
+            }
+            Node::tool(&format!("tool_{i:05}"), capabilities, None)
+        })
+        .collect();
+    Graph::single_agent(tools)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -9,38 +9,20 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event};
+use super::common::{Names, Scope, line, text};
 use super::{Hints, RawTool};
 
 /// Module-level facts of one file.
 struct File<'t> {
     src: &'t [u8],
-    /// Local name → dotted module path (`r` → `requests`, `WebClient` →
-    /// `slack_sdk.WebClient`).
-    imports: HashMap<String, String>,
-    /// Module-level variable → normalized value (`client` →
-    /// `httpx.AsyncClient()`).
-    aliases: HashMap<String, String>,
-    /// Module-level string constants (`API = "https://…"`).
-    consts: HashMap<String, Arg>,
+    /// Imports (`r` → `requests`, `WebClient` → `slack_sdk.WebClient`),
+    /// module-level aliases (`client` → `httpx.AsyncClient()`) and string
+    /// constants (`API = "https://…"`).
+    names: Names,
     /// Module-level functions by name.
     functions: HashMap<String, Node<'t>>,
     /// Methods by class name, then method name.
     methods: HashMap<String, HashMap<String, Node<'t>>>,
-}
-
-/// Per-body state while collecting events.
-#[derive(Default)]
-struct Scope {
-    aliases: HashMap<String, String>,
-    consts: HashMap<String, Arg>,
-}
-
-fn text<'a>(node: Node<'_>, src: &'a [u8]) -> &'a str {
-    node.utf8_text(src).unwrap_or("")
-}
-
-fn line(node: Node<'_>) -> u32 {
-    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
 }
 
 /// Extracts the tools of one parsed Python file.
@@ -48,9 +30,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
     let mut file = File {
         src: src.as_bytes(),
-        imports: HashMap::new(),
-        aliases: HashMap::new(),
-        consts: HashMap::new(),
+        names: Names::default(),
         functions: HashMap::new(),
         methods: HashMap::new(),
     };
@@ -81,16 +61,15 @@ impl<'t> File<'t> {
     fn index_statement(&mut self, node: Node<'t>) {
         match node.kind() {
             "import_statement" | "import_from_statement" => {
-                let mut imports = std::mem::take(&mut self.imports);
+                let mut imports = std::mem::take(&mut self.names.imports);
                 self.add_imports(node, &mut imports);
-                self.imports = imports;
+                self.names.imports = imports;
             }
             "expression_statement" => {
                 if let Some(a) = node.named_child(0).filter(|a| a.kind() == "assignment") {
                     let mut scope = Scope::default();
                     self.assignment(a, &mut scope);
-                    self.aliases.extend(scope.aliases);
-                    self.consts.extend(scope.consts);
+                    self.names.define(scope);
                 }
             }
             "function_definition" => {
@@ -232,43 +211,6 @@ impl<'t> File<'t> {
         }
     }
 
-    /// Resolves the leading name of a dotted expression through local and
-    /// module aliases and imports (a few levels, to stop on cycles).
-    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
-        if depth > 6 {
-            return dotted.to_string();
-        }
-        // Longest dotted prefix first: `self.client.get` tries
-        // `self.client.get`, `self.client`, `self`.
-        let mut cut = dotted.len();
-        loop {
-            let prefix = &dotted[..cut];
-            let bare = prefix.trim_end_matches("()");
-            if bare.len() == prefix.len() || !prefix.ends_with("()") {
-                let found = scope
-                    .aliases
-                    .get(prefix)
-                    .or_else(|| self.aliases.get(prefix));
-                if let Some(value) = found
-                    && value.as_str() != prefix
-                {
-                    let rest = &dotted[cut..];
-                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
-                }
-            }
-            match prefix.rfind(['.', '(']) {
-                Some(i) => cut = i,
-                None => break,
-            }
-        }
-        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
-        let head = &dotted[..head_end];
-        match self.imports.get(head) {
-            Some(module) => format!("{module}{}", &dotted[head_end..]),
-            None => dotted.to_string(),
-        }
-    }
-
     /// The literal value of an argument expression.
     fn arg(&self, node: Node<'_>, scope: &Scope) -> Arg {
         match node.kind() {
@@ -319,15 +261,7 @@ impl<'t> File<'t> {
                 }
                 Arg::Object(fields)
             }
-            "identifier" => {
-                let name = self.text(node);
-                scope
-                    .consts
-                    .get(name)
-                    .or_else(|| self.consts.get(name))
-                    .cloned()
-                    .unwrap_or(Arg::Other)
-            }
+            "identifier" => self.names.constant(self.text(node), scope),
             "parenthesized_expression" => node
                 .named_child(0)
                 .map(|c| self.arg(c, scope))
@@ -387,7 +321,7 @@ impl<'t> File<'t> {
                     let inner = part
                         .child_by_field_name("expression")
                         .filter(|e| e.kind() == "identifier")
-                        .and_then(|e| self.consts.get(self.text(e)));
+                        .and_then(|e| self.names.module.consts.get(self.text(e)));
                     match inner {
                         Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
                         _ => return Arg::Prefix(s),
@@ -401,7 +335,7 @@ impl<'t> File<'t> {
 
     fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
         let function = node.child_by_field_name("function")?;
-        let callee = self.resolve(&self.normalize(function)?, scope, 0);
+        let callee = self.names.resolve(&self.normalize(function)?, scope);
         let mut args = Vec::new();
         let mut kwargs = Vec::new();
         if let Some(list) = node.child_by_field_name("arguments") {
@@ -498,7 +432,7 @@ impl<'t> File<'t> {
                 "subscript" => {
                     if let Some(value) = node.child_by_field_name("value")
                         && let Some(v) = self.normalize(value)
-                        && self.resolve(&v, &scope, 0) == "os.environ"
+                        && self.names.resolve(&v, &scope) == "os.environ"
                     {
                         let var = node
                             .child_by_field_name("subscript")
@@ -541,7 +475,7 @@ impl<'t> File<'t> {
                         .map(|f| (*f, Some(c))),
                     // `obj.method()` with `obj = LocalClass(...)`.
                     (Some(o), Some(a), _) => {
-                        let resolved = self.normalize(o).map(|n| self.resolve(&n, scope, 0));
+                        let resolved = self.normalize(o).map(|n| self.names.resolve(&n, scope));
                         resolved
                             .as_deref()
                             .and_then(|r| r.strip_suffix("()"))
@@ -882,7 +816,7 @@ impl<'t> File<'t> {
         let Some(callee) = call
             .child_by_field_name("function")
             .and_then(|f| self.normalize(f))
-            .map(|n| self.resolve(&n, &Scope::default(), 0))
+            .map(|n| self.names.resolve(&n, &Scope::default()))
         else {
             return;
         };

@@ -9,30 +9,18 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event};
+use super::common::{Names, Scope, line, text};
 use super::{Hints, RawTool};
 
 struct File<'t> {
     src: &'t [u8],
-    /// Local name → module path (`axios` → `axios`, `WebClient` →
-    /// `@slack/web-api.WebClient`, `cp` → `child_process`).
-    imports: HashMap<String, String>,
-    /// Module-level `const x = <expr>` → normalized value.
-    aliases: HashMap<String, String>,
-    /// Module-level string constants.
-    consts: HashMap<String, Arg>,
+    /// Imports (`axios` → `axios`, `WebClient` → `@slack/web-api.WebClient`,
+    /// `cp` → `child_process`), module-level `const x = <expr>` aliases and
+    /// string constants.
+    names: Names,
     /// Functions by name (`function f`, `const f = () => …`) and methods by
     /// `this.name`.
     functions: HashMap<String, Node<'t>>,
-}
-
-#[derive(Default)]
-struct Scope {
-    aliases: HashMap<String, String>,
-    consts: HashMap<String, Arg>,
-}
-
-fn line(node: Node<'_>) -> u32 {
-    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
 }
 
 fn is_function(node: Node<'_>) -> bool {
@@ -47,9 +35,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
     let mut file = File {
         src: src.as_bytes(),
-        imports: HashMap::new(),
-        aliases: HashMap::new(),
-        consts: HashMap::new(),
+        names: Names::default(),
         functions: HashMap::new(),
     };
     file.index(root, true);
@@ -60,7 +46,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
 
 impl<'t> File<'t> {
     fn text(&self, node: Node<'_>) -> &'t str {
-        node.utf8_text(self.src).unwrap_or("")
+        text(node, self.src)
     }
 
     /// Imports, top-level constants and every named function in the file.
@@ -73,8 +59,7 @@ impl<'t> File<'t> {
                 "lexical_declaration" | "variable_declaration" if top => {
                     let mut scope = Scope::default();
                     self.declaration(child, &mut scope);
-                    self.aliases.extend(scope.aliases);
-                    self.consts.extend(scope.consts);
+                    self.names.define(scope);
                     self.index(child, false);
                 }
                 "variable_declarator" => {
@@ -129,12 +114,14 @@ impl<'t> File<'t> {
             for part in clause.named_children(&mut c2) {
                 match part.kind() {
                     "identifier" => {
-                        self.imports
+                        self.names
+                            .imports
                             .insert(self.text(part).to_string(), module.clone());
                     }
                     "namespace_import" => {
                         if let Some(id) = part.named_child(0) {
-                            self.imports
+                            self.names
+                                .imports
                                 .insert(self.text(id).to_string(), module.clone());
                         }
                     }
@@ -145,7 +132,7 @@ impl<'t> File<'t> {
                                 continue;
                             };
                             let local = spec.child_by_field_name("alias").unwrap_or(name);
-                            self.imports.insert(
+                            self.names.imports.insert(
                                 self.text(local).to_string(),
                                 format!("{module}.{}", self.text(name)),
                             );
@@ -258,37 +245,6 @@ impl<'t> File<'t> {
         }
     }
 
-    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
-        if depth > 6 {
-            return dotted.to_string();
-        }
-        let mut cut = dotted.len();
-        loop {
-            let prefix = &dotted[..cut];
-            if !prefix.ends_with("()") {
-                let found = scope
-                    .aliases
-                    .get(prefix)
-                    .or_else(|| self.aliases.get(prefix));
-                if let Some(value) = found
-                    && value.as_str() != prefix
-                {
-                    let rest = &dotted[cut..];
-                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
-                }
-            }
-            match prefix.rfind(['.', '(']) {
-                Some(i) => cut = i,
-                None => break,
-            }
-        }
-        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
-        match self.imports.get(&dotted[..head_end]) {
-            Some(module) => format!("{module}{}", &dotted[head_end..]),
-            None => dotted.to_string(),
-        }
-    }
-
     /// A string or template literal (prefix up to the first substitution,
     /// or a constant substituted first).
     fn literal(&self, node: Node<'_>) -> Arg {
@@ -311,7 +267,7 @@ impl<'t> File<'t> {
                             let c = part
                                 .named_child(0)
                                 .filter(|e| e.kind() == "identifier")
-                                .and_then(|e| self.consts.get(self.text(e)));
+                                .and_then(|e| self.names.module.consts.get(self.text(e)));
                             match c {
                                 Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
                                 _ => return Arg::Prefix(s),
@@ -360,28 +316,14 @@ impl<'t> File<'t> {
                         }
                         "shorthand_property_identifier" => {
                             let n = self.text(p);
-                            let v = scope
-                                .consts
-                                .get(n)
-                                .or_else(|| self.consts.get(n))
-                                .cloned()
-                                .unwrap_or(Arg::Other);
-                            fields.push((n.to_string(), v));
+                            fields.push((n.to_string(), self.names.constant(n, scope)));
                         }
                         _ => {}
                     }
                 }
                 Arg::Object(fields)
             }
-            "identifier" => {
-                let n = self.text(node);
-                scope
-                    .consts
-                    .get(n)
-                    .or_else(|| self.consts.get(n))
-                    .cloned()
-                    .unwrap_or(Arg::Other)
-            }
+            "identifier" => self.names.constant(self.text(node), scope),
             "binary_expression" => {
                 match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
                     Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
@@ -423,7 +365,7 @@ impl<'t> File<'t> {
             "call_expression" => node.child_by_field_name("function")?,
             _ => node.child_by_field_name("constructor")?,
         };
-        let callee = self.resolve(&self.normalize(f)?, scope, 0);
+        let callee = self.names.resolve(&self.normalize(f)?, scope);
         let mut args = Vec::new();
         if let Some(list) = node.child_by_field_name("arguments") {
             let mut cursor = list.walk();
@@ -541,7 +483,7 @@ impl<'t> File<'t> {
                     "this".to_string()
                 } else {
                     match self.normalize(o) {
-                        Some(n) => self.resolve(&n, scope, 0),
+                        Some(n) => self.names.resolve(&n, scope),
                         None => return,
                     }
                 };

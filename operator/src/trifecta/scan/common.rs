@@ -1,0 +1,105 @@
+//! What the Python and TypeScript front ends have in common once their
+//! grammars have been read: the names a file and a body bind, and how a
+//! dotted callee resolves through them. Kept apart from the front ends so a
+//! fix to resolution reaches both languages at once.
+
+use std::collections::HashMap;
+
+use tree_sitter::Node;
+
+use super::classify::Arg;
+
+/// Bindings that hold values rather than modules: made in one tool body, or
+/// (merged into [`Names::module`]) at module level.
+#[derive(Default)]
+pub(super) struct Scope {
+    /// Variable → normalized value (`client` → `httpx.AsyncClient()`).
+    pub(super) aliases: HashMap<String, String>,
+    /// Variable → literal value (`API = "https://…"`).
+    pub(super) consts: HashMap<String, Arg>,
+}
+
+/// The module-level names of one file.
+#[derive(Default)]
+pub(super) struct Names {
+    /// Local name → dotted module path (`r` → `requests`, `WebClient` →
+    /// `@slack/web-api.WebClient`).
+    pub(super) imports: HashMap<String, String>,
+    /// Module-level aliases and constants.
+    pub(super) module: Scope,
+}
+
+/// How many aliases resolution follows before it gives up: enough for
+/// real chains, and it stops on cycles (`a = b`, `b = a`).
+const MAX_ALIAS_DEPTH: u8 = 6;
+
+impl Names {
+    /// Adds module-level bindings. They are collected in a scope of their
+    /// own first because collecting reads the module constants seen so far.
+    pub(super) fn define(&mut self, scope: Scope) {
+        self.module.aliases.extend(scope.aliases);
+        self.module.consts.extend(scope.consts);
+    }
+
+    /// The literal value of a variable: the body's binding shadows the
+    /// module's; anything unknown is [`Arg::Other`].
+    pub(super) fn constant(&self, name: &str, scope: &Scope) -> Arg {
+        scope
+            .consts
+            .get(name)
+            .or_else(|| self.module.consts.get(name))
+            .cloned()
+            .unwrap_or(Arg::Other)
+    }
+
+    /// Resolves the leading name of a dotted expression (calls written as
+    /// `()`) through body and module aliases, then imports.
+    pub(super) fn resolve(&self, dotted: &str, scope: &Scope) -> String {
+        self.resolve_at(dotted, scope, 0)
+    }
+
+    fn resolve_at(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
+        if depth > MAX_ALIAS_DEPTH {
+            return dotted.to_string();
+        }
+        // Longest dotted prefix first: `self.client.get` tries
+        // `self.client.get`, `self.client`, `self`. A prefix ending in a
+        // call is a value computed at run time, never a variable.
+        let mut cut = dotted.len();
+        loop {
+            let prefix = &dotted[..cut];
+            if !prefix.ends_with("()") {
+                let found = scope
+                    .aliases
+                    .get(prefix)
+                    .or_else(|| self.module.aliases.get(prefix));
+                if let Some(value) = found
+                    && value.as_str() != prefix
+                {
+                    let rest = &dotted[cut..];
+                    return self.resolve_at(&format!("{value}{rest}"), scope, depth + 1);
+                }
+            }
+            match prefix.rfind(['.', '(']) {
+                Some(i) => cut = i,
+                None => break,
+            }
+        }
+        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
+        match self.imports.get(&dotted[..head_end]) {
+            Some(module) => format!("{module}{}", &dotted[head_end..]),
+            None => dotted.to_string(),
+        }
+    }
+}
+
+/// The source text of a node; empty when it is not valid UTF-8 (the file
+/// was read as UTF-8, so only a grammar bug could cause that).
+pub(super) fn text<'a>(node: Node<'_>, src: &'a [u8]) -> &'a str {
+    node.utf8_text(src).unwrap_or("")
+}
+
+/// The 1-based line a node starts on.
+pub(super) fn line(node: Node<'_>) -> u32 {
+    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
+}

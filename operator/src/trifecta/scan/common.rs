@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use tree_sitter::Node;
 
-use super::classify::Arg;
+use super::classify::{Arg, Event};
+use super::{Hints, RawTool};
 
 /// Bindings that hold values rather than modules: made in one tool body, or
 /// (merged into [`Names::module`]) at module level.
@@ -102,4 +103,46 @@ pub(super) fn text<'a>(node: Node<'_>, src: &'a [u8]) -> &'a str {
 /// The 1-based line a node starts on.
 pub(super) fn line(node: Node<'_>) -> u32 {
     u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
+}
+
+/// Visits `root` and its named descendants in preorder, in source order, so
+/// a body's assignments are seen before their uses; `visit` returns whether
+/// to descend into the node it was given. An explicit stack rather than
+/// recursion: generated sources can nest deeper than a stack allows.
+pub(super) fn preorder<'t>(root: Node<'t>, mut visit: impl FnMut(Node<'t>) -> bool) {
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        if visit(node) {
+            let start = stack.len();
+            let mut cursor = node.walk();
+            stack.extend(node.named_children(&mut cursor));
+            // Popped last-in first, so the first child must end on top.
+            stack[start..].reverse();
+        }
+    }
+}
+
+/// The named children of a node, collected so the caller can recurse while
+/// holding them (a tree cursor cannot be shared with the recursion).
+pub(super) fn named_children<'t>(node: Node<'t>) -> Vec<Node<'t>> {
+    let mut cursor = node.walk();
+    node.named_children(&mut cursor).collect()
+}
+
+/// One tool per `(name, line)`, all with the same events: a dispatch branch
+/// (`case "a": case "b":`, `if name in ("a", "b")`) serves each name it
+/// compares against.
+pub(super) fn tools_sharing(
+    names: impl IntoIterator<Item = (String, u32)>,
+    events: &[Event],
+    out: &mut Vec<RawTool>,
+) {
+    for (name, line) in names {
+        out.push(RawTool {
+            name,
+            line,
+            events: events.to_vec(),
+            hints: Hints::default(),
+        });
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event};
-use super::common::{Names, Scope, line, text};
+use super::common::{Names, Scope, line, named_children, preorder, text, tools_sharing};
 use super::{Hints, RawTool};
 
 /// Module-level facts of one file.
@@ -85,9 +85,7 @@ impl<'t> File<'t> {
             }
             // Imports and constants guarded by `if`/`try` still count.
             "if_statement" | "try_statement" | "block" | "else_clause" | "except_clause" => {
-                let mut cursor = node.walk();
-                let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-                for c in children {
+                for c in named_children(node) {
                     if matches!(
                         c.kind(),
                         "block" | "import_statement" | "import_from_statement" | "else_clause"
@@ -401,9 +399,7 @@ impl<'t> File<'t> {
                 stack.extend(node.named_children(&mut cursor));
             }
         }
-        let mut stack = vec![body];
-        // Preorder in source order, so assignments are seen before uses.
-        while let Some(node) = stack.pop() {
+        preorder(body, |node| {
             match node.kind() {
                 "assignment" => self.assignment(node, &mut scope),
                 "as_pattern" => {
@@ -450,10 +446,8 @@ impl<'t> File<'t> {
                 }
                 _ => {}
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     /// One hop into a same-file helper: `helper(...)` for a module function,
@@ -496,9 +490,7 @@ impl<'t> File<'t> {
 
     /// Walks the whole tree for tool definitions.
     fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             match child.kind() {
                 "decorated_definition" => {
                     self.decorated(child, out);
@@ -725,9 +717,7 @@ impl<'t> File<'t> {
             "function_definition" | "class_definition" => return,
             _ => {}
         }
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             self.branches(child, param, out);
         }
     }
@@ -735,14 +725,7 @@ impl<'t> File<'t> {
     fn branch_tools(&self, names: &[String], at: u32, body: Node<'t>, out: &mut Vec<RawTool>) {
         let mut events = Vec::new();
         self.events(body, None, true, &mut events);
-        for name in names {
-            out.push(RawTool {
-                name: name.clone(),
-                line: at,
-                events: events.clone(),
-                hints: Hints::default(),
-            });
-        }
+        tools_sharing(names.iter().map(|n| (n.clone(), at)), &events, out);
     }
 
     /// The string literals a condition compares `param` with:
@@ -801,15 +784,12 @@ impl<'t> File<'t> {
     /// `StructuredTool.from_function(func=f, name="x")` and
     /// `Tool(name="x", func=f)` with `f` a function of this file.
     fn registered_tools(&self, root: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut stack = vec![root];
-        while let Some(node) = stack.pop() {
+        preorder(root, |node| {
             if node.kind() == "call" {
                 self.registered_tool(node, out);
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     fn registered_tool(&self, call: Node<'t>, out: &mut Vec<RawTool>) {

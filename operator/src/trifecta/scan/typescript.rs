@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event};
-use super::common::{Names, Scope, line, text};
+use super::common::{Names, Scope, line, named_children, preorder, text, tools_sharing};
 use super::{Hints, RawTool};
 
 struct File<'t> {
@@ -51,9 +51,7 @@ impl<'t> File<'t> {
 
     /// Imports, top-level constants and every named function in the file.
     fn index(&mut self, node: Node<'t>, top: bool) {
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             match child.kind() {
                 "import_statement" => self.import(child),
                 "lexical_declaration" | "variable_declaration" if top => {
@@ -385,8 +383,7 @@ impl<'t> File<'t> {
 
     fn events(&self, body: Node<'t>, hop: bool, out: &mut Vec<Event>) {
         let mut scope = Scope::default();
-        let mut stack = vec![body];
-        while let Some(node) = stack.pop() {
+        preorder(body, |node| {
             match node.kind() {
                 "lexical_declaration" | "variable_declaration" => {
                     self.declaration(node, &mut scope);
@@ -424,10 +421,8 @@ impl<'t> File<'t> {
                 }
                 _ => {}
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     /// `const { API_KEY, REGION: region } = process.env` reads each name.
@@ -516,15 +511,10 @@ impl<'t> File<'t> {
     }
 
     fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut stack = vec![node];
-        while let Some(node) = stack.pop() {
-            if node.kind() == "call_expression" && self.registration(node, out) {
-                continue;
-            }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+        // A registration's handler holds no further registrations.
+        preorder(node, |node| {
+            !(node.kind() == "call_expression" && self.registration(node, out))
+        });
     }
 
     /// Handles one `x.tool(…)`, `x.registerTool(…)` or
@@ -651,14 +641,7 @@ impl<'t> File<'t> {
                         for s in stmts {
                             self.events(s, true, &mut events);
                         }
-                        for (name, at) in pending.drain(..) {
-                            out.push(RawTool {
-                                name,
-                                line: at,
-                                events: events.clone(),
-                                hints: Hints::default(),
-                            });
-                        }
+                        tools_sharing(pending.drain(..), &events, out);
                     }
                     return;
                 }
@@ -673,14 +656,8 @@ impl<'t> File<'t> {
                 {
                     let mut events = Vec::new();
                     self.events(body, true, &mut events);
-                    for name in names {
-                        out.push(RawTool {
-                            name,
-                            line: line(node),
-                            events: events.clone(),
-                            hints: Hints::default(),
-                        });
-                    }
+                    let at = line(node);
+                    tools_sharing(names.into_iter().map(|n| (n, at)), &events, out);
                     if let Some(alt) = node.child_by_field_name("alternative") {
                         self.branches(alt, out);
                     }
@@ -689,9 +666,7 @@ impl<'t> File<'t> {
             }
             _ => {}
         }
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for c in children {
+        for c in named_children(node) {
             self.branches(c, out);
         }
     }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tree_sitter::Node;
 
-use super::classify::{Arg, Event};
+use super::classify::{Arg, Event, Lang};
 use super::{Hints, RawTool};
 
 /// Bindings that hold values rather than modules: made in one tool body, or
@@ -122,11 +122,37 @@ pub(super) fn preorder<'t>(root: Node<'t>, mut visit: impl FnMut(Node<'t>) -> bo
     }
 }
 
+/// `f` of each named child of a node, in order.
+pub(super) fn map_named<'t, T>(node: Node<'t>, f: impl FnMut(Node<'t>) -> T) -> Vec<T> {
+    let mut cursor = node.walk();
+    node.named_children(&mut cursor).map(f).collect()
+}
+
 /// The named children of a node, collected so the caller can recurse while
 /// holding them (a tree cursor cannot be shared with the recursion).
 pub(super) fn named_children<'t>(node: Node<'t>) -> Vec<Node<'t>> {
-    let mut cursor = node.walk();
-    node.named_children(&mut cursor).collect()
+    map_named(node, |n| n)
+}
+
+impl Hints {
+    /// Records one MCP tool annotation written `key: value` (a dict entry,
+    /// keyword argument or object property); true when `key` names one. A
+    /// value other than a boolean literal clears what is known. Python code
+    /// may also spell the keys in snake_case (`read_only_hint`).
+    pub(super) fn set(&mut self, key: &str, value: Node<'_>, lang: Lang) -> bool {
+        let slot = match (key, lang) {
+            ("readOnlyHint", _) | ("read_only_hint", Lang::Python) => &mut self.read_only,
+            ("openWorldHint", _) | ("open_world_hint", Lang::Python) => &mut self.open_world,
+            _ => return false,
+        };
+        // Both grammars name the boolean literals `true` and `false`.
+        *slot = match value.kind() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        };
+        true
+    }
 }
 
 /// One tool per `(name, line)`, all with the same events: a dispatch branch

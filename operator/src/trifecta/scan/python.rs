@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use tree_sitter::{Node, Tree};
 
-use super::classify::{Arg, CallSite, Event};
-use super::common::{Names, Scope, line, named_children, preorder, text, tools_sharing};
+use super::classify::{Arg, CallSite, Event, Lang};
+use super::common::{Names, Scope, line, map_named, named_children, preorder, text, tools_sharing};
 use super::{Hints, RawTool};
 
 /// Module-level facts of one file.
@@ -234,14 +234,7 @@ impl<'t> File<'t> {
                 .parse()
                 .map(Arg::Int)
                 .unwrap_or(Arg::Other),
-            "tuple" | "list" => {
-                let mut cursor = node.walk();
-                Arg::Seq(
-                    node.named_children(&mut cursor)
-                        .map(|c| self.arg(c, scope))
-                        .collect(),
-                )
-            }
+            "tuple" | "list" => Arg::Seq(map_named(node, |c| self.arg(c, scope))),
             "dictionary" => {
                 let mut cursor = node.walk();
                 let mut fields = Vec::new();
@@ -283,10 +276,8 @@ impl<'t> File<'t> {
             }
             "binary_operator" => {
                 // "https://host" + path: the left literal is a prefix.
-                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
-                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
-                    _ => Arg::Other,
-                }
+                node.child_by_field_name("left")
+                    .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix())
             }
             _ => Arg::Other,
         }
@@ -432,11 +423,7 @@ impl<'t> File<'t> {
                     {
                         let var = node
                             .child_by_field_name("subscript")
-                            .map(|s| self.arg(s, &scope))
-                            .and_then(|a| match a {
-                                Arg::Str(s) => Some(s),
-                                _ => None,
-                            });
+                            .and_then(|s| self.arg(s, &scope).into_full());
                         out.push(Event::Env {
                             var,
                             call: "os.environ[]".into(),
@@ -629,16 +616,7 @@ impl<'t> File<'t> {
                 _ => {}
             }
             for (k, v) in pairs {
-                let b = match v.kind() {
-                    "true" => Some(true),
-                    "false" => Some(false),
-                    _ => None,
-                };
-                match k.as_str() {
-                    "readOnlyHint" | "read_only_hint" => hints.read_only = b,
-                    "openWorldHint" | "open_world_hint" => hints.open_world = b,
-                    _ => {}
-                }
+                hints.set(&k, v, Lang::Python);
             }
         }
         hints

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use tree_sitter::{Node, Tree};
 
-use super::classify::{Arg, CallSite, Event};
-use super::common::{Names, Scope, line, named_children, preorder, text, tools_sharing};
+use super::classify::{Arg, CallSite, Event, Lang};
+use super::common::{Names, Scope, line, map_named, named_children, preorder, text, tools_sharing};
 use super::{Hints, RawTool};
 
 struct File<'t> {
@@ -285,14 +285,7 @@ impl<'t> File<'t> {
         match node.kind() {
             "string" | "template_string" => self.literal(node),
             "number" => self.text(node).parse().map(Arg::Int).unwrap_or(Arg::Other),
-            "array" => {
-                let mut cursor = node.walk();
-                Arg::Seq(
-                    node.named_children(&mut cursor)
-                        .map(|c| self.arg(c, scope))
-                        .collect(),
-                )
-            }
+            "array" => Arg::Seq(map_named(node, |c| self.arg(c, scope))),
             "object" => {
                 let mut cursor = node.walk();
                 let mut fields = Vec::new();
@@ -322,12 +315,9 @@ impl<'t> File<'t> {
                 Arg::Object(fields)
             }
             "identifier" => self.names.constant(self.text(node), scope),
-            "binary_expression" => {
-                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
-                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
-                    _ => Arg::Other,
-                }
-            }
+            "binary_expression" => node
+                .child_by_field_name("left")
+                .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix()),
             // path.join(os.homedir(), ".ssh/id_rsa") / path.resolve("/etc/secrets/x")
             "call_expression" => {
                 let f = node
@@ -405,12 +395,9 @@ impl<'t> File<'t> {
                             "member_expression" => node
                                 .child_by_field_name("property")
                                 .map(|p| self.text(p).to_string()),
-                            _ => node.child_by_field_name("index").and_then(|i| {
-                                match self.arg(i, &scope) {
-                                    Arg::Str(s) => Some(s),
-                                    _ => None,
-                                }
-                            }),
+                            _ => node
+                                .child_by_field_name("index")
+                                .and_then(|i| self.arg(i, &scope).into_full()),
                         };
                         out.push(Event::Env {
                             var,
@@ -593,18 +580,11 @@ impl<'t> File<'t> {
                 continue;
             };
             let key = self.text(k).trim_matches(['"', '\'']);
-            let b = match v.kind() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => None,
-            };
-            match key {
-                "readOnlyHint" => hints.read_only = b,
-                "openWorldHint" => hints.open_world = b,
-                "annotations" if unwrap_expr(v).kind() == "object" => {
-                    self.hints(unwrap_expr(v), hints)
-                }
-                _ => {}
+            if !hints.set(key, v, Lang::TypeScript)
+                && key == "annotations"
+                && unwrap_expr(v).kind() == "object"
+            {
+                self.hints(unwrap_expr(v), hints);
             }
         }
     }

@@ -30,6 +30,16 @@ pub(super) struct Names {
     pub(super) module: Scope,
 }
 
+/// What one named child of a string literal is, in the grammar at hand.
+pub(super) enum Part<'t> {
+    /// Literal text.
+    Text,
+    /// An interpolation, with the expression inside when there is one.
+    Interpolation(Option<Node<'t>>),
+    /// Anything else (delimiters, format specifiers): contributes nothing.
+    Other,
+}
+
 /// How many aliases resolution follows before it gives up: enough for
 /// real chains, and it stops on cycles (`a = b`, `b = a`).
 const MAX_ALIAS_DEPTH: u8 = 6;
@@ -57,6 +67,37 @@ impl Names {
     /// `()`) through body and module aliases, then imports.
     pub(super) fn resolve(&self, dotted: &str, scope: &Scope) -> String {
         self.resolve_at(dotted, scope, 0)
+    }
+
+    /// An interpolated string literal (f-string, template literal) whose
+    /// named children `part` tells apart: complete when every part is
+    /// literal, else its prefix up to the first interpolation. A module
+    /// constant interpolated first (`f"{BASE}/x"`) is substituted, since
+    /// URLs are commonly built that way.
+    pub(super) fn interpolated<'t>(
+        &self,
+        node: Node<'t>,
+        src: &[u8],
+        part: impl Fn(Node<'t>) -> Part<'t>,
+    ) -> Arg {
+        let mut s = String::new();
+        let mut cursor = node.walk();
+        for child in node.named_children(&mut cursor) {
+            match part(child) {
+                Part::Text => s.push_str(text(child, src)),
+                Part::Interpolation(expr) => {
+                    let constant = expr
+                        .filter(|e| e.kind() == "identifier")
+                        .and_then(|e| self.module.consts.get(text(e, src)));
+                    match constant {
+                        Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
+                        _ => return Arg::Prefix(s),
+                    }
+                }
+                Part::Other => {}
+            }
+        }
+        Arg::Str(s)
     }
 
     fn resolve_at(&self, dotted: &str, scope: &Scope, depth: u8) -> String {

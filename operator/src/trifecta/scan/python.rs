@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event, Lang};
-use super::common::{Names, Scope, line, map_named, named_children, preorder, text, tools_sharing};
+use super::common::{
+    Names, Part, Scope, line, map_named, named_children, preorder, text, tools_sharing,
+};
 use super::{Hints, RawTool};
 
 /// Module-level facts of one file.
@@ -301,25 +303,12 @@ impl<'t> File<'t> {
         if node.kind() != "string" {
             return Arg::Other;
         }
-        let mut s = String::new();
-        let mut cursor = node.walk();
-        for part in node.named_children(&mut cursor) {
-            match part.kind() {
-                "string_content" => s.push_str(self.text(part)),
-                "interpolation" => {
-                    let inner = part
-                        .child_by_field_name("expression")
-                        .filter(|e| e.kind() == "identifier")
-                        .and_then(|e| self.names.module.consts.get(self.text(e)));
-                    match inner {
-                        Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
-                        _ => return Arg::Prefix(s),
-                    }
-                }
-                _ => {}
-            }
-        }
-        Arg::Str(s)
+        self.names
+            .interpolated(node, self.src, |part| match part.kind() {
+                "string_content" => Part::Text,
+                "interpolation" => Part::Interpolation(part.child_by_field_name("expression")),
+                _ => Part::Other,
+            })
     }
 
     fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {

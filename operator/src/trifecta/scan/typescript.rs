@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use tree_sitter::{Node, Tree};
 
 use super::classify::{Arg, CallSite, Event, Lang};
-use super::common::{Names, Scope, line, map_named, named_children, preorder, text, tools_sharing};
+use super::common::{
+    Names, Part, Scope, line, map_named, named_children, preorder, text, tools_sharing,
+};
 use super::{Hints, RawTool};
 
 struct File<'t> {
@@ -256,25 +258,12 @@ impl<'t> File<'t> {
                 Arg::Str(s)
             }
             "template_string" => {
-                let mut s = String::new();
-                let mut cursor = node.walk();
-                for part in node.named_children(&mut cursor) {
-                    match part.kind() {
-                        "string_fragment" | "escape_sequence" => s.push_str(self.text(part)),
-                        "template_substitution" => {
-                            let c = part
-                                .named_child(0)
-                                .filter(|e| e.kind() == "identifier")
-                                .and_then(|e| self.names.module.consts.get(self.text(e)));
-                            match c {
-                                Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
-                                _ => return Arg::Prefix(s),
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Arg::Str(s)
+                self.names
+                    .interpolated(node, self.src, |part| match part.kind() {
+                        "string_fragment" | "escape_sequence" => Part::Text,
+                        "template_substitution" => Part::Interpolation(part.named_child(0)),
+                        _ => Part::Other,
+                    })
             }
             _ => Arg::Other,
         }

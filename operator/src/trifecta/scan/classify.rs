@@ -49,6 +49,23 @@ impl Arg {
         }
     }
 
+    /// The complete literal string, taken out of the value.
+    pub(crate) fn into_full(self) -> Option<String> {
+        match self {
+            Arg::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value of `self + <anything>`: a literal followed by something
+    /// computed is known only up to where the literal ends.
+    pub(crate) fn into_prefix(self) -> Arg {
+        match self {
+            Arg::Str(s) | Arg::Prefix(s) => Arg::Prefix(s),
+            _ => Arg::Other,
+        }
+    }
+
     fn field(&self, key: &str) -> Option<&Arg> {
         match self {
             Arg::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),

@@ -6,6 +6,7 @@
 //! else; the output is deterministic for a given tree.
 
 mod classify;
+mod common;
 pub mod manifest;
 mod python;
 mod typescript;

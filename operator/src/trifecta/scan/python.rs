@@ -8,39 +8,23 @@ use std::collections::HashMap;
 
 use tree_sitter::{Node, Tree};
 
-use super::classify::{Arg, CallSite, Event};
+use super::classify::{Arg, CallSite, Event, Lang};
+use super::common::{
+    Names, Part, Scope, line, map_named, named_children, preorder, text, tools_sharing,
+};
 use super::{Hints, RawTool};
 
 /// Module-level facts of one file.
 struct File<'t> {
     src: &'t [u8],
-    /// Local name → dotted module path (`r` → `requests`, `WebClient` →
-    /// `slack_sdk.WebClient`).
-    imports: HashMap<String, String>,
-    /// Module-level variable → normalized value (`client` →
-    /// `httpx.AsyncClient()`).
-    aliases: HashMap<String, String>,
-    /// Module-level string constants (`API = "https://…"`).
-    consts: HashMap<String, Arg>,
+    /// Imports (`r` → `requests`, `WebClient` → `slack_sdk.WebClient`),
+    /// module-level aliases (`client` → `httpx.AsyncClient()`) and string
+    /// constants (`API = "https://…"`).
+    names: Names,
     /// Module-level functions by name.
     functions: HashMap<String, Node<'t>>,
     /// Methods by class name, then method name.
     methods: HashMap<String, HashMap<String, Node<'t>>>,
-}
-
-/// Per-body state while collecting events.
-#[derive(Default)]
-struct Scope {
-    aliases: HashMap<String, String>,
-    consts: HashMap<String, Arg>,
-}
-
-fn text<'a>(node: Node<'_>, src: &'a [u8]) -> &'a str {
-    node.utf8_text(src).unwrap_or("")
-}
-
-fn line(node: Node<'_>) -> u32 {
-    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
 }
 
 /// Extracts the tools of one parsed Python file.
@@ -48,9 +32,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
     let mut file = File {
         src: src.as_bytes(),
-        imports: HashMap::new(),
-        aliases: HashMap::new(),
-        consts: HashMap::new(),
+        names: Names::default(),
         functions: HashMap::new(),
         methods: HashMap::new(),
     };
@@ -81,16 +63,15 @@ impl<'t> File<'t> {
     fn index_statement(&mut self, node: Node<'t>) {
         match node.kind() {
             "import_statement" | "import_from_statement" => {
-                let mut imports = std::mem::take(&mut self.imports);
+                let mut imports = std::mem::take(&mut self.names.imports);
                 self.add_imports(node, &mut imports);
-                self.imports = imports;
+                self.names.imports = imports;
             }
             "expression_statement" => {
                 if let Some(a) = node.named_child(0).filter(|a| a.kind() == "assignment") {
                     let mut scope = Scope::default();
                     self.assignment(a, &mut scope);
-                    self.aliases.extend(scope.aliases);
-                    self.consts.extend(scope.consts);
+                    self.names.define(scope);
                 }
             }
             "function_definition" => {
@@ -106,9 +87,7 @@ impl<'t> File<'t> {
             }
             // Imports and constants guarded by `if`/`try` still count.
             "if_statement" | "try_statement" | "block" | "else_clause" | "except_clause" => {
-                let mut cursor = node.walk();
-                let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-                for c in children {
+                for c in named_children(node) {
                     if matches!(
                         c.kind(),
                         "block" | "import_statement" | "import_from_statement" | "else_clause"
@@ -232,43 +211,6 @@ impl<'t> File<'t> {
         }
     }
 
-    /// Resolves the leading name of a dotted expression through local and
-    /// module aliases and imports (a few levels, to stop on cycles).
-    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
-        if depth > 6 {
-            return dotted.to_string();
-        }
-        // Longest dotted prefix first: `self.client.get` tries
-        // `self.client.get`, `self.client`, `self`.
-        let mut cut = dotted.len();
-        loop {
-            let prefix = &dotted[..cut];
-            let bare = prefix.trim_end_matches("()");
-            if bare.len() == prefix.len() || !prefix.ends_with("()") {
-                let found = scope
-                    .aliases
-                    .get(prefix)
-                    .or_else(|| self.aliases.get(prefix));
-                if let Some(value) = found
-                    && value.as_str() != prefix
-                {
-                    let rest = &dotted[cut..];
-                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
-                }
-            }
-            match prefix.rfind(['.', '(']) {
-                Some(i) => cut = i,
-                None => break,
-            }
-        }
-        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
-        let head = &dotted[..head_end];
-        match self.imports.get(head) {
-            Some(module) => format!("{module}{}", &dotted[head_end..]),
-            None => dotted.to_string(),
-        }
-    }
-
     /// The literal value of an argument expression.
     fn arg(&self, node: Node<'_>, scope: &Scope) -> Arg {
         match node.kind() {
@@ -294,14 +236,7 @@ impl<'t> File<'t> {
                 .parse()
                 .map(Arg::Int)
                 .unwrap_or(Arg::Other),
-            "tuple" | "list" => {
-                let mut cursor = node.walk();
-                Arg::Seq(
-                    node.named_children(&mut cursor)
-                        .map(|c| self.arg(c, scope))
-                        .collect(),
-                )
-            }
+            "tuple" | "list" => Arg::Seq(map_named(node, |c| self.arg(c, scope))),
             "dictionary" => {
                 let mut cursor = node.walk();
                 let mut fields = Vec::new();
@@ -319,15 +254,7 @@ impl<'t> File<'t> {
                 }
                 Arg::Object(fields)
             }
-            "identifier" => {
-                let name = self.text(node);
-                scope
-                    .consts
-                    .get(name)
-                    .or_else(|| self.consts.get(name))
-                    .cloned()
-                    .unwrap_or(Arg::Other)
-            }
+            "identifier" => self.names.constant(self.text(node), scope),
             "parenthesized_expression" => node
                 .named_child(0)
                 .map(|c| self.arg(c, scope))
@@ -351,10 +278,8 @@ impl<'t> File<'t> {
             }
             "binary_operator" => {
                 // "https://host" + path: the left literal is a prefix.
-                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
-                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
-                    _ => Arg::Other,
-                }
+                node.child_by_field_name("left")
+                    .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix())
             }
             _ => Arg::Other,
         }
@@ -378,30 +303,17 @@ impl<'t> File<'t> {
         if node.kind() != "string" {
             return Arg::Other;
         }
-        let mut s = String::new();
-        let mut cursor = node.walk();
-        for part in node.named_children(&mut cursor) {
-            match part.kind() {
-                "string_content" => s.push_str(self.text(part)),
-                "interpolation" => {
-                    let inner = part
-                        .child_by_field_name("expression")
-                        .filter(|e| e.kind() == "identifier")
-                        .and_then(|e| self.consts.get(self.text(e)));
-                    match inner {
-                        Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
-                        _ => return Arg::Prefix(s),
-                    }
-                }
-                _ => {}
-            }
-        }
-        Arg::Str(s)
+        self.names
+            .interpolated(node, self.src, |part| match part.kind() {
+                "string_content" => Part::Text,
+                "interpolation" => Part::Interpolation(part.child_by_field_name("expression")),
+                _ => Part::Other,
+            })
     }
 
     fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
         let function = node.child_by_field_name("function")?;
-        let callee = self.resolve(&self.normalize(function)?, scope, 0);
+        let callee = self.names.resolve(&self.normalize(function)?, scope);
         let mut args = Vec::new();
         let mut kwargs = Vec::new();
         if let Some(list) = node.child_by_field_name("arguments") {
@@ -467,9 +379,7 @@ impl<'t> File<'t> {
                 stack.extend(node.named_children(&mut cursor));
             }
         }
-        let mut stack = vec![body];
-        // Preorder in source order, so assignments are seen before uses.
-        while let Some(node) = stack.pop() {
+        preorder(body, |node| {
             match node.kind() {
                 "assignment" => self.assignment(node, &mut scope),
                 "as_pattern" => {
@@ -498,15 +408,11 @@ impl<'t> File<'t> {
                 "subscript" => {
                     if let Some(value) = node.child_by_field_name("value")
                         && let Some(v) = self.normalize(value)
-                        && self.resolve(&v, &scope, 0) == "os.environ"
+                        && self.names.resolve(&v, &scope) == "os.environ"
                     {
                         let var = node
                             .child_by_field_name("subscript")
-                            .map(|s| self.arg(s, &scope))
-                            .and_then(|a| match a {
-                                Arg::Str(s) => Some(s),
-                                _ => None,
-                            });
+                            .and_then(|s| self.arg(s, &scope).into_full());
                         out.push(Event::Env {
                             var,
                             call: "os.environ[]".into(),
@@ -516,10 +422,8 @@ impl<'t> File<'t> {
                 }
                 _ => {}
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     /// One hop into a same-file helper: `helper(...)` for a module function,
@@ -541,7 +445,7 @@ impl<'t> File<'t> {
                         .map(|f| (*f, Some(c))),
                     // `obj.method()` with `obj = LocalClass(...)`.
                     (Some(o), Some(a), _) => {
-                        let resolved = self.normalize(o).map(|n| self.resolve(&n, scope, 0));
+                        let resolved = self.normalize(o).map(|n| self.names.resolve(&n, scope));
                         resolved
                             .as_deref()
                             .and_then(|r| r.strip_suffix("()"))
@@ -562,9 +466,7 @@ impl<'t> File<'t> {
 
     /// Walks the whole tree for tool definitions.
     fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             match child.kind() {
                 "decorated_definition" => {
                     self.decorated(child, out);
@@ -703,16 +605,7 @@ impl<'t> File<'t> {
                 _ => {}
             }
             for (k, v) in pairs {
-                let b = match v.kind() {
-                    "true" => Some(true),
-                    "false" => Some(false),
-                    _ => None,
-                };
-                match k.as_str() {
-                    "readOnlyHint" | "read_only_hint" => hints.read_only = b,
-                    "openWorldHint" | "open_world_hint" => hints.open_world = b,
-                    _ => {}
-                }
+                hints.set(&k, v, Lang::Python);
             }
         }
         hints
@@ -791,9 +684,7 @@ impl<'t> File<'t> {
             "function_definition" | "class_definition" => return,
             _ => {}
         }
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             self.branches(child, param, out);
         }
     }
@@ -801,14 +692,7 @@ impl<'t> File<'t> {
     fn branch_tools(&self, names: &[String], at: u32, body: Node<'t>, out: &mut Vec<RawTool>) {
         let mut events = Vec::new();
         self.events(body, None, true, &mut events);
-        for name in names {
-            out.push(RawTool {
-                name: name.clone(),
-                line: at,
-                events: events.clone(),
-                hints: Hints::default(),
-            });
-        }
+        tools_sharing(names.iter().map(|n| (n.clone(), at)), &events, out);
     }
 
     /// The string literals a condition compares `param` with:
@@ -867,22 +751,19 @@ impl<'t> File<'t> {
     /// `StructuredTool.from_function(func=f, name="x")` and
     /// `Tool(name="x", func=f)` with `f` a function of this file.
     fn registered_tools(&self, root: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut stack = vec![root];
-        while let Some(node) = stack.pop() {
+        preorder(root, |node| {
             if node.kind() == "call" {
                 self.registered_tool(node, out);
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     fn registered_tool(&self, call: Node<'t>, out: &mut Vec<RawTool>) {
         let Some(callee) = call
             .child_by_field_name("function")
             .and_then(|f| self.normalize(f))
-            .map(|n| self.resolve(&n, &Scope::default(), 0))
+            .map(|n| self.names.resolve(&n, &Scope::default()))
         else {
             return;
         };

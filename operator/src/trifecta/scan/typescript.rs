@@ -8,31 +8,21 @@ use std::collections::HashMap;
 
 use tree_sitter::{Node, Tree};
 
-use super::classify::{Arg, CallSite, Event};
+use super::classify::{Arg, CallSite, Event, Lang};
+use super::common::{
+    Names, Part, Scope, line, map_named, named_children, preorder, text, tools_sharing,
+};
 use super::{Hints, RawTool};
 
 struct File<'t> {
     src: &'t [u8],
-    /// Local name → module path (`axios` → `axios`, `WebClient` →
-    /// `@slack/web-api.WebClient`, `cp` → `child_process`).
-    imports: HashMap<String, String>,
-    /// Module-level `const x = <expr>` → normalized value.
-    aliases: HashMap<String, String>,
-    /// Module-level string constants.
-    consts: HashMap<String, Arg>,
+    /// Imports (`axios` → `axios`, `WebClient` → `@slack/web-api.WebClient`,
+    /// `cp` → `child_process`), module-level `const x = <expr>` aliases and
+    /// string constants.
+    names: Names,
     /// Functions by name (`function f`, `const f = () => …`) and methods by
     /// `this.name`.
     functions: HashMap<String, Node<'t>>,
-}
-
-#[derive(Default)]
-struct Scope {
-    aliases: HashMap<String, String>,
-    consts: HashMap<String, Arg>,
-}
-
-fn line(node: Node<'_>) -> u32 {
-    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
 }
 
 fn is_function(node: Node<'_>) -> bool {
@@ -47,9 +37,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
     let mut file = File {
         src: src.as_bytes(),
-        imports: HashMap::new(),
-        aliases: HashMap::new(),
-        consts: HashMap::new(),
+        names: Names::default(),
         functions: HashMap::new(),
     };
     file.index(root, true);
@@ -60,21 +48,18 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
 
 impl<'t> File<'t> {
     fn text(&self, node: Node<'_>) -> &'t str {
-        node.utf8_text(self.src).unwrap_or("")
+        text(node, self.src)
     }
 
     /// Imports, top-level constants and every named function in the file.
     fn index(&mut self, node: Node<'t>, top: bool) {
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for child in children {
+        for child in named_children(node) {
             match child.kind() {
                 "import_statement" => self.import(child),
                 "lexical_declaration" | "variable_declaration" if top => {
                     let mut scope = Scope::default();
                     self.declaration(child, &mut scope);
-                    self.aliases.extend(scope.aliases);
-                    self.consts.extend(scope.consts);
+                    self.names.define(scope);
                     self.index(child, false);
                 }
                 "variable_declarator" => {
@@ -129,12 +114,14 @@ impl<'t> File<'t> {
             for part in clause.named_children(&mut c2) {
                 match part.kind() {
                     "identifier" => {
-                        self.imports
+                        self.names
+                            .imports
                             .insert(self.text(part).to_string(), module.clone());
                     }
                     "namespace_import" => {
                         if let Some(id) = part.named_child(0) {
-                            self.imports
+                            self.names
+                                .imports
                                 .insert(self.text(id).to_string(), module.clone());
                         }
                     }
@@ -145,7 +132,7 @@ impl<'t> File<'t> {
                                 continue;
                             };
                             let local = spec.child_by_field_name("alias").unwrap_or(name);
-                            self.imports.insert(
+                            self.names.imports.insert(
                                 self.text(local).to_string(),
                                 format!("{module}.{}", self.text(name)),
                             );
@@ -258,37 +245,6 @@ impl<'t> File<'t> {
         }
     }
 
-    fn resolve(&self, dotted: &str, scope: &Scope, depth: u8) -> String {
-        if depth > 6 {
-            return dotted.to_string();
-        }
-        let mut cut = dotted.len();
-        loop {
-            let prefix = &dotted[..cut];
-            if !prefix.ends_with("()") {
-                let found = scope
-                    .aliases
-                    .get(prefix)
-                    .or_else(|| self.aliases.get(prefix));
-                if let Some(value) = found
-                    && value.as_str() != prefix
-                {
-                    let rest = &dotted[cut..];
-                    return self.resolve(&format!("{value}{rest}"), scope, depth + 1);
-                }
-            }
-            match prefix.rfind(['.', '(']) {
-                Some(i) => cut = i,
-                None => break,
-            }
-        }
-        let head_end = dotted.find(['.', '(']).unwrap_or(dotted.len());
-        match self.imports.get(&dotted[..head_end]) {
-            Some(module) => format!("{module}{}", &dotted[head_end..]),
-            None => dotted.to_string(),
-        }
-    }
-
     /// A string or template literal (prefix up to the first substitution,
     /// or a constant substituted first).
     fn literal(&self, node: Node<'_>) -> Arg {
@@ -302,25 +258,12 @@ impl<'t> File<'t> {
                 Arg::Str(s)
             }
             "template_string" => {
-                let mut s = String::new();
-                let mut cursor = node.walk();
-                for part in node.named_children(&mut cursor) {
-                    match part.kind() {
-                        "string_fragment" | "escape_sequence" => s.push_str(self.text(part)),
-                        "template_substitution" => {
-                            let c = part
-                                .named_child(0)
-                                .filter(|e| e.kind() == "identifier")
-                                .and_then(|e| self.consts.get(self.text(e)));
-                            match c {
-                                Some(Arg::Str(c)) if s.is_empty() => s.push_str(c),
-                                _ => return Arg::Prefix(s),
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Arg::Str(s)
+                self.names
+                    .interpolated(node, self.src, |part| match part.kind() {
+                        "string_fragment" | "escape_sequence" => Part::Text,
+                        "template_substitution" => Part::Interpolation(part.named_child(0)),
+                        _ => Part::Other,
+                    })
             }
             _ => Arg::Other,
         }
@@ -331,14 +274,7 @@ impl<'t> File<'t> {
         match node.kind() {
             "string" | "template_string" => self.literal(node),
             "number" => self.text(node).parse().map(Arg::Int).unwrap_or(Arg::Other),
-            "array" => {
-                let mut cursor = node.walk();
-                Arg::Seq(
-                    node.named_children(&mut cursor)
-                        .map(|c| self.arg(c, scope))
-                        .collect(),
-                )
-            }
+            "array" => Arg::Seq(map_named(node, |c| self.arg(c, scope))),
             "object" => {
                 let mut cursor = node.walk();
                 let mut fields = Vec::new();
@@ -360,34 +296,17 @@ impl<'t> File<'t> {
                         }
                         "shorthand_property_identifier" => {
                             let n = self.text(p);
-                            let v = scope
-                                .consts
-                                .get(n)
-                                .or_else(|| self.consts.get(n))
-                                .cloned()
-                                .unwrap_or(Arg::Other);
-                            fields.push((n.to_string(), v));
+                            fields.push((n.to_string(), self.names.constant(n, scope)));
                         }
                         _ => {}
                     }
                 }
                 Arg::Object(fields)
             }
-            "identifier" => {
-                let n = self.text(node);
-                scope
-                    .consts
-                    .get(n)
-                    .or_else(|| self.consts.get(n))
-                    .cloned()
-                    .unwrap_or(Arg::Other)
-            }
-            "binary_expression" => {
-                match node.child_by_field_name("left").map(|l| self.arg(l, scope)) {
-                    Some(Arg::Str(s) | Arg::Prefix(s)) => Arg::Prefix(s),
-                    _ => Arg::Other,
-                }
-            }
+            "identifier" => self.names.constant(self.text(node), scope),
+            "binary_expression" => node
+                .child_by_field_name("left")
+                .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix()),
             // path.join(os.homedir(), ".ssh/id_rsa") / path.resolve("/etc/secrets/x")
             "call_expression" => {
                 let f = node
@@ -423,7 +342,7 @@ impl<'t> File<'t> {
             "call_expression" => node.child_by_field_name("function")?,
             _ => node.child_by_field_name("constructor")?,
         };
-        let callee = self.resolve(&self.normalize(f)?, scope, 0);
+        let callee = self.names.resolve(&self.normalize(f)?, scope);
         let mut args = Vec::new();
         if let Some(list) = node.child_by_field_name("arguments") {
             let mut cursor = list.walk();
@@ -443,8 +362,7 @@ impl<'t> File<'t> {
 
     fn events(&self, body: Node<'t>, hop: bool, out: &mut Vec<Event>) {
         let mut scope = Scope::default();
-        let mut stack = vec![body];
-        while let Some(node) = stack.pop() {
+        preorder(body, |node| {
             match node.kind() {
                 "lexical_declaration" | "variable_declaration" => {
                     self.declaration(node, &mut scope);
@@ -466,12 +384,9 @@ impl<'t> File<'t> {
                             "member_expression" => node
                                 .child_by_field_name("property")
                                 .map(|p| self.text(p).to_string()),
-                            _ => node.child_by_field_name("index").and_then(|i| {
-                                match self.arg(i, &scope) {
-                                    Arg::Str(s) => Some(s),
-                                    _ => None,
-                                }
-                            }),
+                            _ => node
+                                .child_by_field_name("index")
+                                .and_then(|i| self.arg(i, &scope).into_full()),
                         };
                         out.push(Event::Env {
                             var,
@@ -482,10 +397,8 @@ impl<'t> File<'t> {
                 }
                 _ => {}
             }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+            true
+        });
     }
 
     /// `const { API_KEY, REGION: region } = process.env` reads each name.
@@ -541,7 +454,7 @@ impl<'t> File<'t> {
                     "this".to_string()
                 } else {
                     match self.normalize(o) {
-                        Some(n) => self.resolve(&n, scope, 0),
+                        Some(n) => self.names.resolve(&n, scope),
                         None => return,
                     }
                 };
@@ -574,15 +487,10 @@ impl<'t> File<'t> {
     }
 
     fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
-        let mut stack = vec![node];
-        while let Some(node) = stack.pop() {
-            if node.kind() == "call_expression" && self.registration(node, out) {
-                continue;
-            }
-            let mut cursor = node.walk();
-            let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-            stack.extend(children.into_iter().rev());
-        }
+        // A registration's handler holds no further registrations.
+        preorder(node, |node| {
+            !(node.kind() == "call_expression" && self.registration(node, out))
+        });
     }
 
     /// Handles one `x.tool(…)`, `x.registerTool(…)` or
@@ -661,18 +569,11 @@ impl<'t> File<'t> {
                 continue;
             };
             let key = self.text(k).trim_matches(['"', '\'']);
-            let b = match v.kind() {
-                "true" => Some(true),
-                "false" => Some(false),
-                _ => None,
-            };
-            match key {
-                "readOnlyHint" => hints.read_only = b,
-                "openWorldHint" => hints.open_world = b,
-                "annotations" if unwrap_expr(v).kind() == "object" => {
-                    self.hints(unwrap_expr(v), hints)
-                }
-                _ => {}
+            if !hints.set(key, v, Lang::TypeScript)
+                && key == "annotations"
+                && unwrap_expr(v).kind() == "object"
+            {
+                self.hints(unwrap_expr(v), hints);
             }
         }
     }
@@ -709,14 +610,7 @@ impl<'t> File<'t> {
                         for s in stmts {
                             self.events(s, true, &mut events);
                         }
-                        for (name, at) in pending.drain(..) {
-                            out.push(RawTool {
-                                name,
-                                line: at,
-                                events: events.clone(),
-                                hints: Hints::default(),
-                            });
-                        }
+                        tools_sharing(pending.drain(..), &events, out);
                     }
                     return;
                 }
@@ -731,14 +625,8 @@ impl<'t> File<'t> {
                 {
                     let mut events = Vec::new();
                     self.events(body, true, &mut events);
-                    for name in names {
-                        out.push(RawTool {
-                            name,
-                            line: line(node),
-                            events: events.clone(),
-                            hints: Hints::default(),
-                        });
-                    }
+                    let at = line(node);
+                    tools_sharing(names.into_iter().map(|n| (n, at)), &events, out);
                     if let Some(alt) = node.child_by_field_name("alternative") {
                         self.branches(alt, out);
                     }
@@ -747,9 +635,7 @@ impl<'t> File<'t> {
             }
             _ => {}
         }
-        let mut cursor = node.walk();
-        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
-        for c in children {
+        for c in named_children(node) {
             self.branches(c, out);
         }
     }

@@ -7,18 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
-use crate::k8s::crd::{AgentSandbox, MaximumPolicy, MaximumPolicyStatus};
+use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
 use crate::k8s::selector::governs;
 use crate::policy::compile::{CompiledRegion, Limits, Role, compile, compile_region};
 use crate::policy::error::Reason;
@@ -82,10 +80,6 @@ pub fn assess(maximum: &MaximumPolicy, prover: &crate::prover::Prover) -> Assess
     }
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 async fn governed_count(maximum: &MaximumPolicy, ctx: &Context) -> Result<u32, ControllerError> {
     let sandboxes: Api<AgentSandbox> = Api::all(ctx.client.clone());
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
@@ -122,7 +116,7 @@ async fn reconcile(
     let generation = maximum.meta().generation;
     let mut status = maximum.status.clone().unwrap_or_default();
     let before = status.clone();
-    let now = now();
+    let now = super::now();
     let mut events = Vec::new();
     match &assessment {
         Assessment::Invalid(reason) => {
@@ -221,31 +215,16 @@ async fn reconcile(
     }
     status.observed_generation = generation;
     if status != before {
-        write_status(&name, &status, &ctx).await?;
+        super::apply_status(
+            &Api::<MaximumPolicy>::all(ctx.client.clone()),
+            &name,
+            &status,
+        )
+        .await?;
         super::publish(&ctx, maximum.as_ref(), "Verify", events).await;
     }
     tracing::info!(maximum = %name, ?assessment, "reconciled");
     Ok(Action::requeue(Duration::from_secs(300)))
-}
-
-async fn write_status(
-    name: &str,
-    status: &MaximumPolicyStatus,
-    ctx: &Context,
-) -> Result<(), ControllerError> {
-    let api: Api<MaximumPolicy> = Api::all(ctx.client.clone());
-    let patch = json!({
-        "apiVersion": "agentgate.dev/v1alpha1",
-        "kind": "MaximumPolicy",
-        "status": serde_json::to_value(status)?,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
 }
 
 fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, ctx: Arc<Context>) -> Action {

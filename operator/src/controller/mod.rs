@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use std::future::Future;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -199,4 +201,34 @@ pub async fn drive<K, F, Fut>(
             }
         })
         .await;
+}
+
+/// The current time, as condition timestamps take it.
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Writes `status` of the object `name` by server-side apply under
+/// [`FIELD_MANAGER`] (no resourceVersion precondition: for statuses only
+/// the operator writes, where the last word is the right one).
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), ControllerError>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": serde_json::to_value(status)?,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
 }

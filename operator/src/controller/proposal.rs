@@ -10,17 +10,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::controller::metrics::VerdictLabel;
 use crate::controller::sandbox::{Governance, Governing, governance};
-use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
     ActionRecord, AgentSandbox, Phase, PolicyProposal, PolicyProposalStatus, ProofRecord,
@@ -31,14 +29,10 @@ use crate::policy::model::PolicyDocument;
 use crate::prover::budget::delta_cost;
 use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 /// What the proposal's status should become.
 struct Outcome {
     status: PolicyProposalStatus,
-    event: Option<(EventType, &'static str, String)>,
+    event: Option<super::Note>,
     /// `Some(candidate)` when the verdict is Apply: commit it.
     commit: Option<PolicyDocument>,
 }
@@ -59,7 +53,7 @@ async fn evaluate(
     let generation = proposal.meta().generation;
     let mut status = proposal.status.clone().unwrap_or_default();
     status.observed_generation = generation;
-    let time = now();
+    let time = super::now();
     let reject = |status: &mut PolicyProposalStatus, reason: String| {
         status.verdict = Some(Decision::Reject);
         status.phase = Some(Phase::Rejected);
@@ -268,29 +262,6 @@ fn candidate_hash(candidate: &PolicyDocument) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(&json)))
 }
 
-async fn write_proposal_status(
-    proposal: &PolicyProposal,
-    status: &PolicyProposalStatus,
-    ctx: &Context,
-) -> Result<(), ControllerError> {
-    let api: Api<PolicyProposal> = Api::namespaced(
-        ctx.client.clone(),
-        &proposal.namespace().unwrap_or_default(),
-    );
-    let patch = json!({
-        "apiVersion": "agentgate.dev/v1alpha1",
-        "kind": "PolicyProposal",
-        "status": serde_json::to_value(status)?,
-    });
-    api.patch_status(
-        &proposal.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 fn mark_applied(status: &mut PolicyProposalStatus, generation: Option<i64>, revision: u64) {
     status.phase = Some(Phase::Applied);
     status.verdict.get_or_insert(Decision::Apply);
@@ -301,8 +272,19 @@ fn mark_applied(status: &mut PolicyProposalStatus, generation: Option<i64>, revi
         "Applied",
         &format!("committed as sandbox revision {revision}"),
         generation,
-        &now(),
+        &super::now(),
     );
+}
+
+/// Writes the proposal's status (server-side apply; see `apply_status`).
+async fn write_proposal_status(
+    proposal: &PolicyProposal,
+    status: &PolicyProposalStatus,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let namespace = proposal.namespace().unwrap_or_default();
+    let api: Api<PolicyProposal> = Api::namespaced(ctx.client.clone(), &namespace);
+    super::apply_status(&api, &proposal.name_any(), status).await
 }
 
 async fn reconcile(
@@ -364,36 +346,14 @@ async fn reconcile(
         }
         ctx.metrics.commits.inc();
         mark_applied(&mut status, generation, revision);
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "Applied".into(),
-            note: Some(format!(
-                "{name}: {}",
-                status.reason.clone().unwrap_or_default()
-            )),
-            action: "Commit".into(),
-            secondary: None,
-        };
-        let _ = ctx.recorder.publish(&event, &sandbox.object_ref(&())).await;
+        let note = format!("{name}: {}", status.reason.clone().unwrap_or_default());
+        let notes = vec![(EventType::Normal, "Applied", note)];
+        super::publish(&ctx, &sandbox, "Commit", notes).await;
     }
     if Some(&status) != proposal.status.as_ref() {
         write_proposal_status(&proposal, &status, &ctx).await?;
-        if let Some((type_, reason, note)) = outcome.event {
-            let event = Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note),
-                action: "Verify".into(),
-                secondary: None,
-            };
-            if let Err(e) = ctx
-                .recorder
-                .publish(&event, &proposal.object_ref(&()))
-                .await
-            {
-                tracing::warn!(proposal = %name, error = %e, "could not publish an event");
-            }
-        }
+        let notes = outcome.event.into_iter().collect();
+        super::publish(&ctx, proposal.as_ref(), "Verify", notes).await;
     }
     tracing::info!(proposal = %name, namespace = %namespace, phase = ?status.phase, "reconciled");
     Ok(Action::requeue(Duration::from_secs(300)))

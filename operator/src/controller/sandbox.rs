@@ -196,10 +196,6 @@ async fn with_applied_proposals(
     Ok(policy)
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 async fn reconcile(
     sandbox: Arc<AgentSandbox>,
     ctx: Arc<Context>,
@@ -237,7 +233,7 @@ async fn reconcile(
 
     let mut status: AgentSandboxStatus = sandbox.status.clone().unwrap_or_default();
     let before = status.clone();
-    let time = now();
+    let time = super::now();
     if status.effective_policy.as_ref() != Some(&effective) {
         status.revision += 1;
         status.effective_policy = Some(effective.clone());

@@ -4,15 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use crate::controller::{Context, ControllerError, FIELD_MANAGER};
+use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{AgentScan, AgentScanStatus};
 use crate::trifecta::{Finding, Severity, analyze};
@@ -39,7 +37,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     let generation = scan.meta().generation;
     let mut status: AgentScanStatus = scan.status.clone().unwrap_or_default();
     let before = status.clone();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = super::now();
     let mut events = Vec::new();
     // Off the async runtime: a big graph is milliseconds to seconds of work.
     let graph = scan.spec.graph.clone();
@@ -85,18 +83,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     }
     status.observed_generation = generation;
     if status != before {
-        let patch = json!({
-            "apiVersion": "agentgate.dev/v1alpha1",
-            "kind": "AgentScan",
-            "status": serde_json::to_value(&status)?,
-        });
-        Api::<AgentScan>::all(ctx.client.clone())
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+        super::apply_status(&Api::<AgentScan>::all(ctx.client.clone()), &name, &status).await?;
         super::publish(&ctx, scan.as_ref(), "Analyze", events).await;
     }
     tracing::info!(scan = %name, findings = status.findings.len(), "reconciled");

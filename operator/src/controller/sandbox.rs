@@ -37,7 +37,7 @@ use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
 use crate::policy::model::PolicyDocument;
 use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
 use crate::verdict::Mode;
-use crate::webhook::pods::spec_images;
+use crate::webhook::pods::template_images;
 
 /// The label the operator puts on everything it creates for a sandbox.
 pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
@@ -374,12 +374,11 @@ async fn assess_findings(
     ctx: &Context,
 ) -> Duration {
     let default = Duration::from_secs(300);
-    let Some(spec) = sandbox.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
+    let Some(images) = template_images(&sandbox.spec) else {
         status.findings = None;
         status.conditions.retain(|c| c.type_ != "FindingsClear");
         return default;
     };
-    let images = spec_images(spec);
     let now = Timestamp::now();
     let assessed = match Api::<AgentScan>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -647,20 +646,14 @@ pub async fn run(ctx: Arc<Context>) {
                 watcher::Config::default(),
                 move |scan| {
                     // Only the sandboxes whose template runs the scanned digest.
-                    let digest = image_digest(&scan.spec.image).map(str::to_string);
+                    let digest = image_digest(&scan.spec.image);
                     by_scan
                         .state()
                         .iter()
                         .filter(|s| {
-                            s.spec
-                                .template
-                                .as_ref()
-                                .and_then(|t| t.spec.as_ref())
-                                .is_some_and(|spec| {
-                                    spec_images(spec)
-                                        .iter()
-                                        .any(|i| image_digest(i).map(str::to_string) == digest)
-                                })
+                            template_images(&s.spec).is_some_and(|images| {
+                                images.iter().any(|i| image_digest(i) == digest)
+                            })
                         })
                         .map(|s| ObjectRef::from_obj(s.as_ref()))
                         .collect::<Vec<_>>()

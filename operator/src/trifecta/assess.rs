@@ -20,14 +20,38 @@ use super::graph::Graph;
 use super::sever::{restrict, severed_by};
 
 /// The digest of a reference pinned by digest (`name@sha256:<64 hex>`).
+/// The project's one digest check: admission, the controllers and the
+/// reports all call it.
 pub fn image_digest(image: &str) -> Option<&str> {
-    let (_, digest) = image.rsplit_once('@')?;
+    let (name, digest) = image.rsplit_once('@')?;
     let hex = digest.strip_prefix("sha256:")?;
-    (hex.len() == 64
+    (!name.is_empty()
+        && hex.len() == 64
         && hex
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
     .then_some(digest)
+}
+
+/// The one AgentScan describing `digest` among `scans`, `None` when there
+/// is none, and an error naming them when several claim it (which one is
+/// true is not for agentgate to guess: fail closed).
+pub fn scan_of_digest<'a, S>(scans: &'a [S], digest: &str) -> Result<Option<&'a S>, String>
+where
+    S: std::ops::Deref<Target = AgentScan>,
+{
+    let mut matching = scans
+        .iter()
+        .filter(|s| image_digest(&s.spec.image) == Some(digest));
+    let first = matching.next();
+    let rest: Vec<&S> = matching.collect();
+    if let Some(first) = first
+        && !rest.is_empty()
+    {
+        let names = std::iter::once(first).chain(rest).map(|s| s.name_any());
+        return Err(several_scans(names));
+    }
+    Ok(first)
 }
 
 /// `ghcr.io/acme/bot@sha256:ab12cd34ef56…`: the reference with its digest
@@ -168,26 +192,18 @@ pub fn assess_sandbox(
         ..FindingsSummary::default()
     };
     for image in images {
-        let candidates: Vec<&&AgentScan> = match image_digest(image) {
-            Some(digest) => scans
-                .iter()
-                .filter(|s| image_digest(&s.spec.image) == Some(digest))
-                .collect(),
-            None => Vec::new(),
+        let scan = match image_digest(image).map(|digest| scan_of_digest(scans, digest)) {
+            Some(Err(several)) => {
+                summary.images.push(ImageFindings {
+                    image: image.clone(),
+                    problem: Some(format!("image {}: {several}", short_image(image))),
+                    ..ImageFindings::default()
+                });
+                continue;
+            }
+            Some(Ok(scan)) => scan.copied(),
+            None => None,
         };
-        if candidates.len() > 1 {
-            summary.images.push(ImageFindings {
-                image: image.clone(),
-                problem: Some(format!(
-                    "image {}: {}",
-                    short_image(image),
-                    several_scans(candidates.iter().map(|s| s.name_any()))
-                )),
-                ..ImageFindings::default()
-            });
-            continue;
-        }
-        let scan = candidates.first().copied();
         let name = scan.map(|s| s.name_any());
         let uid = scan.map(|s| s.uid().unwrap_or_default());
         let findings = scan.map(|s| analyze(&s.spec.graph).map_err(|e| e.to_string()));

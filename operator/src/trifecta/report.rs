@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::analysis::{Finding, Hop, Severity, TRIFECTA_ID, Witness};
+use super::assess::image_digest;
 use super::graph::{Confidentiality, Graph, NodeKind, SourceLocation};
-use crate::webhook::admission::pinned_by_digest;
 
 /// The SARIF rule id of scanner notes (annotation mismatches and other
 /// diagnostics about the agent's source).
@@ -547,7 +547,7 @@ fn is_dns1123_subdomain(name: &str) -> bool {
 /// requires, so the error shows up in CI rather than at apply time.
 pub fn agent_scan_manifest(report: &ScanReport<'_>, name: &str) -> Result<String, ReportError> {
     let image = report.image.ok_or(ReportError::MissingImage)?;
-    if !pinned_by_digest(image) {
+    if image_digest(image).is_none() {
         return Err(ReportError::Unpinned {
             image: image.to_string(),
         });

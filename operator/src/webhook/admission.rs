@@ -14,7 +14,9 @@ use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::prover::Prover;
+use crate::trifecta::assess::image_digest;
 use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
+use crate::webhook::pods::template_images;
 
 /// The webhook's answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,14 +119,7 @@ pub fn review_sandbox(
 /// themselves, or — while there are entries — the template's images, since
 /// an acceptance covers whatever image the sandbox runs.
 pub fn accepted_findings_changed(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
-    let images = |s: &AgentSandbox| {
-        s.spec
-            .template
-            .as_ref()
-            .and_then(|t| t.spec.as_ref())
-            .map(crate::webhook::pods::spec_images)
-            .unwrap_or_default()
-    };
+    let images = |s: &AgentSandbox| template_images(&s.spec).unwrap_or_default();
     match old {
         None => !new.spec.accepted_findings.is_empty(),
         Some(old) => {
@@ -246,21 +241,6 @@ pub fn review_maximum(maximum: &MaximumPolicy, prover: &Prover) -> Answer {
     }
 }
 
-/// Whether `image` names a digest: `name@sha256:<64 hex>`.
-pub fn pinned_by_digest(image: &str) -> bool {
-    let Some((name, digest)) = image.rsplit_once('@') else {
-        return false;
-    };
-    let Some(hex) = digest.strip_prefix("sha256:") else {
-        return false;
-    };
-    !name.is_empty()
-        && hex.len() == 64
-        && hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// A second AgentScan for a digest another scan already describes: refused,
 /// so nobody can shadow a scan with findings by a cleaner one (pods of a
 /// digest with several scans are refused too, in case two race past this).
@@ -268,11 +248,11 @@ pub fn scan_conflict<'a>(
     scan: &AgentScan,
     others: impl Iterator<Item = &'a AgentScan>,
 ) -> Option<String> {
-    let digest = crate::trifecta::assess::image_digest(&scan.spec.image)?;
+    let digest = image_digest(&scan.spec.image)?;
     let name = scan.name_any();
     others
         .filter(|o| o.name_any() != name)
-        .find(|o| crate::trifecta::assess::image_digest(&o.spec.image) == Some(digest))
+        .find(|o| image_digest(&o.spec.image) == Some(digest))
         .map(|o| {
             format!(
                 "agentscan {name:?}: AgentScan {:?} already describes {digest}; update that one instead",
@@ -295,7 +275,7 @@ pub const MAX_SCAN_CAPABILITIES: usize = 50_000;
 /// `to` name a node.
 pub fn review_scan(scan: &AgentScan) -> Answer {
     let name = scan.name_any();
-    if !pinned_by_digest(&scan.spec.image) {
+    if image_digest(&scan.spec.image).is_none() {
         return Answer::Deny(format!(
             "agentscan {name:?}: spec.image {:?} is not pinned by digest; use name@sha256:<64 hex digits>",
             scan.spec.image
@@ -558,7 +538,7 @@ spec:
         assert!(
             matches!(review_scan(&scan(&digest, twice)), Answer::Deny(m) if m.contains("duplicate node id \"a\""))
         );
-        assert!(!pinned_by_digest("x@sha256:ABC"));
+        assert!(image_digest("x@sha256:ABC").is_none());
         // One scan per digest: a second name for it is refused.
         let first = scan(&digest, serde_json::json!({}));
         let mut second = scan(&digest, serde_json::json!({}));

@@ -47,6 +47,22 @@ pub struct DecideRequest {
     pub access: Option<Access>,
 }
 
+impl DecideRequest {
+    /// The network action the request describes (`rest` unless the layer
+    /// says otherwise), or `None` without binary, host and port. Not yet
+    /// checked for canonical form.
+    pub fn network_action(&self) -> Option<NetworkAction> {
+        Some(NetworkAction {
+            binary: self.binary.clone()?,
+            host: self.host.clone()?,
+            port: self.port?,
+            layer: self.layer.unwrap_or(Layer::Rest),
+            method: self.method.clone().unwrap_or_default(),
+            path: self.path.clone().unwrap_or_default(),
+        })
+    }
+}
+
 /// The answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecideResponse {
@@ -85,6 +101,11 @@ pub fn cite_finding(
     findings: &[&Finding],
     graph: &Graph,
 ) -> Option<FindingCitation> {
+    // Built once, not per capability; a malformed request is denied for
+    // that reason, not by a finding.
+    let action = request
+        .network_action()
+        .filter(|a| a.check_canonical().is_ok());
     let covers = |capability: &Capability| -> bool {
         if let Some(access) = request.access {
             return access == Access::Read
@@ -92,25 +113,12 @@ pub fn cite_finding(
                 && capability.resource.is_some()
                 && capability.resource == request.path;
         }
-        let (Some(binary), Some(host), Some(port)) =
-            (request.binary.clone(), request.host.clone(), request.port)
-        else {
-            return false;
-        };
-        let action = NetworkAction {
-            binary,
-            host,
-            port,
-            layer: request.layer.unwrap_or(Layer::Rest),
-            method: request.method.clone().unwrap_or_default(),
-            path: request.path.clone().unwrap_or_default(),
-        };
-        // A malformed request is denied for that reason, not by a finding.
-        action.check_canonical().is_ok()
-            && capability
+        action.as_ref().is_some_and(|action| {
+            capability
                 .network_region()
                 .and_then(|r| compile_region(&r, "capability").ok())
-                .is_some_and(|region| region_contains(&region, &action))
+                .is_some_and(|region| region_contains(&region, action))
+        })
     };
     findings.iter().find_map(|finding| {
         let nodes = std::iter::once(finding.sink.as_str())
@@ -165,19 +173,8 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
             finding: None,
         };
     }
-    let layer = request.layer.unwrap_or(Layer::Rest);
-    let (Some(binary), Some(host), Some(port)) =
-        (request.binary.clone(), request.host.clone(), request.port)
-    else {
+    let Some(action) = request.network_action() else {
         return DecideResponse::deny("a network action needs binary, host and port");
-    };
-    let action = NetworkAction {
-        binary,
-        host,
-        port,
-        layer,
-        method: request.method.clone().unwrap_or_default(),
-        path: request.path.clone().unwrap_or_default(),
     };
     if let Err(e) = action.check_canonical() {
         return DecideResponse::deny(format!("not a canonical action: {e}"));

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::k8s::crd::{AgentSandbox, FindingState};
+use crate::k8s::crd::{
+    AcceptedFinding, AgentSandbox, AgentSandboxSpec, FindingState, ImageFindings,
+};
 use crate::trifecta::Finding;
 use crate::trifecta::assess::{acceptance, image_digest, short_image, unfixed_line};
 
@@ -94,6 +96,15 @@ pub fn images(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().map(spec_images).unwrap_or_default()
 }
 
+/// The images of a sandbox's `spec.template`, or `None` without a template
+/// (then the sandbox runs no pod).
+pub fn template_images(spec: &AgentSandboxSpec) -> Option<Vec<String>> {
+    spec.template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .map(spec_images)
+}
+
 /// Every container image of a pod spec, unique, in order of appearance.
 pub fn spec_images(spec: &PodSpec) -> Vec<String> {
     let mut seen = BTreeSet::new();
@@ -160,6 +171,39 @@ impl PodReview {
             _ => Answer::Allow(warnings),
         }
     }
+}
+
+/// The findings of `scan` still open for a sandbox: not recorded
+/// `Severed` in the sandbox's `record` for this image — which counts only
+/// when the operator proved it for this very scan (name, uid, generation) —
+/// and not covered by an acceptance unexpired at `now`. The caller checks
+/// that the record belongs to the committed revision.
+pub fn open_findings<'a>(
+    findings: &'a [Finding],
+    record: Option<&ImageFindings>,
+    scan: &CachedScan,
+    accepted: &[AcceptedFinding],
+    now: Timestamp,
+) -> Vec<&'a Finding> {
+    let severed: BTreeSet<&str> = record
+        .filter(|i| {
+            i.scan.as_deref() == Some(scan.name.as_str())
+                && i.scan_uid.as_deref() == Some(scan.uid.as_str())
+                && i.scan_generation == scan.generation
+        })
+        .map(|i| {
+            i.findings
+                .iter()
+                .filter(|r| r.state == FindingState::Severed)
+                .map(|r| r.sink.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    findings
+        .iter()
+        .filter(|f| !severed.contains(f.sink.as_str()))
+        .filter(|f| acceptance(accepted, f, now).is_none())
+        .collect()
 }
 
 /// How the webhook found the scan of a digest.
@@ -242,31 +286,8 @@ pub fn review_pod(
                 continue;
             }
         };
-        // Severance comes from the sandbox's status, proved by the operator
-        // against the committed revision and this very scan (uid and
-        // generation).
-        let severed: BTreeSet<&str> = current
-            .and_then(|f| {
-                f.images.iter().find(|i| {
-                    i.image == image
-                        && i.scan.as_deref() == Some(scan.name.as_str())
-                        && i.scan_uid.as_deref() == Some(scan.uid.as_str())
-                        && i.scan_generation == scan.generation
-                })
-            })
-            .map(|i| {
-                i.findings
-                    .iter()
-                    .filter(|r| r.state == FindingState::Severed)
-                    .map(|r| r.sink.as_str())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let unfixed: Vec<&Finding> = findings
-            .iter()
-            .filter(|f| !severed.contains(f.sink.as_str()))
-            .filter(|f| acceptance(accepted, f, now).is_none())
-            .collect();
+        let record = current.and_then(|f| f.images.iter().find(|i| i.image == image));
+        let unfixed = open_findings(findings, record, &scan, accepted, now);
         if let Some(line) = unfixed_line(&image, &unfixed) {
             review.problems.push(line);
         }

@@ -32,9 +32,9 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::controller::sandbox::governing_from;
-use crate::k8s::crd::{AgentSandbox, AgentScan, FindingState, MaximumPolicy, PolicyProposal};
+use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::prover::Prover;
-use crate::trifecta::assess::{acceptance, image_digest, several_scans};
+use crate::trifecta::assess::{image_digest, scan_of_digest};
 use crate::trifecta::{Finding, analyze};
 use crate::webhook::admission::{
     APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
@@ -44,7 +44,7 @@ use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_director
 use crate::webhook::decide::{
     CompiledPolicies, DecideRequest, DecideResponse, FindingCitation, cite_finding, decide_action,
 };
-use crate::webhook::pods::{CachedScan, owning_sandbox, review_pod};
+use crate::webhook::pods::{CachedScan, open_findings, owning_sandbox, review_pod};
 use crate::webhook::{CertMode, WebhookArgs, WebhookError};
 
 /// Everything the handlers share.
@@ -105,19 +105,11 @@ impl WebhookState {
     /// from the graph; an error when several scans claim the digest.
     fn scan_for(&self, digest: &str) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
         let all = self.scans.state();
-        let mut matching: Vec<Arc<AgentScan>> = all
-            .iter()
-            .filter(|s| image_digest(&s.spec.image) == Some(digest))
-            .cloned()
-            .collect();
-        if matching.len() > 1 {
-            return Err(several_scans(matching.iter().map(|s| s.name_any())));
-        }
-        let Some(scan) = matching.pop() else {
+        let Some(scan) = scan_of_digest(&all, digest)? else {
             return Ok(None);
         };
-        let cached = self.analyses.get(&scan, &all);
-        Ok(Some((scan, cached)))
+        let cached = self.analyses.get(scan, &all);
+        Ok(Some((scan.clone(), cached)))
     }
 
     async fn namespace_labels(&self, namespace: &str) -> Result<BTreeMap<String, String>, String> {
@@ -520,19 +512,8 @@ fn cite_unfixed(
     summary.images.iter().find_map(|image| {
         let (scan, cached) = state.scan_for(image_digest(&image.image)?).ok()??;
         let findings = cached.findings.as_ref().as_ref().ok()?;
-        let current = image.scan_uid.as_deref() == Some(cached.uid.as_str())
-            && image.scan_generation == cached.generation;
-        let unfixed: Vec<&Finding> = findings
-            .iter()
-            .filter(|f| {
-                !(current
-                    && image
-                        .findings
-                        .iter()
-                        .any(|r| r.sink == f.sink && r.state == FindingState::Severed))
-            })
-            .filter(|f| acceptance(&sandbox.spec.accepted_findings, f, now).is_none())
-            .collect();
+        let accepted = &sandbox.spec.accepted_findings;
+        let unfixed = open_findings(findings, Some(image), &cached, accepted, now);
         cite_finding(request, &unfixed, &scan.spec.graph)
     })
 }

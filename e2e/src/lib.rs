@@ -615,6 +615,26 @@ impl ControlPlane {
         self.run_stdin(&["apply", "-f", "-"], &scan_example("yaml")?)
     }
 
+    /// [`ControlPlane::wait_for`] that panics on timeout with `what`, the
+    /// last output and the operator's log: the failure message every e2e
+    /// test wants.
+    #[allow(clippy::panic)]
+    pub fn wait_logged(
+        &self,
+        operator: &Operator,
+        args: &[&str],
+        limit: Duration,
+        done: impl Fn(&str) -> bool,
+        what: &str,
+    ) -> String {
+        self.wait_for(args, limit, done).unwrap_or_else(|last| {
+            panic!(
+                "{what}: last saw {last:?}\noperator log:\n{}",
+                operator.log()
+            )
+        })
+    }
+
     /// Waits until the pod `namespace/name` exists (the local control plane
     /// has no nodes, so it stays Pending: existing is what admission
     /// decides).

@@ -34,8 +34,32 @@ fn wait(
     args: &[&str],
     done: impl Fn(&str) -> bool,
 ) -> String {
-    cp.wait_for(args, Duration::from_secs(30), done)
-        .unwrap_or_else(|last| panic!("{args:?}: last {last:?}\noperator log:\n{}", operator.log()))
+    cp.wait_logged(
+        operator,
+        args,
+        Duration::from_secs(30),
+        done,
+        &format!("{args:?}"),
+    )
+}
+
+/// Waits for the operator's `PodRefused` Event carrying the witness line.
+fn pod_refused(cp: &ControlPlane, operator: &Operator) {
+    wait(
+        cp,
+        operator,
+        &[
+            "get",
+            "events",
+            "-n",
+            "agents",
+            "--field-selector",
+            "reason=PodRefused",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |m| m.contains(WITNESS),
+    );
 }
 
 /// A pod of `sandbox` (owner reference with its uid, and the label) running IMAGE.
@@ -180,19 +204,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         message.contains("Minimal fix: restrict tool post_comment."),
         "{message}"
     );
-    wait(
-        &cp,
-        &operator,
-        &[
-            "get",
-            "events",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ],
-        |r| r.contains("PodRefused"),
-    );
+    pod_refused(&cp, &operator);
     assert!(
         cp.kubectl(&["get", "pod", "issue-responder", "-n", "agents"])
             .unwrap()
@@ -344,21 +356,7 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
         "--wait=false",
     ])
     .unwrap();
-    wait(
-        &cp,
-        &operator,
-        &[
-            "get",
-            "events",
-            "-n",
-            "agents",
-            "--field-selector",
-            "reason=PodRefused",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
-        |m| m.contains(WITNESS),
-    );
+    pod_refused(&cp, &operator);
     assert!(
         !cp.kubectl(&["get", "pod", "issue-responder", "-n", "agents"])
             .unwrap()

@@ -23,8 +23,7 @@ fn wait(
     want: impl Fn(&str) -> bool,
     what: &str,
 ) -> String {
-    cp.wait_for(args, LIMIT, want)
-        .unwrap_or_else(|last| panic!("{what}: last saw {last:?}\noperator log:\n{}", op.log()))
+    cp.wait_logged(op, args, LIMIT, want, what)
 }
 
 fn proposal(

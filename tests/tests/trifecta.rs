@@ -31,17 +31,7 @@ fn label() -> impl Strategy<Value = Label> {
 }
 
 fn capability(effect: Effect, channel: Channel, line: u32) -> Capability {
-    Capability {
-        effect,
-        channel,
-        call: None,
-        destination: None,
-        resource: None,
-        source: Some(SourceLocation {
-            file: "tools.py".into(),
-            line,
-        }),
-    }
+    Capability::new(effect, channel, SourceLocation::at("tools.py", line))
 }
 
 /// A random graph of up to `max` tools around `__llm__`, with random extra

@@ -3,6 +3,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+# A clean CI clone never reuses incremental state, which only costs disk there.
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL := 0
+endif
 
 .PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
 

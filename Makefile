@@ -8,10 +8,13 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+disk: ## fail early when the disk holding target/ has too little room for a build
+	@./hack/check-disk.sh
 
 z3: ## install the pinned Z3 shared library into .tools/z3
 	@./hack/install-z3.sh
@@ -28,11 +31,11 @@ chart: helm ## helm lint and helm template of charts/agentgate over several valu
 build: z3 ## release binaries into target/release/
 	$(CARGO) build --release --locked -p agentgate
 
-lint: z3 ## rustfmt and clippy, warnings are errors
+lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: z3 control-plane helm ## every Rust test (unit, property, golden, e2e)
+unit-tests: disk z3 control-plane helm ## every Rust test (unit, property, golden, e2e)
 	@# The golden tests run the real binary, which `cargo test` does not build.
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace

@@ -189,7 +189,11 @@ fn the_manifest_reads_back_as_the_agent_scan_of_the_graph() {
         v["spec"].as_object().unwrap().keys().collect::<Vec<_>>(),
         ["image", "graph"]
     );
-    assert!(v.get("status").is_none());
+    assert_eq!(
+        v.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["apiVersion", "kind", "metadata", "spec"]
+    );
+    assert!(!yaml.contains("findings"));
     let back: Graph = serde_json::from_value(v["spec"]["graph"].clone()).unwrap();
     assert_eq!(back, g);
 }

@@ -818,28 +818,6 @@ mod tests {
     }
 
     #[test]
-    fn manifest_is_an_agent_scan_without_findings() {
-        let g = design_graph();
-        let findings = analyze(&g).unwrap();
-        let image = image();
-        let report = ScanReport {
-            graph: &g,
-            findings: &findings,
-            notes: &[],
-            image: Some(&image),
-        };
-        let yaml = agent_scan_manifest(&report, &scan_name(&image)).unwrap();
-        let v: Value = serde_saphyr::from_str(&yaml).unwrap();
-        assert_eq!(v["apiVersion"], "agentgate.dev/v1alpha1");
-        assert_eq!(v["kind"], "AgentScan");
-        assert_eq!(v["metadata"]["name"], "triage-bot-0123456789ab");
-        assert_eq!(v["spec"]["image"], image.as_str());
-        assert!(v.get("status").is_none() && !yaml.contains("findings"));
-        let back: Graph = serde_json::from_value(v["spec"]["graph"].clone()).unwrap();
-        assert_eq!(back, g);
-    }
-
-    #[test]
     fn manifest_refuses_unpinned_images_and_bad_names() {
         let g = design_graph();
         let unpinned = ScanReport {

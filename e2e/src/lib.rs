@@ -654,6 +654,43 @@ impl ControlPlane {
         )
     }
 
+    /// Creates namespace `name` labelled `agentgate.dev/enforce=MODE`
+    /// (enforce, warn or audit), where the pod webhook judges every pod.
+    pub fn create_enforced_namespace(&self, name: &str, mode: &str) -> Result<(), HarnessError> {
+        self.run(&["create", "namespace", name])?;
+        self.run(&[
+            "label",
+            "namespace",
+            name,
+            &format!("agentgate.dev/enforce={mode}"),
+        ])?;
+        Ok(())
+    }
+
+    /// Waits until the proposal `namespace/name` reaches `phase`; returns
+    /// the last phase seen on failure.
+    pub fn wait_proposal_phase(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: &str,
+        limit: Duration,
+    ) -> Result<String, String> {
+        self.wait_for(
+            &[
+                "get",
+                "pprop",
+                name,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+            limit,
+            |p| p == phase,
+        )
+    }
+
     /// Waits until the sandbox's `FindingsClear` condition is `want`
     /// (`True`/`False`/`Unknown`); returns the last status seen on failure.
     pub fn wait_findings_clear(

@@ -105,14 +105,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     );
 
     // Enforce mode: a pod with the image is refused with the witness.
-    cp.run(&["create", "namespace", "enforced"]).unwrap();
-    cp.run(&[
-        "label",
-        "namespace",
-        "enforced",
-        "agentgate.dev/enforce=enforce",
-    ])
-    .unwrap();
+    cp.create_enforced_namespace("enforced", "enforce").unwrap();
     let refused = cp
         .kubectl(&[
             "run",
@@ -153,14 +146,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     .unwrap();
 
     // Warn mode: admitted, with the witness as a warning.
-    cp.run(&["create", "namespace", "staging"]).unwrap();
-    cp.run(&[
-        "label",
-        "namespace",
-        "staging",
-        "agentgate.dev/enforce=warn",
-    ])
-    .unwrap();
+    cp.create_enforced_namespace("staging", "warn").unwrap();
     let warned = cp
         .kubectl(&[
             "run",

@@ -33,16 +33,7 @@ fn holder(cp: &ControlPlane, want: &str, ops: &[&Operator]) {
 }
 
 fn phase(cp: &ControlPlane, name: &str, want: &str, op: &Operator) {
-    let args = [
-        "get",
-        "pprop",
-        name,
-        "-n",
-        "agents",
-        "-o",
-        "jsonpath={.status.phase}",
-    ];
-    cp.wait_for(&args, LIMIT, |s| s == want)
+    cp.wait_proposal_phase("agents", name, want, LIMIT)
         .unwrap_or_else(|last| {
             panic!(
                 "{name}: wanted {want}, last saw {last:?}\nlog:\n{}",

@@ -146,20 +146,8 @@ fn grant(cp: &ControlPlane, name: &str, user: &str, verbs: &str, resources: &str
 
 /// Waits until the proposal `name` in `agents` reaches `phase`.
 fn wait_phase(cp: &ControlPlane, operator: &Operator, name: &str, phase: &str) {
-    cp.wait_for(
-        &[
-            "get",
-            "pprop",
-            name,
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.phase}",
-        ],
-        Duration::from_secs(30),
-        |p| p == phase,
-    )
-    .unwrap_or_else(|last| panic!("{name}: phase {last}\n{}", operator.log()));
+    cp.wait_proposal_phase("agents", name, phase, Duration::from_secs(30))
+        .unwrap_or_else(|last| panic!("{name}: phase {last}\n{}", operator.log()));
 }
 
 fn plugin(cp: &ControlPlane, args: &[&str]) -> std::process::Output {

@@ -144,25 +144,13 @@ fn up() -> Result<(), String> {
         ("update-pull-requests", "AwaitingApproval"),
         ("post-anywhere", "Rejected"),
     ] {
-        cp.wait_for(
-            &[
-                "get",
-                "pprop",
-                name,
-                "-n",
-                "agents",
-                "-o",
-                "jsonpath={.status.phase}",
-            ],
-            Duration::from_secs(60),
-            |s| s == phase,
-        )
-        .map_err(|last| {
-            format!(
-                "{name} did not reach {phase} (last: {last:?})\n{}",
-                operator.log()
-            )
-        })?;
+        cp.wait_proposal_phase("agents", name, phase, Duration::from_secs(60))
+            .map_err(|last| {
+                format!(
+                    "{name} did not reach {phase} (last: {last:?})\n{}",
+                    operator.log()
+                )
+            })?;
     }
 
     let show = |title: &str, args: &[&str]| -> Result<(), String> {
@@ -278,16 +266,8 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
         cp.run_stdin(&["apply", "-f", "-"], &scan("yaml")?)
             .map_err(|e| e.to_string())?
     );
-    kubectl(cp, &["create", "namespace", "enforced"])?;
-    kubectl(
-        cp,
-        &[
-            "label",
-            "namespace",
-            "enforced",
-            "agentgate.dev/enforce=enforce",
-        ],
-    )?;
+    cp.create_enforced_namespace("enforced", "enforce")
+        .map_err(|e| e.to_string())?;
     cp.wait_for(
         &[
             "get",

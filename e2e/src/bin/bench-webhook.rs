@@ -249,15 +249,8 @@ fn run() -> Result<(), String> {
     // finding is unfixed: deny with the witness) and the severed sandbox's
     // own pods (allow), at POD_RATE.
     cp.apply_example_scan().map_err(|e| e.to_string())?;
-    cp.run(&["create", "namespace", "enforced"])
+    cp.create_enforced_namespace("enforced", "enforce")
         .map_err(|e| e.to_string())?;
-    cp.run(&[
-        "label",
-        "namespace",
-        "enforced",
-        "agentgate.dev/enforce=enforce",
-    ])
-    .map_err(|e| e.to_string())?;
     cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
         .map_err(|e| e.to_string())?;
     cp.wait_findings_clear("agents", "issue-responder", "True", Duration::from_secs(30))

@@ -73,9 +73,10 @@ demo-down: ## stop what make demo started
 demo-cli: build ## the CLI on examples/: verify, diff with its cost, import openshell
 	@./hack/demo.sh
 
-crds: z3 ## regenerate crds/agentgate.yaml from the Rust types
+crds: z3 ## regenerate crds/agentgate.yaml (and the chart's copy) from the Rust types
 	@mkdir -p crds
 	$(CARGO) run --locked -q -p agentgate --bin agentgate -- crds > crds/agentgate.yaml
+	cp crds/agentgate.yaml charts/agentgate/files/crds.yaml
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -158,7 +158,11 @@ common_checks() {
   else
     assert_not_in "${vwc[@]}" "pods.agentgate.dev"
   fi
-  assert_in "${vwc[@]}" "- policyproposals/status" 1
+  # Status subresources go through the webhook: only the operator writes status.
+  for w in agentsandboxes policyproposals maximumpolicies agentscans; do
+    assert_in "${vwc[@]}" "- $w/status" 1
+  done
+  assert_in "${vwc[@]}" "- DELETE" 3
   assert_in "${vwc[@]}" 'admissionReviewVersions: ["v1"]' "$n"
   assert_in "${vwc[@]}" "sideEffects: None" "$n"
   assert_in "${vwc[@]}" "matchPolicy: Equivalent" "$n"
@@ -218,7 +222,7 @@ assert_kind_count ServiceMonitor 0
 assert_kind_count NetworkPolicy 0
 assert_kind_count Certificate 0
 assert_kind_count Issuer 0
-assert_kind_count ClusterRole 5
+assert_kind_count ClusterRole 6
 assert_in ClusterRole agentgate-controller 'resourceNames: ["agentgate"]'
 assert_in ClusterRole agentgate-controller '"subjectaccessreviews"'
 assert_in ClusterRole agentgate-reviewer "agentgate.dev/aggregate-to-reviewer: \"true\""
@@ -229,6 +233,13 @@ assert_in ClusterRole agentgate-view 'rbac.authorization.k8s.io/aggregate-to-vie
 assert_in ClusterRole agentgate-edit 'rbac.authorization.k8s.io/aggregate-to-edit: "true"'
 assert_not_in ClusterRole agentgate-edit '"approve"'
 assert_not_in ClusterRole agentgate-edit '/status"'
+# Agents are often bound to `edit`: it must not let them write their sandbox.
+assert_not_in ClusterRole agentgate-edit '"agentsandboxes"'
+assert_not_in ClusterRole agentgate-edit 'aggregate-to-admin'
+assert_in ClusterRole agentgate-sandbox-editor '"agentsandboxes"'
+assert_in ClusterRole agentgate-sandbox-editor 'rbac.authorization.k8s.io/aggregate-to-admin: "true"'
+assert_in Deployment agentgate "- --scan-writer=group:system:masters"
+assert_not_in Deployment agentgate "--trusted-deployer"
 assert_in Role agentgate-controller '"leases"'
 assert_in Role agentgate-controller '"secrets"'
 # Secrets only through the namespaced Role, never cluster-wide.
@@ -300,7 +311,13 @@ assert_kind_count PodDisruptionBudget 0
 
 run_case options --set allowUnmanaged=true --set webhook.failurePolicy=Ignore --set rbac.aggregateToAdmin=true \
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
-  --set replicaCount=1 --set leaderElection.enabled=false --set-json 'affinity={"nodeAffinity":{}}'
+  --set replicaCount=1 --set leaderElection.enabled=false --set-json 'affinity={"nodeAffinity":{}}' \
+  --set-json 'webhook.trustedDeployers=["system:serviceaccount:agents:deployer"]' \
+  --set-json 'webhook.scanWriters=["system:serviceaccount:ci:scanner","group:release-managers"]'
+assert_in Deployment agentgate "- --trusted-deployer=system:serviceaccount:agents:deployer"
+assert_in Deployment agentgate "- --scan-writer=system:serviceaccount:ci:scanner"
+assert_in Deployment agentgate "- --scan-writer=group:release-managers"
+assert_not_in Deployment agentgate "group:system:masters"
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 4
 # Loosening the agentgate kinds does not open pod enforcement.
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
@@ -323,6 +340,7 @@ expect_refused no-leader-election-with-replicas 'leaderElection' --set leaderEle
 expect_refused unknown-value 'additional properties|additionalProperties|not allowed' --set webhook.failurPolicy=Ignore
 expect_refused bad-failure-policy 'failurePolicy' --set webhook.failurePolicy=Maybe
 expect_refused http-url 'webhook.url|url' --set webhook.url=http://127.0.0.1:9443
+expect_refused bad-trusted-deployer 'trustedDeployers' --set-json 'webhook.trustedDeployers=["alice"]'
 expect_refused issuerRef-without-name 'issuerRef' --set webhook.certManager.enabled=true --set webhook.certManager.issuerRef.kind=ClusterIssuer
 
 if [ -n "$render_dir" ]; then

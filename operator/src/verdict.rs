@@ -57,6 +57,9 @@ pub struct GoverningMaximum<'a> {
     pub invariants: &'a [CompiledInvariant],
     /// Its least-privilege budget; `None` means no cost limit.
     pub budget: Option<Budget>,
+    /// `review.fourEyes`: new authority in a review-required region needs a
+    /// second person even when the requester holds `approve`.
+    pub four_eyes: bool,
 }
 
 /// Who asks for the change.
@@ -314,6 +317,31 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
             return v;
         }
         Source::HumanWithApprove => {
+            // Four eyes: in a review-required region of a maximum that asks
+            // for it, the requester's own approve verb is not a review.
+            for m in input.maximums.iter().filter(|m| m.four_eyes) {
+                let view = m.policy.auto_eligible_view();
+                let proof = engine.new_authority_within(candidate, current, &view);
+                b.record("fourEyes", Some(m.name), &proof);
+                let reason = match &proof.outcome {
+                    Outcome::Within => continue,
+                    Outcome::Exceeds { counterexample } => format!(
+                        "four eyes: {counterexample} lies in a review-required region of MaximumPolicy {:?}; a second reviewer must approve",
+                        m.name
+                    ),
+                    Outcome::Unsupported { reason } | Outcome::Inconclusive { reason } => format!(
+                        "four eyes: cannot prove the new authority outside the review-required regions of MaximumPolicy {:?} ({reason}); a second reviewer must approve",
+                        m.name
+                    ),
+                };
+                let mut v = b.verdict(Decision::Ask, Step::Approved, reason);
+                v.maximum = Some(m.name.to_string());
+                v.counterexample = match &proof.outcome {
+                    Outcome::Exceeds { counterexample } => Some(counterexample.clone()),
+                    _ => example,
+                };
+                return v;
+            }
             let mut v = b.verdict(
                 Decision::Apply,
                 Step::Approved,
@@ -485,6 +513,7 @@ network:
         maximum: CompiledDocument,
         current: (PolicyDocument, CompiledDocument),
         candidate: (PolicyDocument, CompiledDocument),
+        four_eyes: bool,
     }
 
     fn case(candidate: &str) -> Case {
@@ -492,6 +521,7 @@ network:
             maximum: doc(MAXIMUM, Role::Maximum).1,
             current: doc(CURRENT, Role::Sandbox),
             candidate: doc(candidate, Role::Sandbox),
+            four_eyes: false,
         }
     }
 
@@ -507,6 +537,7 @@ network:
             policy: &c.maximum.policy,
             invariants: &c.maximum.invariants,
             budget: c.maximum.budget,
+            four_eyes: c.four_eyes,
         };
         let list = vec![m; maximums];
         decide(
@@ -644,6 +675,46 @@ network:
             let v = run(&c, 1, source, Mode::Ask, &Prover::default());
             assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
         }
+    }
+
+    #[test]
+    fn four_eyes_makes_an_approver_wait_in_review_regions_only() {
+        let pull = r#"
+  - name: pr
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [POST], path: /repos/acme/x/pulls/1}]}
+"#;
+        let mut c = case(&with_rule(pull));
+        c.four_eyes = true;
+        let v = run(
+            &c,
+            1,
+            Source::HumanWithApprove,
+            Mode::Ask,
+            &Prover::default(),
+        );
+        assert_eq!((v.decision, v.step), (Decision::Ask, Step::Approved));
+        assert!(
+            v.reason
+                .starts_with("four eyes: POST https://api.github.com:443/repos/acme/x/pulls/1"),
+            "{}",
+            v.reason
+        );
+        // An Approved condition is the second person.
+        let v = run(&c, 1, Source::Approved, Mode::Ask, &Prover::default());
+        assert_eq!(v.decision, Decision::Apply);
+        // Outside review regions the approver's own request still applies.
+        let mut c = case(&with_rule(COMMENT));
+        c.four_eyes = true;
+        let v = run(
+            &c,
+            1,
+            Source::HumanWithApprove,
+            Mode::Ask,
+            &Prover::default(),
+        );
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
     }
 
     #[test]

@@ -1675,6 +1675,7 @@ fn s5_several_maximums_candidate_must_be_within_each() {
         policy,
         invariants: &[],
         budget: None,
+        four_eyes: false,
     };
     let v = run(&[gm("m1", &m1), gm("m2", &m2)]);
     assert_eq!((v.decision, v.step), (Decision::Reject, Step::Containment));

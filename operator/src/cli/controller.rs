@@ -41,6 +41,12 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease (default: $POD_NAME, else host and pid).
     #[arg(long)]
     pub identity: Option<String>,
+    /// A namespace whose sandboxes and proposals are never reconciled
+    /// (repeatable). kube-system and the release namespace ($POD_NAMESPACE,
+    /// else the Lease namespace) are always excluded: the webhook does not
+    /// see them, so nothing there could have been admitted.
+    #[arg(long = "ignore-namespace")]
+    pub ignore_namespaces: Vec<String>,
     /// Where to serve /metrics and /healthz (plain HTTP; port 0 picks one).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: std::net::SocketAddr,
@@ -58,6 +64,18 @@ fn identity(args: &ControllerArgs) -> String {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
             format!("{}-{}", host.trim(), std::process::id())
         })
+}
+
+/// kube-system, the release namespace and every `--ignore-namespace`.
+fn ignored_namespaces(args: &ControllerArgs) -> std::collections::BTreeSet<String> {
+    let release = std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| args.lease_namespace.clone());
+    ["kube-system".to_string()]
+        .into_iter()
+        .chain(release)
+        .chain(args.ignore_namespaces.iter().cloned())
+        .collect()
 }
 
 async fn run_controllers(ctx: std::sync::Arc<Context>) {
@@ -116,7 +134,13 @@ pub fn run(args: &ControllerArgs) -> u8 {
                 }
             });
         }
-        let ctx = Context::new(client.clone(), prover, args.allow_unmanaged, metrics);
+        let ctx = Context::new(
+            client.clone(),
+            prover,
+            args.allow_unmanaged,
+            metrics,
+            ignored_namespaces(args),
+        );
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");
             run_controllers(ctx).await;

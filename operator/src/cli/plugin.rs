@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
@@ -209,10 +210,20 @@ async fn set_review(
         );
         return Ok(EXIT_WITHIN);
     }
-    let message = review
-        .reason
-        .clone()
-        .unwrap_or_else(|| format!("{} with kubectl agentgate", kind.to_lowercase()));
+    // The webhook admits a review only under the reviewer's own name, so
+    // the commit record can say who decided.
+    let me = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot learn who you are (SelfSubjectReview): {e}"))?
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .ok_or_else(|| anyhow::anyhow!("the API server did not say who you are"))?;
+    let message = match &review.reason {
+        Some(reason) => format!("{} by {me}: {reason}", kind.to_lowercase()),
+        None => format!("{} by {me}", kind.to_lowercase()),
+    };
     let patch = json!({
         "apiVersion": "agentgate.dev/v1alpha1",
         "kind": "PolicyProposal",
@@ -382,7 +393,12 @@ pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
     let applied = if status.applied_proposals.is_empty() {
         "none".to_string()
     } else {
-        status.applied_proposals.join(", ")
+        status
+            .applied_proposals
+            .iter()
+            .map(|r| format!("{} ({})", r.name, r.decided_by))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     Ok(format!(
         "# Effective policy of agentsandbox {}/{} at revision {} (applied proposals: {applied}).\n# Commit this to git to make the runtime-approved grants part of the declared policy.\n{yaml}",
@@ -410,12 +426,19 @@ mod tests {
         sandbox.status = Some(AgentSandboxStatus {
             effective_policy: Some(effective.clone()),
             revision: 3,
-            applied_proposals: vec!["p1".into()],
+            applied_proposals: vec![crate::k8s::crd::AppliedProposal {
+                name: "p1".into(),
+                uid: "u1".into(),
+                generation: Some(1),
+                change_hash: "sha256:00".into(),
+                decided_by: "reviewer:alice".into(),
+                at: None,
+            }],
             ..AgentSandboxStatus::default()
         });
         let text = export(&sandbox).unwrap();
         assert!(
-            text.contains("revision 3 (applied proposals: p1)"),
+            text.contains("revision 3 (applied proposals: p1 (reviewer:alice))"),
             "{text}"
         );
         let back: AgentSandbox = serde_saphyr::from_str(&text).unwrap();

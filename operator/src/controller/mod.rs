@@ -9,7 +9,7 @@ pub mod revoke;
 pub mod sandbox;
 pub mod scan;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,9 @@ pub struct Context {
     pub allow_unmanaged: bool,
     /// Prometheus metrics.
     pub metrics: Arc<metrics::Metrics>,
+    /// Namespaces whose sandboxes and proposals are not reconciled (the
+    /// webhook does not see them: kube-system and the release namespace).
+    pub ignored_namespaces: BTreeSet<String>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -64,6 +67,7 @@ impl Context {
         prover: Prover,
         allow_unmanaged: bool,
         metrics: Arc<metrics::Metrics>,
+        ignored_namespaces: BTreeSet<String>,
     ) -> Arc<Context> {
         let reporter = Reporter {
             controller: "agentgate".into(),
@@ -75,8 +79,15 @@ impl Context {
             prover,
             allow_unmanaged,
             metrics,
+            ignored_namespaces,
             failures: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether objects in `namespace` are outside agentgate's reach (the
+    /// webhook never sees them, so nothing there may be committed).
+    pub fn ignores(&self, namespace: &str) -> bool {
+        self.ignored_namespaces.contains(namespace)
     }
 
     /// Records a failed reconcile of `key` and returns how long to wait

@@ -3,13 +3,20 @@
 //! maximums are read again from the API server and the verdict recomputed
 //! on them; the sandbox status (effectivePolicy, revision + 1,
 //! appliedProposals + name) is written with the sandbox's resourceVersion
-//! as precondition, and only then is the proposal marked Applied. A crash
-//! between the two writes is repaired on the next reconcile: the name in
-//! `appliedProposals` is the source of truth.
+//! as precondition, and only then is the proposal marked Applied. The commit
+//! record holds the proposal's uid, generation, change hash and who decided;
+//! a crash between the two writes is repaired on the next reconcile from that
+//! record, never from the name alone. A decision is never taken from a
+//! status field the operator did not write: approval comes only from the
+//! `Approved` condition, which the webhook lets only a reviewer with the
+//! `approve` verb set, once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -17,12 +24,14 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::metrics::VerdictLabel;
-use crate::controller::sandbox::{Governance, Governing, governance};
+use crate::controller::sandbox::governance;
 use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
-    ActionRecord, AgentSandbox, Phase, PolicyProposal, PolicyProposalStatus, ProofRecord,
+    APPROVE_VERB, ActionRecord, AgentSandbox, AppliedProposal, Phase, PolicyProposal,
+    PolicyProposalStatus, ProofRecord,
 };
+use crate::k8s::governance::{Governance, Governing};
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
 use crate::policy::model::PolicyDocument;
@@ -33,8 +42,69 @@ use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, dec
 struct Outcome {
     status: PolicyProposalStatus,
     event: Option<super::Note>,
-    /// `Some(candidate)` when the verdict is Apply: commit it.
-    commit: Option<PolicyDocument>,
+    /// `Some((candidate, decided by))` when the verdict is Apply: commit it.
+    commit: Option<(PolicyDocument, String)>,
+}
+
+/// Who stands behind a proposal: a reviewer's `Approved` condition (the
+/// webhook admits it only from a holder of `approve` who is not the
+/// requester, and only once, with the message "approved by USER"); else
+/// a human requester (not a ServiceAccount) who holds `approve` themselves (a SubjectAccessReview on
+/// the user name alone, so group-granted rights do not count: such
+/// proposals wait for a reviewer); else the agent. Also the decision
+/// record's `decidedBy` should the verdict apply it.
+async fn source_of(
+    proposal: &PolicyProposal,
+    status: &PolicyProposalStatus,
+    ctx: &Context,
+) -> Result<(Source, String), ControllerError> {
+    if let Some(approved) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Approved" && c.status == "True")
+    {
+        let reviewer = approved
+            .message
+            .strip_prefix("approved by ")
+            .and_then(|rest| rest.split(':').next())
+            .unwrap_or("unknown");
+        return Ok((Source::Approved, format!("reviewer:{}", reviewer.trim())));
+    }
+    // Only a human's own approve verb counts: a ServiceAccount (an agent,
+    // or anything running in a pod) always waits for a reviewer.
+    let Some(requester) = proposal
+        .spec
+        .requested_by
+        .as_deref()
+        .filter(|r| !r.starts_with("system:serviceaccount:"))
+    else {
+        return Ok((Source::Agent, "auto".into()));
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(requester.to_string()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("agentgate.dev".into()),
+                resource: Some("policyproposals".into()),
+                verb: Some(APPROVE_VERB.into()),
+                namespace: proposal.namespace(),
+                name: Some(proposal.name_any()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let allowed = Api::<SubjectAccessReview>::all(ctx.client.clone())
+        .create(&PostParams::default(), &review)
+        .await?
+        .status
+        .is_some_and(|s| s.allowed);
+    Ok(if allowed {
+        (Source::HumanWithApprove, format!("requester:{requester}"))
+    } else {
+        (Source::Agent, "auto".into())
+    })
 }
 
 fn terminal(phase: Option<Phase>) -> bool {
@@ -149,11 +219,7 @@ async fn evaluate(
         Some(Mode::Auto) if all_allow_auto => Mode::Auto,
         _ => Mode::Ask,
     };
-    let source = if conditions::is_true(&status.conditions, "Approved") {
-        Source::Approved
-    } else {
-        Source::Agent
-    };
+    let (source, decided_by) = source_of(proposal, &status, ctx).await?;
     let prover = ctx.prover.clone();
     let allow_unmanaged = ctx.allow_unmanaged;
     let (current_doc, candidate_doc) = (current.clone(), candidate.clone());
@@ -221,7 +287,7 @@ async fn evaluate(
         solver_millis: verdict.proofs.iter().map(|p| p.solver_millis).sum(),
     });
     let (event, commit) = match verdict.decision {
-        Decision::Apply => (None, Some(candidate)),
+        Decision::Apply => (None, Some((candidate, decided_by))),
         Decision::Ask => {
             status.phase = Some(Phase::AwaitingApproval);
             conditions::set(
@@ -262,6 +328,23 @@ fn candidate_hash(candidate: &PolicyDocument) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(&json)))
 }
 
+/// Whether `new` differs from `old` only in solver timings, which change
+/// on every run: writing those would wake the watch, reconcile again and
+/// write again, forever (timings go to the metrics instead).
+fn same_but_timing(new: &PolicyProposalStatus, old: Option<&PolicyProposalStatus>) -> bool {
+    let Some(old) = old else {
+        return false;
+    };
+    let untimed = |s: &PolicyProposalStatus| {
+        let mut s = s.clone();
+        if let Some(proof) = &mut s.proof {
+            proof.solver_millis = 0.0;
+        }
+        s
+    };
+    untimed(new) == untimed(old)
+}
+
 fn mark_applied(status: &mut PolicyProposalStatus, generation: Option<i64>, revision: u64) {
     status.phase = Some(Phase::Applied);
     status.verdict.get_or_insert(Decision::Apply);
@@ -293,6 +376,10 @@ async fn reconcile(
 ) -> Result<Action, ControllerError> {
     let name = proposal.name_any();
     let namespace = proposal.namespace().unwrap_or_default();
+    if ctx.ignores(&namespace) {
+        tracing::debug!(proposal = %name, namespace = %namespace, "namespace excluded from agentgate; not reconciled");
+        return Ok(Action::await_change());
+    }
     let generation = proposal.meta().generation;
     let current_status = proposal.status.clone().unwrap_or_default();
     if terminal(current_status.phase) && current_status.observed_generation == generation {
@@ -311,25 +398,44 @@ async fn reconcile(
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
     let committed = sandbox.status.clone().unwrap_or_default();
-    // Crash repair: the sandbox already lists it, so it was committed.
-    if committed.applied_proposals.contains(&name) {
-        let mut status = current_status;
-        mark_applied(&mut status, generation, committed.revision);
-        write_proposal_status(&proposal, &status, &ctx).await?;
-        return Ok(Action::await_change());
+    let uid = proposal.uid().unwrap_or_default();
+    match committed.applied_proposals.iter().find(|r| r.name == name) {
+        // Crash repair: the sandbox holds this very commit (uid and hash).
+        Some(record) if record.matches(&proposal) => {
+            let mut status = current_status;
+            mark_applied(&mut status, generation, committed.revision);
+            if Some(&status) != proposal.status.as_ref() {
+                write_proposal_status(&proposal, &status, &ctx).await?;
+            }
+            return Ok(Action::await_change());
+        }
+        // A record of an earlier proposal of this name: the sandbox
+        // reconciler prunes it (and its grant) first.
+        Some(_) => {
+            tracing::info!(proposal = %name, "a stale commit record of this name awaits pruning");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        None => {}
     }
     if committed.effective_policy.is_none() {
         return Ok(Action::requeue(Duration::from_secs(1))); // the sandbox is not committed yet
     }
     let outcome = evaluate(&proposal, &sandbox, &ctx).await?;
     let mut status = outcome.status;
-    if let Some(candidate) = outcome.commit {
+    if let Some((candidate, decided_by)) = outcome.commit {
         // Commit: sandbox status with its resourceVersion as precondition.
         let mut next = sandbox.clone();
         let mut next_status = committed.clone();
         next_status.effective_policy = Some(candidate);
         next_status.revision += 1;
-        next_status.applied_proposals.push(name.clone());
+        next_status.applied_proposals.push(AppliedProposal {
+            name: name.clone(),
+            uid,
+            generation,
+            change_hash: proposal.spec.change_hash(),
+            decided_by,
+            at: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+        });
         let revision = next_status.revision;
         next.status = Some(next_status);
         match sandboxes
@@ -350,7 +456,7 @@ async fn reconcile(
         let notes = vec![(EventType::Normal, "Applied", note)];
         super::publish(&ctx, &sandbox, "Commit", notes).await;
     }
-    if Some(&status) != proposal.status.as_ref() {
+    if !same_but_timing(&status, proposal.status.as_ref()) {
         write_proposal_status(&proposal, &status, &ctx).await?;
         let notes = outcome.event.into_iter().collect();
         super::publish(&ctx, proposal.as_ref(), "Verify", notes).await;

@@ -27,52 +27,19 @@ use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
-    AgentSandbox, AgentSandboxStatus, AgentScan, FindingsSummary, MaximumPolicy, PolicyProposal,
+    AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary, MaximumPolicy,
+    PolicyProposal,
 };
+use crate::k8s::governance::{Governance, governing_from};
 use crate::k8s::openreports;
-use crate::k8s::selector::governs;
+use crate::k8s::pod_template::{
+    SANDBOX_LABEL, pod_service_account, template_escapes, template_images,
+};
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
-use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
+use crate::policy::load::CompiledDocument;
 use crate::policy::model::PolicyDocument;
 use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
-use crate::verdict::Mode;
-use crate::webhook::pods::template_images;
-
-/// The label the operator puts on everything it creates for a sandbox.
-pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
-
-/// A MaximumPolicy that governs a sandbox, compiled.
-pub struct Governing {
-    /// Its name.
-    pub name: String,
-    /// The compiled ceiling, invariants and budget.
-    pub compiled: CompiledDocument,
-    /// Modes it allows.
-    pub allowed_modes: Vec<Mode>,
-    /// Its `metadata.generation` as read.
-    pub generation: i64,
-}
-
-impl Governing {
-    /// The view of this maximum the verdict takes.
-    pub fn as_verdict_input(&self) -> crate::verdict::GoverningMaximum<'_> {
-        crate::verdict::GoverningMaximum {
-            name: &self.name,
-            policy: &self.compiled.policy,
-            invariants: &self.compiled.invariants,
-            budget: self.compiled.budget,
-        }
-    }
-}
-
-/// Which maximums govern a sandbox, or why nothing may be granted.
-pub enum Governance {
-    /// These maximums govern the sandbox (sorted by name).
-    Governed(Vec<Governing>),
-    /// Fail closed: grant nothing, with a condition reason and a message.
-    Refused(&'static str, String),
-}
 
 /// Reads every MaximumPolicy and the sandbox's namespace from the API
 /// server and returns the governing maximums, compiled.
@@ -98,86 +65,36 @@ pub async fn governance(
     ))
 }
 
-/// The maximums among `maximums` that govern a sandbox with these labels in
-/// a namespace with these labels, compiled (pure: the webhook calls it on
-/// its caches, the reconciler on fresh reads).
-pub fn governing_from<'a>(
-    maximums: impl IntoIterator<Item = &'a MaximumPolicy>,
-    ns_labels: &BTreeMap<String, String>,
-    sandbox_labels: &BTreeMap<String, String>,
-    allow_unmanaged: bool,
-) -> Governance {
-    let mut governing = Vec::new();
-    for maximum in maximums {
-        let name = maximum.name_any();
-        match governs(&maximum.spec, ns_labels, sandbox_labels) {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(e) => {
-                return Governance::Refused(
-                    "GovernanceUnknown",
-                    format!(
-                        "MaximumPolicy {name:?} has a selector that cannot be evaluated ({e}); nothing is granted until it is fixed"
-                    ),
-                );
-            }
-        }
-        let loaded = LoadedDocument {
-            kind: DocumentKind::MaximumPolicy,
-            name: Some(name.clone()),
-            policy: maximum.spec.policy.clone(),
-            invariants: maximum.spec.invariants.clone(),
-            budget: maximum.spec.budget,
-            policy_field: "spec.policy",
-        };
-        match loaded.compile(Role::Maximum, &Limits::default()) {
-            Ok(compiled) => governing.push(Governing {
-                name,
-                compiled,
-                allowed_modes: maximum.spec.allowed_modes.clone(),
-                generation: maximum.meta().generation.unwrap_or_default(),
-            }),
-            Err(reason) => {
-                return Governance::Refused(
-                    "InvalidMaximum",
-                    format!(
-                        "governing MaximumPolicy {name:?} is invalid ({reason}); nothing is granted until it is fixed"
-                    ),
-                );
-            }
-        }
-    }
-    if governing.is_empty() && !allow_unmanaged {
-        return Governance::Refused(
-            "Unmanaged",
-            "no MaximumPolicy governs this sandbox; nothing is granted until one selects it".into(),
-        );
-    }
-    governing.sort_by(|a, b| a.name.cmp(&b.name));
-    Governance::Governed(governing)
-}
-
-/// The declared policy with the applied proposals (in commit order) on top.
-/// A proposal that no longer exists, or no longer applies, contributes
-/// nothing: its grant is dropped, never guessed.
+/// The declared policy with the committed proposals (in commit order) on
+/// top, and the commit records that still hold. A record holds only while
+/// its live proposal has the recorded uid and change hash: a proposal
+/// deleted, or re-created under the same name, loses its grant (the safe
+/// direction) and its record is pruned; nothing is ever taken from the
+/// proposal's own status.
 async fn with_applied_proposals(
     sandbox: &AgentSandbox,
     ctx: &Context,
-) -> Result<PolicyDocument, ControllerError> {
+) -> Result<(PolicyDocument, Vec<AppliedProposal>, Vec<String>), ControllerError> {
     let mut policy = sandbox.spec.policy.clone();
     let applied = sandbox
         .status
         .as_ref()
         .map(|s| s.applied_proposals.clone())
         .unwrap_or_default();
+    let (mut kept, mut pruned) = (Vec::new(), Vec::new());
     if applied.is_empty() {
-        return Ok(policy);
+        return Ok((policy, kept, pruned));
     }
     let proposals: Api<PolicyProposal> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    for name in applied {
-        let Some(proposal) = proposals.get_opt(&name).await? else {
-            tracing::warn!(sandbox = %sandbox.name_any(), proposal = %name, "applied proposal no longer exists; its grant is dropped");
+    for record in applied {
+        let live = proposals.get_opt(&record.name).await?;
+        let Some(proposal) = live.filter(|p| record.matches(p)) else {
+            tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, "committed proposal is gone or changed; its grant is dropped");
+            pruned.push(format!(
+                "{} (deleted, re-created or changed since it was committed)",
+                record.name
+            ));
             continue;
         };
         let remove = proposal
@@ -187,13 +104,17 @@ async fn with_applied_proposals(
             .map(|r| r.network.clone())
             .unwrap_or_default();
         match apply_proposal(&policy, proposal.spec.add.as_ref(), &remove) {
-            Ok(next) => policy = next,
+            Ok(next) => {
+                policy = next;
+                kept.push(record);
+            }
             Err(reason) => {
-                tracing::warn!(sandbox = %sandbox.name_any(), proposal = %name, %reason, "applied proposal no longer applies; its grant is dropped")
+                tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, %reason, "committed proposal no longer applies; its grant is dropped");
+                pruned.push(format!("{} (no longer applies: {reason})", record.name));
             }
         }
     }
-    Ok(policy)
+    Ok((policy, kept, pruned))
 }
 
 async fn reconcile(
@@ -202,8 +123,12 @@ async fn reconcile(
 ) -> Result<Action, ControllerError> {
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_default();
+    if ctx.ignores(&namespace) {
+        tracing::debug!(sandbox = %name, namespace = %namespace, "namespace excluded from agentgate; not reconciled");
+        return Ok(Action::await_change());
+    }
     let generation = sandbox.meta().generation;
-    let base = with_applied_proposals(&sandbox, &ctx).await?;
+    let (base, records, pruned) = with_applied_proposals(&sandbox, &ctx).await?;
 
     let (effective, governed_by, refusal, revoked) = match governance(&sandbox, &ctx).await? {
         Governance::Refused(reason, message) => (
@@ -238,8 +163,16 @@ async fn reconcile(
         status.revision += 1;
         status.effective_policy = Some(effective.clone());
     }
+    status.applied_proposals = records;
     status.governed_by = governed_by;
     let mut events = Vec::new();
+    if !pruned.is_empty() {
+        events.push((
+            EventType::Warning,
+            "Pruned",
+            format!("dropped the grants of {}", pruned.join("; ")),
+        ));
+    }
     match (&refusal, revoked.is_empty()) {
         (Some((reason, message)), _) => {
             conditions::set(
@@ -379,6 +312,28 @@ async fn assess_findings(
         status.conditions.retain(|c| c.type_ != "FindingsClear");
         return default;
     };
+    let escapes = template_escapes(&sandbox.spec);
+    if !escapes.is_empty() {
+        // A pod that can step around the proxy and Landlock severs nothing,
+        // whatever its policy says; it is not created either.
+        let message = format!(
+            "the pod template escapes the sandbox, so no finding counts as severed and no pod is created: {}",
+            escapes.join("; ")
+        );
+        status.findings = None;
+        if conditions::set(
+            &mut status.conditions,
+            "FindingsClear",
+            Status::False,
+            "TemplateEscapes",
+            &message,
+            sandbox.meta().generation,
+            time,
+        ) {
+            events.push((EventType::Warning, "TemplateEscapes", message));
+        }
+        return default;
+    }
     let now = Timestamp::now();
     let assessed = match Api::<AgentScan>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -561,6 +516,11 @@ async fn ensure_pod(
     let Some(template) = &sandbox.spec.template else {
         return Ok(None);
     };
+    if !template_escapes(&sandbox.spec).is_empty() {
+        // Said in FindingsClear=TemplateEscapes; the operator's pod rights
+        // are never lent to a pod that could leave the sandbox.
+        return Ok(None);
+    }
     let name = sandbox.name_any();
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
@@ -573,6 +533,16 @@ async fn ensure_pod(
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     labels.insert(SANDBOX_LABEL.into(), name.clone());
+    let mut spec = serde_json::to_value(&template.spec)?;
+    if let Some(spec) = spec.as_object_mut() {
+        // The agent's pod acts as the agent unless the template names
+        // another account (whose token it then may not mount).
+        spec.insert(
+            "serviceAccountName".into(),
+            json!(pod_service_account(&sandbox.spec)),
+        );
+        spec.remove("serviceAccount");
+    }
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -582,7 +552,7 @@ async fn ensure_pod(
             "annotations": template.metadata.as_ref().and_then(|m| m.annotations.clone()),
             "ownerReferences": [owner(sandbox)],
         },
-        "spec": template.spec,
+        "spec": spec,
     }))?;
     match pods
         .create(
@@ -657,6 +627,16 @@ pub async fn run(ctx: Arc<Context>) {
                         })
                         .map(|s| ObjectRef::from_obj(s.as_ref()))
                         .collect::<Vec<_>>()
+                },
+            )
+            // A committed proposal deleted or re-created loses its grant at once.
+            .watches(
+                Api::<PolicyProposal>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                |proposal| {
+                    proposal.namespace().map(|ns| {
+                        ObjectRef::<AgentSandbox>::new(&proposal.spec.sandbox_ref.name).within(&ns)
+                    })
                 },
             )
             .watches(

@@ -20,6 +20,12 @@ use crate::prover::budget::CostItem;
 use crate::trifecta::{Finding, Graph, Severity};
 use crate::verdict::{Decision, Mode};
 
+/// The condition types only a reviewer may set on a PolicyProposal.
+pub const REVIEW_CONDITIONS: [&str; 2] = ["Approved", "Denied"];
+
+/// The verb a reviewer needs on `policyproposals.agentgate.dev`.
+pub const APPROVE_VERB: &str = "approve";
+
 /// Which sandboxes a MaximumPolicy governs; empty selects all.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -88,6 +94,19 @@ pub struct MaximumPolicySpec {
     /// Least-privilege budget for auto-applied agent proposals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// How proposals in review-required regions are reviewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewSettings>,
+}
+
+/// Review settings of a MaximumPolicy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewSettings {
+    /// A proposal whose new authority lies in a review-required region
+    /// waits for a second person even when its requester holds `approve`.
+    #[serde(default)]
+    pub four_eyes: bool,
 }
 
 fn all_modes() -> Vec<Mode> {
@@ -267,9 +286,11 @@ pub struct AgentSandboxStatus {
     /// Increments on every commit.
     #[serde(default)]
     pub revision: u64,
-    /// Proposals committed into the effective policy.
+    /// Commit records of the proposals in the effective policy, in commit
+    /// order. The effective policy is rebuilt only from entries whose live
+    /// proposal still matches the record's uid and change hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub applied_proposals: Vec<String>,
+    pub applied_proposals: Vec<AppliedProposal>,
     /// Names of the governing MaximumPolicies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub governed_by: Vec<String>,
@@ -283,6 +304,30 @@ pub struct AgentSandboxStatus {
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The operator's record of one committed proposal (DESIGN.md §5): what was
+/// proved and who decided. A proposal deleted and created again under the
+/// same name has another uid, and a changed one another hash, so neither
+/// inherits this grant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedProposal {
+    /// The proposal's name.
+    pub name: String,
+    /// Its `metadata.uid` when it was committed.
+    pub uid: String,
+    /// Its `metadata.generation` when it was committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// SHA-256 of the `add` and `remove` that were proved.
+    pub change_hash: String,
+    /// `auto` (the verdict applied it), `requester:<user>` (a requester who
+    /// holds approve) or `reviewer:<user>` (an Approved condition).
+    pub decided_by: String,
+    /// When the decision was taken (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// A reference to a sandbox in the proposal's namespace.
@@ -345,6 +390,27 @@ pub struct PolicyProposalSpec {
     /// The creating user (checked by the webhook).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+}
+
+impl PolicyProposalSpec {
+    /// SHA-256 of the change this proposal asks for (`add` and `remove`),
+    /// as recorded when it is committed: a commit holds only while the live
+    /// proposal still asks for exactly what was proved.
+    pub fn change_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let change = serde_json::json!({"add": self.add, "remove": self.remove});
+        let json = serde_json::to_vec(&change).unwrap_or_default();
+        format!("sha256:{}", hex::encode(Sha256::digest(&json)))
+    }
+}
+
+impl AppliedProposal {
+    /// Whether this record still describes `proposal`: the same object
+    /// (uid) asking for the same change (hash).
+    pub fn matches(&self, proposal: &PolicyProposal) -> bool {
+        proposal.metadata.uid.as_deref() == Some(self.uid.as_str())
+            && proposal.spec.change_hash() == self.change_hash
+    }
 }
 
 /// Where a proposal is in its life.

@@ -3,5 +3,7 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod governance;
 pub mod openreports;
+pub mod pod_template;
 pub mod selector;

@@ -94,7 +94,7 @@ pub fn report(
             "namespace": namespace,
             "labels": {
                 "app.kubernetes.io/managed-by": "agentgate",
-                crate::controller::sandbox::SANDBOX_LABEL: sandbox,
+                crate::k8s::pod_template::SANDBOX_LABEL: sandbox,
             },
             "ownerReferences": [owner],
         },

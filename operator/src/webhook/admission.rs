@@ -9,14 +9,15 @@ use kube::ResourceExt;
 use kube::core::admission::Operation;
 
 use crate::controller::maximum::{Assessment, assess};
-use crate::controller::sandbox::{Governance, Governing};
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::k8s::governance::{Governance, Governing};
+use crate::k8s::pod_template::template_images;
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::prover::Prover;
 use crate::trifecta::assess::image_digest;
 use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
-use crate::webhook::pods::template_images;
+use crate::webhook::authority::{ReviewChange, review_change};
 
 /// The webhook's answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +37,7 @@ impl Answer {
     }
 }
 
-/// The condition types only a reviewer may set.
-pub const REVIEW_CONDITIONS: [&str; 2] = ["Approved", "Denied"];
-
-/// The verb a reviewer needs on `policyproposals.agentgate.dev`.
-pub const APPROVE_VERB: &str = "approve";
+pub use crate::k8s::crd::{APPROVE_VERB, REVIEW_CONDITIONS};
 
 /// Steps 1-3 of the verdict (governing maximums, containment, invariants)
 /// for a sandbox's declared policy, plus its mode against every governing
@@ -141,25 +138,12 @@ pub enum ProposalCheck {
     NeedsApprove,
 }
 
-fn review_conditions(p: &PolicyProposal) -> BTreeMap<&str, (String, String, String)> {
-    p.status
-        .iter()
-        .flat_map(|s| s.conditions.iter())
-        .filter(|c| REVIEW_CONDITIONS.contains(&c.type_.as_str()))
-        .map(|c| {
-            (
-                c.type_.as_str(),
-                (c.status.clone(), c.reason.clone(), c.message.clone()),
-            )
-        })
-        .collect()
-}
-
-/// The rules of DESIGN.md §3 for proposals: on create `spec.requestedBy`
-/// must be the requesting user; the spec never changes afterwards (an
-/// approval covers exactly what was reviewed); adding, changing or removing
-/// an `Approved`/`Denied` condition needs `approve`, and never by the
-/// requester.
+/// The rules of DESIGN.md §3 for proposals, for everyone but the operator
+/// (whose status writes the server admits before asking): on create
+/// `spec.requestedBy` must be the requesting user; the spec never changes
+/// afterwards (an approval covers exactly what was reviewed); a status
+/// write may only give a review ([`review_change`]), which needs `approve`,
+/// never by the requester.
 pub fn review_proposal(
     operation: &Operation,
     sub_resource: Option<&str>,
@@ -187,17 +171,16 @@ pub fn review_proposal(
                 ProposalCheck::Allow
             }
         }
-        (Operation::Update, Some("status"), Some(old)) => {
-            if review_conditions(old) == review_conditions(new) {
-                return ProposalCheck::Allow;
-            }
-            if new.spec.requested_by.as_deref() == Some(username) {
-                return ProposalCheck::Deny(format!(
+        (Operation::Update, Some("status"), Some(old)) => match review_change(old, new, username) {
+            ReviewChange::Unchanged => ProposalCheck::Allow,
+            ReviewChange::Refused(message) => ProposalCheck::Deny(message),
+            ReviewChange::Review if new.spec.requested_by.as_deref() == Some(username) => {
+                ProposalCheck::Deny(format!(
                     "policyproposal {name:?}: {username:?} requested it and cannot approve or deny it; another reviewer with the approve verb must"
-                ));
+                ))
             }
-            ProposalCheck::NeedsApprove
-        }
+            ReviewChange::Review => ProposalCheck::NeedsApprove,
+        },
         _ => ProposalCheck::Allow,
     }
 }
@@ -302,8 +285,8 @@ pub fn review_scan(scan: &AgentScan) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::sandbox::governing_from;
     use crate::k8s::crd::{AgentScanSpec, PolicyProposalSpec, PolicyProposalStatus, SandboxRef};
+    use crate::k8s::governance::governing_from;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
@@ -406,7 +389,7 @@ spec:
                     type_: "Approved".into(),
                     status: status.into(),
                     reason: "Reviewed".into(),
-                    message: String::new(),
+                    message: "approved by alice".into(),
                     observed_generation: None,
                     last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
                 }],
@@ -471,8 +454,8 @@ spec:
             ),
             ProposalCheck::Allow
         );
-        // Withdrawing an approval is a review decision too.
-        assert_eq!(
+        // A decided review is final: not even its reviewer withdraws it.
+        assert!(matches!(
             review_proposal(
                 &Operation::Update,
                 Some("status"),
@@ -480,8 +463,8 @@ spec:
                 &old,
                 "alice"
             ),
-            ProposalCheck::NeedsApprove
-        );
+            ProposalCheck::Deny(m) if m.contains("final")
+        ));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! decisions, `certs` the serving certificates, `server` the I/O shell.
 
 pub mod admission;
+pub mod authority;
 pub mod certs;
 pub mod decide;
 pub mod pods;
@@ -71,6 +72,17 @@ pub struct WebhookArgs {
     /// request that runs out is denied, saying so.
     #[arg(long, default_value_t = 3000)]
     pub admission_deadline_ms: u64,
+    /// A ServiceAccount (as `system:serviceaccount:NS:NAME`) that may write
+    /// AgentSandboxes in its own namespace, e.g. a GitOps controller
+    /// deployed there (repeatable). Other ServiceAccounts of a sandbox's
+    /// namespace, and a sandbox's own agent always, are refused.
+    #[arg(long = "trusted-deployer")]
+    pub trusted_deployers: Vec<String>,
+    /// An identity that may write AgentScans: a user name, or `group:NAME`
+    /// (repeatable). Everyone else is refused, so nobody but CI decides
+    /// what an image's findings are.
+    #[arg(long = "scan-writer")]
+    pub scan_writers: Vec<String>,
 }
 
 impl WebhookArgs {

@@ -6,12 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::k8s::crd::{
-    AcceptedFinding, AgentSandbox, AgentSandboxSpec, FindingState, ImageFindings,
-};
+use crate::k8s::crd::{AcceptedFinding, AgentSandbox, FindingState, ImageFindings};
 use crate::trifecta::Finding;
 use crate::trifecta::assess::{acceptance, image_digest, short_image, unfixed_line};
 
@@ -20,7 +18,9 @@ use super::admission::Answer;
 /// The namespace label that turns pod admission on.
 pub const ENFORCE_LABEL: &str = "agentgate.dev/enforce";
 
-pub use crate::controller::sandbox::SANDBOX_LABEL;
+use crate::k8s::pod_template::{
+    SANDBOX_LABEL, pod_escapes, pod_service_account, spec_images, template_escapes,
+};
 
 /// What happens to a pod with problems.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,36 +94,6 @@ pub fn claims_sandbox(pod: &Pod) -> bool {
 /// order of appearance.
 pub fn images(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().map(spec_images).unwrap_or_default()
-}
-
-/// The images of a sandbox's `spec.template`, or `None` without a template
-/// (then the sandbox runs no pod).
-pub fn template_images(spec: &AgentSandboxSpec) -> Option<Vec<String>> {
-    spec.template
-        .as_ref()
-        .and_then(|t| t.spec.as_ref())
-        .map(spec_images)
-}
-
-/// Every container image of a pod spec, unique, in order of appearance.
-pub fn spec_images(spec: &PodSpec) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| c.image.as_ref());
-    let regular = spec.containers.iter().map(|c| c.image.as_ref());
-    let ephemeral = spec
-        .ephemeral_containers
-        .iter()
-        .flatten()
-        .map(|c| c.image.as_ref());
-    init.chain(regular)
-        .chain(ephemeral)
-        .map(|i| i.cloned().unwrap_or_default())
-        .filter(|i| seen.insert(i.clone()))
-        .collect()
 }
 
 /// A scan as the pod review needs it, from the webhook's cache.
@@ -241,7 +211,18 @@ pub fn review_pod(
         problems: Vec::new(),
         notes: note.into_iter().collect(),
     };
-    let sandbox = sandbox.filter(|s| pod.metadata.name.as_deref() == s.metadata.name.as_deref());
+    // Severance and acceptances are credited only to the sandbox's own pod
+    // in the enforced shape: no host namespaces, privilege or host files,
+    // running as the account the sandbox names.
+    let sandbox = sandbox.filter(|s| {
+        pod.metadata.name.as_deref() == s.metadata.name.as_deref()
+            && template_escapes(&s.spec).is_empty()
+            && pod.spec.as_ref().is_some_and(|spec| {
+                pod_escapes(spec, "spec").is_empty()
+                    && spec.service_account_name.as_deref()
+                        == Some(pod_service_account(&s.spec).as_str())
+            })
+    });
     let status = sandbox.and_then(|s| s.status.as_ref());
     let current = status.and_then(|s| {
         s.findings
@@ -319,8 +300,12 @@ mod tests {
         }))
         .unwrap();
         if owned {
-            // The operator names a sandbox's pod after the sandbox.
+            // The operator names a sandbox's pod after the sandbox and runs
+            // it as the sandbox's agent.
             pod.metadata.name = Some("bot".into());
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.service_account_name = Some("bot".into());
+            }
             pod.metadata.owner_references = Some(vec![
                 serde_json::from_value(serde_json::json!({
                     "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
@@ -484,6 +469,16 @@ mod tests {
             review_pod(pod, None, &BTreeMap::new(), Some(sandbox), &scans, at).answer()
         };
         assert_eq!(judge(&owned, &sandbox, now()), Answer::allow());
+        // A pod that could step around the enforcement is credited nothing.
+        let mut escaping = owned.clone();
+        escaping.spec.as_mut().unwrap().host_network = Some(true);
+        assert!(matches!(judge(&escaping, &sandbox, now()), Answer::Deny(_)));
+        let mut other_account = owned.clone();
+        other_account.spec.as_mut().unwrap().service_account_name = Some("deployer".into());
+        assert!(matches!(
+            judge(&other_account, &sandbox, now()),
+            Answer::Deny(_)
+        ));
         // A stale proof (older revision) does not count.
         sandbox.status.as_mut().unwrap().revision = 4;
         assert!(matches!(judge(&owned, &sandbox, now()), Answer::Deny(_)));

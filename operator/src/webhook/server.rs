@@ -31,14 +31,19 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::controller::metrics::{DecisionLabel, Metrics};
-use crate::controller::sandbox::governing_from;
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use crate::k8s::governance::{dropped_governance, governing_from};
+use crate::k8s::pod_template::{pod_service_account, template_escapes};
 use crate::prover::Prover;
 use crate::trifecta::assess::{image_digest, scan_of_digest};
 use crate::trifecta::{Finding, analyze};
 use crate::webhook::admission::{
     APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
     review_proposal, review_sandbox, review_scan, scan_conflict,
+};
+use crate::webhook::authority::{
+    Requester, maximum_writer_refusal, sandbox_writer_refusal, scan_writer_refusal,
+    status_writer_refusal,
 };
 use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
 use crate::webhook::decide::{
@@ -64,6 +69,11 @@ pub struct WebhookState {
     /// only its pods borrow their sandbox's proofs and acceptances.
     operator_user: Option<String>,
     policies: CompiledPolicies,
+    /// `--trusted-deployer`: ServiceAccounts that may write sandboxes of
+    /// their own namespace.
+    trusted_deployers: Vec<String>,
+    /// `--scan-writer`: who may write AgentScans.
+    scan_writers: Vec<String>,
     listening: AtomicBool,
     resolver: Arc<CertResolver>,
 }
@@ -124,29 +134,26 @@ impl WebhookState {
             .map_err(|e| format!("cannot read namespace {namespace:?}: {e}"))
     }
 
-    /// Whether the requesting user holds `approve` on policyproposals in
-    /// `namespace` (a SubjectAccessReview on their behalf).
-    async fn may_approve(
+    /// Whether the requesting user may do `attributes` (a
+    /// SubjectAccessReview on their behalf, with their groups).
+    async fn may(
         &self,
         request: &AdmissionRequest<DynamicObject>,
-        namespace: &str,
-        name: &str,
+        attributes: ResourceAttributes,
     ) -> Result<bool, String> {
         let user = &request.user_info;
+        let what = format!(
+            "{} {}",
+            attributes.verb.clone().unwrap_or_default(),
+            attributes.resource.clone().unwrap_or_default()
+        );
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: user.username.clone(),
                 groups: user.groups.clone(),
                 uid: user.uid.clone(),
                 extra: user.extra.clone(),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some("agentgate.dev".into()),
-                    resource: Some("policyproposals".into()),
-                    verb: Some(APPROVE_VERB.into()),
-                    namespace: Some(namespace.into()),
-                    name: (!name.is_empty()).then(|| name.to_string()),
-                    ..ResourceAttributes::default()
-                }),
+                resource_attributes: Some(attributes),
                 ..SubjectAccessReviewSpec::default()
             },
             ..SubjectAccessReview::default()
@@ -155,7 +162,81 @@ impl WebhookState {
             .create(&PostParams::default(), &review)
             .await
             .map(|r| r.status.is_some_and(|s| s.allowed))
-            .map_err(|e| format!("cannot check the approve permission: {e}"))
+            .map_err(|e| format!("cannot check the {what} permission: {e}"))
+    }
+
+    /// Whether the requesting user holds `approve` on policyproposals in
+    /// `namespace` (on `name`, when given).
+    async fn may_approve(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, String> {
+        let attributes = ResourceAttributes {
+            group: Some("agentgate.dev".into()),
+            resource: Some("policyproposals".into()),
+            verb: Some(APPROVE_VERB.into()),
+            namespace: Some(namespace.into()),
+            name: (!name.is_empty()).then(|| name.to_string()),
+            ..ResourceAttributes::default()
+        };
+        self.may(request, attributes).await
+    }
+
+    /// Whether the request comes from the operator itself.
+    fn by_operator(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
+        self.operator_user.is_some()
+            && request.user_info.username.as_deref() == self.operator_user.as_deref()
+    }
+
+    /// Whether the author of a sandbox's pod template could run that pod
+    /// themselves: create pods in the namespace, and act as the account it
+    /// runs as (`impersonate` on that ServiceAccount; the pod would carry
+    /// its token). The operator creates the pod with its own rights, so
+    /// without this it would lend them to anyone who may write a sandbox.
+    async fn template_author_refusal(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        sandbox: &AgentSandbox,
+    ) -> Option<String> {
+        let namespace = sandbox.namespace().unwrap_or_default();
+        let user = request.user_info.username.clone().unwrap_or_default();
+        let account = pod_service_account(&sandbox.spec);
+        let checks = [
+            (
+                ResourceAttributes {
+                    verb: Some("create".into()),
+                    resource: Some("pods".into()),
+                    namespace: Some(namespace.clone()),
+                    ..ResourceAttributes::default()
+                },
+                format!("create pods in namespace {namespace:?}"),
+            ),
+            (
+                ResourceAttributes {
+                    verb: Some("impersonate".into()),
+                    resource: Some("serviceaccounts".into()),
+                    namespace: Some(namespace.clone()),
+                    name: Some(account.clone()),
+                    ..ResourceAttributes::default()
+                },
+                format!("impersonate ServiceAccount {namespace}/{account} (the pod runs as it)"),
+            ),
+        ];
+        for (attributes, what) in checks {
+            match self.may(request, attributes).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Some(format!(
+                        "agentsandbox {:?}: {user:?} may not {what}, so may not have agentgate run this pod template",
+                        sandbox.name_any()
+                    ));
+                }
+                Err(e) => return Some(format!("agentsandbox {:?}: {e}", sandbox.name_any())),
+            }
+        }
+        None
     }
 
     /// Runs blocking solver work under the admission deadline; running out
@@ -185,22 +266,14 @@ fn typed<T: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<T, S
 
 type Review = Json<AdmissionReview<DynamicObject>>;
 
-/// The request's object and old object as `T` (`None`: no object, e.g. a
-/// delete, which is admitted); an unreadable one is a denial.
+/// The request's object and old object as `T` (a delete has only the old
+/// one); an unreadable one is a denial.
 fn decode<T: DeserializeOwned>(
     request: &AdmissionRequest<DynamicObject>,
     type_name: &str,
-) -> Result<Option<(T, Option<T>)>, String> {
-    let Some(object) = &request.object else {
-        return Ok(None);
-    };
-    let new = typed(object, type_name)?;
-    let old = request
-        .old_object
-        .as_ref()
-        .map(|o| typed(o, type_name))
-        .transpose()?;
-    Ok(Some((new, old)))
+) -> Result<(Option<T>, Option<T>), String> {
+    let read = |o: &Option<DynamicObject>| o.as_ref().map(|o| typed(o, type_name)).transpose();
+    Ok((read(&request.object)?, read(&request.old_object)?))
 }
 
 /// Decodes the review and its objects as `T`, runs `decide` on them,
@@ -214,7 +287,7 @@ async fn answer<T, F, Fut>(
 ) -> Json<AdmissionReview<DynamicObject>>
 where
     T: DeserializeOwned,
-    F: FnOnce(AdmissionRequest<DynamicObject>, T, Option<T>) -> Fut,
+    F: FnOnce(AdmissionRequest<DynamicObject>, Option<T>, Option<T>) -> Fut,
     Fut: Future<Output = Answer>,
 {
     let started = Instant::now();
@@ -234,8 +307,8 @@ where
         format!("{:?}", request.operation),
     );
     let answer = match decode::<T>(&request, type_name) {
-        Ok(None) => Answer::allow(),
-        Ok(Some((new, old))) => decide(request, new, old).await,
+        Ok((None, None)) => Answer::allow(),
+        Ok((new, old)) => decide(request, new, old).await,
         Err(e) => Answer::Deny(e),
     };
     let allowed = !matches!(answer, Answer::Deny(_));
@@ -270,31 +343,113 @@ where
     Json(response.into_review())
 }
 
+/// The requester of an admission request.
+fn requester(request: &AdmissionRequest<DynamicObject>) -> (String, Vec<String>) {
+    (
+        request.user_info.username.clone().unwrap_or_default(),
+        request.user_info.groups.clone().unwrap_or_default(),
+    )
+}
+
+/// The name of the object a request is about.
+fn object_name<K: ResourceExt>(new: Option<&K>, old: Option<&K>) -> String {
+    new.or(old).map(|o| o.name_any()).unwrap_or_default()
+}
+
+/// Only the operator writes any status.
+fn status_answer(
+    state: &WebhookState,
+    request: &AdmissionRequest<DynamicObject>,
+    kind: &str,
+    name: &str,
+) -> Answer {
+    let (user, groups) = requester(request);
+    let who = Requester {
+        username: &user,
+        groups: &groups,
+    };
+    match status_writer_refusal(&who, state.operator_user.as_deref(), kind, name) {
+        Some(message) => Answer::Deny(message),
+        None => Answer::allow(),
+    }
+}
+
 async fn validate_sandbox(
     State(state): State<Arc<WebhookState>>,
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "agentsandboxes", "AgentSandbox", review, |request, sandbox: AgentSandbox, old| async move {
+    answer(&state, "agentsandboxes", "AgentSandbox", review, |request, new: Option<AgentSandbox>, old| async move {
+        let name = object_name(new.as_ref(), old.as_ref());
+        if request.sub_resource.as_deref() == Some("status") {
+            return status_answer(&s, &request, "agentsandbox", &name);
+        }
+        let (user, groups) = requester(&request);
+        let who = Requester { username: &user, groups: &groups };
+        if !s.by_operator(&request)
+            && let Some(message) =
+                sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers)
+        {
+            return Answer::Deny(message);
+        }
+        let Some(sandbox) = new else {
+            return Answer::allow(); // a delete: the pod and every grant go with it
+        };
         let namespace = request.namespace.clone().unwrap_or_default();
+        let template_changed = old.as_ref().is_none_or(|o| {
+            o.spec.template != sandbox.spec.template
+                || o.spec.agent_service_account != sandbox.spec.agent_service_account
+        });
+        if template_changed {
+            let escapes = template_escapes(&sandbox.spec);
+            if !escapes.is_empty() {
+                return Answer::Deny(format!(
+                    "agentsandbox {name:?}: the pod template could step around the sandbox's enforcement: {}",
+                    escapes.join("; ")
+                ));
+            }
+            if sandbox.spec.template.is_some()
+                && let Some(message) = s.template_author_refusal(&request, &sandbox).await
+            {
+                return Answer::Deny(message);
+            }
+        }
         if accepted_findings_changed(old.as_ref(), &sandbox) {
             match s.may_approve(&request, &namespace, "").await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Answer::Deny(format!(
-                        "agentsandbox {:?}: changing spec.acceptedFindings (or the images they cover) accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {:?} does not hold",
-                        sandbox.name_any(),
-                        request.user_info.username.as_deref().unwrap_or("")
+                        "agentsandbox {name:?}: changing spec.acceptedFindings (or the images they cover) accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {user:?} does not hold"
                     ));
                 }
-                Err(e) => return Answer::Deny(format!("agentsandbox {:?}: {e}", sandbox.name_any())),
+                Err(e) => return Answer::Deny(format!("agentsandbox {name:?}: {e}")),
             }
         }
         let ns_labels = match s.namespace_labels(&namespace).await {
             Ok(l) => l,
-            Err(e) => return Answer::Deny(format!("agentsandbox {:?}: {e}", sandbox.name_any())),
+            Err(e) => return Answer::Deny(format!("agentsandbox {name:?}: {e}")),
         };
         let maximums = s.maximums.state();
+        if let Some(old) = &old {
+            let dropped = dropped_governance(
+                maximums.iter().map(|m| m.as_ref()),
+                &ns_labels,
+                old.labels(),
+                sandbox.labels(),
+            );
+            if !dropped.is_empty() {
+                match s.may_approve(&request, &namespace, "").await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Answer::Deny(format!(
+                            "agentsandbox {name:?}: the new labels take it out of MaximumPolicy {}; stepping out of a ceiling needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {user:?} does not hold",
+                            dropped.join(", ")
+                        ));
+                    }
+                    Err(e) => return Answer::Deny(format!("agentsandbox {name:?}: {e}")),
+                }
+            }
+        }
         let allow_unmanaged = s.allow_unmanaged;
         s.with_deadline("agentsandbox", move |prover| {
             let governance = governing_from(
@@ -315,7 +470,13 @@ async fn validate_proposal(
     review: Review,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let s = state.clone();
-    answer(&state, "policyproposals", "PolicyProposal", review, |request, proposal: PolicyProposal, old| async move {
+    answer(&state, "policyproposals", "PolicyProposal", review, |request, new: Option<PolicyProposal>, old| async move {
+        let Some(proposal) = new else {
+            return Answer::allow();
+        };
+        if request.sub_resource.as_deref() == Some("status") && s.by_operator(&request) {
+            return Answer::allow();
+        }
         let user = request.user_info.username.clone().unwrap_or_default();
         match review_proposal(
             &request.operation,
@@ -352,7 +513,25 @@ async fn validate_maximum(
         "maximumpolicies",
         "MaximumPolicy",
         review,
-        |_, maximum: MaximumPolicy, _| async move {
+        |request, new: Option<MaximumPolicy>, old| async move {
+            let name = object_name(new.as_ref(), old.as_ref());
+            if request.sub_resource.as_deref() == Some("status") {
+                return status_answer(&s, &request, "maximumpolicy", &name);
+            }
+            let (user, groups) = requester(&request);
+            let who = Requester {
+                username: &user,
+                groups: &groups,
+            };
+            let sandboxes = s.sandboxes.state();
+            if let Some(message) =
+                maximum_writer_refusal(&who, &name, sandboxes.iter().map(|s| s.as_ref()))
+            {
+                return Answer::Deny(message);
+            }
+            let Some(maximum) = new else {
+                return Answer::allow();
+            };
             s.with_deadline("maximumpolicy", move |prover| {
                 review_maximum(&maximum, &prover)
             })
@@ -372,7 +551,24 @@ async fn validate_scan(
         "agentscans",
         "AgentScan",
         review,
-        |_, scan: AgentScan, _| async move {
+        |request, new: Option<AgentScan>, old| async move {
+            let name = object_name(new.as_ref(), old.as_ref());
+            if request.sub_resource.as_deref() == Some("status") {
+                return status_answer(&s, &request, "agentscan", &name);
+            }
+            let (user, groups) = requester(&request);
+            let who = Requester {
+                username: &user,
+                groups: &groups,
+            };
+            if let Some(message) =
+                scan_writer_refusal(&who, &s.scan_writers, old.as_ref(), new.as_ref())
+            {
+                return Answer::Deny(message);
+            }
+            let Some(scan) = new else {
+                return Answer::allow();
+            };
             match review_scan(&scan) {
                 Answer::Allow(warnings) => {
                     let others = s.scans.state();
@@ -398,7 +594,10 @@ async fn validate_pod(
         "pods",
         "Pod",
         review,
-        |request, pod: Pod, old| async move {
+        |request, pod: Option<Pod>, old| async move {
+            let Some(pod) = pod else {
+                return Answer::allow();
+            };
             let namespace = request.namespace.clone().unwrap_or_default();
             let labels = match s.namespace_labels(&namespace).await {
                 Ok(l) => l,
@@ -407,8 +606,7 @@ async fn validate_pod(
             // Only the operator's own pods borrow their sandbox's severance
             // proofs and acceptances: an owner reference can be copied by
             // anyone who can read the sandbox.
-            let by_operator = s.operator_user.is_some()
-                && request.user_info.username.as_deref() == s.operator_user.as_deref();
+            let by_operator = s.by_operator(&request);
             let sandbox = owning_sandbox(&pod)
                 .filter(|_| by_operator)
                 .and_then(|(name, uid)| {
@@ -665,6 +863,8 @@ pub async fn run(
         allow_unmanaged,
         deadline: args.deadline(),
         policies: CompiledPolicies::default(),
+        trusted_deployers: args.trusted_deployers.clone(),
+        scan_writers: args.scan_writers.clone(),
         listening: AtomicBool::new(false),
         resolver: resolver.clone(),
     });

@@ -565,6 +565,9 @@ impl ControlPlane {
             CHART_NAMESPACE,
             "--cert-check-interval-ms",
             "500",
+            // The chart's default webhook.scanWriters.
+            "--scan-writer",
+            "group:system:masters",
         ];
         args.extend_from_slice(extra);
         self.start_operator_with(&args)
@@ -585,8 +588,16 @@ impl ControlPlane {
             ));
         }
         cp.run(&["apply", "-f", "examples/maximum.yaml"])?;
-        cp.run(&["create", "namespace", "agents"])?;
-        cp.run(&["label", "namespace", "agents", "team=ml"])?;
+        // Created with its label in one write: the webhook's namespace
+        // cache never holds it unlabelled (ungoverned).
+        cp.run_stdin(
+            &["apply", "-f", "-"],
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: agents, labels: {team: ml}}\n",
+        )?;
+        // The webhook answers from watch caches: wait until they hold the
+        // ceiling and the namespace, so the first sandbox is governed.
+        cp.wait_webhook_governs("examples/sandbox.yaml", Duration::from_secs(30))
+            .map_err(|last| failed("waiting for the webhook's caches", last))?;
         Ok((cp, operator, port))
     }
 
@@ -776,6 +787,22 @@ impl ControlPlane {
             |r| r.trim().parse().is_ok_and(&done),
         )
         .and_then(|r| r.trim().parse().map_err(|_| r))
+    }
+
+    /// Waits until `kubectl apply --dry-run=server -f FILE` is admitted;
+    /// returns the last refusal on failure.
+    pub fn wait_webhook_governs(&self, file: &str, limit: Duration) -> Result<(), String> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < limit {
+            match self.kubectl(&["apply", "--dry-run=server", "-f", file]) {
+                Ok(out) if out.status.success() => return Ok(()),
+                Ok(out) => last = String::from_utf8_lossy(&out.stderr).into_owned(),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(last)
     }
 
     /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the

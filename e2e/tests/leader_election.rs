@@ -108,7 +108,7 @@ fn only_the_leader_commits_and_a_follower_takes_over() {
         "-n",
         "agents",
         "-o",
-        "jsonpath={.status.appliedProposals[*]} {.status.revision}",
+        "jsonpath={.status.appliedProposals[*].name} {.status.revision}",
     ];
     let state = cp.wait_for(&args, LIMIT, |_| true).unwrap_or_default();
     assert_eq!(state, "comment-on-issues 2");

@@ -101,7 +101,7 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
         s == "3"
     });
     sandbox(&cp, &op, "{.status.revision}", |s| s == "2");
-    sandbox(&cp, &op, "{.status.appliedProposals[*]}", |s| {
+    sandbox(&cp, &op, "{.status.appliedProposals[*].name}", |s| {
         s == "comment-on-issues"
     });
     wait(
@@ -190,14 +190,14 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
             "--subresource=status",
             "--type=json",
             "-p",
-            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Approved","status":"True","reason":"Reviewed","message":"ok","lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
+            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Approved","status":"True","reason":"Reviewed","message":"approved by e2e-admin","lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
         ],
     );
     proposal(&cp, &op, "update-pull-requests", "{.status.phase}", |s| {
         s == "Applied"
     });
     sandbox(&cp, &op, "{.status.revision}", |s| s == "3");
-    sandbox(&cp, &op, "{.status.appliedProposals[*]}", |s| {
+    sandbox(&cp, &op, "{.status.appliedProposals[*].name}", |s| {
         s == "comment-on-issues update-pull-requests"
     });
 

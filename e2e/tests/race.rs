@@ -33,7 +33,7 @@ fn record_commits(cp: &ControlPlane) -> CommitLog {
             "agents",
             "-w",
             "-o",
-            "jsonpath={.status.revision}|{.status.appliedProposals[*]}{\"\\n\"}",
+            "jsonpath={.status.revision}|{.status.appliedProposals[*].name}{\"\\n\"}",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -232,7 +232,7 @@ fn converged(cp: &ControlPlane, logs: &dyn Fn() -> String) {
             "-n",
             "agents",
             "-o",
-            "jsonpath={.status.appliedProposals[*]}",
+            "jsonpath={.status.appliedProposals[*].name}",
         ],
     )
     .split_whitespace()

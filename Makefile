@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-smoke demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -40,7 +40,7 @@ unit-tests: disk z3 control-plane helm ## every Rust test (unit, property, golde
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
-test: lint chart unit-tests ## everything CI runs
+test: lint chart unit-tests bench-smoke ## everything CI runs
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e
@@ -62,6 +62,16 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 	$(CARGO) build --release --locked -q -p agentgate --bins
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-decide
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook
+
+bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; fails when one no longer works
+	@# Dev profile, reusing the test build; the e2e benchmarks run target/debug/agentgate.
+	$(CARGO) build --locked -q -p agentgate --bins
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-containment
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-decide
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-scan
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
 
 demo: z3 control-plane helm ## local control plane + operator + examples/, left running (stop: make demo-down)
 	$(CARGO) build --locked -q -p agentgate --bins

@@ -2,7 +2,10 @@
 //! `Applied` (p50/p99) over 100 proposals created one after another, and
 //! commits per second for 100 proposals created at once, on the local
 //! control plane with the real operator. Prints numbers; asserts nothing
-//! about speed (docs/benchmarks.md records them).
+//! about speed (docs/benchmarks.md records them), but exits non-zero when a
+//! proposal is rejected or never applied. `AGENTGATE_BENCH_SMOKE=1` (`make
+//! bench-smoke`): 3 proposals each way, same checks; its numbers are not
+//! results.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -121,7 +124,11 @@ fn run() -> Result<(), String> {
         .map_err(|_| format!("sandbox not committed\n{}", operator.log()))?;
     let rx = watch(&cp)?;
     let mut seen = HashMap::new();
-    let n = 100;
+    let n = if std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1") {
+        3
+    } else {
+        100
+    };
 
     // Latency: one proposal at a time, each waited for.
     let mut latencies = Vec::with_capacity(n);
@@ -134,7 +141,7 @@ fn run() -> Result<(), String> {
     }
     latencies.sort_by(f64::total_cmp);
 
-    // Throughput: 100 created at once.
+    // Throughput: n created at once.
     let batch: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
     let yaml = (0..n)
         .map(|i| proposal("burst", i))

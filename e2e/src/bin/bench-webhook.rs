@@ -3,7 +3,10 @@
 //! `/v1/decide` latency per call, and pod admission at 500 requests/s. The load comes from a separate process
 //! (curl, one reused TLS connection, `--rate` for a steady request rate)
 //! talking to the operator's webhook directly, as the API server would.
-//! Prints numbers; asserts nothing about speed (docs/benchmarks.md records them).
+//! Prints numbers; asserts nothing about speed (docs/benchmarks.md records them),
+//! but every answer is checked and any failure exits non-zero.
+//! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): a few requests per row
+//! and small policies, same checks; its numbers are not results.
 
 use std::fmt::Write as _;
 use std::process::{Command, ExitCode};
@@ -12,24 +15,94 @@ use std::time::Duration;
 use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 const RATE: &str = "20/s";
-const REQUESTS: usize = 200;
 /// Pod admission is answered from caches only, so it is driven harder.
 const POD_RATE: &str = "500/s";
-const POD_REQUESTS: usize = 2000;
 const IMAGE: &str = agentgate_e2e::AGENT_IMAGE;
 
-/// An AdmissionReview for creating a pod running IMAGE in `namespace`,
-/// owned by the sandbox `owner` (name, uid) when given.
-fn pod_review(namespace: &str, variant: usize, owner: Option<(&str, &str)>) -> String {
-    let mut metadata =
-        serde_json::json!({"name": format!("bot-{variant}"), "namespace": namespace});
-    if let Some((name, uid)) = owner {
-        metadata["labels"] = serde_json::json!({"agentgate.dev/sandbox": name});
-        metadata["ownerReferences"] = serde_json::json!([{
-            "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
-            "name": name, "uid": uid, "controller": true
-        }]);
+/// How much load: the full run, or `AGENTGATE_BENCH_SMOKE=1`.
+struct Sizes {
+    /// Requests per sandbox and /v1/decide row (plus one warm-up).
+    requests: usize,
+    /// Requests per pod row (plus one warm-up).
+    pod_requests: usize,
+    /// Rules of the candidate policies, one pair of rows each.
+    rules: [usize; 2],
+    /// Rules of the ceiling they are proved against.
+    ceiling: usize,
+}
+
+impl Sizes {
+    fn from_env() -> Sizes {
+        if std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1") {
+            Sizes {
+                requests: 4,
+                pod_requests: 20,
+                rules: [2, 5],
+                ceiling: 5,
+            }
+        } else {
+            Sizes {
+                requests: 200,
+                pod_requests: 2000,
+                rules: [10, 100],
+                ceiling: 100,
+            }
+        }
     }
+}
+
+/// Who creates the pod of a pod AdmissionReview.
+enum PodFrom<'a> {
+    /// Someone other than the operator (user `bench`): a pod `bot-{variant}`
+    /// owned by no sandbox.
+    Other,
+    /// The operator, whose identity is `user_info` (the control plane's
+    /// kubeconfig user, which the operator runs as), creating the pod of
+    /// the sandbox `sandbox` (uid `uid`) exactly as it does: named like the
+    /// sandbox, labelled and owned by it, running as its agent
+    /// ServiceAccount `account`. Only such a pod is lent the sandbox's
+    /// severance proofs.
+    Operator {
+        user_info: &'a serde_json::Value,
+        sandbox: &'a str,
+        uid: &'a str,
+        account: &'a str,
+    },
+}
+
+/// An AdmissionReview for creating a pod running IMAGE in `namespace`.
+fn pod_review(namespace: &str, variant: usize, from: &PodFrom) -> String {
+    let (name, user_info, metadata, spec) = match *from {
+        PodFrom::Other => (
+            format!("bot-{variant}"),
+            serde_json::json!({"username": "bench", "groups": ["system:authenticated"]}),
+            serde_json::json!({"name": format!("bot-{variant}"), "namespace": namespace}),
+            serde_json::json!({"containers": [{"name": "agent", "image": IMAGE}]}),
+        ),
+        PodFrom::Operator {
+            user_info,
+            sandbox,
+            uid,
+            account,
+        } => (
+            sandbox.to_string(),
+            user_info.clone(),
+            serde_json::json!({
+                "name": sandbox,
+                "namespace": namespace,
+                "labels": {"agentgate.dev/sandbox": sandbox},
+                "ownerReferences": [{
+                    "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
+                    "name": sandbox, "uid": uid, "controller": true,
+                    "blockOwnerDeletion": true
+                }],
+            }),
+            serde_json::json!({
+                "serviceAccountName": account,
+                "containers": [{"name": "agent", "image": IMAGE}],
+            }),
+        ),
+    };
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -37,15 +110,15 @@ fn pod_review(namespace: &str, variant: usize, owner: Option<(&str, &str)>) -> S
             "uid": format!("pod-{variant}"),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": format!("bot-{variant}"),
+            "name": name,
             "namespace": namespace,
             "operation": "CREATE",
-            "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+            "userInfo": user_info,
             "object": {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": metadata,
-                "spec": {"containers": [{"name": "agent", "image": IMAGE}]},
+                "spec": spec,
             },
         },
     })
@@ -112,7 +185,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Sends every body to `url` from one curl process at RATE; returns the
 /// per-request seconds (the first request, which pays the TLS handshake, is
-/// dropped). A non-200 answer is an error.
+/// dropped). A non-200 answer, an answer without `expect` or a missing
+/// answer is an error.
 fn load(
     dir: &std::path::Path,
     ca: &std::path::Path,
@@ -161,6 +235,13 @@ fn load(
             times.push(seconds.parse::<f64>().map_err(|e| e.to_string())?);
         }
     }
+    if times.len() + 1 != bodies.len() {
+        return Err(format!(
+            "curl answered {} of {} requests",
+            times.len() + 1,
+            bodies.len()
+        ));
+    }
     times.sort_by(f64::total_cmp);
     Ok(times)
 }
@@ -176,6 +257,12 @@ fn report(what: &str, times: &[f64]) {
 }
 
 fn run() -> Result<(), String> {
+    let Sizes {
+        requests,
+        pod_requests,
+        rules: rule_counts,
+        ceiling: ceiling_rules,
+    } = Sizes::from_env();
     let cp = ControlPlane::start().map_err(|e| e.to_string())?;
     let port = free_loopback_port().map_err(|e| e.to_string())?;
     cp.install_chart(port, &[]).map_err(|e| e.to_string())?;
@@ -187,7 +274,7 @@ fn run() -> Result<(), String> {
     cp.run(&["label", "namespace", "agents", "team=ml"])
         .map_err(|e| e.to_string())?;
     let ceiling_file = cp.dir().join("ceiling.yaml");
-    std::fs::write(&ceiling_file, ceiling(100)).map_err(|e| e.to_string())?;
+    std::fs::write(&ceiling_file, ceiling(ceiling_rules)).map_err(|e| e.to_string())?;
     let ceiling_path = ceiling_file.display().to_string();
     cp.wait_webhook(&ceiling_path, Duration::from_secs(60))
         .map_err(|e| format!("{e}\n{}", operator.log()))?;
@@ -200,18 +287,18 @@ fn run() -> Result<(), String> {
 
     let url = format!("https://127.0.0.1:{port}/validate/agentsandboxes");
     println!(
-        "webhook benchmark: {REQUESTS} requests per row at {RATE}, one TLS connection, ceiling of 100 rules"
+        "webhook benchmark: {requests} requests per row at {RATE}, one TLS connection, ceiling of {ceiling_rules} rules"
     );
-    for rules in [10usize, 100] {
+    for rules in rule_counts {
         let dir = cp.dir().join(format!("load-{rules}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let distinct: Vec<String> = (0..=REQUESTS).map(|v| review(rules, v)).collect();
+        let distinct: Vec<String> = (0..=requests).map(|v| review(rules, v)).collect();
         let times = load(&dir, &ca, &url, &distinct, "\"allowed\":true", RATE)?;
         report(
             &format!("admission, {rules} rules, distinct (proved)"),
             &times,
         );
-        let same: Vec<String> = (0..=REQUESTS).map(|_| review(rules, 0)).collect();
+        let same: Vec<String> = (0..=requests).map(|_| review(rules, 0)).collect();
         let times = load(&dir, &ca, &url, &same, "\"allowed\":true", RATE)?;
         report(
             &format!("admission, {rules} rules, repeated (cached)"),
@@ -234,7 +321,7 @@ fn run() -> Result<(), String> {
     let dir = cp.dir().join("decide");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let body = r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"GET","path":"/repos/acme/widgets/issues/7"}"#;
-    let bodies: Vec<String> = (0..=REQUESTS).map(|_| body.to_string()).collect();
+    let bodies: Vec<String> = (0..=requests).map(|_| body.to_string()).collect();
     let times = load(
         &dir,
         &ca,
@@ -255,7 +342,20 @@ fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     cp.wait_findings_clear("agents", "issue-responder", "True", Duration::from_secs(30))
         .map_err(|last| format!("FindingsClear never True ({last})\n{}", operator.log()))?;
-    let uid = cp
+    // The sandbox's pod as the operator creates it: the operator's own
+    // identity (it runs with the control plane's kubeconfig, and the webhook
+    // learns it the same way), the sandbox's name and its agent account
+    // (sandbox-severed.yaml's template names no other).
+    let whoami = cp
+        .run(&["auth", "whoami", "-o", "json"])
+        .map_err(|e| e.to_string())?;
+    let whoami: serde_json::Value =
+        serde_json::from_str(&whoami).map_err(|e| format!("kubectl auth whoami: {e}"))?;
+    let user_info = &whoami["status"]["userInfo"];
+    if !user_info["username"].is_string() {
+        return Err(format!("kubectl auth whoami: no username in {whoami}"));
+    }
+    let sandbox = cp
         .run(&[
             "get",
             "asbx",
@@ -263,16 +363,21 @@ fn run() -> Result<(), String> {
             "-n",
             "agents",
             "-o",
-            "jsonpath={.metadata.uid}",
+            "jsonpath={.metadata.uid} {.spec.agentServiceAccount}",
         ])
         .map_err(|e| e.to_string())?;
+    let Some((uid, account)) = sandbox.trim().split_once(' ') else {
+        return Err(format!(
+            "issue-responder: uid and agentServiceAccount, got {sandbox:?}"
+        ));
+    };
     std::thread::sleep(Duration::from_secs(1));
     let url = format!("https://127.0.0.1:{port}/validate/pods");
-    println!("pod admission: {POD_REQUESTS} requests per row at {POD_RATE}, one TLS connection");
+    println!("pod admission: {pod_requests} requests per row at {POD_RATE}, one TLS connection");
     let dir = cp.dir().join("pods-deny");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let bodies: Vec<String> = (0..=POD_REQUESTS)
-        .map(|v| pod_review("enforced", v, None))
+    let bodies: Vec<String> = (0..=pod_requests)
+        .map(|v| pod_review("enforced", v, &PodFrom::Other))
         .collect();
     let times = load(
         &dir,
@@ -285,8 +390,14 @@ fn run() -> Result<(), String> {
     report("pod admission, unfixed finding (deny)", &times);
     let dir = cp.dir().join("pods-allow");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let bodies: Vec<String> = (0..=POD_REQUESTS)
-        .map(|v| pod_review("agents", v, Some(("issue-responder", uid.trim()))))
+    let operator_pod = PodFrom::Operator {
+        user_info,
+        sandbox: "issue-responder",
+        uid,
+        account,
+    };
+    let bodies: Vec<String> = (0..=pod_requests)
+        .map(|v| pod_review("agents", v, &operator_pod))
         .collect();
     let times = load(&dir, &ca, &url, &bodies, "\"allowed\":true", POD_RATE)?;
     report("pod admission, sandbox pod, severed (allow)", &times);

@@ -19,6 +19,10 @@
 //!
 //! Knobs (environment):
 //! - `BENCH_QUICK=1`: fast smoke run (N up to 100, fewer repetitions).
+//! - `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`, every benchmark honours
+//!   it): smaller still, a few seconds even in a debug build (N of 1 and
+//!   10, 2 pairs, 1 repetition, 10 drift checks each way); every answer is
+//!   still checked, the numbers are not results. The knobs below override it.
 //! - `BENCH_SIZES=1,10,100,1000`: the sizes N.
 //! - `BENCH_PAIRS=10`: pairs per N (half within, half exceeding).
 //! - `BENCH_REPS=30,30,20,5`: repetitions per pair, one value or one per N.
@@ -975,36 +979,54 @@ fn drift(
     Ok(bad == 0)
 }
 
+/// The size of a run: `AGENTGATE_BENCH_SMOKE=1`, `BENCH_QUICK=1` or full.
+#[derive(Clone, Copy)]
+enum Run {
+    Smoke,
+    Quick,
+    Full,
+}
+
+impl Run {
+    /// The default of a knob for this run.
+    fn pick<T>(self, smoke: T, quick: T, full: T) -> T {
+        match self {
+            Run::Smoke => smoke,
+            Run::Quick => quick,
+            Run::Full => full,
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
-    let sizes = env_list("BENCH_SIZES").unwrap_or_else(|| {
-        if quick {
-            vec![1, 10, 100]
-        } else {
-            vec![1, 10, 100, 1000]
-        }
-    });
-    let pairs_per_size = env_u64("BENCH_PAIRS", if quick { 4 } else { 10 }).max(1) as usize;
-    let reps = env_list("BENCH_REPS").unwrap_or_else(|| {
-        if quick {
-            vec![5, 5, 2]
-        } else {
-            vec![30, 30, 20, 5]
-        }
-    });
-    let naive_samples = env_list("BENCH_NAIVE_SAMPLES").unwrap_or_else(|| {
-        if quick {
-            vec![2, 2, 1]
-        } else {
-            vec![4, 4, 2, 1]
-        }
-    });
-    let naive_timeout = Duration::from_millis(env_u64("BENCH_NAIVE_TIMEOUT_MS", 10_000));
-    let drift_checks = env_u64("BENCH_DRIFT_CHECKS", if quick { 300 } else { 3000 }) as usize;
+    let smoke = std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1");
+    let quick = !smoke && std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let run = if smoke {
+        Run::Smoke
+    } else if quick {
+        Run::Quick
+    } else {
+        Run::Full
+    };
+    let sizes = env_list("BENCH_SIZES")
+        .unwrap_or_else(|| run.pick(vec![1, 10], vec![1, 10, 100], vec![1, 10, 100, 1000]));
+    let pairs_per_size = env_u64("BENCH_PAIRS", run.pick(2, 4, 10)).max(1) as usize;
+    let reps = env_list("BENCH_REPS")
+        .unwrap_or_else(|| run.pick(vec![1], vec![5, 5, 2], vec![30, 30, 20, 5]));
+    let naive_samples = env_list("BENCH_NAIVE_SAMPLES")
+        .unwrap_or_else(|| run.pick(vec![1], vec![2, 2, 1], vec![4, 4, 2, 1]));
+    let naive_timeout = Duration::from_millis(env_u64(
+        "BENCH_NAIVE_TIMEOUT_MS",
+        run.pick(1_000, 10_000, 10_000),
+    ));
+    let drift_checks = env_u64("BENCH_DRIFT_CHECKS", run.pick(10, 300, 3000)) as usize;
     let seed = env_u64("BENCH_SEED", 0x00A6_E47A_7E00_0001);
 
     print_machine();
     println!("# settings");
+    if smoke {
+        println!("smoke: true (AGENTGATE_BENCH_SMOKE=1: the numbers are not results)");
+    }
     println!("quick: {quick}  sizes: {sizes:?}  pairs/N: {pairs_per_size}  reps/N: {reps:?}");
     println!(
         "prover: timeout {} s, cache disabled  |  naive: timeout {} ms, pairs/N {naive_samples:?}  |  seed {seed:#x}",

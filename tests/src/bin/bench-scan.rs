@@ -2,8 +2,11 @@
 //! (LangChain `@tool`, `BaseTool`, FastMCP, low-level MCP dispatch, OpenAI
 //! Agents, helpers; 40-80 lines each) into a temporary directory, then times
 //! `scan_path` over it (walk, read, parse, classify, graph). Prints numbers;
-//! asserts nothing about speed. `cargo run --release -p agentgate-tests --bin
-//! bench-scan [FILES]`.
+//! asserts nothing about speed, but exits non-zero unless the scan finds
+//! every file and every generated tool, some capabilities and no
+//! diagnostics. `cargo run --release -p agentgate-tests --bin bench-scan
+//! [FILES]`; `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`) defaults to 50
+//! files, whose numbers are not results.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +16,7 @@ use std::time::Instant;
 use agentgate::trifecta::scan::scan_path;
 
 const DEFAULT_FILES: usize = 10_000;
+const SMOKE_FILES: usize = 50;
 
 /// A small deterministic generator (xorshift), so every run scans the same
 /// tree.
@@ -52,8 +56,9 @@ fn body(rng: &mut Rng, n: usize) -> String {
     BODIES[rng.below(BODIES.len())].replace("{n}", &n.to_string())
 }
 
-/// One module of 40-80 lines with 2-4 tools of mixed conventions.
-fn module(rng: &mut Rng, file: usize) -> String {
+/// One module of 40-80 lines with 2-4 tools of mixed conventions, and how
+/// many tools the scanner must find in it (a dispatcher serves two).
+fn module(rng: &mut Rng, file: usize) -> (String, usize) {
     let mut out = String::with_capacity(3000);
     header(&mut out);
     let _ = writeln!(
@@ -61,10 +66,13 @@ fn module(rng: &mut Rng, file: usize) -> String {
         "def _helper_{file}(text: str) -> str:\n    r = httpx.post(f\"{{BASE}}/notes\", json={{\"t\": text}})\n    return r.text\n\n"
     );
     let tools = 2 + rng.below(3);
+    let mut names = 0;
     for t in 0..tools {
         let n = file * 10 + t;
         let b = body(rng, n).replace(&format!("_helper_{n}"), &format!("_helper_{file}"));
-        match rng.below(5) {
+        let kind = rng.below(5);
+        names += if kind == 4 { 2 } else { 1 };
+        match kind {
             0 => {
                 let _ = write!(
                     out,
@@ -108,32 +116,41 @@ fn module(rng: &mut Rng, file: usize) -> String {
     for i in lines..target {
         let _ = writeln!(out, "CONSTANT_{i} = {i}  # configuration");
     }
-    out
+    (out, names)
 }
 
-fn generate(dir: &Path, files: usize) -> std::io::Result<()> {
+/// Writes the tree; returns how many tools it defines.
+fn generate(dir: &Path, files: usize) -> std::io::Result<usize> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut tools = 0;
     for i in 0..files {
         let sub = dir.join(format!("pkg{:03}", i / 100));
         if i % 100 == 0 {
             std::fs::create_dir_all(&sub)?;
         }
-        std::fs::write(sub.join(format!("tools_{i}.py")), module(&mut rng, i))?;
+        let (text, names) = module(&mut rng, i);
+        tools += names;
+        std::fs::write(sub.join(format!("tools_{i}.py")), text)?;
     }
-    Ok(())
+    Ok(tools)
 }
 
 fn main() -> ExitCode {
+    let smoke = std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1");
     let files = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(DEFAULT_FILES);
+        .unwrap_or(if smoke { SMOKE_FILES } else { DEFAULT_FILES });
     let dir: PathBuf =
         std::env::temp_dir().join(format!("agentgate-bench-scan-{}", std::process::id()));
-    if let Err(e) = generate(&dir, files) {
-        eprintln!("bench-scan: generating {}: {e}", dir.display());
-        return ExitCode::FAILURE;
-    }
+    let expected_tools = match generate(&dir, files) {
+        Ok(tools) => tools,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("bench-scan: generating {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
     let lines: usize = std::fs::read_to_string(dir.join("pkg000/tools_0.py"))
         .map(|t| t.lines().count())
         .unwrap_or(0);
@@ -163,5 +180,29 @@ fn main() -> ExitCode {
     );
     println!("seconds:      {seconds:.3}");
     println!("files/s:      {:.0}", scan.files as f64 / seconds);
-    ExitCode::SUCCESS
+    let tools = scan.graph.nodes.len().saturating_sub(1);
+    let mut problems = Vec::new();
+    if scan.files != files {
+        problems.push(format!("scanned {} files, generated {files}", scan.files));
+    }
+    if tools != expected_tools {
+        problems.push(format!("found {tools} tools, generated {expected_tools}"));
+    }
+    if capabilities == 0 {
+        problems.push("found no capabilities".to_string());
+    }
+    if let Some(first) = scan.diagnostics.first() {
+        problems.push(format!(
+            "{} diagnostics on generated code, the first: {first:?}",
+            scan.diagnostics.len()
+        ));
+    }
+    if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for p in &problems {
+            eprintln!("bench-scan: {p}");
+        }
+        ExitCode::FAILURE
+    }
 }

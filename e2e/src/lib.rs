@@ -789,6 +789,46 @@ impl ControlPlane {
         .and_then(|r| r.trim().parse().map_err(|_| r))
     }
 
+    /// A Role `name` in namespace `agents` with `verbs` on `resources`
+    /// (kubectl's comma lists), bound to `subject` (`--user=NAME` or
+    /// `--serviceaccount=NS:NAME`): the RBAC a test's actor holds.
+    pub fn grant(
+        &self,
+        name: &str,
+        subject: &str,
+        verbs: &str,
+        resources: &str,
+    ) -> Result<(), HarnessError> {
+        self.run(&[
+            "create",
+            "role",
+            name,
+            "-n",
+            "agents",
+            &format!("--verb={verbs}"),
+            &format!("--resource={resources}"),
+        ])?;
+        self.run(&[
+            "create",
+            "rolebinding",
+            name,
+            "-n",
+            "agents",
+            &format!("--role={name}"),
+            subject,
+        ])?;
+        Ok(())
+    }
+
+    /// Runs `kubectl-agentgate ARGS` against this control plane.
+    pub fn plugin(&self, args: &[&str]) -> Result<Output, HarnessError> {
+        Command::new(plugin_binary()?)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .map_err(|e| failed("running kubectl-agentgate", e))
+    }
+
     /// Waits until `kubectl apply --dry-run=server -f FILE` is admitted;
     /// returns the last refusal on failure.
     pub fn wait_webhook_governs(&self, file: &str, limit: Duration) -> Result<(), String> {

@@ -4,10 +4,9 @@
 //! the grant (docs/webhook.md, "Trust model").
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, assert_refused, plugin_binary};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, assert_refused};
 
 const AGENT: &str = "system:serviceaccount:agents:triage-bot";
 const NEIGHBOUR: &str = "system:serviceaccount:agents:helper";
@@ -20,40 +19,15 @@ fn setup() -> (ControlPlane, Operator) {
     (cp, operator)
 }
 
-/// A namespace Role `name` with `verbs` on `resources` in `agents`, bound
-/// to `subject` (`--user=...` or `--serviceaccount=...`).
-fn grant(cp: &ControlPlane, name: &str, subject: &str, verbs: &str, resources: &str) {
-    cp.run(&[
-        "create",
-        "role",
-        name,
-        "-n",
-        "agents",
-        &format!("--verb={verbs}"),
-        &format!("--resource={resources}"),
-    ])
-    .unwrap();
-    cp.run(&[
-        "create",
-        "rolebinding",
-        name,
-        "-n",
-        "agents",
-        &format!("--role={name}"),
-        subject,
-    ])
-    .unwrap();
-}
-
 /// `agentgate.dev` wildcards in namespace `agents`, as a careless Role gives them.
 fn wildcards(cp: &ControlPlane, name: &str, subject: &str) {
-    grant(
-        cp,
+    cp.grant(
         name,
         subject,
         "*",
         "agentsandboxes.agentgate.dev,agentsandboxes.agentgate.dev/status,policyproposals.agentgate.dev,policyproposals.agentgate.dev/status",
-    );
+    )
+    .unwrap();
 }
 
 fn effective(cp: &ControlPlane) -> String {
@@ -73,14 +47,6 @@ fn as_user<'a>(args: &[&'a str], user: &'a str) -> Vec<&'a str> {
     let mut all = args.to_vec();
     all.extend(["--as", user]);
     all
-}
-
-fn plugin(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    Command::new(plugin_binary().unwrap())
-        .args(args)
-        .env("KUBECONFIG", cp.kubeconfig())
-        .output()
-        .unwrap()
 }
 
 const PULLS_RULE: &str = r#"{"name":"pulls","binaries":["/usr/bin/gh"],"endpoints":[{"host":"api.github.com","ports":[443],"protocol":"rest","path":"/repos/acme/*/pulls/**","rules":[{"methods":["PATCH"],"path":"/repos/acme/*/pulls/*"}]}]}"#;
@@ -140,7 +106,7 @@ fn agents_cannot_write_their_authority_nor_anyone_but_the_operator_status() {
     assert_refused(
         cp.kubectl(&as_user(&["delete", "maxpol", "org-ceiling"], AGENT))
             .unwrap(),
-        "may not write MaximumPolicies",
+        "agents never write sandboxes or MaximumPolicies",
     );
 
     // 2. Status is the operator's: a proposal awaiting approval listed in
@@ -243,13 +209,13 @@ fn agents_cannot_write_their_authority_nor_anyone_but_the_operator_status() {
 #[test]
 fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
     let (cp, operator) = setup();
-    grant(
-        &cp,
+    cp.grant(
         "agent-proposes",
         "--serviceaccount=agents:triage-bot",
         "get,list,create,delete",
         "policyproposals.agentgate.dev",
-    );
+    )
+    .unwrap();
     for reviewer in ["alice", "carol"] {
         cp.run(&[
             "create",
@@ -262,13 +228,13 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
         ])
         .unwrap();
     }
-    grant(
-        &cp,
+    cp.grant(
         "alice-proposes",
         "--user=alice",
         "create",
         "policyproposals.agentgate.dev",
-    );
+    )
+    .unwrap();
     let create = |file: &str, who: &str| {
         cp.run(&["create", "-f", file, "--as", who]).unwrap();
     };
@@ -329,17 +295,16 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
         .unwrap();
     phase("comment-on-issues", "AwaitingApproval");
     assert!(!effective(&cp).contains("github-pulls"));
-    let out = plugin(
-        &cp,
-        &[
+    let out = cp
+        .plugin(&[
             "approve",
             "comment-on-issues",
             "-n",
             "agents",
             "--as",
             "alice",
-        ],
-    );
+        ])
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -417,10 +382,9 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
         .unwrap();
     assert!(reason.starts_with("four eyes:"), "{reason}");
     assert!(!effective(&cp).contains("alice-pulls"));
-    let out = plugin(
-        &cp,
-        &["approve", "alice-merges", "-n", "agents", "--as", "carol"],
-    );
+    let out = cp
+        .plugin(&["approve", "alice-merges", "-n", "agents", "--as", "carol"])
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -469,14 +433,15 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
         )
         .unwrap();
     assert_refused(out, "may not create pods in namespace \"agents\"");
-    grant(&cp, "dana-pods", "--user=dana", "create", "pods");
-    grant(
-        &cp,
+    cp.grant("dana-pods", "--user=dana", "create", "pods")
+        .unwrap();
+    cp.grant(
         "dana-accounts",
         "--user=dana",
         "impersonate",
         "serviceaccounts",
-    );
+    )
+    .unwrap();
     cp.run_stdin(
         &["apply", "-f", "-", "--as", "dana"],
         &templated("dana-bot", ", labels: {tier: agent}", &benign),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, Operator, assert_refused, plugin_binary};
+use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, Operator, assert_refused};
 
 const AGENT: &str = "system:serviceaccount:agents:triage-bot";
 
@@ -120,42 +120,10 @@ fn explained_denials_dry_run_and_runtime_decisions() {
     drop(operator);
 }
 
-/// Gives `user` the namespaced rights of `verbs` on `resources` in `agents`.
-fn grant(cp: &ControlPlane, name: &str, user: &str, verbs: &str, resources: &str) {
-    cp.run(&[
-        "create",
-        "role",
-        name,
-        "-n",
-        "agents",
-        &format!("--verb={verbs}"),
-        &format!("--resource={resources}"),
-    ])
-    .unwrap();
-    cp.run(&[
-        "create",
-        "rolebinding",
-        name,
-        "-n",
-        "agents",
-        &format!("--role={name}"),
-        &format!("--user={user}"),
-    ])
-    .unwrap();
-}
-
 /// Waits until the proposal `name` in `agents` reaches `phase`.
 fn wait_phase(cp: &ControlPlane, operator: &Operator, name: &str, phase: &str) {
     cp.wait_proposal_phase("agents", name, phase, Duration::from_secs(30))
         .unwrap_or_else(|last| panic!("{name}: phase {last}\n{}", operator.log()));
-}
-
-fn plugin(cp: &ControlPlane, args: &[&str]) -> std::process::Output {
-    Command::new(plugin_binary().unwrap())
-        .args(args)
-        .env("KUBECONFIG", cp.kubeconfig())
-        .output()
-        .unwrap()
 }
 
 #[test]
@@ -164,35 +132,35 @@ fn approvals_need_the_verb_and_a_second_person() {
     cp.run(&["apply", "-f", "examples/sandbox.yaml"]).unwrap();
     // The agent may create proposals, and (to show the webhook, not RBAC,
     // stops self-approval) even holds approve.
-    grant(
-        &cp,
+    cp.grant(
         "agent",
-        AGENT,
+        &format!("--user={AGENT}"),
         "get,list,create,approve",
         "policyproposals.agentgate.dev",
-    );
-    grant(
-        &cp,
+    )
+    .unwrap();
+    cp.grant(
         "agent-status",
-        AGENT,
+        &format!("--user={AGENT}"),
         "get,patch,update",
         "policyproposals.agentgate.dev/status",
-    );
+    )
+    .unwrap();
     // bob may write the status but lacks approve.
-    grant(
-        &cp,
+    cp.grant(
         "bob",
-        "bob",
+        "--user=bob",
         "get,list,patch,update",
         "policyproposals.agentgate.dev/status",
-    );
-    grant(
-        &cp,
+    )
+    .unwrap();
+    cp.grant(
         "bob-read",
-        "bob",
+        "--user=bob",
         "get,list,create",
         "policyproposals.agentgate.dev",
-    );
+    )
+    .unwrap();
     // alice is a reviewer. In a cluster she is bound to the chart's
     // aggregated `agentgate-reviewer`; aggregation is done by
     // kube-controller-manager, which this harness does not run, so she is
@@ -231,30 +199,28 @@ fn approvals_need_the_verb_and_a_second_person() {
     wait_phase(&cp, &operator, "update-pull-requests", "AwaitingApproval");
 
     // bob: no approve verb.
-    let out = plugin(
-        &cp,
-        &[
+    let out = cp
+        .plugin(&[
             "approve",
             "update-pull-requests",
             "-n",
             "agents",
             "--as",
             "bob",
-        ],
-    );
+        ])
+        .unwrap();
     assert_refused(out, "may not approve");
     // The agent approving its own request.
-    let out = plugin(
-        &cp,
-        &[
+    let out = cp
+        .plugin(&[
             "approve",
             "update-pull-requests",
             "-n",
             "agents",
             "--as",
             AGENT,
-        ],
-    );
+        ])
+        .unwrap();
     assert_refused(out, "requested it and cannot approve");
     // The spec cannot change under a pending review.
     let edit = cp
@@ -272,9 +238,8 @@ fn approvals_need_the_verb_and_a_second_person() {
     assert_refused(edit, "immutable");
 
     // alice approves; the proposal is committed.
-    let out = plugin(
-        &cp,
-        &[
+    let out = cp
+        .plugin(&[
             "approve",
             "update-pull-requests",
             "-n",
@@ -283,8 +248,8 @@ fn approvals_need_the_verb_and_a_second_person() {
             "alice",
             "--reason",
             "PR labelling is fine",
-        ],
-    );
+        ])
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -293,7 +258,9 @@ fn approvals_need_the_verb_and_a_second_person() {
     wait_phase(&cp, &operator, "update-pull-requests", "Applied");
 
     // why and export.
-    let out = plugin(&cp, &["why", "update-pull-requests", "-n", "agents"]);
+    let out = cp
+        .plugin(&["why", "update-pull-requests", "-n", "agents"])
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [
@@ -305,7 +272,9 @@ fn approvals_need_the_verb_and_a_second_person() {
     ] {
         assert!(text.contains(needle), "{needle} missing in\n{text}");
     }
-    let out = plugin(&cp, &["export", "triage-bot", "-n", "agents"]);
+    let out = cp
+        .plugin(&["export", "triage-bot", "-n", "agents"])
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",

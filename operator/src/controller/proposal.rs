@@ -20,6 +20,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
@@ -28,8 +29,8 @@ use crate::controller::sandbox::governance;
 use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
-    APPROVE_VERB, ActionRecord, AgentSandbox, AppliedProposal, Phase, PolicyProposal,
-    PolicyProposalStatus, ProofRecord,
+    APPROVE_VERB, ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase,
+    PolicyProposal, PolicyProposalStatus, ProofRecord,
 };
 use crate::k8s::governance::{Governance, Governing};
 use crate::policy::compile::{Limits, Role, compile};
@@ -462,7 +463,10 @@ async fn reconcile(
         super::publish(&ctx, proposal.as_ref(), "Verify", notes).await;
     }
     tracing::info!(proposal = %name, namespace = %namespace, phase = ?status.phase, "reconciled");
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // Undecided proposals are looked at again when their sandbox or a
+    // maximum changes (the watches below), not on a timer: a pending
+    // proposal costs nothing while nothing changes.
+    Ok(Action::await_change())
 }
 
 fn error_policy(
@@ -483,8 +487,37 @@ async fn counted(
 /// Runs the PolicyProposal controller until shutdown.
 pub async fn run(ctx: Arc<Context>) {
     let proposals: Api<PolicyProposal> = Api::all(ctx.client.clone());
+    let controller = Controller::new(proposals, watcher::Config::default());
+    let store = controller.store();
+    let by_maximum = store.clone();
+    // The undecided proposals among `store` that `keep` selects.
+    let undecided = |store: &kube::runtime::reflector::Store<PolicyProposal>,
+                     keep: &dyn Fn(&PolicyProposal) -> bool| {
+        store
+            .state()
+            .iter()
+            .filter(|p| !terminal(p.status.as_ref().and_then(|s| s.phase)))
+            .filter(|p| keep(p))
+            .map(|p| ObjectRef::from_obj(p.as_ref()))
+            .collect::<Vec<_>>()
+    };
     super::drive(
-        Controller::new(proposals, watcher::Config::default()),
+        controller
+            .watches(
+                Api::<AgentSandbox>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |sandbox| {
+                    let (name, namespace) = (sandbox.name_any(), sandbox.namespace());
+                    undecided(&store, &|p| {
+                        p.spec.sandbox_ref.name == name && p.namespace() == namespace
+                    })
+                },
+            )
+            .watches(
+                Api::<MaximumPolicy>::all(ctx.client.clone()),
+                watcher::Config::default(),
+                move |_| undecided(&by_maximum, &|_| true),
+            ),
         counted,
         error_policy,
         ctx,

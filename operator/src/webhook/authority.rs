@@ -96,17 +96,18 @@ pub fn sandbox_writer_refusal(
     }
 }
 
-/// Why `requester` may not write a MaximumPolicy: the agent identity of any
-/// sandbox never writes a ceiling. `sandboxes` are the webhook's cache.
-pub fn maximum_writer_refusal<'a>(
+/// Why `requester` may not write `what` (e.g. `maximumpolicy "m"`): the
+/// agent identity of any sandbox never writes a ceiling, nor another
+/// agent's sandbox. `sandboxes` are the webhook's cache.
+pub fn agent_writer_refusal<'a>(
     requester: &Requester<'_>,
-    name: &str,
+    what: &str,
     mut sandboxes: impl Iterator<Item = &'a AgentSandbox>,
 ) -> Option<String> {
     let user = requester.username;
     let sandbox = sandboxes.find(|s| agent_identities(s).contains(user))?;
     Some(format!(
-        "maximumpolicy {name:?}: {user:?} is the agent of sandbox {}/{} and may not write MaximumPolicies",
+        "{what}: {user:?} is the agent of sandbox {}/{}, and agents never write sandboxes or MaximumPolicies; file a PolicyProposal",
         sandbox.namespace().unwrap_or_default(),
         sandbox.name_any()
     ))
@@ -320,10 +321,11 @@ mod tests {
             .is_some()
         );
         // And no ceiling for any sandbox's agent.
+        let ceiling = "maximumpolicy \"m\"";
         assert!(
-            maximum_writer_refusal(&who(&bot, &[]), "m", [&s, &elsewhere].into_iter()).is_some()
+            agent_writer_refusal(&who(&bot, &[]), ceiling, [&s, &elsewhere].into_iter()).is_some()
         );
-        assert!(maximum_writer_refusal(&who("alice", &[]), "m", [&s].into_iter()).is_none());
+        assert!(agent_writer_refusal(&who("alice", &[]), ceiling, [&s].into_iter()).is_none());
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::webhook::admission::{
     review_proposal, review_sandbox, review_scan, scan_conflict,
 };
 use crate::webhook::authority::{
-    Requester, maximum_writer_refusal, sandbox_writer_refusal, scan_writer_refusal,
+    Requester, agent_writer_refusal, sandbox_writer_refusal, scan_writer_refusal,
     status_writer_refusal,
 };
 use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
@@ -386,11 +386,17 @@ async fn validate_sandbox(
         }
         let (user, groups) = requester(&request);
         let who = Requester { username: &user, groups: &groups };
-        if !s.by_operator(&request)
-            && let Some(message) =
-                sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers)
-        {
-            return Answer::Deny(message);
+        if !s.by_operator(&request) {
+            let refusal = sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers)
+                .or_else(|| {
+                    // Nor the agent of any other sandbox.
+                    let sandboxes = s.sandboxes.state();
+                    let what = format!("agentsandbox {name:?}");
+                    agent_writer_refusal(&who, &what, sandboxes.iter().map(|s| s.as_ref()))
+                });
+            if let Some(message) = refusal {
+                return Answer::Deny(message);
+            }
         }
         let Some(sandbox) = new else {
             return Answer::allow(); // a delete: the pod and every grant go with it
@@ -524,8 +530,9 @@ async fn validate_maximum(
                 groups: &groups,
             };
             let sandboxes = s.sandboxes.state();
+            let what = format!("maximumpolicy {name:?}");
             if let Some(message) =
-                maximum_writer_refusal(&who, &name, sandboxes.iter().map(|s| s.as_ref()))
+                agent_writer_refusal(&who, &what, sandboxes.iter().map(|s| s.as_ref()))
             {
                 return Answer::Deny(message);
             }

@@ -93,6 +93,12 @@ pub struct VerdictInput<'a> {
     pub current: (&'a PolicyDocument, &'a CompiledPolicy),
     /// The candidate C = P with the proposal applied.
     pub candidate: (&'a PolicyDocument, &'a CompiledPolicy),
+    /// Δ's own grants (the proposal's `add`, compiled; empty for a pure
+    /// removal). Review regions, four eyes and the auto-eligible view judge
+    /// these, not only C ∖ P: a copy of a grant someone approved is new
+    /// authority the moment the original is withdrawn, so it is reviewed as
+    /// if it were new.
+    pub added: &'a CompiledPolicy,
     /// Who asks.
     pub source: Source,
     /// The sandbox mode.
@@ -296,7 +302,9 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
     // 4. A pure removal needs no approval.
     let adds = engine.containment(candidate, current);
     b.record("newAuthority", None, &adds);
-    if adds.outcome == Outcome::Within {
+    let grants_nothing = input.added.rules.is_empty()
+        && input.added.filesystem == crate::policy::compile::CompiledFilesystem::default();
+    if adds.outcome == Outcome::Within && grants_nothing {
         return b.verdict(
             Decision::Apply,
             Step::Removal,
@@ -304,6 +312,7 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
         );
     }
     let example = adds.outcome.counterexample().cloned();
+    let nothing = CompiledPolicy::default();
 
     // 5. Approved, or asked by someone who may approve.
     match input.source {
@@ -321,7 +330,7 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
             // for it, the requester's own approve verb is not a review.
             for m in input.maximums.iter().filter(|m| m.four_eyes) {
                 let view = m.policy.auto_eligible_view();
-                let proof = engine.new_authority_within(candidate, current, &view);
+                let proof = engine.new_authority_within(input.added, &nothing, &view);
                 b.record("fourEyes", Some(m.name), &proof);
                 let reason = match &proof.outcome {
                     Outcome::Within => continue,
@@ -372,7 +381,7 @@ pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
     let mut worst_cost: Option<(Cost, &str, u32)> = None;
     for m in input.maximums {
         let view = m.policy.auto_eligible_view();
-        let proof = engine.new_authority_within(candidate, current, &view);
+        let proof = engine.new_authority_within(input.added, &nothing, &view);
         b.record("autoEligible", Some(m.name), &proof);
         match &proof.outcome {
             Outcome::Within => {}
@@ -513,14 +522,24 @@ network:
         maximum: CompiledDocument,
         current: (PolicyDocument, CompiledDocument),
         candidate: (PolicyDocument, CompiledDocument),
+        /// The candidate's rules that CURRENT does not name: Δ's grants.
+        added: CompiledPolicy,
         four_eyes: bool,
     }
 
     fn case(candidate: &str) -> Case {
+        let current = doc(CURRENT, Role::Sandbox);
+        let candidate = doc(candidate, Role::Sandbox);
+        let mut added = candidate.1.policy.clone();
+        added.filesystem = Default::default();
+        added
+            .rules
+            .retain(|r| current.1.policy.rules.iter().all(|c| c.name != r.name));
         Case {
             maximum: doc(MAXIMUM, Role::Maximum).1,
-            current: doc(CURRENT, Role::Sandbox),
-            candidate: doc(candidate, Role::Sandbox),
+            current,
+            candidate,
+            added,
             four_eyes: false,
         }
     }
@@ -545,6 +564,7 @@ network:
                 maximums: &list,
                 current: (&c.current.0, &c.current.1.policy),
                 candidate: (&c.candidate.0, &c.candidate.1.policy),
+                added: &c.added,
                 source,
                 mode,
                 allow_unmanaged: false,
@@ -578,6 +598,7 @@ network:
                 maximums: &[],
                 current: (&c.current.0, &c.current.1.policy),
                 candidate: (&c.candidate.0, &c.candidate.1.policy),
+                added: &c.added,
                 source: Source::Agent,
                 mode: Mode::Auto,
                 allow_unmanaged: true,
@@ -675,6 +696,24 @@ network:
             let v = run(&c, 1, source, Mode::Ask, &Prover::default());
             assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
         }
+    }
+
+    #[test]
+    fn a_copy_of_a_granted_rule_is_reviewed_as_new() {
+        // CURRENT already reads issues; a second rule granting the same is no
+        // new authority over P, but it would outlive the original's
+        // withdrawal, so it is not a removal: ask mode asks.
+        let copy = CURRENT.replace("name: read", "name: read-copy");
+        let copy = copy.trim_start().trim_start_matches("network:");
+        let c = case(&with_rule(copy));
+        assert_eq!(c.added.rules.len(), 1);
+        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Ask, Step::AskMode),
+            "{}",
+            v.reason
+        );
     }
 
     #[test]

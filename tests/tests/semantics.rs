@@ -1663,6 +1663,7 @@ fn s5_several_maximums_candidate_must_be_within_each() {
                 maximums,
                 current: (&p_doc, &p),
                 candidate: (&c_doc, &c),
+                added: &c,
                 source: Source::Agent,
                 mode: Mode::Ask,
                 allow_unmanaged: false,

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
 use crate::k8s::conditions;
-use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec, PolicyProposal};
+use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec, PolicyProposal, review_message_prefix};
 
 /// The field manager of approvals and denials.
 pub const FIELD_MANAGER: &str = "kubectl-agentgate";
@@ -220,9 +220,10 @@ async fn set_review(
         .and_then(|s| s.user_info)
         .and_then(|u| u.username)
         .ok_or_else(|| anyhow::anyhow!("the API server did not say who you are"))?;
+    let prefix = review_message_prefix(kind, &me);
     let message = match &review.reason {
-        Some(reason) => format!("{} by {me}: {reason}", kind.to_lowercase()),
-        None => format!("{} by {me}", kind.to_lowercase()),
+        Some(reason) => format!("{prefix}: {reason}"),
+        None => prefix,
     };
     let patch = json!({
         "apiVersion": "agentgate.dev/v1alpha1",
@@ -396,6 +397,7 @@ pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
         status
             .applied_proposals
             .iter()
+            .filter(|r| r.pruned.is_none())
             .map(|r| format!("{} ({})", r.name, r.decided_by))
             .collect::<Vec<_>>()
             .join(", ")
@@ -433,6 +435,8 @@ mod tests {
                 change_hash: "sha256:00".into(),
                 decided_by: "reviewer:alice".into(),
                 at: None,
+                removed: Vec::new(),
+                pruned: None,
             }],
             ..AgentSandboxStatus::default()
         });

@@ -217,7 +217,7 @@ async fn reconcile(
     if status != before {
         super::apply_status(
             &Api::<MaximumPolicy>::all(ctx.client.clone()),
-            &name,
+            maximum.as_ref(),
             &status,
         )
         .await?;

@@ -219,24 +219,28 @@ pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
-/// Writes `status` of the object `name` by server-side apply under
+/// Writes `status` of `object` by server-side apply under
 /// [`FIELD_MANAGER`] (no resourceVersion precondition: for statuses only
-/// the operator writes, where the last word is the right one).
+/// the operator writes, where the last word is the right one). The
+/// object's uid goes with it, so a status decided for one object never
+/// lands on another created under the same name meanwhile.
 pub async fn apply_status<K>(
     api: &Api<K>,
-    name: &str,
+    object: &K,
     status: &impl serde::Serialize,
 ) -> Result<(), ControllerError>
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    let name = object.name_any();
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
+        "metadata": {"name": name, "uid": object.uid()},
         "status": serde_json::to_value(status)?,
     });
     api.patch_status(
-        name,
+        &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )

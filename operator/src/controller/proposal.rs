@@ -28,11 +28,13 @@ use crate::controller::metrics::VerdictLabel;
 use crate::controller::sandbox::governance;
 use crate::controller::{Context, ControllerError};
 use crate::k8s::conditions::{self, Status};
+use crate::k8s::crd::reviewer_in;
 use crate::k8s::crd::{
     APPROVE_VERB, ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase,
     PolicyProposal, PolicyProposalStatus, ProofRecord,
 };
 use crate::k8s::governance::{Governance, Governing};
+use crate::k8s::pod_template::agent_identities;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
 use crate::policy::model::PolicyDocument;
@@ -49,9 +51,9 @@ struct Outcome {
 
 /// Who stands behind a proposal: a reviewer's `Approved` condition (the
 /// webhook admits it only from a holder of `approve` who is not the
-/// requester, and only once, with the message "approved by USER"); else
-/// a human requester (not a ServiceAccount) who holds `approve` themselves (a SubjectAccessReview on
-/// the user name alone, so group-granted rights do not count: such
+/// requester, only once, for the generation it names, with the message
+/// `approved by "USER"`); else a human requester (not a ServiceAccount) who
+/// holds `approve` themselves (a SubjectAccessReview on the user name alone, so group-granted rights do not count: such
 /// proposals wait for a reviewer); else the agent. Also the decision
 /// record's `decidedBy` should the verdict apply it.
 async fn source_of(
@@ -59,17 +61,16 @@ async fn source_of(
     status: &PolicyProposalStatus,
     ctx: &Context,
 ) -> Result<(Source, String), ControllerError> {
-    if let Some(approved) = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Approved" && c.status == "True")
-    {
-        let reviewer = approved
-            .message
-            .strip_prefix("approved by ")
-            .and_then(|rest| rest.split(':').next())
-            .unwrap_or("unknown");
-        return Ok((Source::Approved, format!("reviewer:{}", reviewer.trim())));
+    // An approval covers the generation it names, nothing else (the spec is
+    // immutable behind the webhook; this holds even without it).
+    if let Some(approved) = status.conditions.iter().find(|c| {
+        c.type_ == "Approved"
+            && c.status == "True"
+            && c.observed_generation == proposal.metadata.generation
+    }) {
+        let reviewer =
+            reviewer_in("Approved", &approved.message).unwrap_or_else(|| "unnamed".to_string());
+        return Ok((Source::Approved, format!("reviewer:{reviewer}")));
     }
     // Only a human's own approve verb counts: a ServiceAccount (an agent,
     // or anything running in a pod) always waits for a reviewer.
@@ -193,6 +194,28 @@ async fn evaluate(
         }
     };
     let compiled_current = compile(&current, Role::Sandbox, &limits).unwrap_or_default();
+    // Δ's own grants, judged on their own in review regions (a copy of an
+    // approved grant is not "nothing new": it outlives the original).
+    let compiled_added = match &proposal.spec.add {
+        None => Default::default(),
+        Some(add) => match compile(add, Role::Sandbox, &limits) {
+            Ok(c) => c,
+            Err(reason) => {
+                let event = reject(
+                    &mut status,
+                    format!(
+                        "spec.add is not in the modelled language: {}",
+                        reason.within("spec.add")
+                    ),
+                );
+                return Ok(Outcome {
+                    status,
+                    event,
+                    commit: None,
+                });
+            }
+        },
+    };
     let governing = match governance(sandbox, ctx).await? {
         Governance::Governed(m) => m,
         Governance::Refused(_, message) => {
@@ -216,8 +239,13 @@ async fn evaluate(
         .iter()
         .find_map(|g| g.compiled.budget.map(|b| b.weights))
         .unwrap_or_default();
+    // A ServiceAccount that is not this sandbox's agent (another agent of
+    // the namespace) never auto-applies here: its proposals wait.
+    let foreign_agent = proposal.spec.requested_by.as_deref().is_some_and(|r| {
+        r.starts_with("system:serviceaccount:") && !agent_identities(sandbox).contains(r)
+    });
     let mode = match sandbox.spec.mode {
-        Some(Mode::Auto) if all_allow_auto => Mode::Auto,
+        Some(Mode::Auto) if all_allow_auto && !foreign_agent => Mode::Auto,
         _ => Mode::Ask,
     };
     let (source, decided_by) = source_of(proposal, &status, ctx).await?;
@@ -232,6 +260,7 @@ async fn evaluate(
                 maximums: &maximums,
                 current: (&current_doc, &compiled_current),
                 candidate: (&candidate_doc, &compiled_candidate),
+                added: &compiled_added,
                 source,
                 mode,
                 allow_unmanaged,
@@ -368,7 +397,7 @@ async fn write_proposal_status(
 ) -> Result<(), ControllerError> {
     let namespace = proposal.namespace().unwrap_or_default();
     let api: Api<PolicyProposal> = Api::namespaced(ctx.client.clone(), &namespace);
-    super::apply_status(&api, &proposal.name_any(), status).await
+    super::apply_status(&api, proposal, status).await
 }
 
 async fn reconcile(
@@ -400,7 +429,11 @@ async fn reconcile(
     };
     let committed = sandbox.status.clone().unwrap_or_default();
     let uid = proposal.uid().unwrap_or_default();
-    match committed.applied_proposals.iter().find(|r| r.name == name) {
+    let live_record = committed
+        .applied_proposals
+        .iter()
+        .find(|r| r.name == name && r.pruned.is_none());
+    match live_record {
         // Crash repair: the sandbox holds this very commit (uid and hash).
         Some(record) if record.matches(&proposal) => {
             let mut status = current_status;
@@ -436,6 +469,13 @@ async fn reconcile(
             change_hash: proposal.spec.change_hash(),
             decided_by,
             at: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+            removed: proposal
+                .spec
+                .remove
+                .as_ref()
+                .map(|r| r.network.clone())
+                .unwrap_or_default(),
+            pruned: None,
         });
         let revision = next_status.revision;
         next.status = Some(next_status);

@@ -28,12 +28,12 @@ use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
     AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary, MaximumPolicy,
-    PolicyProposal,
+    PolicyProposal, Pruned,
 };
 use crate::k8s::governance::{Governance, governing_from};
 use crate::k8s::openreports;
 use crate::k8s::pod_template::{
-    SANDBOX_LABEL, pod_service_account, template_escapes, template_images,
+    SANDBOX_LABEL, owning_sandbox, pod_service_account, template_escapes, template_images,
 };
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
@@ -66,11 +66,13 @@ pub async fn governance(
 }
 
 /// The declared policy with the committed proposals (in commit order) on
-/// top, and the commit records that still hold. A record holds only while
-/// its live proposal has the recorded uid and change hash: a proposal
-/// deleted, or re-created under the same name, loses its grant (the safe
-/// direction) and its record is pruned; nothing is ever taken from the
-/// proposal's own status.
+/// top, the commit records as they now stand, and one line per record
+/// pruned now. A record grants only while its live proposal has the
+/// recorded uid and change hash: a proposal deleted, or re-created under
+/// the same name, loses its grant (nothing is ever taken from the
+/// proposal's own status). A pruned record's removals keep applying, so
+/// withdrawing a narrowing never widens, until the sandbox's declared spec
+/// changes (a person declared the policy anew); then the record goes.
 async fn with_applied_proposals(
     sandbox: &AgentSandbox,
     ctx: &Context,
@@ -85,36 +87,51 @@ async fn with_applied_proposals(
     if applied.is_empty() {
         return Ok((policy, kept, pruned));
     }
+    let generation = sandbox.meta().generation;
     let proposals: Api<PolicyProposal> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    for record in applied {
-        let live = proposals.get_opt(&record.name).await?;
-        let Some(proposal) = live.filter(|p| record.matches(p)) else {
-            tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, "committed proposal is gone or changed; its grant is dropped");
-            pruned.push(format!(
-                "{} (deleted, re-created or changed since it was committed)",
-                record.name
-            ));
-            continue;
-        };
-        let remove = proposal
-            .spec
-            .remove
-            .as_ref()
-            .map(|r| r.network.clone())
-            .unwrap_or_default();
-        match apply_proposal(&policy, proposal.spec.add.as_ref(), &remove) {
-            Ok(next) => {
-                policy = next;
+    for mut record in applied {
+        if let Some(done) = &record.pruned {
+            if done.sandbox_generation == generation {
+                without_rules(&mut policy, &record.removed);
                 kept.push(record);
             }
-            Err(reason) => {
-                tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, %reason, "committed proposal no longer applies; its grant is dropped");
-                pruned.push(format!("{} (no longer applies: {reason})", record.name));
-            }
+            continue;
         }
+        let live = proposals.get_opt(&record.name).await?;
+        let applied = live.filter(|p| record.matches(p)).map(|proposal| {
+            let remove = proposal
+                .spec
+                .remove
+                .as_ref()
+                .map(|r| r.network.clone())
+                .unwrap_or_default();
+            apply_proposal(&policy, proposal.spec.add.as_ref(), &remove)
+        });
+        let reason = match applied {
+            Some(Ok(next)) => {
+                policy = next;
+                kept.push(record);
+                continue;
+            }
+            Some(Err(reason)) => format!("no longer applies: {reason}"),
+            None => "deleted, re-created or changed since it was committed".to_string(),
+        };
+        tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, %reason, "committed proposal pruned; its grant is dropped");
+        pruned.push(format!("{} ({reason})", record.name));
+        without_rules(&mut policy, &record.removed);
+        record.pruned = Some(Pruned {
+            reason,
+            sandbox_generation: generation,
+        });
+        kept.push(record);
     }
     Ok((policy, kept, pruned))
+}
+
+/// Removes the network rules named in `removed` (those still there).
+fn without_rules(policy: &mut PolicyDocument, removed: &[String]) {
+    policy.network.retain(|rule| !removed.contains(&rule.name));
 }
 
 async fn reconcile(
@@ -524,8 +541,17 @@ async fn ensure_pod(
     let name = sandbox.name_any();
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    if pods.get_opt(&name).await?.is_some() {
-        return Ok(None);
+    if let Some(existing) = pods.get_opt(&name).await? {
+        // A pod someone else created under the sandbox's name is not the
+        // sandbox's pod, whatever it claims: say so, never adopt it.
+        let ours = owning_sandbox(&existing)
+            .is_some_and(|(_, uid)| Some(uid.as_str()) == sandbox.uid().as_deref());
+        return Ok((!ours).then(|| {
+            format!(
+                "pod {name:?} exists but is not controlled by this sandbox (uid {}); delete it so the sandbox's own pod can be created",
+                sandbox.uid().unwrap_or_default()
+            )
+        }));
     }
     let mut labels = template
         .metadata

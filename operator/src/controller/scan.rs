@@ -83,7 +83,12 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     }
     status.observed_generation = generation;
     if status != before {
-        super::apply_status(&Api::<AgentScan>::all(ctx.client.clone()), &name, &status).await?;
+        super::apply_status(
+            &Api::<AgentScan>::all(ctx.client.clone()),
+            scan.as_ref(),
+            &status,
+        )
+        .await?;
         super::publish(&ctx, scan.as_ref(), "Analyze", events).await;
     }
     tracing::info!(scan = %name, findings = status.findings.len(), "reconciled");

@@ -26,6 +26,32 @@ pub const REVIEW_CONDITIONS: [&str; 2] = ["Approved", "Denied"];
 /// The verb a reviewer needs on `policyproposals.agentgate.dev`.
 pub const APPROVE_VERB: &str = "approve";
 
+/// How a review condition's message begins: `approved by "alice"` (the
+/// name quoted, so any user name reads back unambiguously).
+pub fn review_message_prefix(condition_type: &str, username: &str) -> String {
+    format!("{} by {username:?}", condition_type.to_lowercase())
+}
+
+/// The reviewer a review condition's message names (see
+/// [`review_message_prefix`]), if it is in that form.
+pub fn reviewer_in(condition_type: &str, message: &str) -> Option<String> {
+    let quoted = message.strip_prefix(&format!("{} by ", condition_type.to_lowercase()))?;
+    let mut chars = quoted.char_indices();
+    if chars.next()?.1 != '"' {
+        return None;
+    }
+    // The name ends at the first unescaped quote.
+    let mut escaped = false;
+    for (i, c) in chars {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => return serde_json::from_str(&quoted[..=i]).ok(),
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
 /// Which sandboxes a MaximumPolicy governs; empty selects all.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -289,7 +315,11 @@ pub struct AgentSandboxStatus {
     /// Commit records of the proposals in the effective policy, in commit
     /// order. The effective policy is rebuilt only from entries whose live
     /// proposal still matches the record's uid and change hash.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "records_or_names"
+    )]
     pub applied_proposals: Vec<AppliedProposal>,
     /// Names of the governing MaximumPolicies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -328,6 +358,56 @@ pub struct AppliedProposal {
     /// When the decision was taken (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
+    /// The network rules it removed: they stay removed even when the
+    /// record is pruned (withdrawing a narrowing must not widen).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+    /// Set when the proposal was deleted, re-created or changed: its grant
+    /// is dropped and only its removals still apply, until the sandbox's
+    /// declared spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<Pruned>,
+}
+
+/// Reads `appliedProposals` as commit records, or as the bare names
+/// releases before 0.2 wrote: a name becomes a record that matches no
+/// proposal (no uid), so the next reconcile prunes its grant instead of
+/// every reader failing on the old shape.
+fn records_or_names<'de, D>(deserializer: D) -> Result<Vec<AppliedProposal>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Record(AppliedProposal),
+        Name(String),
+    }
+    let entries = Vec::<Entry>::deserialize(deserializer)?;
+    Ok(entries
+        .into_iter()
+        .map(|entry| match entry {
+            Entry::Record(record) => record,
+            Entry::Name(name) => AppliedProposal {
+                name,
+                decided_by: "unrecorded (before 0.2)".into(),
+                ..AppliedProposal::default()
+            },
+        })
+        .collect())
+}
+
+/// Why and when a commit record stopped granting.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Pruned {
+    /// What happened to the proposal.
+    pub reason: String,
+    /// The sandbox's `metadata.generation` then: once the declared spec
+    /// changes, the record (and its removals) is dropped, since a person
+    /// has declared the policy anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_generation: Option<i64>,
 }
 
 /// A reference to a sandbox in the proposal's namespace.
@@ -649,5 +729,41 @@ impl std::fmt::Display for ActionRecord {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn applied_proposals_read_records_and_the_old_bare_names() {
+        let status: AgentSandboxStatus = serde_json::from_value(serde_json::json!({
+            "appliedProposals": [
+                "legacy",
+                {"name": "p", "uid": "u", "changeHash": "sha256:1", "decidedBy": "auto"}
+            ]
+        }))
+        .unwrap();
+        let [legacy, record] = status.applied_proposals.as_slice() else {
+            panic!("two records expected");
+        };
+        assert_eq!((legacy.name.as_str(), legacy.uid.as_str()), ("legacy", ""));
+        assert_eq!((record.name.as_str(), record.uid.as_str()), ("p", "u"));
+        // A legacy record matches no live proposal, so its grant is pruned.
+        let mut live = PolicyProposal::new(
+            "legacy",
+            PolicyProposalSpec {
+                sandbox_ref: SandboxRef { name: "s".into() },
+                add: None,
+                remove: None,
+                rationale: None,
+                requested_by: None,
+            },
+        );
+        live.metadata.uid = Some("x".into());
+        assert!(!legacy.matches(&live));
     }
 }

@@ -222,7 +222,7 @@ assert_kind_count ServiceMonitor 0
 assert_kind_count NetworkPolicy 0
 assert_kind_count Certificate 0
 assert_kind_count Issuer 0
-assert_kind_count ClusterRole 6
+assert_kind_count ClusterRole 7
 assert_in ClusterRole agentgate-controller 'resourceNames: ["agentgate"]'
 assert_in ClusterRole agentgate-controller '"subjectaccessreviews"'
 assert_in ClusterRole agentgate-reviewer "agentgate.dev/aggregate-to-reviewer: \"true\""
@@ -237,6 +237,9 @@ assert_not_in ClusterRole agentgate-edit '/status"'
 assert_not_in ClusterRole agentgate-edit '"agentsandboxes"'
 assert_not_in ClusterRole agentgate-edit 'aggregate-to-admin'
 assert_in ClusterRole agentgate-sandbox-editor '"agentsandboxes"'
+assert_in ClusterRole agentgate-agent '"policyproposals"'
+assert_not_in ClusterRole agentgate-agent '"update"'
+assert_not_in ClusterRole agentgate-agent 'aggregate-to'
 assert_in ClusterRole agentgate-sandbox-editor 'rbac.authorization.k8s.io/aggregate-to-admin: "true"'
 assert_in Deployment agentgate "- --scan-writer=group:system:masters"
 assert_not_in Deployment agentgate "--trusted-deployer"

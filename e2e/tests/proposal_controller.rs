@@ -190,7 +190,7 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
             "--subresource=status",
             "--type=json",
             "-p",
-            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Approved","status":"True","reason":"Reviewed","message":"approved by e2e-admin","lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
+            r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Approved","status":"True","reason":"Reviewed","message":"approved by \"e2e-admin\"","observedGeneration":1,"lastTransitionTime":"2026-11-29T00:00:00Z"}}]"#,
         ],
     );
     proposal(&cp, &op, "update-pull-requests", "{.status.phase}", |s| {

@@ -320,13 +320,58 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
             "-n",
             "agents",
             "-o",
-            "jsonpath={.status.appliedProposals[*].decidedBy}",
+            "jsonpath={.status.appliedProposals[*].decidedBy}|{.status.appliedProposals[0].pruned.reason}",
         ])
         .unwrap();
-    assert_eq!(decided, "reviewer:alice");
+    // The first record stays, pruned; the grant comes from the reviewed one.
+    assert_eq!(
+        decided,
+        "auto reviewer:alice|deleted, re-created or changed since it was committed"
+    );
+
+    // Withdrawing a narrowing does not widen: a removal stays applied
+    // after its proposal is deleted.
+    cp.run_stdin(
+        &["create", "-f", "-", "--as", AGENT],
+        &format!(
+            "apiVersion: agentgate.dev/v1alpha1\nkind: PolicyProposal\nmetadata: {{name: drop-read, namespace: agents}}\nspec:\n  sandboxRef: {{name: triage-bot}}\n  requestedBy: {AGENT}\n  remove: {{network: [github-read]}}\n"
+        ),
+    )
+    .unwrap();
+    phase("drop-read", "Applied");
+    wait_effective(false, "github-read");
+    cp.run(&[
+        "delete",
+        "pprop",
+        "drop-read",
+        "-n",
+        "agents",
+        "--as",
+        AGENT,
+    ])
+    .unwrap();
+    cp.wait_for(
+        &[
+            "get",
+            "asbx",
+            "triage-bot",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.appliedProposals[?(@.name==\"drop-read\")].pruned.reason}",
+        ],
+        Duration::from_secs(30),
+        |r| !r.is_empty(),
+    )
+    .unwrap_or_else(|last| panic!("drop-read never pruned ({last})\n{}", operator.log()));
+    assert!(
+        !effective(&cp).contains("github-read"),
+        "{}",
+        effective(&cp)
+    );
     // A decided review is final, even for a reviewer, and not only in the
     // plugin: the API server refuses it.
-    let deny = r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Denied","status":"True","reason":"Reviewed","message":"denied by carol","lastTransitionTime":"2026-11-30T00:00:00Z"}}]"#;
+    let deny = r#"[{"op":"add","path":"/status/conditions/-","value":{"type":"Denied","status":"True","reason":"Reviewed","message":"denied by \"carol\"","observedGeneration":1,"lastTransitionTime":"2026-11-30T00:00:00Z"}}]"#;
     assert_refused(
         cp.kubectl(&[
             "patch",
@@ -442,11 +487,26 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
         "serviceaccounts",
     )
     .unwrap();
-    cp.run_stdin(
-        &["apply", "-f", "-", "--as", "dana"],
-        &templated("dana-bot", ", labels: {tier: agent}", &benign),
+    // Its agent was (carelessly) given pod rights: admitted, with a warning.
+    cp.grant(
+        "dana-bot-pods",
+        "--serviceaccount=agents:dana-bot",
+        "create",
+        "pods",
     )
     .unwrap();
+    let out = cp
+        .kubectl_stdin(
+            &["apply", "-f", "-", "--as", "dana"],
+            &templated("dana-bot", ", labels: {tier: agent}", &benign),
+        )
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("may create pods in namespace \"agents\", which steps around any sandbox"),
+        "{stderr}"
+    );
 
     // Governance you cannot step out of: a second ceiling selects tier=agent.
     cp.run_stdin(

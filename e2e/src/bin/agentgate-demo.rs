@@ -74,20 +74,8 @@ fn up() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
         .map_err(|e| format!("{e}\n{}", operator.log()))?;
-    // The agent's identity may propose; alice reviews (the chart's
+    // The agent's identity may propose (the chart's agentgate-agent role); alice reviews (the chart's
     // reviewer rules; in a cluster, bind the aggregated agentgate-reviewer).
-    kubectl(
-        &cp,
-        &[
-            "create",
-            "role",
-            "agent-proposes",
-            "-n",
-            "agents",
-            "--verb=get,list,watch,create",
-            "--resource=policyproposals.agentgate.dev",
-        ],
-    )?;
     kubectl(
         &cp,
         &[
@@ -96,7 +84,7 @@ fn up() -> Result<(), String> {
             "agent-proposes",
             "-n",
             "agents",
-            "--role=agent-proposes",
+            "--clusterrole=agentgate-agent",
             "--serviceaccount=agents:triage-bot",
         ],
     )?;

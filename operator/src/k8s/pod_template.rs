@@ -7,9 +7,11 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{PodSpec, SecurityContext};
+use kube::ResourceExt;
 
-use crate::k8s::crd::AgentSandboxSpec;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, SecurityContext, Volume};
+
+use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec};
 
 /// The label the operator puts on everything it creates for a sandbox.
 pub const SANDBOX_LABEL: &str = "agentgate.dev/sandbox";
@@ -48,6 +50,20 @@ pub fn spec_images(spec: &PodSpec) -> Vec<String> {
         .collect()
 }
 
+/// The sandbox a pod names as its controller: `(name, uid)`.
+pub fn owning_sandbox(pod: &Pod) -> Option<(String, String)> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| {
+            o.kind == "AgentSandbox"
+                && o.api_version.starts_with("agentgate.dev/")
+                && o.controller == Some(true)
+        })
+        .map(|o| (o.name.clone(), o.uid.clone()))
+}
+
 /// The ServiceAccount the sandbox's Pod runs as: the template's
 /// `serviceAccountName`, else the sandbox's `agentServiceAccount` (the
 /// operator fills it in, so the agent's pod acts as the agent).
@@ -64,6 +80,25 @@ pub fn pod_service_account(spec: &AgentSandboxSpec) -> String {
         .unwrap_or_else(|| spec.agent_service_account.clone())
 }
 
+/// The user name of ServiceAccount `name` in `namespace`.
+pub fn service_account_user(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// The ServiceAccounts (as user names) that act for a sandbox's agent: its
+/// `agentServiceAccount` and the account its pod runs as.
+pub fn agent_identities(sandbox: &AgentSandbox) -> BTreeSet<String> {
+    let namespace = sandbox.namespace().unwrap_or_default();
+    [
+        sandbox.spec.agent_service_account.clone(),
+        pod_service_account(&sandbox.spec),
+    ]
+    .into_iter()
+    .filter(|name| !name.is_empty())
+    .map(|name| service_account_user(&namespace, &name))
+    .collect()
+}
+
 /// Every way the template steps outside the enforced shape, one line per
 /// field, each naming its path under `spec.template.spec`. Empty: the
 /// template is in shape (or there is none).
@@ -72,19 +107,91 @@ pub fn template_escapes(spec: &AgentSandboxSpec) -> Vec<String> {
         return Vec::new();
     };
     let mut problems = pod_escapes(pod, "spec.template.spec");
+    let annotations = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref());
+    for (key, value) in annotations.into_iter().flatten() {
+        if key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+            && value == "unconfined"
+        {
+            problems.push(format!(
+                "spec.template.metadata.annotations[{key:?}] is unconfined: use runtime/default"
+            ));
+        }
+    }
     let account = pod_service_account(spec);
-    if account != spec.agent_service_account && pod.automount_service_account_token != Some(false) {
-        problems.push(format!(
-            "spec.template.spec.serviceAccountName {account:?} is not the sandbox's agentServiceAccount {:?} and its token would be mounted; run as {:?} or set automountServiceAccountToken: false",
-            spec.agent_service_account, spec.agent_service_account
-        ));
+    if account != spec.agent_service_account {
+        if pod.automount_service_account_token != Some(false) {
+            problems.push(format!(
+                "spec.template.spec.serviceAccountName {account:?} is not the sandbox's agentServiceAccount {:?} and its token would be mounted; run as {:?} or set automountServiceAccountToken: false",
+                spec.agent_service_account, spec.agent_service_account
+            ));
+        }
+        for (i, volume) in pod.volumes.iter().flatten().enumerate() {
+            let sources = volume.projected.as_ref().and_then(|p| p.sources.as_ref());
+            if sources
+                .into_iter()
+                .flatten()
+                .any(|s| s.service_account_token.is_some())
+            {
+                problems.push(format!(
+                    "spec.template.spec.volumes[{i}] ({:?}) projects a token of {account:?}, which is not the sandbox's agentServiceAccount {:?}",
+                    volume.name, spec.agent_service_account
+                ));
+            }
+        }
     }
     problems
 }
 
-/// The host-namespace, privilege and host-file escapes of a pod spec, with
-/// field paths under `prefix`. The Pod admission applies the same check to
-/// the operator's Pod before it lends the sandbox's proofs.
+/// The user id of the sandbox's egress proxy (DESIGN.md §10): its
+/// connections are not redirected, so no agent container may run as it.
+pub const PROXY_UID: i64 = 1337;
+
+/// Volume types a sandbox's pod may use (the Pod Security "restricted"
+/// list): everything else is node storage or a network mount made by the
+/// kubelet, outside the sandbox's file and egress policy.
+pub const ALLOWED_VOLUME_TYPES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// Sysctls the Pod Security "baseline" profile calls safe.
+pub const SAFE_SYSCTLS: [&str; 10] = [
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// SELinux types the Pod Security "baseline" profile allows.
+const SELINUX_TYPES: [&str; 4] = [
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// The escapes of a pod spec, with field paths under `prefix`: host
+/// namespaces, privilege (privileged, privilege escalation, capabilities,
+/// unmasked /proc, unconfined seccomp or AppArmor, SELinux types, Windows
+/// host processes, unsafe sysctls), the proxy's uid, host ports and
+/// volume types beyond the restricted profile's. The Pod admission applies
+/// the same check to the operator's Pod before it lends the sandbox's proofs.
 pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for (flag, field) in [
@@ -99,11 +206,42 @@ pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
         }
     }
     for (i, volume) in pod.volumes.iter().flatten().enumerate() {
-        if volume.host_path.is_some() {
+        let kinds = volume_types(volume);
+        for kind in kinds
+            .iter()
+            .filter(|k| !ALLOWED_VOLUME_TYPES.contains(&k.as_str()))
+        {
             problems.push(format!(
-                "{prefix}.volumes[{i}] ({:?}) is a hostPath volume: node files are outside the sandbox's filesystem policy",
-                volume.name
+                "{prefix}.volumes[{i}] ({:?}) is a {kind} volume: only {} volumes keep the agent's files and connections inside the sandbox",
+                volume.name,
+                ALLOWED_VOLUME_TYPES.join(", ")
             ));
+        }
+    }
+    if let Some(context) = &pod.security_context {
+        let path = format!("{prefix}.securityContext");
+        check_identity(context.run_as_user, &path, &mut problems);
+        check_profiles(
+            context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
+            context
+                .se_linux_options
+                .as_ref()
+                .and_then(|o| o.type_.as_deref()),
+            context
+                .windows_options
+                .as_ref()
+                .and_then(|w| w.host_process),
+            &path,
+            &mut problems,
+        );
+        for (i, sysctl) in context.sysctls.iter().flatten().enumerate() {
+            if !SAFE_SYSCTLS.contains(&sysctl.name.as_str()) {
+                problems.push(format!(
+                    "{path}.sysctls[{i}] {:?} is not a safe sysctl",
+                    sysctl.name
+                ));
+            }
         }
     }
     let init = pod.init_containers.iter().flatten().enumerate();
@@ -115,13 +253,83 @@ pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
         for (i, container) in containers {
             let path = format!("{prefix}.{list}[{i}]");
             check_security_context(container.security_context.as_ref(), &path, &mut problems);
+            let host_ports = container.ports.iter().flatten().map(|p| p.host_port);
+            check_host_ports(host_ports, &path, &mut problems);
         }
     }
     for (i, container) in pod.ephemeral_containers.iter().flatten().enumerate() {
         let path = format!("{prefix}.ephemeralContainers[{i}]");
         check_security_context(container.security_context.as_ref(), &path, &mut problems);
+        let host_ports = container.ports.iter().flatten().map(|p| p.host_port);
+        check_host_ports(host_ports, &path, &mut problems);
     }
     problems
+}
+
+/// The type(s) of a volume: its fields other than `name`.
+fn volume_types(volume: &Volume) -> Vec<String> {
+    match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(fields)) => fields
+            .keys()
+            .filter(|k| k.as_str() != "name")
+            .cloned()
+            .collect(),
+        // Cannot be read: say so rather than let it through.
+        _ => vec!["unreadable".to_string()],
+    }
+}
+
+fn check_host_ports(
+    ports: impl Iterator<Item = Option<i32>>,
+    path: &str,
+    problems: &mut Vec<String>,
+) {
+    for (j, port) in ports.enumerate() {
+        if port.is_some_and(|p| p != 0) {
+            problems.push(format!(
+                "{path}.ports[{j}].hostPort is set: a host port is reachable outside the sandbox's network policy"
+            ));
+        }
+    }
+}
+
+fn check_identity(run_as_user: Option<i64>, path: &str, problems: &mut Vec<String>) {
+    if run_as_user == Some(PROXY_UID) {
+        problems.push(format!(
+            "{path}.runAsUser is {PROXY_UID}, the egress proxy's uid, whose connections are not redirected through the proxy"
+        ));
+    }
+}
+
+fn check_profiles(
+    seccomp: Option<&str>,
+    app_armor: Option<&str>,
+    se_linux_type: Option<&str>,
+    host_process: Option<bool>,
+    path: &str,
+    problems: &mut Vec<String>,
+) {
+    if seccomp == Some("Unconfined") {
+        problems.push(format!(
+            "{path}.seccompProfile.type is Unconfined: use RuntimeDefault or Localhost"
+        ));
+    }
+    if app_armor == Some("Unconfined") {
+        problems.push(format!(
+            "{path}.appArmorProfile.type is Unconfined: use RuntimeDefault or Localhost"
+        ));
+    }
+    if let Some(kind) = se_linux_type.filter(|t| !t.is_empty() && !SELINUX_TYPES.contains(t)) {
+        problems.push(format!(
+            "{path}.seLinuxOptions.type {kind:?} is not one of {}",
+            SELINUX_TYPES.join(", ")
+        ));
+    }
+    if host_process == Some(true) {
+        problems.push(format!(
+            "{path}.windowsOptions.hostProcess is true: a host process is outside the sandbox"
+        ));
+    }
 }
 
 fn check_security_context(
@@ -132,16 +340,38 @@ fn check_security_context(
     let Some(context) = context else {
         return;
     };
+    let path = format!("{path}.securityContext");
+    let path = path.as_str();
     if context.privileged == Some(true) {
         problems.push(format!(
-            "{path}.securityContext.privileged is true: a privileged container can leave the sandbox"
+            "{path}.privileged is true: a privileged container can leave the sandbox"
         ));
     }
     if context.allow_privilege_escalation == Some(true) {
         problems.push(format!(
-            "{path}.securityContext.allowPrivilegeEscalation is true: the restricted profile requires false"
+            "{path}.allowPrivilegeEscalation is true: the restricted profile requires false"
         ));
     }
+    if context.proc_mount.as_deref() == Some("Unmasked") {
+        problems.push(format!(
+            "{path}.procMount is Unmasked: the host's /proc paths would be visible"
+        ));
+    }
+    check_identity(context.run_as_user, path, problems);
+    check_profiles(
+        context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
+        context
+            .se_linux_options
+            .as_ref()
+            .and_then(|o| o.type_.as_deref()),
+        context
+            .windows_options
+            .as_ref()
+            .and_then(|w| w.host_process),
+        path,
+        problems,
+    );
     let added = context
         .capabilities
         .as_ref()
@@ -152,7 +382,7 @@ fn check_security_context(
         let bare = capability.trim_start_matches("CAP_");
         if !RESTRICTED_ADDABLE_CAPABILITIES.contains(&bare) {
             problems.push(format!(
-                "{path}.securityContext.capabilities.add {capability:?} is beyond the restricted profile (only NET_BIND_SERVICE may be added)"
+                "{path}.capabilities.add {capability:?} is beyond the restricted profile (only NET_BIND_SERVICE may be added)"
             ));
         }
     }
@@ -188,7 +418,7 @@ mod tests {
         let s = spec(serde_json::json!({"spec": {
             "hostNetwork": true, "hostPID": true, "hostIPC": true,
             "serviceAccountName": "deployer",
-            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}, {"name": "cache", "emptyDir": {}}],
             "initContainers": [{"name": "i", "image": "x", "securityContext": {"capabilities": {"add": ["CAP_SYS_ADMIN"]}}}],
             "containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true, "allowPrivilegeEscalation": true}}]
         }}));
@@ -210,6 +440,40 @@ mod tests {
                 "spec.template.spec.serviceAccountName",
             ]
         );
+        // The rest of the restricted profile, and the proxy's uid.
+        let more = spec(serde_json::json!({
+            "metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/a": "unconfined"}},
+            "spec": {
+            "securityContext": {"runAsUser": 1337, "seccompProfile": {"type": "Unconfined"},
+                "sysctls": [{"name": "kernel.msgmax", "value": "1"}]},
+            "volumes": [{"name": "share", "nfs": {"server": "10.0.0.1", "path": "/"}}],
+            "containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 80}],
+                "securityContext": {"procMount": "Unmasked", "seLinuxOptions": {"type": "spc_t"}}}]
+        }}));
+        let fields: Vec<String> = template_escapes(&more)
+            .iter()
+            .map(|p| p.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.volumes[0]",
+                "spec.template.spec.securityContext.runAsUser",
+                "spec.template.spec.securityContext.seccompProfile.type",
+                "spec.template.spec.securityContext.sysctls[0]",
+                "spec.template.spec.containers[0].securityContext.procMount",
+                "spec.template.spec.containers[0].securityContext.seLinuxOptions.type",
+                "spec.template.spec.containers[0].ports[0].hostPort",
+                "spec.template.metadata.annotations[\"container.apparmor.security.beta.kubernetes.io/a\"]",
+            ]
+        );
+        // A projected token of another account counts as mounting it.
+        let projected = spec(
+            serde_json::json!({"spec": {"serviceAccountName": "deployer",
+            "automountServiceAccountToken": false, "containers": [{"name": "a", "image": "x"}],
+            "volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}}),
+        );
+        assert_eq!(template_escapes(&projected).len(), 1);
         // Another account is fine without its token.
         let quiet = spec(
             serde_json::json!({"spec": {"serviceAccountName": "deployer",

@@ -55,6 +55,22 @@ pub fn review_sandbox(
         }
         Governance::Governed(g) => g,
     };
+    let account = &sandbox.spec.agent_service_account;
+    let dns_label = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 253
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if !dns_label(account) {
+        // An empty or malformed name would make the pod run as `default`
+        // and no identity count as the agent's.
+        return Answer::Deny(format!(
+            "agentsandbox {name:?}: spec.agentServiceAccount {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
+        ));
+    }
     for (i, accepted) in sandbox.spec.accepted_findings.iter().enumerate() {
         // An acceptance that could never lapse (or never apply) is refused
         // here rather than silently ignored later.
@@ -92,13 +108,14 @@ pub fn review_sandbox(
     }
     let maximums: Vec<GoverningMaximum<'_>> =
         governing.iter().map(Governing::as_verdict_input).collect();
-    // The declared policy as both current and candidate: decide() then runs
-    // exactly steps 1-3 and stops at step 4 (no new authority).
+    // The declared policy as both current and candidate, adding nothing:
+    // decide() then runs exactly steps 1-3 and stops at step 4.
     let verdict = decide(
         &VerdictInput {
             maximums: &maximums,
             current: (&sandbox.spec.policy, &compiled),
             candidate: (&sandbox.spec.policy, &compiled),
+            added: &crate::policy::compile::CompiledPolicy::default(),
             source: Source::Agent,
             mode,
             allow_unmanaged,
@@ -343,6 +360,12 @@ spec:
             review_sandbox(&narrow, &gov, &prover, false),
             Answer::allow()
         );
+        let mut nobody = sandbox("");
+        nobody.spec.agent_service_account = String::new();
+        assert!(matches!(
+            review_sandbox(&nobody, &gov, &prover, false),
+            Answer::Deny(m) if m.contains("spec.agentServiceAccount \"\" is not a ServiceAccount name")
+        ));
         let mut odd = sandbox("");
         odd.spec.accepted_findings = vec![crate::k8s::crd::AcceptedFinding {
             id: "AG-TRIFECTA".into(),
@@ -389,7 +412,7 @@ spec:
                     type_: "Approved".into(),
                     status: status.into(),
                     reason: "Reviewed".into(),
-                    message: "approved by alice".into(),
+                    message: "approved by \"alice\"".into(),
                     observed_generation: None,
                     last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
                 }],

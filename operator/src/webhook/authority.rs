@@ -10,8 +10,10 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use crate::k8s::crd::{AgentSandbox, AgentScan, PolicyProposal, REVIEW_CONDITIONS};
-use crate::k8s::pod_template::pod_service_account;
+use crate::k8s::crd::{
+    AgentSandbox, AgentScan, Phase, PolicyProposal, REVIEW_CONDITIONS, review_message_prefix,
+};
+use crate::k8s::pod_template::agent_identities;
 
 /// The identity behind an admission request.
 #[derive(Debug, Clone, Copy)]
@@ -42,25 +44,6 @@ impl Requester<'_> {
     }
 }
 
-/// The user name of ServiceAccount `name` in `namespace`.
-pub fn service_account_user(namespace: &str, name: &str) -> String {
-    format!("system:serviceaccount:{namespace}:{name}")
-}
-
-/// The ServiceAccounts (as user names) that act for a sandbox's agent: its
-/// `agentServiceAccount` and the account its pod runs as.
-pub fn agent_identities(sandbox: &AgentSandbox) -> BTreeSet<String> {
-    let namespace = sandbox.namespace().unwrap_or_default();
-    [
-        sandbox.spec.agent_service_account.clone(),
-        pod_service_account(&sandbox.spec),
-    ]
-    .into_iter()
-    .filter(|name| !name.is_empty())
-    .map(|name| service_account_user(&namespace, &name))
-    .collect()
-}
-
 /// Why `requester` may not create, change or delete an AgentSandbox (its
 /// `old` and/or `new` version): agents propose, they never write the object
 /// that bounds them. Refused: the sandbox's own agent identities, and any
@@ -89,7 +72,7 @@ pub fn sandbox_writer_refusal(
     match requester.service_account() {
         Some((ns, _)) if ns == namespace && !requester.listed_in(trusted_deployers) => {
             Some(format!(
-                "agentsandbox {name:?}: ServiceAccounts of namespace {namespace:?} may not write its AgentSandboxes (an agent there could widen its own authority); file a PolicyProposal, or list {user:?} in the chart's webhook.trustedDeployers"
+                "agentsandbox {name:?}: ServiceAccounts of namespace {namespace:?} may not write its AgentSandboxes (an agent there could widen its own authority); file a PolicyProposal"
             ))
         }
         _ => None,
@@ -241,18 +224,31 @@ pub fn review_change(old: &PolicyProposal, new: &PolicyProposal, username: &str)
             decided.message
         ));
     }
+    let phase = old.status.as_ref().and_then(|s| s.phase);
+    if let Some(done @ (Phase::Applied | Phase::Rejected | Phase::Superseded)) = phase {
+        return ReviewChange::Refused(format!(
+            "policyproposal {name:?} is already {done:?}; a review would change nothing: file a new proposal"
+        ));
+    }
     if after.iter().filter(|c| c.status == "True").count() > 1 {
         return ReviewChange::Refused(format!(
             "policyproposal {name:?}: Approved and Denied cannot both be True"
         ));
     }
     for condition in after.iter().filter(|c| c.status == "True") {
-        let prefix = format!("{} by {username}", condition.type_.to_lowercase());
+        let prefix = review_message_prefix(&condition.type_, username);
         let rest = condition.message.strip_prefix(&prefix);
         if !rest.is_some_and(|r| r.is_empty() || r.starts_with(':')) {
             return ReviewChange::Refused(format!(
-                "policyproposal {name:?}: the {} condition's message must begin with {prefix:?} (then \": reason\" if you like), so the commit record names its reviewer; kubectl agentgate approve|deny writes it",
+                "policyproposal {name:?}: the {} condition's message must begin with {prefix} (then \": reason\" if you like), so the commit record names its reviewer; kubectl agentgate approve|deny writes it",
                 condition.type_
+            ));
+        }
+        if condition.observed_generation != new.metadata.generation {
+            return ReviewChange::Refused(format!(
+                "policyproposal {name:?}: the {} condition's observedGeneration must be the proposal's generation {}, so the review covers exactly the spec that was read",
+                condition.type_,
+                new.metadata.generation.unwrap_or_default()
             ));
         }
     }
@@ -264,6 +260,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::k8s::crd::reviewer_in;
 
     fn sandbox(namespace: &str, template_account: Option<&str>) -> AgentSandbox {
         let mut template =
@@ -371,7 +368,7 @@ mod tests {
     fn proposal(conditions: serde_json::Value, phase: &str) -> PolicyProposal {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "agentgate.dev/v1alpha1", "kind": "PolicyProposal",
-            "metadata": {"name": "p", "namespace": "agents"},
+            "metadata": {"name": "p", "namespace": "agents", "generation": 1},
             "spec": {"sandboxRef": {"name": "bot"}, "requestedBy": "bot"},
             "status": {"phase": phase, "conditions": conditions}
         }))
@@ -380,14 +377,14 @@ mod tests {
 
     fn condition(type_: &str, message: &str) -> serde_json::Value {
         serde_json::json!({"type": type_, "status": "True", "reason": "Reviewer", "message": message,
-            "lastTransitionTime": "2026-11-30T00:00:00Z"})
+            "observedGeneration": 1, "lastTransitionTime": "2026-11-30T00:00:00Z"})
     }
 
     #[test]
     fn a_review_is_given_once_by_name_and_touches_nothing_else() {
         let pending = proposal(serde_json::json!([]), "AwaitingApproval");
         let approved = proposal(
-            serde_json::json!([condition("Approved", "approved by alice: looks fine")]),
+            serde_json::json!([condition("Approved", "approved by \"alice\": looks fine")]),
             "AwaitingApproval",
         );
         assert_eq!(
@@ -395,7 +392,7 @@ mod tests {
             ReviewChange::Review
         );
         assert!(
-            matches!(review_change(&pending, &approved, "bob"), ReviewChange::Refused(m) if m.contains("must begin with \"approved by bob\""))
+            matches!(review_change(&pending, &approved, "bob"), ReviewChange::Refused(m) if m.contains("must begin with approved by \"bob\""))
         );
         assert_eq!(
             review_change(&approved, &approved, "bob"),
@@ -403,7 +400,7 @@ mod tests {
         );
         // Final: neither withdrawn nor turned into a denial.
         let denied = proposal(
-            serde_json::json!([condition("Denied", "denied by bob")]),
+            serde_json::json!([condition("Denied", "denied by \"bob\"")]),
             "AwaitingApproval",
         );
         assert!(
@@ -413,6 +410,29 @@ mod tests {
             review_change(&approved, &pending, "alice"),
             ReviewChange::Refused(_)
         ));
+        // A review of another generation, or of a finished proposal, is refused.
+        let mut stale = approved.clone();
+        stale.metadata.generation = Some(2);
+        assert!(
+            matches!(review_change(&pending, &stale, "alice"), ReviewChange::Refused(m) if m.contains("observedGeneration"))
+        );
+        let applied = proposal(serde_json::json!([]), "Applied");
+        let mut late = approved.clone();
+        late.status.as_mut().unwrap().phase = Some(Phase::Applied);
+        assert!(
+            matches!(review_change(&applied, &late, "alice"), ReviewChange::Refused(m) if m.contains("already Applied"))
+        );
+        // The reviewer reads back from the message, whatever the name.
+        assert_eq!(
+            reviewer_in("Approved", "approved by \"alice\": looks fine").as_deref(),
+            Some("alice")
+        );
+        let sa = review_message_prefix("Approved", "system:serviceaccount:ops:approver");
+        assert_eq!(
+            reviewer_in("Approved", &format!("{sa}: ok")).as_deref(),
+            Some("system:serviceaccount:ops:approver")
+        );
+        assert_eq!(reviewer_in("Approved", "approved by alice"), None);
         // The phase is the operator's.
         let forged = proposal(serde_json::json!([]), "Applied");
         assert!(

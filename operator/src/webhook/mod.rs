@@ -83,6 +83,11 @@ pub struct WebhookArgs {
     /// what an image's findings are.
     #[arg(long = "scan-writer")]
     pub scan_writers: Vec<String>,
+    /// The user name the reconcilers write status as (default: this
+    /// process's own, from a SelfSubjectReview). Set it when the webhook
+    /// runs apart from the controller, under another identity.
+    #[arg(long)]
+    pub operator_user: Option<String>,
 }
 
 impl WebhookArgs {

@@ -19,7 +19,7 @@ use super::admission::Answer;
 pub const ENFORCE_LABEL: &str = "agentgate.dev/enforce";
 
 use crate::k8s::pod_template::{
-    SANDBOX_LABEL, pod_escapes, pod_service_account, spec_images, template_escapes,
+    SANDBOX_LABEL, owning_sandbox, pod_escapes, pod_service_account, spec_images, template_escapes,
 };
 
 /// What happens to a pod with problems.
@@ -64,20 +64,6 @@ pub fn enforcement(
         None if belongs_to_sandbox => Some((Enforcement::Enforce, None)),
         None => None,
     }
-}
-
-/// The sandbox a pod names as its controller: `(name, uid)`.
-pub fn owning_sandbox(pod: &Pod) -> Option<(String, String)> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| {
-            o.kind == "AgentSandbox"
-                && o.api_version.starts_with("agentgate.dev/")
-                && o.controller == Some(true)
-        })
-        .map(|o| (o.name.clone(), o.uid.clone()))
 }
 
 /// True when the pod claims a sandbox by owner reference or label.

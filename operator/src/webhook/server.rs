@@ -33,7 +33,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::k8s::governance::{dropped_governance, governing_from};
-use crate::k8s::pod_template::{pod_service_account, template_escapes};
+use crate::k8s::pod_template::{
+    agent_identities, owning_sandbox, pod_service_account, template_escapes,
+};
 use crate::prover::Prover;
 use crate::trifecta::assess::{image_digest, scan_of_digest};
 use crate::trifecta::{Finding, analyze};
@@ -49,7 +51,7 @@ use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_director
 use crate::webhook::decide::{
     CompiledPolicies, DecideRequest, DecideResponse, FindingCitation, cite_finding, decide_action,
 };
-use crate::webhook::pods::{CachedScan, open_findings, owning_sandbox, review_pod};
+use crate::webhook::pods::{CachedScan, open_findings, review_pod};
 use crate::webhook::{CertMode, WebhookArgs, WebhookError};
 
 /// Everything the handlers share.
@@ -67,7 +69,7 @@ pub struct WebhookState {
     analyses: ScanAnalyses,
     /// The operator's own user name (from a SelfSubjectReview at start):
     /// only its pods borrow their sandbox's proofs and acceptances.
-    operator_user: Option<String>,
+    operator_user: std::sync::OnceLock<String>,
     policies: CompiledPolicies,
     /// `--trusted-deployer`: ServiceAccounts that may write sandboxes of
     /// their own namespace.
@@ -105,7 +107,14 @@ impl WebhookState {
     async fn ready(&self) -> bool {
         self.listening.load(Ordering::Acquire)
             && self.resolver.is_loaded()
-            && self.maximums.wait_until_ready().await.is_ok()
+            && self.operator_user.get().is_some()
+            && self.synced().await
+    }
+
+    /// Whether every cache has listed once. Until then an empty cache would
+    /// read as "no sandbox, no agent, no ceiling" and let writes through.
+    async fn synced(&self) -> bool {
+        self.maximums.wait_until_ready().await.is_ok()
             && self.namespaces.wait_until_ready().await.is_ok()
             && self.sandboxes.wait_until_ready().await.is_ok()
             && self.scans.wait_until_ready().await.is_ok()
@@ -186,8 +195,57 @@ impl WebhookState {
 
     /// Whether the request comes from the operator itself.
     fn by_operator(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
-        self.operator_user.is_some()
-            && request.user_info.username.as_deref() == self.operator_user.as_deref()
+        self.operator_user
+            .get()
+            .is_some_and(|me| request.user_info.username.as_deref() == Some(me.as_str()))
+    }
+
+    /// Warnings when a sandbox's agent identities hold rights that step
+    /// around any sandbox: creating pods of their own, or acting as another
+    /// ServiceAccount (a SubjectAccessReview as each identity). Warnings,
+    /// not refusals: the sandbox is not what grants them, RBAC is.
+    async fn agent_power_warnings(&self, sandbox: &AgentSandbox) -> Vec<String> {
+        let namespace = sandbox.namespace().unwrap_or_default();
+        let mut warnings = Vec::new();
+        for user in agent_identities(sandbox) {
+            let groups = vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".to_string(),
+            ];
+            for (verb, resource) in [("create", "pods"), ("impersonate", "serviceaccounts")] {
+                let review = SubjectAccessReview {
+                    spec: SubjectAccessReviewSpec {
+                        user: Some(user.clone()),
+                        groups: Some(groups.clone()),
+                        resource_attributes: Some(ResourceAttributes {
+                            verb: Some(verb.into()),
+                            resource: Some(resource.into()),
+                            namespace: Some(namespace.clone()),
+                            ..ResourceAttributes::default()
+                        }),
+                        ..SubjectAccessReviewSpec::default()
+                    },
+                    ..SubjectAccessReview::default()
+                };
+                let allowed = Api::<SubjectAccessReview>::all(self.client.clone())
+                    .create(&PostParams::default(), &review)
+                    .await
+                    .map(|r| r.status.is_some_and(|s| s.allowed));
+                match allowed {
+                    Ok(false) => {}
+                    Ok(true) => warnings.push(format!(
+                        "agentsandbox {:?}: its agent {user:?} may {verb} {resource} in namespace {namespace:?}, which steps around any sandbox; bind it to the agentgate-agent ClusterRole instead of edit",
+                        sandbox.name_any()
+                    )),
+                    Err(e) => warnings.push(format!(
+                        "agentsandbox {:?}: could not check what its agent {user:?} may do: {e}",
+                        sandbox.name_any()
+                    )),
+                }
+            }
+        }
+        warnings
     }
 
     /// Whether the author of a sandbox's pod template could run that pod
@@ -306,7 +364,13 @@ where
         request.user_info.username.clone().unwrap_or_default(),
         format!("{:?}", request.operation),
     );
+    let synced = tokio::time::timeout(Duration::from_secs(2), state.synced())
+        .await
+        .unwrap_or(false);
     let answer = match decode::<T>(&request, type_name) {
+        _ if !synced => Answer::Deny(format!(
+            "{kind}: the agentgate webhook has not synced its caches yet; retry in a moment (fail closed)"
+        )),
         Ok((None, None)) => Answer::allow(),
         Ok((new, old)) => decide(request, new, old).await,
         Err(e) => Answer::Deny(e),
@@ -368,7 +432,8 @@ fn status_answer(
         username: &user,
         groups: &groups,
     };
-    match status_writer_refusal(&who, state.operator_user.as_deref(), kind, name) {
+    let operator = state.operator_user.get().map(String::as_str);
+    match status_writer_refusal(&who, operator, kind, name) {
         Some(message) => Answer::Deny(message),
         None => Answer::allow(),
     }
@@ -457,16 +522,33 @@ async fn validate_sandbox(
             }
         }
         let allow_unmanaged = s.allow_unmanaged;
-        s.with_deadline("agentsandbox", move |prover| {
-            let governance = governing_from(
-                maximums.iter().map(|m| m.as_ref()),
-                &ns_labels,
-                sandbox.labels(),
-                allow_unmanaged,
-            );
-            review_sandbox(&sandbox, &governance, &prover, allow_unmanaged)
-        })
-        .await
+        let identities_changed = old.as_ref().is_none_or(|o| {
+            o.spec.agent_service_account != sandbox.spec.agent_service_account
+                || template_changed
+        });
+        let powers = if identities_changed {
+            s.agent_power_warnings(&sandbox).await
+        } else {
+            Vec::new()
+        };
+        let answer = s
+            .with_deadline("agentsandbox", move |prover| {
+                let governance = governing_from(
+                    maximums.iter().map(|m| m.as_ref()),
+                    &ns_labels,
+                    sandbox.labels(),
+                    allow_unmanaged,
+                );
+                review_sandbox(&sandbox, &governance, &prover, allow_unmanaged)
+            })
+            .await;
+        match answer {
+            Answer::Allow(mut warnings) => {
+                warnings.extend(powers);
+                Answer::Allow(warnings)
+            }
+            other => other,
+        }
     })
     .await
 }
@@ -781,9 +863,8 @@ async fn readyz(State(state): State<Arc<WebhookState>>) -> impl IntoResponse {
 }
 
 /// This process's user name as the API server sees it (SelfSubjectReview).
-/// `None` when it cannot be learnt: then no pod borrows a sandbox's proofs
-/// or acceptances (fail closed), and the operator's own pods are refused
-/// until the findings are fixed for everyone.
+/// `None` when it cannot be learnt (yet): until it is, no pod borrows a
+/// sandbox's proofs or acceptances and nobody writes status (fail closed).
 async fn whoami(client: &Client) -> Option<String> {
     let review = SelfSubjectReview::default();
     match Api::<SelfSubjectReview>::all(client.clone())
@@ -862,7 +943,7 @@ pub async fn run(
         sandboxes: reflect(Api::all(client.clone())),
         scans: reflect(Api::all(client.clone())),
         analyses: ScanAnalyses::default(),
-        operator_user: whoami(&client).await,
+        operator_user: std::sync::OnceLock::new(),
         client,
         // No single check may outlive the whole request's deadline.
         prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),
@@ -875,6 +956,26 @@ pub async fn run(
         listening: AtomicBool::new(false),
         resolver: resolver.clone(),
     });
+
+    match args.operator_user.clone() {
+        Some(user) => {
+            let _ = state.operator_user.set(user);
+        }
+        None => {
+            // Learnt from the API server, retried until known; the webhook
+            // is not ready (and nobody writes status) until then.
+            let (state, client) = (state.clone(), state.client.clone());
+            tokio::spawn(async move {
+                loop {
+                    if let Some(user) = whoami(&client).await {
+                        let _ = state.operator_user.set(user);
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            });
+        }
+    }
 
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

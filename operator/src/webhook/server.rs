@@ -206,14 +206,14 @@ impl WebhookState {
     /// not refusals: the sandbox is not what grants them, RBAC is.
     async fn agent_power_warnings(&self, sandbox: &AgentSandbox) -> Vec<String> {
         let namespace = sandbox.namespace().unwrap_or_default();
-        let mut warnings = Vec::new();
-        for user in agent_identities(sandbox) {
-            let groups = vec![
-                "system:serviceaccounts".to_string(),
-                format!("system:serviceaccounts:{namespace}"),
-                "system:authenticated".to_string(),
-            ];
-            for (verb, resource) in [("create", "pods"), ("impersonate", "serviceaccounts")] {
+        let name = sandbox.name_any();
+        let groups = vec![
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".to_string(),
+        ];
+        let checks = agent_identities(sandbox).into_iter().flat_map(|user| {
+            [("create", "pods"), ("impersonate", "serviceaccounts")].map(|(verb, resource)| {
                 let review = SubjectAccessReview {
                     spec: SubjectAccessReviewSpec {
                         user: Some(user.clone()),
@@ -228,24 +228,30 @@ impl WebhookState {
                     },
                     ..SubjectAccessReview::default()
                 };
-                let allowed = Api::<SubjectAccessReview>::all(self.client.clone())
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .map(|r| r.status.is_some_and(|s| s.allowed));
-                match allowed {
-                    Ok(false) => {}
-                    Ok(true) => warnings.push(format!(
-                        "agentsandbox {:?}: its agent {user:?} may {verb} {resource} in namespace {namespace:?}, which steps around any sandbox; bind it to the agentgate-agent ClusterRole instead of edit",
-                        sandbox.name_any()
-                    )),
-                    Err(e) => warnings.push(format!(
-                        "agentsandbox {:?}: could not check what its agent {user:?} may do: {e}",
-                        sandbox.name_any()
-                    )),
+                let (api, name, namespace, user) = (
+                    Api::<SubjectAccessReview>::all(self.client.clone()),
+                    name.clone(),
+                    namespace.clone(),
+                    user.clone(),
+                );
+                async move {
+                    match api.create(&PostParams::default(), &review).await {
+                        Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => Some(format!(
+                            "agentsandbox {name:?}: its agent {user:?} may {verb} {resource} in namespace {namespace:?}, which steps around any sandbox; bind it to the agentgate-agent ClusterRole instead of edit"
+                        )),
+                        Ok(_) => None,
+                        Err(e) => Some(format!(
+                            "agentsandbox {name:?}: could not check what its agent {user:?} may do: {e}"
+                        )),
+                    }
                 }
-            }
-        }
-        warnings
+            })
+        });
+        futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Whether the author of a sandbox's pod template could run that pod
@@ -526,22 +532,25 @@ async fn validate_sandbox(
             o.spec.agent_service_account != sandbox.spec.agent_service_account
                 || template_changed
         });
-        let powers = if identities_changed {
-            s.agent_power_warnings(&sandbox).await
-        } else {
-            Vec::new()
+        // The agent-power reviews run while the solver proves the policy.
+        let powers = async {
+            if identities_changed {
+                s.agent_power_warnings(&sandbox).await
+            } else {
+                Vec::new()
+            }
         };
-        let answer = s
-            .with_deadline("agentsandbox", move |prover| {
-                let governance = governing_from(
-                    maximums.iter().map(|m| m.as_ref()),
-                    &ns_labels,
-                    sandbox.labels(),
-                    allow_unmanaged,
-                );
-                review_sandbox(&sandbox, &governance, &prover, allow_unmanaged)
-            })
-            .await;
+        let judged = sandbox.clone();
+        let proof = s.with_deadline("agentsandbox", move |prover| {
+            let governance = governing_from(
+                maximums.iter().map(|m| m.as_ref()),
+                &ns_labels,
+                judged.labels(),
+                allow_unmanaged,
+            );
+            review_sandbox(&judged, &governance, &prover, allow_unmanaged)
+        });
+        let (powers, answer) = tokio::join!(powers, proof);
         match answer {
             Answer::Allow(mut warnings) => {
                 warnings.extend(powers);

@@ -436,10 +436,16 @@ async fn reconcile(
     match live_record {
         // Crash repair: the sandbox holds this very commit (uid and hash).
         Some(record) if record.matches(&proposal) => {
-            let mut status = current_status;
-            mark_applied(&mut status, generation, committed.revision);
-            if Some(&status) != proposal.status.as_ref() {
-                write_proposal_status(&proposal, &status, &ctx).await?;
+            // Read it fresh: the cache may predate the status the commit
+            // wrote, and applying a stale status would drop its verdict.
+            let api: Api<PolicyProposal> = Api::namespaced(ctx.client.clone(), &namespace);
+            let Some(fresh) = api.get_opt(&name).await? else {
+                return Ok(Action::await_change());
+            };
+            let mut status = fresh.status.clone().unwrap_or_default();
+            if status.phase != Some(Phase::Applied) {
+                mark_applied(&mut status, generation, committed.revision);
+                write_proposal_status(&fresh, &status, &ctx).await?;
             }
             return Ok(Action::await_change());
         }

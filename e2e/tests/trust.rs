@@ -437,6 +437,10 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
     );
     phase("alice-merges", "Applied");
     wait_effective(true, "alice-pulls");
+    // An approved proposal deleted: its grant leaves the effective policy.
+    cp.run(&["delete", "pprop", "alice-merges", "-n", "agents"])
+        .unwrap();
+    wait_effective(false, "alice-pulls");
     drop(operator);
 }
 

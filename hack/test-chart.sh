@@ -144,11 +144,11 @@ common_checks() {
   assert_kind_count Deployment 1
   assert_kind_count ValidatingWebhookConfiguration 1
   local vwc=(ValidatingWebhookConfiguration agentgate)
-  local n="${webhooks:-6}"
-  for w in agentsandboxes policyproposals maximumpolicies agentscans; do
+  local n="${webhooks:-7}"
+  for w in agentsandboxes policyproposals maximumpolicies agentscans namespaces; do
     assert_in "${vwc[@]}" "- name: $w.agentgate.dev" 1
   done
-  if [ "$n" = 6 ]; then
+  if [ "$n" = 7 ]; then
     # Pods: enforce-labelled namespaces, and sandbox pods everywhere else.
     assert_in "${vwc[@]}" "- name: pods.agentgate.dev" 1
     assert_in "${vwc[@]}" "- name: sandbox-pods.agentgate.dev" 1
@@ -191,10 +191,10 @@ common_checks() {
 
 run_case defaults
 common_checks
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 6
-assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 6
-assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 6
-assert_in ValidatingWebhookConfiguration agentgate "port: 443" 6
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 7
+assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 7
+assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 7
+assert_in ValidatingWebhookConfiguration agentgate "port: 443" 7
 assert_in ValidatingWebhookConfiguration agentgate 'path: "/validate/agentsandboxes"' 1
 assert_not_in ValidatingWebhookConfiguration agentgate "url:"
 assert_not_in ValidatingWebhookConfiguration agentgate "cert-manager.io/inject-ca-from"
@@ -292,7 +292,7 @@ assert_kind_count PodDisruptionBudget 1
 assert_in PodDisruptionBudget agentgate "minAvailable: 1"
 
 run_case pods-off --set webhook.pods.enabled=false
-webhooks=4 common_checks
+webhooks=5 common_checks
 
 run_case crds-disabled --set crds.enabled=false
 common_checks
@@ -321,7 +321,7 @@ assert_in Deployment agentgate "- --trusted-deployer=system:serviceaccount:agent
 assert_in Deployment agentgate "- --scan-writer=system:serviceaccount:ci:scanner"
 assert_in Deployment agentgate "- --scan-writer=group:release-managers"
 assert_not_in Deployment agentgate "group:system:masters"
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 4
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 5
 # Loosening the agentgate kinds does not open pod enforcement.
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
 assert_in Deployment agentgate "- --allow-unmanaged"

@@ -588,12 +588,7 @@ impl ControlPlane {
             ));
         }
         cp.run(&["apply", "-f", "examples/maximum.yaml"])?;
-        // Created with its label in one write: the webhook's namespace
-        // cache never holds it unlabelled (ungoverned).
-        cp.run_stdin(
-            &["apply", "-f", "-"],
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: agents, labels: {team: ml}}\n",
-        )?;
+        cp.create_team_namespace()?;
         // The webhook answers from watch caches: wait until they hold the
         // ceiling and the namespace, so the first sandbox is governed.
         cp.wait_webhook_governs("examples/sandbox.yaml", Duration::from_secs(30))
@@ -668,13 +663,12 @@ impl ControlPlane {
     /// Creates namespace `name` labelled `agentgate.dev/enforce=MODE`
     /// (enforce, warn or audit), where the pod webhook judges every pod.
     pub fn create_enforced_namespace(&self, name: &str, mode: &str) -> Result<(), HarnessError> {
-        self.run(&["create", "namespace", name])?;
-        self.run(&[
-            "label",
-            "namespace",
-            name,
-            &format!("agentgate.dev/enforce={mode}"),
-        ])?;
+        self.run_stdin(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{agentgate.dev/enforce: {mode}}}}}\n"
+            ),
+        )?;
         Ok(())
     }
 
@@ -787,6 +781,17 @@ impl ControlPlane {
             |r| r.trim().parse().is_ok_and(&done),
         )
         .and_then(|r| r.trim().parse().map_err(|_| r))
+    }
+
+    /// Creates namespace `agents` labelled `team=ml` (org-ceiling's
+    /// selector) in one write: no namespace webhook is asked (a create is
+    /// not a label change), and no cache ever holds it unlabelled.
+    pub fn create_team_namespace(&self) -> Result<(), HarnessError> {
+        self.run_stdin(
+            &["apply", "-f", "-"],
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: agents, labels: {team: ml}}\n",
+        )?;
+        Ok(())
     }
 
     /// A Role `name` in namespace `agents` with `verbs` on `resources`

@@ -526,6 +526,39 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
         "take it out of MaximumPolicy agent-tier",
     );
 
+    // Nor by relabelling the namespace out of org-ceiling's namespaceSelector.
+    cp.run(&[
+        "create",
+        "clusterrole",
+        "namespace-labeller",
+        "--verb=get,patch,update",
+        "--resource=namespaces",
+    ])
+    .unwrap();
+    cp.run(&[
+        "create",
+        "clusterrolebinding",
+        "dana-namespaces",
+        "--clusterrole=namespace-labeller",
+        "--user=dana",
+    ])
+    .unwrap();
+    assert_refused(
+        cp.kubectl(&["label", "namespace", "agents", "team-", "--as", "dana"])
+            .unwrap(),
+        "take sandboxes out of MaximumPolicy org-ceiling",
+    );
+    // A label no ceiling selects on is anyone's to change.
+    cp.run(&[
+        "label",
+        "namespace",
+        "agents",
+        "cost-centre=42",
+        "--as",
+        "dana",
+    ])
+    .unwrap();
+
     // 5. Scans come from the listed writers only.
     cp.run(&[
         "create",

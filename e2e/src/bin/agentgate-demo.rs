@@ -66,8 +66,7 @@ fn up() -> Result<(), String> {
     let port = free_loopback_port().map_err(|e| e.to_string())?;
     eprintln!("helm install agentgate charts/agentgate (webhook at https://127.0.0.1:{port}) ...");
     cp.install_chart(port, &[]).map_err(|e| e.to_string())?;
-    kubectl(&cp, &["create", "namespace", "agents"])?;
-    kubectl(&cp, &["label", "namespace", "agents", "team=ml"])?;
+    cp.create_team_namespace().map_err(|e| e.to_string())?;
     eprintln!("starting agentgate controller with its webhook ...");
     let operator = cp
         .start_webhook_operator(port, &[])

@@ -269,10 +269,7 @@ fn run() -> Result<(), String> {
     let operator = cp
         .start_webhook_operator(port, &[])
         .map_err(|e| e.to_string())?;
-    cp.run(&["create", "namespace", "agents"])
-        .map_err(|e| e.to_string())?;
-    cp.run(&["label", "namespace", "agents", "team=ml"])
-        .map_err(|e| e.to_string())?;
+    cp.create_team_namespace().map_err(|e| e.to_string())?;
     let ceiling_file = cp.dir().join("ceiling.yaml");
     std::fs::write(&ceiling_file, ceiling(ceiling_rules)).map_err(|e| e.to_string())?;
     let ceiling_path = ceiling_file.display().to_string();

@@ -105,21 +105,24 @@ pub fn governing_from<'a>(
     Governance::Governed(governing)
 }
 
-/// The names of the maximums that govern a sandbox with `old_labels` but
-/// no longer with `new_labels` (in a namespace with `ns_labels`): a label
-/// change that would step out of a ceiling. A selector that cannot be
-/// evaluated counts as governing (fail closed).
+/// The labels a governance decision reads: the namespace's and the
+/// sandbox's.
+pub type Labels<'a> = (&'a BTreeMap<String, String>, &'a BTreeMap<String, String>);
+
+/// The names of the maximums that govern a sandbox under `before` (its
+/// namespace's labels, its own labels) but no longer under `after`: a
+/// label change that would step out of a ceiling. A selector that cannot
+/// be evaluated counts as governing (fail closed).
 pub fn dropped_governance<'a>(
     maximums: impl IntoIterator<Item = &'a MaximumPolicy>,
-    ns_labels: &BTreeMap<String, String>,
-    old_labels: &BTreeMap<String, String>,
-    new_labels: &BTreeMap<String, String>,
+    before: Labels<'_>,
+    after: Labels<'_>,
 ) -> Vec<String> {
     let governs_with =
-        |m: &MaximumPolicy, labels| governs(&m.spec, ns_labels, labels).unwrap_or(true);
+        |m: &MaximumPolicy, (ns, labels): Labels<'_>| governs(&m.spec, ns, labels).unwrap_or(true);
     maximums
         .into_iter()
-        .filter(|m| governs_with(m, old_labels) && !governs_with(m, new_labels))
+        .filter(|m| governs_with(m, before) && !governs_with(m, after))
         .map(|m| m.name_any())
         .collect()
 }
@@ -141,10 +144,21 @@ mod tests {
         let labelled = BTreeMap::from([("tier".to_string(), "agent".to_string())]);
         let none = BTreeMap::new();
         assert_eq!(
-            dropped_governance([&maximum], &none, &labelled, &none),
+            dropped_governance([&maximum], (&none, &labelled), (&none, &none)),
             ["ceiling"]
         );
-        assert!(dropped_governance([&maximum], &none, &none, &labelled).is_empty());
-        assert!(dropped_governance([&maximum], &none, &labelled, &labelled).is_empty());
+        assert!(dropped_governance([&maximum], (&none, &none), (&none, &labelled)).is_empty());
+        assert!(dropped_governance([&maximum], (&none, &labelled), (&none, &labelled)).is_empty());
+        // The same for a namespace label a namespaceSelector matches.
+        let by_namespace: MaximumPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "agentgate.dev/v1alpha1", "kind": "MaximumPolicy",
+            "metadata": {"name": "team"},
+            "spec": {"selector": {"namespaceSelector": {"matchLabels": {"tier": "agent"}}}}
+        }))
+        .unwrap();
+        assert_eq!(
+            dropped_governance([&by_namespace], (&labelled, &none), (&none, &none)),
+            ["team"]
+        );
     }
 }

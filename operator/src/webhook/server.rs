@@ -510,9 +510,8 @@ async fn validate_sandbox(
         if let Some(old) = &old {
             let dropped = dropped_governance(
                 maximums.iter().map(|m| m.as_ref()),
-                &ns_labels,
-                old.labels(),
-                sandbox.labels(),
+                (&ns_labels, old.labels()),
+                (&ns_labels, sandbox.labels()),
             );
             if !dropped.is_empty() {
                 match s.may_approve(&request, &namespace, "").await {
@@ -676,6 +675,59 @@ async fn validate_scan(
                     }
                 }
                 other => other,
+            }
+        },
+    )
+    .await
+}
+
+/// A namespace label change must not take its sandboxes out of a ceiling
+/// (a MaximumPolicy's `namespaceSelector`) unless the author holds
+/// `approve` in that namespace.
+async fn validate_namespace(
+    State(state): State<Arc<WebhookState>>,
+    review: Review,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let s = state.clone();
+    answer(
+        &state,
+        "namespaces",
+        "Namespace",
+        review,
+        |request, new: Option<Namespace>, old| async move {
+            let (Some(new), Some(old)) = (new, old) else {
+                return Answer::allow();
+            };
+            if new.labels() == old.labels() {
+                return Answer::allow();
+            }
+            let namespace = new.name_any();
+            let maximums = s.maximums.state();
+            let sandboxes = s.sandboxes.state();
+            let mut dropped: Vec<String> = Vec::new();
+            for sandbox in sandboxes
+                .iter()
+                .filter(|sb| sb.namespace().as_deref() == Some(namespace.as_str()))
+            {
+                for maximum in dropped_governance(
+                    maximums.iter().map(|m| m.as_ref()),
+                    (old.labels(), sandbox.labels()),
+                    (new.labels(), sandbox.labels()),
+                ) {
+                    dropped.push(format!("{} (sandbox {})", maximum, sandbox.name_any()));
+                }
+            }
+            if dropped.is_empty() {
+                return Answer::allow();
+            }
+            let user = request.user_info.username.clone().unwrap_or_default();
+            match s.may_approve(&request, &namespace, "").await {
+                Ok(true) => Answer::allow(),
+                Ok(false) => Answer::Deny(format!(
+                    "namespace {namespace:?}: the new labels take sandboxes out of MaximumPolicy {}; stepping out of a ceiling needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {user:?} does not hold",
+                    dropped.join(", ")
+                )),
+                Err(e) => Answer::Deny(format!("namespace {namespace:?}: {e}")),
             }
         },
     )
@@ -903,6 +955,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/maximumpolicies", post(validate_maximum))
         .route("/validate/agentscans", post(validate_scan))
         .route("/validate/pods", post(validate_pod))
+        .route("/validate/namespaces", post(validate_namespace))
         .route("/v1/decide", post(decide_endpoint))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -424,8 +424,11 @@ async fn reconcile(
             "sandbox {:?} not found",
             proposal.spec.sandbox_ref.name
         ));
-        write_proposal_status(&proposal, &status, &ctx).await?;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        if !same_but_timing(&status, proposal.status.as_ref()) {
+            write_proposal_status(&proposal, &status, &ctx).await?;
+        }
+        // The sandbox watch brings it back when the sandbox appears.
+        return Ok(Action::requeue(Duration::from_secs(60)));
     };
     let committed = sandbox.status.clone().unwrap_or_default();
     let uid = proposal.uid().unwrap_or_default();

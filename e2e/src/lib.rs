@@ -591,8 +591,7 @@ impl ControlPlane {
         cp.create_team_namespace()?;
         // The webhook answers from watch caches: wait until they hold the
         // ceiling and the namespace, so the first sandbox is governed.
-        cp.wait_webhook_governs("examples/sandbox.yaml", Duration::from_secs(30))
-            .map_err(|last| failed("waiting for the webhook's caches", last))?;
+        cp.wait_webhook("examples/sandbox.yaml", Duration::from_secs(30))?;
         Ok((cp, operator, port))
     }
 
@@ -825,6 +824,32 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// A ClusterRole `name` with `verbs` on `resources`, bound cluster-wide
+    /// to `subject` (as in [`ControlPlane::grant`]).
+    pub fn grant_cluster(
+        &self,
+        name: &str,
+        subject: &str,
+        verbs: &str,
+        resources: &str,
+    ) -> Result<(), HarnessError> {
+        self.run(&[
+            "create",
+            "clusterrole",
+            name,
+            &format!("--verb={verbs}"),
+            &format!("--resource={resources}"),
+        ])?;
+        self.run(&[
+            "create",
+            "clusterrolebinding",
+            name,
+            &format!("--clusterrole={name}"),
+            subject,
+        ])?;
+        Ok(())
+    }
+
     /// Runs `kubectl-agentgate ARGS` against this control plane.
     pub fn plugin(&self, args: &[&str]) -> Result<Output, HarnessError> {
         Command::new(plugin_binary()?)
@@ -832,22 +857,6 @@ impl ControlPlane {
             .env("KUBECONFIG", &self.kubeconfig)
             .output()
             .map_err(|e| failed("running kubectl-agentgate", e))
-    }
-
-    /// Waits until `kubectl apply --dry-run=server -f FILE` is admitted;
-    /// returns the last refusal on failure.
-    pub fn wait_webhook_governs(&self, file: &str, limit: Duration) -> Result<(), String> {
-        let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < limit {
-            match self.kubectl(&["apply", "--dry-run=server", "-f", file]) {
-                Ok(out) if out.status.success() => return Ok(()),
-                Ok(out) => last = String::from_utf8_lossy(&out.stderr).into_owned(),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Err(last)
     }
 
     /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the

@@ -60,21 +60,12 @@ fn agents_cannot_write_their_authority_nor_anyone_but_the_operator_status() {
     wildcards(&cp, "agent-all", "--serviceaccount=agents:triage-bot");
     wildcards(&cp, "helper-all", "--serviceaccount=agents:helper");
     wildcards(&cp, "mallory-all", "--user=mallory");
-    cp.run(&[
-        "create",
-        "clusterrole",
+    cp.grant_cluster(
         "ceilings",
-        "--verb=*",
-        "--resource=maximumpolicies.agentgate.dev",
-    ])
-    .unwrap();
-    cp.run(&[
-        "create",
-        "clusterrolebinding",
-        "agent-ceilings",
-        "--clusterrole=ceilings",
         "--serviceaccount=agents:triage-bot",
-    ])
+        "*",
+        "maximumpolicies.agentgate.dev",
+    )
     .unwrap();
     let widen = format!(r#"[{{"op":"add","path":"/spec/policy/network/-","value":{PULLS_RULE}}}]"#);
 
@@ -527,21 +518,12 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
     );
 
     // Nor by relabelling the namespace out of org-ceiling's namespaceSelector.
-    cp.run(&[
-        "create",
-        "clusterrole",
+    cp.grant_cluster(
         "namespace-labeller",
-        "--verb=get,patch,update",
-        "--resource=namespaces",
-    ])
-    .unwrap();
-    cp.run(&[
-        "create",
-        "clusterrolebinding",
-        "dana-namespaces",
-        "--clusterrole=namespace-labeller",
         "--user=dana",
-    ])
+        "get,patch,update",
+        "namespaces",
+    )
     .unwrap();
     assert_refused(
         cp.kubectl(&["label", "namespace", "agents", "team-", "--as", "dana"])
@@ -560,22 +542,8 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
     .unwrap();
 
     // 5. Scans come from the listed writers only.
-    cp.run(&[
-        "create",
-        "clusterrole",
-        "scans",
-        "--verb=*",
-        "--resource=agentscans.agentgate.dev",
-    ])
-    .unwrap();
-    cp.run(&[
-        "create",
-        "clusterrolebinding",
-        "mallory-scans",
-        "--clusterrole=scans",
-        "--user=mallory",
-    ])
-    .unwrap();
+    cp.grant_cluster("scans", "--user=mallory", "*", "agentscans.agentgate.dev")
+        .unwrap();
     let clean = format!(
         "apiVersion: agentgate.dev/v1alpha1\nkind: AgentScan\nmetadata: {{name: first}}\nspec:\n  image: \"{AGENT_IMAGE}\"\n  graph: {{nodes: []}}\n"
     );

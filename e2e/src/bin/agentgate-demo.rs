@@ -102,8 +102,8 @@ fn up() -> Result<(), String> {
     kubectl(&cp, &["apply", "-f", "examples/maximum.yaml"])?;
     // The webhook answers from watch caches: the ceiling must be in them
     // before the sandbox it governs is admitted.
-    cp.wait_webhook_governs("examples/sandbox.yaml", Duration::from_secs(30))
-        .map_err(|last| format!("the webhook never saw org-ceiling: {last}"))?;
+    cp.wait_webhook("examples/sandbox.yaml", Duration::from_secs(30))
+        .map_err(|e| format!("the webhook never saw org-ceiling: {e}"))?;
     kubectl(&cp, &["apply", "-f", "examples/sandbox.yaml"])?;
     cp.wait_revision("agents", "triage-bot", Duration::from_secs(60), |r| r == 1)
         .map_err(|last| {

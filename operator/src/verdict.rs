@@ -573,6 +573,14 @@ network:
         )
     }
 
+    /// A rule in MAXIMUM's review-required region (pull requests).
+    const PULL: &str = r#"
+  - name: pr
+    binaries: [/usr/bin/gh]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [POST], path: /repos/acme/x/pulls/1}]}
+"#;
+
     const COMMENT: &str = r#"
   - name: comment
     binaries: [/usr/bin/gh]
@@ -718,13 +726,7 @@ network:
 
     #[test]
     fn four_eyes_makes_an_approver_wait_in_review_regions_only() {
-        let pull = r#"
-  - name: pr
-    binaries: [/usr/bin/gh]
-    endpoints:
-      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [POST], path: /repos/acme/x/pulls/1}]}
-"#;
-        let mut c = case(&with_rule(pull));
+        let mut c = case(&with_rule(PULL));
         c.four_eyes = true;
         let v = run(
             &c,
@@ -780,14 +782,7 @@ network:
 
     #[test]
     fn step7_review_region_asks() {
-        let c = case(&with_rule(
-            r#"
-  - name: pr
-    binaries: [/usr/bin/gh]
-    endpoints:
-      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [POST], path: /repos/acme/x/pulls/1}]}
-"#,
-        ));
+        let c = case(&with_rule(PULL));
         let v = run(&c, 1, Source::Agent, Mode::Auto, &Prover::default());
         assert_eq!(
             (v.decision, v.step),

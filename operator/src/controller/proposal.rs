@@ -14,9 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -27,11 +26,12 @@ use kube::{Resource, ResourceExt};
 use crate::controller::metrics::VerdictLabel;
 use crate::controller::sandbox::governance;
 use crate::controller::{Context, ControllerError};
+use crate::k8s::access::{access_review, approve_proposals};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::reviewer_in;
 use crate::k8s::crd::{
-    APPROVE_VERB, ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase,
-    PolicyProposal, PolicyProposalStatus, ProofRecord,
+    ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase, PolicyProposal,
+    PolicyProposalStatus, ProofRecord,
 };
 use crate::k8s::governance::{Governance, Governing};
 use crate::k8s::pod_template::agent_identities;
@@ -82,21 +82,15 @@ async fn source_of(
     else {
         return Ok((Source::Agent, "auto".into()));
     };
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(requester.to_string()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some("agentgate.dev".into()),
-                resource: Some("policyproposals".into()),
-                verb: Some(APPROVE_VERB.into()),
-                namespace: proposal.namespace(),
-                name: Some(proposal.name_any()),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
+    let user = UserInfo {
+        username: Some(requester.to_string()),
+        ..UserInfo::default()
     };
+    let attributes = approve_proposals(
+        &proposal.namespace().unwrap_or_default(),
+        Some(&proposal.name_any()),
+    );
+    let review = access_review(&user, attributes);
     let allowed = Api::<SubjectAccessReview>::all(ctx.client.clone())
         .create(&PostParams::default(), &review)
         .await?
@@ -154,13 +148,8 @@ async fn evaluate(
         .as_ref()
         .and_then(|s| s.effective_policy.clone())
         .unwrap_or_default();
-    let remove = proposal
-        .spec
-        .remove
-        .as_ref()
-        .map(|r| r.network.clone())
-        .unwrap_or_default();
-    let candidate = match apply_proposal(&current, proposal.spec.add.as_ref(), &remove) {
+    let remove = proposal.spec.removed_rules();
+    let candidate = match apply_proposal(&current, proposal.spec.add.as_ref(), remove) {
         Ok(c) => c,
         Err(reason) => {
             let event = reject(
@@ -478,12 +467,7 @@ async fn reconcile(
             change_hash: proposal.spec.change_hash(),
             decided_by,
             at: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
-            removed: proposal
-                .spec
-                .remove
-                .as_ref()
-                .map(|r| r.network.clone())
-                .unwrap_or_default(),
+            removed: proposal.spec.removed_rules().to_vec(),
             pruned: None,
         });
         let revision = next_status.revision;

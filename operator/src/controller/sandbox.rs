@@ -99,16 +99,14 @@ async fn with_applied_proposals(
             continue;
         }
         let live = proposals.get_opt(&record.name).await?;
-        let applied = live.filter(|p| record.matches(p)).map(|proposal| {
-            let remove = proposal
-                .spec
-                .remove
-                .as_ref()
-                .map(|r| r.network.clone())
-                .unwrap_or_default();
-            apply_proposal(&policy, proposal.spec.add.as_ref(), &remove)
+        let outcome = live.filter(|p| record.matches(p)).map(|proposal| {
+            apply_proposal(
+                &policy,
+                proposal.spec.add.as_ref(),
+                proposal.spec.removed_rules(),
+            )
         });
-        let reason = match applied {
+        let reason = match outcome {
             Some(Ok(next)) => {
                 policy = next;
                 kept.push(record);
@@ -559,15 +557,12 @@ async fn ensure_pod(
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     labels.insert(SANDBOX_LABEL.into(), name.clone());
-    let mut spec = serde_json::to_value(&template.spec)?;
-    if let Some(spec) = spec.as_object_mut() {
+    let mut spec = template.spec.clone();
+    if let Some(spec) = spec.as_mut() {
         // The agent's pod acts as the agent unless the template names
         // another account (whose token it then may not mount).
-        spec.insert(
-            "serviceAccountName".into(),
-            json!(pod_service_account(&sandbox.spec)),
-        );
-        spec.remove("serviceAccount");
+        spec.service_account_name = Some(pod_service_account(&sandbox.spec));
+        spec.service_account = None;
     }
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",

@@ -473,6 +473,11 @@ pub struct PolicyProposalSpec {
 }
 
 impl PolicyProposalSpec {
+    /// The network rules it asks to remove (`remove.network`).
+    pub fn removed_rules(&self) -> &[String] {
+        self.remove.as_ref().map_or(&[], |r| r.network.as_slice())
+    }
+
     /// SHA-256 of the change this proposal asks for (`add` and `remove`),
     /// as recorded when it is committed: a commit holds only while the live
     /// proposal still asks for exactly what was proved.

@@ -1,6 +1,7 @@
 //! Kubernetes types and pure helpers: the custom resources (DESIGN.md §3),
 //! label selectors and conditions. No I/O here; the controllers use these.
 
+pub mod access;
 pub mod conditions;
 pub mod crd;
 pub mod governance;

@@ -9,7 +9,10 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, SecurityContext, Volume};
+use k8s_openapi::api::core::v1::{
+    AppArmorProfile, Pod, PodSpec, SELinuxOptions, SeccompProfile, SecurityContext, Volume,
+    WindowsSecurityContextOptions,
+};
 
 use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec};
 
@@ -222,16 +225,12 @@ pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
         let path = format!("{prefix}.securityContext");
         check_identity(context.run_as_user, &path, &mut problems);
         check_profiles(
-            context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
-            context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
-            context
-                .se_linux_options
-                .as_ref()
-                .and_then(|o| o.type_.as_deref()),
-            context
-                .windows_options
-                .as_ref()
-                .and_then(|w| w.host_process),
+            Profiles {
+                seccomp: context.seccomp_profile.as_ref(),
+                app_armor: context.app_armor_profile.as_ref(),
+                se_linux: context.se_linux_options.as_ref(),
+                windows: context.windows_options.as_ref(),
+            },
             &path,
             &mut problems,
         );
@@ -301,14 +300,19 @@ fn check_identity(run_as_user: Option<i64>, path: &str, problems: &mut Vec<Strin
     }
 }
 
-fn check_profiles(
-    seccomp: Option<&str>,
-    app_armor: Option<&str>,
-    se_linux_type: Option<&str>,
-    host_process: Option<bool>,
-    path: &str,
-    problems: &mut Vec<String>,
-) {
+/// The confinement settings a pod and a container security context share.
+struct Profiles<'a> {
+    seccomp: Option<&'a SeccompProfile>,
+    app_armor: Option<&'a AppArmorProfile>,
+    se_linux: Option<&'a SELinuxOptions>,
+    windows: Option<&'a WindowsSecurityContextOptions>,
+}
+
+fn check_profiles(profiles: Profiles<'_>, path: &str, problems: &mut Vec<String>) {
+    let seccomp = profiles.seccomp.map(|p| p.type_.as_str());
+    let app_armor = profiles.app_armor.map(|p| p.type_.as_str());
+    let se_linux_type = profiles.se_linux.and_then(|o| o.type_.as_deref());
+    let host_process = profiles.windows.and_then(|w| w.host_process);
     if seccomp == Some("Unconfined") {
         problems.push(format!(
             "{path}.seccompProfile.type is Unconfined: use RuntimeDefault or Localhost"
@@ -359,16 +363,12 @@ fn check_security_context(
     }
     check_identity(context.run_as_user, path, problems);
     check_profiles(
-        context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
-        context.app_armor_profile.as_ref().map(|p| p.type_.as_str()),
-        context
-            .se_linux_options
-            .as_ref()
-            .and_then(|o| o.type_.as_deref()),
-        context
-            .windows_options
-            .as_ref()
-            .and_then(|w| w.host_process),
+        Profiles {
+            seccomp: context.seccomp_profile.as_ref(),
+            app_armor: context.app_armor_profile.as_ref(),
+            se_linux: context.se_linux_options.as_ref(),
+            windows: context.windows_options.as_ref(),
+        },
         path,
         problems,
     );

@@ -37,8 +37,6 @@ impl Answer {
     }
 }
 
-pub use crate::k8s::crd::{APPROVE_VERB, REVIEW_CONDITIONS};
-
 /// Steps 1-3 of the verdict (governing maximums, containment, invariants)
 /// for a sandbox's declared policy, plus its mode against every governing
 /// maximum's `allowedModes`. Blocking: runs solver work.

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
@@ -24,7 +25,15 @@ pub struct Requester<'a> {
     pub groups: &'a [String],
 }
 
-impl Requester<'_> {
+impl<'a> Requester<'a> {
+    /// The requester of an admission request, as its `userInfo` says.
+    pub fn of(user: &'a UserInfo) -> Self {
+        Requester {
+            username: user.username.as_deref().unwrap_or_default(),
+            groups: user.groups.as_deref().unwrap_or_default(),
+        }
+    }
+
     /// Whether the requester is named by one of `entries`: a user name, or
     /// `group:NAME` for a group.
     pub fn listed_in(&self, entries: &[String]) -> bool {

@@ -15,9 +15,8 @@ use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
@@ -31,6 +30,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::controller::metrics::{DecisionLabel, Metrics};
+use crate::k8s::access::{access_review, approve_proposals, core_resource};
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::k8s::governance::{dropped_governance, governing_from};
 use crate::k8s::pod_template::{
@@ -40,8 +40,8 @@ use crate::prover::Prover;
 use crate::trifecta::assess::{image_digest, scan_of_digest};
 use crate::trifecta::{Finding, analyze};
 use crate::webhook::admission::{
-    APPROVE_VERB, Answer, ProposalCheck, accepted_findings_changed, review_maximum,
-    review_proposal, review_sandbox, review_scan, scan_conflict,
+    Answer, ProposalCheck, accepted_findings_changed, review_maximum, review_proposal,
+    review_sandbox, review_scan, scan_conflict,
 };
 use crate::webhook::authority::{
     Requester, agent_writer_refusal, sandbox_writer_refusal, scan_writer_refusal,
@@ -143,32 +143,16 @@ impl WebhookState {
             .map_err(|e| format!("cannot read namespace {namespace:?}: {e}"))
     }
 
-    /// Whether the requesting user may do `attributes` (a
-    /// SubjectAccessReview on their behalf, with their groups).
-    async fn may(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-        attributes: ResourceAttributes,
-    ) -> Result<bool, String> {
-        let user = &request.user_info;
+    /// Whether `user` may do `attributes` (a SubjectAccessReview on their
+    /// behalf, with their groups).
+    async fn may(&self, user: &UserInfo, attributes: ResourceAttributes) -> Result<bool, String> {
         let what = format!(
             "{} {}",
             attributes.verb.clone().unwrap_or_default(),
             attributes.resource.clone().unwrap_or_default()
         );
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: user.username.clone(),
-                groups: user.groups.clone(),
-                uid: user.uid.clone(),
-                extra: user.extra.clone(),
-                resource_attributes: Some(attributes),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
-        };
         Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
+            .create(&PostParams::default(), &access_review(user, attributes))
             .await
             .map(|r| r.status.is_some_and(|s| s.allowed))
             .map_err(|e| format!("cannot check the {what} permission: {e}"))
@@ -182,15 +166,9 @@ impl WebhookState {
         namespace: &str,
         name: &str,
     ) -> Result<bool, String> {
-        let attributes = ResourceAttributes {
-            group: Some("agentgate.dev".into()),
-            resource: Some("policyproposals".into()),
-            verb: Some(APPROVE_VERB.into()),
-            namespace: Some(namespace.into()),
-            name: (!name.is_empty()).then(|| name.to_string()),
-            ..ResourceAttributes::default()
-        };
-        self.may(request, attributes).await
+        let name = (!name.is_empty()).then_some(name);
+        self.may(&request.user_info, approve_proposals(namespace, name))
+            .await
     }
 
     /// Whether the request comes from the operator itself.
@@ -207,39 +185,26 @@ impl WebhookState {
     async fn agent_power_warnings(&self, sandbox: &AgentSandbox) -> Vec<String> {
         let namespace = sandbox.namespace().unwrap_or_default();
         let name = sandbox.name_any();
-        let groups = vec![
-            "system:serviceaccounts".to_string(),
-            format!("system:serviceaccounts:{namespace}"),
-            "system:authenticated".to_string(),
-        ];
         let checks = agent_identities(sandbox).into_iter().flat_map(|user| {
+            let agent = UserInfo {
+                username: Some(user),
+                groups: Some(vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".to_string(),
+                ]),
+                ..UserInfo::default()
+            };
             [("create", "pods"), ("impersonate", "serviceaccounts")].map(|(verb, resource)| {
-                let review = SubjectAccessReview {
-                    spec: SubjectAccessReviewSpec {
-                        user: Some(user.clone()),
-                        groups: Some(groups.clone()),
-                        resource_attributes: Some(ResourceAttributes {
-                            verb: Some(verb.into()),
-                            resource: Some(resource.into()),
-                            namespace: Some(namespace.clone()),
-                            ..ResourceAttributes::default()
-                        }),
-                        ..SubjectAccessReviewSpec::default()
-                    },
-                    ..SubjectAccessReview::default()
-                };
-                let (api, name, namespace, user) = (
-                    Api::<SubjectAccessReview>::all(self.client.clone()),
-                    name.clone(),
-                    namespace.clone(),
-                    user.clone(),
-                );
+                let (agent, name, namespace) = (agent.clone(), &name, &namespace);
                 async move {
-                    match api.create(&PostParams::default(), &review).await {
-                        Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => Some(format!(
+                    let user = agent.username.as_deref().unwrap_or_default();
+                    let attributes = core_resource(verb, resource, namespace, None);
+                    match self.may(&agent, attributes).await {
+                        Ok(true) => Some(format!(
                             "agentsandbox {name:?}: its agent {user:?} may {verb} {resource} in namespace {namespace:?}, which steps around any sandbox; bind it to the agentgate-agent ClusterRole instead of edit"
                         )),
-                        Ok(_) => None,
+                        Ok(false) => None,
                         Err(e) => Some(format!(
                             "agentsandbox {name:?}: could not check what its agent {user:?} may do: {e}"
                         )),
@@ -269,27 +234,16 @@ impl WebhookState {
         let account = pod_service_account(&sandbox.spec);
         let checks = [
             (
-                ResourceAttributes {
-                    verb: Some("create".into()),
-                    resource: Some("pods".into()),
-                    namespace: Some(namespace.clone()),
-                    ..ResourceAttributes::default()
-                },
+                core_resource("create", "pods", &namespace, None),
                 format!("create pods in namespace {namespace:?}"),
             ),
             (
-                ResourceAttributes {
-                    verb: Some("impersonate".into()),
-                    resource: Some("serviceaccounts".into()),
-                    namespace: Some(namespace.clone()),
-                    name: Some(account.clone()),
-                    ..ResourceAttributes::default()
-                },
+                core_resource("impersonate", "serviceaccounts", &namespace, Some(&account)),
                 format!("impersonate ServiceAccount {namespace}/{account} (the pod runs as it)"),
             ),
         ];
         for (attributes, what) in checks {
-            match self.may(request, attributes).await {
+            match self.may(&request.user_info, attributes).await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Some(format!(
@@ -413,14 +367,6 @@ where
     Json(response.into_review())
 }
 
-/// The requester of an admission request.
-fn requester(request: &AdmissionRequest<DynamicObject>) -> (String, Vec<String>) {
-    (
-        request.user_info.username.clone().unwrap_or_default(),
-        request.user_info.groups.clone().unwrap_or_default(),
-    )
-}
-
 /// The name of the object a request is about.
 fn object_name<K: ResourceExt>(new: Option<&K>, old: Option<&K>) -> String {
     new.or(old).map(|o| o.name_any()).unwrap_or_default()
@@ -433,11 +379,7 @@ fn status_answer(
     kind: &str,
     name: &str,
 ) -> Answer {
-    let (user, groups) = requester(request);
-    let who = Requester {
-        username: &user,
-        groups: &groups,
-    };
+    let who = Requester::of(&request.user_info);
     let operator = state.operator_user.get().map(String::as_str);
     match status_writer_refusal(&who, operator, kind, name) {
         Some(message) => Answer::Deny(message),
@@ -455,8 +397,8 @@ async fn validate_sandbox(
         if request.sub_resource.as_deref() == Some("status") {
             return status_answer(&s, &request, "agentsandbox", &name);
         }
-        let (user, groups) = requester(&request);
-        let who = Requester { username: &user, groups: &groups };
+        let who = Requester::of(&request.user_info);
+        let user = who.username;
         if !s.by_operator(&request) {
             let refusal = sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers)
                 .or_else(|| {
@@ -614,11 +556,7 @@ async fn validate_maximum(
             if request.sub_resource.as_deref() == Some("status") {
                 return status_answer(&s, &request, "maximumpolicy", &name);
             }
-            let (user, groups) = requester(&request);
-            let who = Requester {
-                username: &user,
-                groups: &groups,
-            };
+            let who = Requester::of(&request.user_info);
             let sandboxes = s.sandboxes.state();
             let what = format!("maximumpolicy {name:?}");
             if let Some(message) =
@@ -653,11 +591,7 @@ async fn validate_scan(
             if request.sub_resource.as_deref() == Some("status") {
                 return status_answer(&s, &request, "agentscan", &name);
             }
-            let (user, groups) = requester(&request);
-            let who = Requester {
-                username: &user,
-                groups: &groups,
-            };
+            let who = Requester::of(&request.user_info);
             if let Some(message) =
                 scan_writer_refusal(&who, &s.scan_writers, old.as_ref(), new.as_ref())
             {

@@ -6,7 +6,9 @@
 pub mod cli;
 pub mod controller;
 pub mod k8s;
-pub mod policy;
+/// The policy language lives in its own crate so the data plane can link it
+/// without Z3 or kube (DESIGN.md §10); re-exported under its old path.
+pub use agentgate_policy as policy;
 pub mod prover;
 pub mod trifecta;
 pub mod verdict;

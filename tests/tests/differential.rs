@@ -8,106 +8,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::OnceLock;
-
-use agentgate::policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use agentgate::policy::action::{Action, Layer, NetworkAction};
 use agentgate::policy::compile::{
     CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
 };
 use agentgate::policy::matcher::{allows, region_contains};
-use agentgate::policy::model::{
-    AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
-};
+use agentgate::policy::model::{PolicyDocument, Region};
 use agentgate::prover::{Outcome, Prover, ProverOptions};
 use agentgate::webhook::decide::{DecideRequest, decide_action};
+use agentgate_policy::testing::{HOST_GLOBS, PATH_GLOBS, PORTS, document, strings, universe};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
-
-const BINARY_GLOBS: &[&str] = &[
-    "/usr/bin/gh",
-    "/usr/bin/*",
-    "/usr/**",
-    "/opt/x",
-    "/*/bin/gh",
-];
-const HOST_GLOBS: &[&str] = &[
-    "a.io", "*.a.io", "**.a.io", "b.a.io", "x*.a.io", "c.b.a.io", "**",
-];
-const PATH_GLOBS: &[&str] = &[
-    "/a", "/a/*", "/a/**", "/a/*/b", "/**/b", "/a/", "**", "/b*", "/a/**/b", "/*",
-];
-const METHODS: &[&str] = &["GET", "POST", "DELETE", "*", "HEAD"];
-const FS_PATHS: &[&str] = &["/a", "/a/b", "/b", "/", "/a/bc"];
-const PORTS: &[u16] = &[443, 80];
-
-const BINARIES: &[&str] = &[
-    "/usr/bin/gh",
-    "/usr/bin/x",
-    "/usr/lib/y/gh",
-    "/opt/x",
-    "/x",
-    "/opt/bin/gh",
-];
-const HOSTS: &[&str] = &[
-    "a.io",
-    "b.a.io",
-    "x.a.io",
-    "xy.a.io",
-    "c.b.a.io",
-    "d.c.b.a.io",
-    "b.io",
-];
-const ACTION_PORTS: &[u16] = &[443, 80, 22];
-const ACTION_METHODS: &[&str] = &["GET", "HEAD", "POST", "DELETE", "PUT", "OPTIONS"];
-const PATHS: &[&str] = &[
-    "/", "/a", "/a/", "/a/x", "/a/x/", "/a/x/b", "/a/b", "/b", "/bx", "/x/b", "/a/x/y/b", "/a/b/b",
-];
-const FILES: &[&str] = &[
-    "/", "/a", "/a/b", "/a/bc", "/a/b/c", "/ab", "/b", "/b/x", "/c",
-];
-
-/// Every network and filesystem action of the small alphabet.
-fn universe() -> &'static [Action] {
-    static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
-    ACTIONS.get_or_init(|| {
-        let mut out = Vec::new();
-        for b in BINARIES {
-            for h in HOSTS {
-                for &port in ACTION_PORTS {
-                    out.push(Action::Network(NetworkAction {
-                        binary: b.to_string(),
-                        host: h.to_string(),
-                        port,
-                        layer: Layer::L4,
-                        method: String::new(),
-                        path: String::new(),
-                    }));
-                    for m in ACTION_METHODS {
-                        for p in PATHS {
-                            out.push(Action::Network(NetworkAction {
-                                binary: b.to_string(),
-                                host: h.to_string(),
-                                port,
-                                layer: Layer::Rest,
-                                method: m.to_string(),
-                                path: p.to_string(),
-                            }));
-                        }
-                    }
-                }
-            }
-        }
-        for access in [Access::Read, Access::Write] {
-            for f in FILES {
-                out.push(Action::Filesystem(FilesystemAction {
-                    access,
-                    path: f.to_string(),
-                }));
-            }
-        }
-        out
-    })
-}
 
 fn prover() -> Prover {
     // No cache: every case is a real proof.
@@ -115,82 +26,6 @@ fn prover() -> Prover {
         cache_entries: 0,
         ..ProverOptions::default()
     })
-}
-
-fn strings(pool: &'static [&'static str], max: usize) -> impl Strategy<Value = Vec<String>> {
-    subsequence(pool, 0..=max).prop_map(|v| v.into_iter().map(str::to_string).collect())
-}
-
-fn entry() -> impl Strategy<Value = RuleEntry> {
-    (
-        subsequence(METHODS, 1..=2),
-        proptest::option::weighted(0.8, select(PATH_GLOBS)),
-    )
-        .prop_map(|(methods, path)| RuleEntry {
-            methods: methods.into_iter().map(str::to_string).collect(),
-            path: path.map(str::to_string),
-        })
-}
-
-fn endpoint() -> impl Strategy<Value = Endpoint> {
-    (
-        select(HOST_GLOBS),
-        subsequence(PORTS, 1..=2),
-        0u8..6,
-        proptest::option::weighted(0.2, select(PATH_GLOBS)),
-        proptest::collection::vec(entry(), 1..=2),
-        proptest::collection::vec(entry(), 0..=1),
-    )
-        .prop_map(|(host, ports, shape, scope, rules, deny_rules)| {
-            let mut e = Endpoint {
-                host: host.to_string(),
-                ports: ports.to_vec(),
-                ..Default::default()
-            };
-            if shape == 0 {
-                return e; // l4
-            }
-            e.protocol = Protocol::Rest;
-            e.path = scope.map(str::to_string);
-            e.deny_rules = deny_rules;
-            match shape {
-                1 => e.access = Some(AccessLevel::ReadOnly),
-                2 => e.access = Some(AccessLevel::ReadWrite),
-                3 => e.access = Some(AccessLevel::Full),
-                _ => e.rules = rules,
-            }
-            e
-        })
-}
-
-fn document() -> impl Strategy<Value = PolicyDocument> {
-    (
-        proptest::collection::vec(
-            (
-                strings(BINARY_GLOBS, 2),
-                proptest::collection::vec(endpoint(), 1..=2),
-            ),
-            0..=3,
-        ),
-        strings(FS_PATHS, 2),
-        strings(FS_PATHS, 2),
-    )
-        .prop_map(|(rules, read_only, read_write)| PolicyDocument {
-            filesystem: Filesystem {
-                read_only,
-                read_write,
-            },
-            network: rules
-                .into_iter()
-                .enumerate()
-                .map(|(i, (binaries, endpoints))| NetworkRule {
-                    name: format!("r{i}"),
-                    binaries,
-                    endpoints,
-                    review: None,
-                })
-                .collect(),
-        })
 }
 
 /// Pairs (C, M): independent; M = C plus allow-only rules (so C ⊆ M); or M = C

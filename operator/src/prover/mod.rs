@@ -388,6 +388,23 @@ mod tests {
     use crate::policy::compile::{Limits, Role};
     use crate::policy::load::load_document;
 
+    /// Lives here rather than next to `apply_proposal` because it needs the
+    /// prover, which the policy crate does not link.
+    #[test]
+    fn a_removal_never_adds_authority() {
+        let sandbox = |yaml: &str| load_document(yaml, &Limits::default()).unwrap().policy;
+        let current = sandbox(
+            "network:\n  - {name: a, endpoints: [{host: a.io, ports: [443]}]}\n  - {name: b, endpoints: [{host: b.io, ports: [443]}]}\n",
+        );
+        let candidate =
+            crate::policy::compose::apply_proposal(&current, None, &["a".into()]).unwrap();
+        let compile = |d: &crate::policy::PolicyDocument| {
+            crate::policy::compile(d, Role::Sandbox, &Limits::default()).unwrap()
+        };
+        let proof = Prover::default().containment(&compile(&candidate), &compile(&current));
+        assert_eq!(proof.outcome, Outcome::Within);
+    }
+
     fn policy(yaml: &str) -> CompiledPolicy {
         let doc = load_document(yaml, &Limits::default()).unwrap();
         doc.compile(Role::Maximum, &Limits::default())

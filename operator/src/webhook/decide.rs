@@ -81,18 +81,7 @@ pub struct DecideResponse {
     pub finding: Option<FindingCitation>,
 }
 
-/// The static finding a runtime deny belongs to (DESIGN.md §8).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FindingCitation {
-    /// Finding id, e.g. `AG-TRIFECTA`.
-    pub id: String,
-    /// The finding's sink.
-    pub sink: String,
-    /// The node whose capability the action exercises.
-    pub node: String,
-    /// The finding on one line, with both witnesses.
-    pub witness: String,
-}
+pub use crate::policy::findings::FindingCitation;
 
 /// The first unfixed finding with a node (sink first, then the witness
 /// paths) that has a capability covering the requested action.

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::policy::action::{Layer, check_absolute_path, check_method};
-use crate::policy::error::{Reason, ReasonCode};
-use crate::policy::glob::{Glob, GlobKind};
-use crate::policy::model::{AccessLevel, PolicyDocument, Protocol, Region, RuleEntry};
+use crate::action::{Layer, check_absolute_path, check_method};
+use crate::error::{Reason, ReasonCode};
+use crate::glob::{Glob, GlobKind};
+use crate::model::{AccessLevel, PolicyDocument, Protocol, Region, RuleEntry};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).

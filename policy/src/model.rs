@@ -1,11 +1,11 @@
 //! The policy document of POLICY-SEMANTICS.md §2 as serde/schemars types.
 //! These are the shapes people write (and, later, the CRD schemas); they are
-//! checked and compiled into [`crate::policy::CompiledPolicy`] before use.
+//! checked and compiled into [`crate::CompiledPolicy`] before use.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::action::Layer;
+use crate::action::Layer;
 
 /// A policy: filesystem grants and network rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -8,11 +8,9 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::policy::compile::{
-    CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
-};
-use crate::policy::error::{Reason, ReasonCode};
-use crate::policy::model::{Budget, Invariant, PolicyDocument};
+use crate::compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};
+use crate::error::{Reason, ReasonCode};
+use crate::model::{Budget, Invariant, PolicyDocument};
 
 /// What a file held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

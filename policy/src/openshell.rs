@@ -12,8 +12,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::policy::error::{Reason, ReasonCode};
-use crate::policy::model::{
+use crate::error::{Reason, ReasonCode};
+use crate::model::{
     AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, RuleEntry,
 };
 

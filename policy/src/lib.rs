@@ -1,15 +1,21 @@
 //! The policy language (POLICY-SEMANTICS.md): documents, globs, validation,
-//! compilation and the runtime matcher. Pure logic, no I/O.
+//! compilation and the runtime matcher. Pure logic, no I/O: the operator
+//! proves with it, and the data plane (`agentgate-proxy`, `agentgate-exec`)
+//! enforces with it, so both read policies the same way.
+#![warn(missing_docs)]
 
 pub mod action;
 pub mod compile;
 pub mod compose;
 pub mod error;
+pub mod findings;
 pub mod glob;
 pub mod load;
 pub mod matcher;
 pub mod model;
 pub mod openshell;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use action::{Action, FilesystemAction, Layer, NetworkAction};
 pub use compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};

@@ -192,6 +192,55 @@ pub fn check_request_path(value: &str) -> Result<(), CanonicalError> {
     Ok(())
 }
 
+/// The `path` of a `rest` action for a request target's path (without its
+/// query), as POLICY-SEMANTICS.md §7 says: percent-escapes of `/`, `.`, `\`
+/// and `%` are refused because a server may decode them into a different
+/// path than the one judged; escapes of other unreserved characters
+/// (letters, digits, `-`, `_`, `~`) are decoded; the result must be
+/// canonical (no `//`, no dot segments, no `;`). An empty target is `/`.
+pub fn request_path(target: &str) -> Result<String, CanonicalError> {
+    if target.is_empty() {
+        return Ok("/".to_string());
+    }
+    let bytes = target.as_bytes();
+    let mut out = String::with_capacity(target.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b != b'%' {
+            out.push(char::from(b));
+            i += 1;
+            continue;
+        }
+        let hex = |b: Option<&u8>| b.and_then(|b| char::from(*b).to_digit(16));
+        let (Some(hi), Some(lo)) = (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) else {
+            return Err(err("path", "a `%` not followed by two hex digits"));
+        };
+        // Both digits are < 16, so the byte fits.
+        let decoded = u8::try_from(hi * 16 + lo).unwrap_or(0);
+        match decoded {
+            b'/' | b'.' | b'\\' | b'%' => {
+                return Err(err(
+                    "path",
+                    "percent-encoded `/`, `.`, `\\` or `%` is not canonical",
+                ));
+            }
+            b if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'~' => {
+                out.push(char::from(b));
+            }
+            // Reserved and other characters keep their escape: a server reads
+            // them as data inside one segment, never as structure.
+            _ => out.push_str(&target[i..i + 3]),
+        }
+        i += 3;
+    }
+    if !target.is_ascii() {
+        return Err(err("path", "must be ASCII"));
+    }
+    check_request_path(&out)?;
+    Ok(out)
+}
+
 /// True for a byte allowed in a host label.
 pub fn is_host_byte(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
@@ -277,6 +326,30 @@ impl Action {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_paths_are_decoded_or_refused() {
+        assert_eq!(request_path("").unwrap(), "/");
+        assert_eq!(request_path("/repos/acme").unwrap(), "/repos/acme");
+        assert_eq!(request_path("/r%65pos/%7Eme").unwrap(), "/repos/~me");
+        assert_eq!(request_path("/a%20b/%3F").unwrap(), "/a%20b/%3F");
+        for bad in [
+            "/a/%2e%2e/b",
+            "/a%2Fb",
+            "/a%5cb",
+            "/a%25b",
+            "/a//b",
+            "/a/../b",
+            "/a/./b",
+            "/a;b",
+            "/a%zz",
+            "/a%4",
+            "relative",
+            "/a/%2E",
+        ] {
+            assert!(request_path(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn canonical_paths() {

@@ -1,0 +1,142 @@
+//! Trifecta findings as the data plane reads them: the operator writes
+//! `findings.json` next to the policy (DESIGN.md §10), each finding with the
+//! network regions its tools would reach, so a refusal can say which static
+//! finding predicted it without the analysis (or Z3) in the data plane.
+
+use serde::{Deserialize, Serialize};
+
+use crate::action::NetworkAction;
+use crate::compile::{CompiledRegion, compile_region};
+use crate::error::Reason;
+use crate::matcher::region_contains;
+use crate::model::Region;
+
+/// One unfixed trifecta finding of the sandbox's agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FindingRegions {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The finding's sink node.
+    pub sink: String,
+    /// The finding on one line, with both witnesses.
+    pub witness: String,
+    /// The capabilities of the nodes on the finding's paths, sink first.
+    #[serde(default)]
+    pub capabilities: Vec<NodeRegion>,
+}
+
+/// The network actions one node of a finding can perform.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeRegion {
+    /// The node (tool) id.
+    pub node: String,
+    /// The actions its capability covers.
+    pub region: Region,
+}
+
+/// The static finding a runtime deny belongs to (DESIGN.md §8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingCitation {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The finding's sink.
+    pub sink: String,
+    /// The node whose capability the action exercises.
+    pub node: String,
+    /// The finding on one line, with both witnesses.
+    pub witness: String,
+}
+
+/// Findings with their regions compiled, ready to cite.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledFindings {
+    entries: Vec<(FindingCitation, CompiledRegion)>,
+}
+
+impl CompiledFindings {
+    /// Compiles every region; a region that does not compile is an error
+    /// naming its finding and node, so a bad file is noticed, not ignored.
+    pub fn compile(findings: &[FindingRegions]) -> Result<CompiledFindings, Reason> {
+        let mut entries = Vec::new();
+        for (i, finding) in findings.iter().enumerate() {
+            for (j, capability) in finding.capabilities.iter().enumerate() {
+                let field = format!("[{i}].capabilities[{j}].region");
+                entries.push((
+                    FindingCitation {
+                        id: finding.id.clone(),
+                        sink: finding.sink.clone(),
+                        node: capability.node.clone(),
+                        witness: finding.witness.clone(),
+                    },
+                    compile_region(&capability.region, &field)?,
+                ));
+            }
+        }
+        Ok(CompiledFindings { entries })
+    }
+
+    /// The first finding (in file order, sink first within a finding) with a
+    /// node whose region contains the action.
+    pub fn cite(&self, action: &NetworkAction) -> Option<&FindingCitation> {
+        self.entries
+            .iter()
+            .find(|(_, region)| region_contains(region, action))
+            .map(|(citation, _)| citation)
+    }
+
+    /// Number of node regions.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there is nothing to cite.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Layer;
+
+    #[test]
+    fn cites_the_node_whose_region_holds_the_action() {
+        let findings: Vec<FindingRegions> = serde_json::from_str(
+            r#"[{"id":"AG-TRIFECTA","sink":"post","witness":"fetch -> post",
+                 "capabilities":[{"node":"post","region":{"hosts":["hooks.example.com"],"methods":["POST"]}}]}]"#,
+        )
+        .unwrap();
+        let compiled = CompiledFindings::compile(&findings).unwrap();
+        let mut action = NetworkAction {
+            binary: "/usr/bin/python3".into(),
+            host: "hooks.example.com".into(),
+            port: 443,
+            layer: Layer::Rest,
+            method: "POST".into(),
+            path: "/x".into(),
+        };
+        assert_eq!(
+            compiled.cite(&action).map(|c| c.node.as_str()),
+            Some("post")
+        );
+        action.method = "GET".into();
+        assert_eq!(compiled.cite(&action), None);
+    }
+
+    #[test]
+    fn a_bad_region_names_where() {
+        let findings: Vec<FindingRegions> = serde_json::from_str(
+            r#"[{"id":"X","sink":"s","witness":"w","capabilities":[{"node":"n","region":{"hosts":["a[b"]}}]}]"#,
+        )
+        .unwrap();
+        let err = CompiledFindings::compile(&findings).unwrap_err();
+        assert!(
+            err.field
+                .unwrap_or_default()
+                .starts_with("[0].capabilities[0].region")
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! The runtime matcher: evaluates concrete actions against a compiled policy
+//! exactly as POLICY-SEMANTICS.md §4 says. No solver; this is what the
+//! enforcement side runs, and what every prover counterexample is replayed
+//! through.
+
+use crate::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use crate::compile::{
+    CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
+};
+
+/// The outcome of matching one action, with the rule that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the policy allows the action.
+    pub allow: bool,
+    /// The allowing rule, or the denying rule, if any.
+    pub rule: Option<String>,
+    /// One line: why.
+    pub reason: String,
+}
+
+/// Who opened a connection, as far as the runtime can tell
+/// (POLICY-SEMANTICS.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller<'a> {
+    /// The realpath of the one executable that owns the socket.
+    Binary(&'a str),
+    /// Not exactly one executable: it could be any binary. Only rules without
+    /// `binaries` can allow, and every rule's `denyRules` can deny (deny wins
+    /// for each binary it might be), so an unknown caller never gets more
+    /// than the least-privileged binary would.
+    Unknown,
+}
+
+/// Whether the rule's binaries admit the caller, for an allow (`deny =
+/// false`) or a deny (`deny = true`).
+fn caller_ok(rule: &CompiledRule, caller: Caller<'_>, deny: bool) -> bool {
+    match caller {
+        Caller::Binary(binary) => {
+            rule.binaries.is_empty() || rule.binaries.iter().any(|g| g.matches(binary))
+        }
+        Caller::Unknown => deny || rule.binaries.is_empty(),
+    }
+}
+
+fn binary_ok(rule: &CompiledRule, a: &NetworkAction) -> bool {
+    caller_ok(rule, Caller::Binary(&a.binary), false)
+}
+
+fn endpoint_reaches(e: &CompiledEndpoint, host: &str, port: u16) -> bool {
+    e.host.matches(host) && e.ports.contains(&port)
+}
+
+fn connection_ok(rule: &CompiledRule, e: &CompiledEndpoint, a: &NetworkAction) -> bool {
+    binary_ok(rule, a) && endpoint_reaches(e, &a.host, a.port)
+}
+
+fn entry_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
+    entry.methods.contains(&a.method) && entry.path.as_ref().is_none_or(|g| g.matches(&a.path))
+}
+
+/// The layer, method and path part of `allows_E(a)`.
+fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
+    match &e.kind {
+        EndpointKind::L4 => true,
+        EndpointKind::Rest { scope, allow, .. } => {
+            a.layer == Layer::Rest
+                && scope.as_ref().is_none_or(|g| g.matches(&a.path))
+                && allow.iter().any(|entry| entry_matches(entry, a))
+        }
+    }
+}
+
+/// The layer, method and path part of `denies_E(a)`.
+fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
+    match &e.kind {
+        EndpointKind::L4 => false,
+        EndpointKind::Rest { deny, .. } => {
+            a.layer == Layer::Rest && deny.iter().any(|entry| entry_matches(entry, a))
+        }
+    }
+}
+
+/// `allows_E(a)` of §4.
+pub fn endpoint_allows(rule: &CompiledRule, e: &CompiledEndpoint, a: &NetworkAction) -> bool {
+    connection_ok(rule, e, a) && endpoint_kind_allows(e, a)
+}
+
+/// `denies_E(a)` of §4.
+pub fn endpoint_denies(rule: &CompiledRule, e: &CompiledEndpoint, a: &NetworkAction) -> bool {
+    connection_ok(rule, e, a) && endpoint_kind_denies(e, a)
+}
+
+/// What an enforcement point does with a new connection to (host, port)
+/// before it has seen any request (DESIGN.md §10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionDecision {
+    /// No endpoint could allow any action on (caller, host, port).
+    Refuse {
+        /// One line: why.
+        reason: String,
+    },
+    /// An `l4` endpoint allows every action on (caller, host, port) and no
+    /// `denyRules` entry touches it: the bytes may pass uninspected.
+    Tunnel {
+        /// The allowing rule.
+        rule: String,
+    },
+    /// Some actions may be allowed and others not: every request must be
+    /// seen and judged as a `rest` action.
+    Inspect,
+}
+
+/// Classifies a connection so that tunnelling is sound (every action on it
+/// is allowed by [`decide_network_as`]) and refusing is sound (none is).
+pub fn decide_connection(
+    policy: &CompiledPolicy,
+    caller: Caller<'_>,
+    host: &str,
+    port: u16,
+) -> ConnectionDecision {
+    let mut tunnel = None;
+    let mut could_allow = false;
+    let mut deny_touches = false;
+    for rule in &policy.rules {
+        let (allow_ok, deny_ok) = (
+            caller_ok(rule, caller, false),
+            caller_ok(rule, caller, true),
+        );
+        for e in rule
+            .endpoints
+            .iter()
+            .filter(|e| endpoint_reaches(e, host, port))
+        {
+            match &e.kind {
+                EndpointKind::L4 if allow_ok => {
+                    could_allow = true;
+                    tunnel.get_or_insert_with(|| rule.name.clone());
+                }
+                EndpointKind::L4 => {}
+                EndpointKind::Rest { allow, deny, .. } => {
+                    could_allow |= allow_ok && !allow.is_empty();
+                    deny_touches |= deny_ok && !deny.is_empty();
+                }
+            }
+        }
+    }
+    match tunnel {
+        Some(rule) if !deny_touches => ConnectionDecision::Tunnel { rule },
+        _ if could_allow => ConnectionDecision::Inspect,
+        _ => ConnectionDecision::Refuse {
+            reason: format!("no rule allows any connection to {host}:{port} by this binary"),
+        },
+    }
+}
+
+/// Decides a network action: allowed iff some endpoint allows it and no
+/// endpoint of the policy denies it (deny wins, across rules).
+pub fn decide_network(policy: &CompiledPolicy, a: &NetworkAction) -> Decision {
+    decide_network_as(policy, Caller::Binary(&a.binary), a)
+}
+
+/// [`decide_network`] for a caller the runtime may not know: with
+/// [`Caller::Unknown`], `a.binary` is ignored and the action is allowed only
+/// if it would be allowed whatever the binary is.
+pub fn decide_network_as(
+    policy: &CompiledPolicy,
+    caller: Caller<'_>,
+    a: &NetworkAction,
+) -> Decision {
+    let mut allowing = None;
+    for rule in &policy.rules {
+        let (allow_ok, deny_ok) = (
+            caller_ok(rule, caller, false),
+            caller_ok(rule, caller, true),
+        );
+        for e in &rule.endpoints {
+            let reaches = endpoint_reaches(e, &a.host, a.port);
+            if deny_ok && reaches && endpoint_kind_denies(e, a) {
+                return Decision {
+                    allow: false,
+                    rule: Some(rule.name.clone()),
+                    reason: format!("denied by a denyRules entry of rule {:?}", rule.name),
+                };
+            }
+            if allowing.is_none() && allow_ok && reaches && endpoint_kind_allows(e, a) {
+                allowing = Some(rule.name.clone());
+            }
+        }
+    }
+    match allowing {
+        Some(rule) => Decision {
+            allow: true,
+            reason: format!("allowed by rule {rule:?}"),
+            rule: Some(rule),
+        },
+        None => Decision {
+            allow: false,
+            rule: None,
+            reason: "no rule allows it".to_string(),
+        },
+    }
+}
+
+/// `allows_P(a)` for a network action.
+pub fn allows_network(policy: &CompiledPolicy, a: &NetworkAction) -> bool {
+    decide_network(policy, a).allow
+}
+
+/// True when `path` equals `base` or lies below it at a `/` boundary.
+pub fn path_is_under(path: &str, base: &str) -> bool {
+    if base == "/" {
+        return path.starts_with('/');
+    }
+    path == base || (path.starts_with(base) && path.as_bytes().get(base.len()) == Some(&b'/'))
+}
+
+/// Filesystem rule of §4: read under readOnly ∪ readWrite, write under readWrite.
+pub fn allows_filesystem(policy: &CompiledPolicy, a: &FilesystemAction) -> bool {
+    let entries = match a.access {
+        Access::Read => &policy.filesystem.read,
+        Access::Write => &policy.filesystem.write,
+    };
+    entries.iter().any(|base| path_is_under(&a.path, base))
+}
+
+/// `allows_P(a)` for either kind of action.
+pub fn allows(policy: &CompiledPolicy, action: &Action) -> bool {
+    match action {
+        Action::Network(a) => allows_network(policy, a),
+        Action::Filesystem(a) => allows_filesystem(policy, a),
+    }
+}
+
+/// True when a network action lies in a region. Method and path constraints
+/// hold only for REST actions (an l4 action has neither).
+pub fn region_contains(region: &CompiledRegion, a: &NetworkAction) -> bool {
+    let rest = a.layer == Layer::Rest;
+    region
+        .binaries
+        .as_ref()
+        .is_none_or(|g| g.iter().any(|g| g.matches(&a.binary)))
+        && region
+            .hosts
+            .as_ref()
+            .is_none_or(|g| g.iter().any(|g| g.matches(&a.host)))
+        && region.ports.as_ref().is_none_or(|p| p.contains(&a.port))
+        && region.layers.as_ref().is_none_or(|l| l.contains(&a.layer))
+        && region
+            .methods
+            .as_ref()
+            .is_none_or(|m| rest && m.contains(&a.method))
+        && region
+            .paths
+            .as_ref()
+            .is_none_or(|g| rest && g.iter().any(|g| g.matches(&a.path)))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::compile::{Limits, Role, compile};
+    use crate::testing::{document, universe};
+
+    fn network_actions() -> impl Iterator<Item = &'static NetworkAction> {
+        universe().iter().filter_map(|a| match a {
+            Action::Network(a) => Some(a),
+            Action::Filesystem(_) => None,
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Tunnelling and refusing at connect time are sound: a tunnel only
+        /// where every action on the connection is allowed, a refusal only
+        /// where none is; for a known binary and for an unknown one.
+        #[test]
+        fn connection_decisions_agree_with_actions(doc in document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            for a in network_actions() {
+                for caller in [Caller::Binary(&a.binary), Caller::Unknown] {
+                    let allowed = decide_network_as(&policy, caller, a).allow;
+                    match decide_connection(&policy, caller, &a.host, a.port) {
+                        ConnectionDecision::Tunnel { .. } => prop_assert!(allowed, "tunnel but {a} denied"),
+                        ConnectionDecision::Refuse { .. } => prop_assert!(!allowed, "refused but {a} allowed"),
+                        ConnectionDecision::Inspect => {}
+                    }
+                }
+            }
+        }
+
+        /// An unknown caller gets exactly what every binary would get.
+        #[test]
+        fn unknown_caller_is_the_least_privileged_binary(doc in document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let binaries = crate::testing::BINARIES;
+            for a in network_actions().filter(|a| a.binary == binaries[0]) {
+                let unknown = decide_network_as(&policy, Caller::Unknown, a).allow;
+                let every = binaries.iter().all(|b| {
+                    let mut a = a.clone();
+                    a.binary = (*b).to_string();
+                    allows_network(&policy, &a)
+                });
+                // Unknown is never more than any binary; it equals the
+                // meet whenever rules without binaries decide.
+                prop_assert!(!unknown || every, "unknown allowed {a}");
+            }
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The proxy's decisions, as pure functions over a policy snapshot: how a
+//! connection or a request becomes an action of POLICY-SEMANTICS.md §7, and
+//! what a refusal says. No I/O, so the property tests can compare it with
+//! the matcher directly; every verdict comes from `agentgate_policy::matcher`.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use agentgate_policy::action::{Layer, NetworkAction, check_host, check_method, request_path};
+use agentgate_policy::compile::CompiledPolicy;
+use agentgate_policy::findings::{CompiledFindings, FindingCitation};
+use agentgate_policy::matcher::{Caller, ConnectionDecision, decide_connection, decide_network_as};
+use serde::Serialize;
+
+/// What the proxy enforces right now.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Increases with every load attempt that changed the file's content.
+    pub generation: u64,
+    /// The compiled policy, or why there is none (then everything is refused).
+    pub policy: Result<Arc<CompiledPolicy>, String>,
+    /// The sandbox's trifecta findings, to cite in refusals.
+    pub findings: Arc<CompiledFindings>,
+}
+
+impl Snapshot {
+    /// The state before any policy was read: refuse everything.
+    pub fn unloaded() -> Snapshot {
+        Snapshot {
+            generation: 0,
+            policy: Err("no policy has been loaded yet".to_string()),
+            findings: Arc::default(),
+        }
+    }
+}
+
+/// The binary that opened a connection, if the proxy could tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary(pub Option<String>);
+
+impl Binary {
+    /// The matcher's view.
+    pub fn caller(&self) -> Caller<'_> {
+        match &self.0 {
+            Some(path) => Caller::Binary(path),
+            None => Caller::Unknown,
+        }
+    }
+
+    /// As shown in refusals and logs.
+    pub fn shown(&self) -> &str {
+        self.0.as_deref().unwrap_or("(unknown binary)")
+    }
+}
+
+/// Why a refusal happened, as a stable code for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalCode {
+    /// No rule allows the action.
+    NoRule,
+    /// A `denyRules` entry matched (deny wins).
+    DeniedByRule,
+    /// There is no valid policy.
+    PolicyUnavailable,
+    /// The destination is not a canonical DNS name (IP literal, no SNI or Host).
+    NotAHost,
+    /// The request path is not canonical.
+    NonCanonicalPath,
+    /// The method is not an upper-case HTTP token.
+    NonCanonicalMethod,
+    /// The request's Host or the TLS SNI names another host than the connection.
+    HostMismatch,
+    /// Something other than HTTP/1.1 or HTTP/2 (WebSocket upgrades, raw bytes).
+    UnsupportedProtocol,
+    /// A tunnel opened under an older policy is no longer allowed.
+    Revoked,
+}
+
+impl RefusalCode {
+    /// The code as logged and counted.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::NoRule => "no_rule",
+            RefusalCode::DeniedByRule => "denied_by_rule",
+            RefusalCode::PolicyUnavailable => "policy_unavailable",
+            RefusalCode::NotAHost => "not_a_host",
+            RefusalCode::NonCanonicalPath => "non_canonical_path",
+            RefusalCode::NonCanonicalMethod => "non_canonical_method",
+            RefusalCode::HostMismatch => "host_mismatch",
+            RefusalCode::UnsupportedProtocol => "unsupported_protocol",
+            RefusalCode::Revoked => "revoked",
+        }
+    }
+}
+
+/// A refusal, as the 403 body says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Always `deny`.
+    pub decision: &'static str,
+    /// One line in the words of `/v1/decide`.
+    pub reason: String,
+    /// Machine-readable reason.
+    pub code: RefusalCode,
+    /// The rule whose `denyRules` refused it, if one did.
+    pub rule: Option<String>,
+    /// The static trifecta finding that predicted this action, if any
+    /// (boxed: refusals travel in `Result`s on the hot path).
+    pub finding: Option<Box<FindingCitation>>,
+}
+
+impl Refusal {
+    /// A refusal no rule decided.
+    pub fn new(code: RefusalCode, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            decision: "deny",
+            reason: reason.into(),
+            code,
+            rule: None,
+            finding: None,
+        }
+    }
+
+    /// The JSON body of the 403.
+    pub fn body(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            r#"{"decision":"deny","reason":"refused","rule":null,"finding":null}"#.to_string()
+        })
+    }
+}
+
+/// How a connection proceeds when it is not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admitted {
+    /// Bytes pass through; the allowing `l4` rule.
+    Tunnel(String),
+    /// TLS is terminated and every request judged.
+    Inspect,
+}
+
+/// Checks that a destination is a canonical DNS name (§7): lower-cased,
+/// without a trailing dot, and not an IP literal or something a URL parser
+/// would read as one (a numeric last label).
+pub fn canonical_host(raw: &str) -> Result<String, Refusal> {
+    let host = raw.trim_end_matches('.').to_ascii_lowercase();
+    let bracketed = host.starts_with('[');
+    let numeric_tld = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    if bracketed || host.parse::<IpAddr>().is_ok() || numeric_tld {
+        return Err(Refusal::new(
+            RefusalCode::NotAHost,
+            format!(
+                "{raw:?} is an IP address, not a host name: policies grant names, so it cannot be judged"
+            ),
+        ));
+    }
+    check_host(&host).map_err(|e| {
+        Refusal::new(
+            RefusalCode::NotAHost,
+            format!("{raw:?} is not a canonical host name: {e}"),
+        )
+    })?;
+    Ok(host)
+}
+
+fn policy(snapshot: &Snapshot) -> Result<&CompiledPolicy, Refusal> {
+    snapshot.policy.as_deref().map_err(|why| {
+        Refusal::new(
+            RefusalCode::PolicyUnavailable,
+            format!("no valid policy is loaded, so everything is refused: {why}"),
+        )
+    })
+}
+
+/// Judges a new connection to (host, port) by `binary`. `host` must
+/// already be canonical.
+pub fn judge_connection(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+) -> Result<Admitted, Refusal> {
+    let policy = policy(snapshot)?;
+    match decide_connection(policy, binary.caller(), host, port) {
+        ConnectionDecision::Tunnel { rule } => Ok(Admitted::Tunnel(rule)),
+        ConnectionDecision::Inspect => Ok(Admitted::Inspect),
+        ConnectionDecision::Refuse { .. } => {
+            let action = NetworkAction {
+                binary: binary.shown().to_string(),
+                host: host.to_string(),
+                port,
+                layer: Layer::L4,
+                method: String::new(),
+                path: String::new(),
+            };
+            let mut refusal = Refusal::new(
+                RefusalCode::NoRule,
+                format!("{action}: no rule allows any request on this connection"),
+            );
+            refusal.finding = snapshot.findings.cite(&action).cloned().map(Box::new);
+            Err(refusal)
+        }
+    }
+}
+
+/// Judges one HTTP request on a connection to (host, port) as a `rest`
+/// action. `target_path` is the request target's path, without the query.
+/// Returns the allowing rule.
+pub fn judge_request(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+    method: &str,
+    target_path: &str,
+) -> Result<String, Refusal> {
+    let policy = policy(snapshot)?;
+    let path = request_path(target_path).map_err(|e| {
+        Refusal::new(
+            RefusalCode::NonCanonicalPath,
+            format!("{method} https://{host}:{port}{target_path}: not a canonical path ({e}), so it cannot be judged"),
+        )
+    })?;
+    check_method(method).map_err(|e| {
+        Refusal::new(
+            RefusalCode::NonCanonicalMethod,
+            format!("{method:?} is not a canonical method: {e}"),
+        )
+    })?;
+    let action = NetworkAction {
+        binary: binary.shown().to_string(),
+        host: host.to_string(),
+        port,
+        layer: Layer::Rest,
+        method: method.to_string(),
+        path,
+    };
+    let decision = decide_network_as(policy, binary.caller(), &action);
+    if decision.allow {
+        return Ok(decision.rule.unwrap_or_default());
+    }
+    let code = if decision.rule.is_some() {
+        RefusalCode::DeniedByRule
+    } else {
+        RefusalCode::NoRule
+    };
+    Err(Refusal {
+        decision: "deny",
+        reason: format!("{action}: {}", decision.reason),
+        code,
+        rule: decision.rule,
+        finding: snapshot.findings.cite(&action).cloned().map(Box::new),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use agentgate_policy::compile::{Limits, Role, compile};
+    use agentgate_policy::matcher::decide_network;
+    use agentgate_policy::testing::{document, universe};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn snapshot(yaml: &str) -> Snapshot {
+        let doc = agentgate_policy::load::load_document(yaml, &Limits::default()).unwrap();
+        Snapshot {
+            generation: 1,
+            policy: Ok(Arc::new(
+                compile(&doc.policy, Role::Sandbox, &Limits::default()).unwrap(),
+            )),
+            findings: Arc::default(),
+        }
+    }
+
+    const POLICY: &str = r#"
+network:
+  - name: gh
+    binaries: [/usr/bin/curl]
+    endpoints:
+      - host: api.github.com
+        ports: [443]
+        protocol: rest
+        rules: [{methods: [GET], path: "/repos/**"}]
+        denyRules: [{methods: [GET], path: "/repos/acme/secret/**"}]
+  - name: pypi
+    endpoints: [{host: pypi.org, ports: [443]}]
+"#;
+
+    fn curl() -> Binary {
+        Binary(Some("/usr/bin/curl".into()))
+    }
+
+    #[test]
+    fn hosts_must_be_names() {
+        assert_eq!(canonical_host("API.GitHub.com.").unwrap(), "api.github.com");
+        for bad in [
+            "127.0.0.1",
+            "[::1]",
+            "::1",
+            "1.2.3",
+            "",
+            "a..b",
+            "ex ample.com",
+            "x.123",
+        ] {
+            let r = canonical_host(bad).unwrap_err();
+            assert_eq!(r.code, RefusalCode::NotAHost, "{bad}");
+        }
+    }
+
+    #[test]
+    fn connections_tunnel_inspect_or_refuse() {
+        let s = snapshot(POLICY);
+        assert_eq!(
+            judge_connection(&s, &curl(), "pypi.org", 443),
+            Ok(Admitted::Tunnel("pypi".into()))
+        );
+        assert_eq!(
+            judge_connection(&s, &curl(), "api.github.com", 443),
+            Ok(Admitted::Inspect)
+        );
+        let refused = judge_connection(&s, &curl(), "evil.example", 443).unwrap_err();
+        assert_eq!(refused.code, RefusalCode::NoRule);
+        assert!(
+            refused
+                .reason
+                .starts_with("connect evil.example:443 by /usr/bin/curl"),
+            "{}",
+            refused.reason
+        );
+        // Unknown binaries get only binary-less rules.
+        let unknown = Binary(None);
+        assert!(judge_connection(&s, &unknown, "api.github.com", 443).is_err());
+        assert!(judge_connection(&s, &unknown, "pypi.org", 443).is_ok());
+    }
+
+    #[test]
+    fn requests_say_why_in_the_words_of_decide() {
+        let s = snapshot(POLICY);
+        assert_eq!(
+            judge_request(&s, &curl(), "api.github.com", 443, "GET", "/repos/x").unwrap(),
+            "gh"
+        );
+        // GET covers HEAD.
+        assert!(judge_request(&s, &curl(), "api.github.com", 443, "HEAD", "/repos/x").is_ok());
+        let no = judge_request(&s, &curl(), "api.github.com", 443, "POST", "/repos/x").unwrap_err();
+        assert_eq!(
+            no.reason,
+            "POST https://api.github.com:443/repos/x by /usr/bin/curl (layer rest): no rule allows it"
+        );
+        assert_eq!(no.rule, None);
+        let denied = judge_request(
+            &s,
+            &curl(),
+            "api.github.com",
+            443,
+            "GET",
+            "/repos/acme/secret/k",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (denied.code, denied.rule.as_deref()),
+            (RefusalCode::DeniedByRule, Some("gh"))
+        );
+        let body: serde_json::Value = serde_json::from_str(&denied.body()).unwrap();
+        assert_eq!(body["decision"], "deny");
+        assert_eq!(body["finding"], serde_json::Value::Null);
+        // An escape that would smuggle the denied path past the glob.
+        let smuggled = judge_request(
+            &s,
+            &curl(),
+            "api.github.com",
+            443,
+            "GET",
+            "/repos/acme/%73ecret/k",
+        )
+        .unwrap_err();
+        assert_eq!(smuggled.code, RefusalCode::DeniedByRule);
+        let dotted = judge_request(
+            &s,
+            &curl(),
+            "api.github.com",
+            443,
+            "GET",
+            "/repos/x/%2e%2e/acme",
+        )
+        .unwrap_err();
+        assert_eq!(dotted.code, RefusalCode::NonCanonicalPath);
+        let lower =
+            judge_request(&s, &curl(), "api.github.com", 443, "get", "/repos/x").unwrap_err();
+        assert_eq!(lower.code, RefusalCode::NonCanonicalMethod);
+    }
+
+    #[test]
+    fn no_policy_refuses_everything() {
+        let s = Snapshot::unloaded();
+        assert_eq!(
+            judge_connection(&s, &curl(), "pypi.org", 443)
+                .unwrap_err()
+                .code,
+            RefusalCode::PolicyUnavailable
+        );
+        assert_eq!(
+            judge_request(&s, &curl(), "pypi.org", 443, "GET", "/")
+                .unwrap_err()
+                .code,
+            RefusalCode::PolicyUnavailable
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// The proxy's verdict on every request is the matcher's, on random
+        /// policies over the whole enumerated action space; and a tunnelled
+        /// connection only carries actions the matcher allows.
+        #[test]
+        fn proxy_decisions_equal_the_matcher(doc in document()) {
+            let compiled = Arc::new(compile(&doc, Role::Maximum, &Limits::default()).unwrap());
+            let s = Snapshot { generation: 1, policy: Ok(compiled.clone()), findings: Arc::default() };
+            for action in universe() {
+                let agentgate_policy::action::Action::Network(a) = action else { continue };
+                let binary = Binary(Some(a.binary.clone()));
+                let matcher = decide_network(&compiled, a).allow;
+                match a.layer {
+                    Layer::Rest => {
+                        let proxy = judge_connection(&s, &binary, &a.host, a.port).is_ok()
+                            && judge_request(&s, &binary, &a.host, a.port, &a.method, &a.path).is_ok();
+                        prop_assert_eq!(proxy, matcher, "{}", a);
+                    }
+                    Layer::L4 => {
+                        // Inspecting an l4-allowed connection is also sound:
+                        // each request is then judged as above.
+                        let tunnel = matches!(judge_connection(&s, &binary, &a.host, a.port), Ok(Admitted::Tunnel(_)));
+                        prop_assert!(!tunnel || matcher, "tunnelled {}", a);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Which binary opened a connection (DESIGN.md §10): the client socket's
+//! inode from `/proc/net/tcp{,6}`, the processes holding it from
+//! `/proc/*/fd`, and their executables. Exactly one executable, or unknown.
+//! Unknown is never an error: the matcher then grants only rules without
+//! `binaries` (POLICY-SEMANTICS.md §7).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+/// How the proxy tells binaries apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IdentityMode {
+    /// Look the peer up in /proc (needs a shared PID namespace in a Pod).
+    Proc,
+    /// Every caller is unknown.
+    None,
+}
+
+/// Finds the one executable whose process holds the client end of a TCP
+/// connection: the socket whose local address is `client` and whose remote
+/// address is `server` (the proxy's own address for explicit connections,
+/// the original destination for redirected ones).
+pub fn binary_of(proc_root: &Path, client: SocketAddr, server: SocketAddr) -> Option<String> {
+    let inode = socket_inode(proc_root, unmap(client), unmap(server))?;
+    let executables = holders(proc_root, inode);
+    let mut exes = executables.into_iter();
+    match (exes.next(), exes.next()) {
+        (Some(exe), None) => Some(exe),
+        _ => None,
+    }
+}
+
+fn unmap(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
+}
+
+/// Parses `0100007F:1F90` (IPv4) or the 32-hex-digit IPv6 form of
+/// /proc/net/tcp6. The kernel prints each 32-bit word in host byte order.
+fn parse_proc_addr(field: &str) -> Option<SocketAddr> {
+    let (ip, port) = field.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let hex = ip.get(i * 8..i * 8 + 8)?;
+        Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
+    };
+    let ip = match ip.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(unmap(SocketAddr::new(ip, port)))
+}
+
+/// The inode of the one socket with these addresses, if exactly one.
+fn socket_inode(proc_root: &Path, client: SocketAddr, server: SocketAddr) -> Option<u64> {
+    let mut inodes = BTreeSet::new();
+    for table in ["net/tcp", "net/tcp6"] {
+        let Ok(text) = fs::read_to_string(proc_root.join(table)) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(remote), Some(inode)) =
+                (fields.get(1), fields.get(2), fields.get(9))
+            else {
+                continue;
+            };
+            if parse_proc_addr(local) == Some(client) && parse_proc_addr(remote) == Some(server) {
+                match inode.parse::<u64>() {
+                    Ok(0) | Err(_) => {}
+                    Ok(inode) => {
+                        inodes.insert(inode);
+                    }
+                }
+            }
+        }
+    }
+    let mut it = inodes.into_iter();
+    match (it.next(), it.next()) {
+        (Some(inode), None) => Some(inode),
+        _ => None,
+    }
+}
+
+/// The executables of every process with an fd on the socket. A process
+/// whose executable cannot be read, or was deleted, makes the answer
+/// ambiguous (it is added as a name no rule matches).
+fn holders(proc_root: &Path, inode: u64) -> BTreeSet<String> {
+    let target = PathBuf::from(format!("socket:[{inode}]"));
+    let mut exes = BTreeSet::new();
+    let Ok(processes) = fs::read_dir(proc_root) else {
+        return exes;
+    };
+    for process in processes.flatten() {
+        let name = process.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(process.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| fs::read_link(fd.path()).is_ok_and(|link| link == target));
+        if holds {
+            let exe = fs::read_link(process.path().join("exe"))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned())
+                .filter(|p| p.starts_with('/') && !p.ends_with(" (deleted)"));
+            exes.insert(exe.unwrap_or_else(|| " unreadable".to_string()));
+        }
+    }
+    exes
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_proc_addresses() {
+        let v4 = parse_proc_addr("0100007F:1F90").unwrap();
+        assert_eq!(v4, "127.0.0.1:8080".parse().unwrap());
+        let v6 = parse_proc_addr("00000000000000000000000001000000:0050").unwrap();
+        assert_eq!(v6, "[::1]:80".parse().unwrap());
+        let mapped = parse_proc_addr("0000000000000000FFFF00000100007F:0050").unwrap();
+        assert_eq!(mapped, "127.0.0.1:80".parse().unwrap());
+        assert_eq!(parse_proc_addr("zz"), None);
+    }
+
+    #[test]
+    fn finds_this_test_binary() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(server).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        let exe = fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(
+            binary_of(Path::new("/proc"), peer, server),
+            Some(exe.to_string_lossy().into_owned())
+        );
+        // The server end is not the client's socket.
+        let unrelated: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(binary_of(Path::new("/proc"), peer, unrelated), None);
+    }
+}

@@ -1,0 +1,184 @@
+//! Byte-level helpers for the first bytes of a connection: telling TLS from
+//! plain HTTP and reading the SNI without consuming anything the rest of the
+//! connection needs.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+/// The most bytes read while looking for the end of a ClientHello.
+pub const MAX_HELLO_BYTES: usize = 64 * 1024;
+
+/// What a connection's first bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sniffed {
+    /// A TLS ClientHello, with its SNI if it has one.
+    Tls {
+        /// The server name the client asked for.
+        sni: Option<String>,
+    },
+    /// Anything else (HTTP/1.x, or garbage the HTTP parser will refuse).
+    Plain,
+    /// The client closed before sending anything.
+    Closed,
+}
+
+/// Reads until the first bytes tell TLS from plain text, or a whole
+/// ClientHello has arrived. Returns the bytes read, to be replayed.
+pub async fn sniff<S: AsyncRead + Unpin>(
+    io: &mut S,
+    timeout: Duration,
+) -> io::Result<(Sniffed, Vec<u8>)> {
+    let mut buffered = Vec::with_capacity(2048);
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut chunk = vec![0u8; 8192];
+    loop {
+        let n = tokio::time::timeout(timeout, io.read(&mut chunk))
+            .await
+            .map_err(|_| {
+                io::Error::new(io::ErrorKind::TimedOut, "the client sent nothing in time")
+            })??;
+        if n == 0 {
+            let sniffed = if buffered.is_empty() {
+                Sniffed::Closed
+            } else {
+                Sniffed::Plain
+            };
+            return Ok((sniffed, buffered));
+        }
+        buffered.extend_from_slice(&chunk[..n]);
+        // 0x16 is a TLS handshake record; nothing else starts one.
+        if buffered[0] != 0x16 {
+            return Ok((Sniffed::Plain, buffered));
+        }
+        let mut unread = &chunk[..n];
+        while !unread.is_empty() {
+            acceptor
+                .read_tls(&mut unread)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not TLS: {e}")))?;
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let sni = accepted.client_hello().server_name().map(str::to_string);
+                return Ok((Sniffed::Tls { sni }, buffered));
+            }
+            Ok(None) => {}
+            Err((e, _)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("not a TLS ClientHello: {e}"),
+                ));
+            }
+        }
+        if buffered.len() > MAX_HELLO_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "ClientHello larger than 64 KiB",
+            ));
+        }
+    }
+}
+
+/// A stream that first yields bytes already read from it.
+pub struct Prefixed<S> {
+    prefix: Vec<u8>,
+    position: usize,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    /// Replays `prefix`, then reads from `inner`.
+    pub fn new(prefix: Vec<u8>, inner: S) -> Prefixed<S> {
+        Prefixed {
+            prefix,
+            position: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.position < this.prefix.len() {
+            let rest = &this.prefix[this.position..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.position += n;
+            if this.position == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.position = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn plain_http_is_plain_and_replayed() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let (sniffed, buffered) = sniff(&mut b, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(sniffed, Sniffed::Plain);
+        let mut replay = Prefixed::new(buffered, b);
+        let mut first = [0u8; 3];
+        replay.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"GET");
+    }
+
+    #[tokio::test]
+    async fn garbage_after_a_handshake_byte_is_not_tls() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0x16, 0x00, 0x00, 0x00, 0x05, 1, 2, 3, 4, 5])
+            .await
+            .unwrap();
+        assert!(sniff(&mut b, Duration::from_secs(1)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn silence_times_out() {
+        let (_a, mut b) = tokio::io::duplex(1024);
+        let err = sniff(&mut b, Duration::from_millis(50)).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+}

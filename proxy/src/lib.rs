@@ -1,0 +1,17 @@
+#![warn(missing_docs)]
+//! agentgate-proxy: the sandbox's egress proxy (DESIGN.md §10). It judges
+//! every connection and every HTTP request of an agent's processes by the
+//! committed effective policy, with the same matcher the operator's proofs
+//! are replayed through, and enforces the verdict. See docs/proxy.md.
+
+pub mod decide;
+pub mod identity;
+pub mod io;
+pub mod netinit;
+pub mod resolve;
+pub mod server;
+pub mod source;
+pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+pub mod tls;

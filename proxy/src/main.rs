@@ -1,0 +1,208 @@
+//! `agentgate-proxy`: run the egress proxy, or install its nftables rules.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentgate_proxy::identity::IdentityMode;
+use agentgate_proxy::netinit::{NetRules, resolvers_from};
+use agentgate_proxy::resolve::Resolver;
+use agentgate_proxy::server::{Limits, Proxy};
+use agentgate_proxy::source::{PolicySource, PolicyWatcher};
+use agentgate_proxy::telemetry::{self, Metrics};
+use agentgate_proxy::tls::{Interceptor, upstream_config};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(
+    name = "agentgate-proxy",
+    version,
+    about = "The agentgate sandbox's egress proxy: every connection and request judged by the committed policy",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install the nftables rules that redirect the pod's TCP to the proxy.
+    InitNet(InitNetArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The effective policy (YAML or JSON); findings.json beside it is read too.
+    #[arg(long, required = true)]
+    policy: Option<PathBuf>,
+    /// Explicit proxy listener (CONNECT and absolute-form http://).
+    #[arg(long, required = true)]
+    listen: Option<SocketAddr>,
+    /// Listener for connections redirected by `init-net`.
+    #[arg(long)]
+    transparent_listen: Option<SocketAddr>,
+    /// The sandbox CA certificate (PEM) that signs interception leaves.
+    #[arg(long, required = true)]
+    ca_cert: Option<PathBuf>,
+    /// The sandbox CA key (PEM).
+    #[arg(long, required = true)]
+    ca_key: Option<PathBuf>,
+    /// Extra roots for upstream TLS, besides the Mozilla roots (repeatable).
+    #[arg(long)]
+    upstream_ca: Vec<PathBuf>,
+    /// Pin a name: HOST:PORT:ADDR, like curl's --resolve (repeatable).
+    #[arg(long)]
+    resolve: Vec<String>,
+    /// /healthz, /readyz and /metrics.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// How to tell which binary opened a connection.
+    #[arg(long, value_enum, default_value = "proc")]
+    identity: IdentityMode,
+    /// Log as JSON lines (one object per line) instead of text.
+    #[arg(long)]
+    log_json: bool,
+    /// Seconds a client may take to send its request headers or TLS hello.
+    #[arg(long, default_value_t = 30)]
+    client_timeout: u64,
+    /// Seconds an upstream may take to connect, or to start answering.
+    #[arg(long, default_value_t = 300)]
+    upstream_timeout: u64,
+}
+
+#[derive(Args)]
+struct InitNetArgs {
+    /// The proxy's uid; its traffic is not redirected.
+    #[arg(long, default_value_t = 1337)]
+    proxy_uid: u32,
+    /// The proxy's transparent port.
+    #[arg(long, default_value_t = 15001)]
+    redirect_port: u16,
+    /// Where the DNS resolvers that stay reachable are listed.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+    /// Print the ruleset instead of applying it.
+    #[arg(long)]
+    print: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::InitNet(args)) => init_net(args),
+        None => run(cli.run),
+    }
+}
+
+fn init_net(args: InitNetArgs) -> anyhow::Result<()> {
+    let resolv = std::fs::read_to_string(&args.resolv_conf)
+        .with_context(|| format!("reading {}", args.resolv_conf.display()))?;
+    let rules = NetRules {
+        proxy_uid: args.proxy_uid,
+        redirect_port: args.redirect_port,
+        resolvers: resolvers_from(&resolv),
+    };
+    if args.print {
+        print!("{}", rules.ruleset());
+        return Ok(());
+    }
+    rules.apply().context("installing the nftables rules")?;
+    eprintln!(
+        "agentgate-proxy init-net: TCP from every uid but {} now goes to port {}",
+        args.proxy_uid, args.redirect_port
+    );
+    Ok(())
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if args.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    // clap enforces these; the Options exist only so `init-net` can skip them.
+    let (Some(policy), Some(listen), Some(ca_cert), Some(ca_key)) =
+        (args.policy, args.listen, args.ca_cert, args.ca_key)
+    else {
+        anyhow::bail!("--policy, --listen, --ca-cert and --ca-key are required");
+    };
+    let interceptor =
+        Interceptor::from_files(&ca_cert, &ca_key).context("loading the sandbox CA")?;
+    let roots: Vec<&std::path::Path> = args.upstream_ca.iter().map(PathBuf::as_path).collect();
+    let upstream_tls = upstream_config(&roots).context("loading --upstream-ca")?;
+    let resolver = Resolver::with_pins(&args.resolve)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(async move {
+            let metrics = Arc::new(Metrics::default());
+            let (watcher, receiver) =
+                PolicyWatcher::start(PolicySource::new(&policy), metrics.clone());
+            tokio::spawn(watcher.run());
+            let proxy = Arc::new(Proxy {
+                policy: receiver.clone(),
+                interceptor: Arc::new(interceptor),
+                upstream_tls,
+                resolver: Arc::new(resolver),
+                identity: args.identity,
+                proc_root: PathBuf::from("/proc"),
+                metrics: metrics.clone(),
+                limits: Limits {
+                    client_timeout: Duration::from_secs(args.client_timeout.max(1)),
+                    connect_timeout: Duration::from_secs(args.upstream_timeout.clamp(1, 10)),
+                    response_timeout: Duration::from_secs(args.upstream_timeout.max(1)),
+                    ..Limits::default()
+                },
+            });
+            let explicit = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("binding --listen {listen}"))?;
+            tracing::info!(%listen, "explicit proxy listening");
+            if let Some(addr) = args.metrics_listen {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding --metrics-listen {addr}"))?;
+                tracing::info!(%addr, "health and metrics listening");
+                tokio::spawn(telemetry::serve(
+                    listener,
+                    receiver.clone(),
+                    metrics.clone(),
+                ));
+            }
+            if let Some(addr) = args.transparent_listen {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding --transparent-listen {addr}"))?;
+                tracing::info!(%addr, "transparent listener listening");
+                tokio::spawn(proxy.clone().serve_transparent(listener));
+            }
+            tokio::spawn(proxy.serve_explicit(explicit));
+            shutdown().await;
+            tracing::info!("shutting down");
+            Ok(())
+        })
+}
+
+async fn shutdown() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

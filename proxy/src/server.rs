@@ -1,0 +1,977 @@
+//! The listeners and the data path. Explicit proxy (`CONNECT` and
+//! absolute-form `http://`), transparent listener (nftables-redirected
+//! connections, `SO_ORIGINAL_DST`), and for each connection one of: refuse,
+//! tunnel bytes, or terminate TLS and judge every request. Every verdict
+//! comes from [`crate::decide`], which asks the policy crate's matcher.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::decide::{
+    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
+    judge_request,
+};
+use crate::identity::{IdentityMode, binary_of};
+use crate::io::{Prefixed, Sniffed, sniff};
+use crate::resolve::Resolver;
+use crate::telemetry::Metrics;
+use crate::tls::Interceptor;
+
+/// The body type of every response.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Bounds that keep a slow or hostile client from holding the proxy.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Request line plus headers (HTTP/1.1 buffer, HTTP/2 header list).
+    pub max_header_bytes: usize,
+    /// Time for a client to send its request headers or TLS ClientHello.
+    pub client_timeout: Duration,
+    /// Time to resolve, connect and shake hands with an upstream.
+    pub connect_timeout: Duration,
+    /// Time for an upstream to start its response.
+    pub response_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_header_bytes: 64 * 1024,
+            client_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The shared state of one proxy process.
+pub struct Proxy {
+    /// The policy in force; every decision borrows the latest.
+    pub policy: watch::Receiver<Arc<Snapshot>>,
+    /// Mints leaves for intercepted hosts.
+    pub interceptor: Arc<Interceptor>,
+    /// Verifies upstreams.
+    pub upstream_tls: Arc<ClientConfig>,
+    /// Resolves upstream names.
+    pub resolver: Arc<Resolver>,
+    /// How binaries are told apart.
+    pub identity: IdentityMode,
+    /// Where /proc is (tests may point elsewhere).
+    pub proc_root: PathBuf,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Timeouts and sizes.
+    pub limits: Limits,
+}
+
+fn refusal_response(refusal: &Refusal) -> Response<Body> {
+    let mut response = Response::new(full(refusal.body()));
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+    response
+}
+
+fn error_response(status: StatusCode, code: &str, reason: &str) -> Response<Body> {
+    let body = serde_json::json!({"error": code, "reason": reason}).to_string();
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(value) = HeaderValue::from_str(code) {
+        headers.insert("x-agentgate-error", value);
+    }
+    response
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus
+/// the proxy's own.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    let trailers_only = headers
+        .get(header::TE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("trailers"));
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+    // gRPC and other HTTP/2 clients need `te: trailers` end to end.
+    if trailers_only {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.headers().contains_key(header::UPGRADE) || req.method() == Method::CONNECT
+}
+
+/// The `(host, port)` a request names: its absolute URI, else its Host header.
+fn request_authority(req: &Request<Incoming>) -> Option<(String, Option<u16>)> {
+    if let Some(authority) = req.uri().authority() {
+        return Some((authority.host().to_string(), authority.port_u16()));
+    }
+    let host = req.headers().get(header::HOST)?.to_str().ok()?;
+    let authority: http::uri::Authority = host.parse().ok()?;
+    Some((authority.host().to_string(), authority.port_u16()))
+}
+
+/// Reads `SO_ORIGINAL_DST` (IPv4, then IPv6) of a redirected connection.
+pub fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    if let Ok(v4) = getsockopt(stream, sockopt::OriginalDst) {
+        let ip = Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+        return Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(v4.sin_port)));
+    }
+    let v6 = getsockopt(stream, sockopt::Ip6tOriginalDst).ok()?;
+    let ip = Ipv6Addr::from(v6.sin6_addr.s6_addr);
+    Some(SocketAddr::new(IpAddr::V6(ip), u16::from_be(v6.sin6_port)))
+}
+
+/// One kept upstream connection.
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Incoming>),
+    H2(hyper::client::conn::http2::SendRequest<Incoming>),
+}
+
+/// Where requests go: scheme, host and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct UpstreamKey {
+    tls: bool,
+    host: String,
+    port: u16,
+}
+
+/// The upstream connections of one client connection: its keep-alive maps
+/// onto theirs, and nothing is shared between agents' connections.
+#[derive(Default)]
+struct Upstreams {
+    idle: Mutex<Vec<(UpstreamKey, Sender)>>,
+}
+
+/// The most idle upstream connections kept per client connection.
+const IDLE_PER_CLIENT: usize = 8;
+
+/// Why an upstream could not be used.
+struct UpstreamFailure {
+    status: StatusCode,
+    kind: &'static str,
+    reason: String,
+}
+
+impl Upstreams {
+    fn take(&self, key: &UpstreamKey) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(_, s)| match s {
+            Sender::H1(s) => !s.is_closed(),
+            Sender::H2(s) => !s.is_closed(),
+        });
+        let position = idle.iter().position(|(k, s)| {
+            k == key
+                && match s {
+                    Sender::H1(s) => s.is_ready(),
+                    Sender::H2(s) => s.is_ready(),
+                }
+        })?;
+        match &idle[position].1 {
+            // HTTP/2 multiplexes: keep it for other streams too.
+            Sender::H2(s) => Some(Sender::H2(s.clone())),
+            Sender::H1(_) => Some(idle.swap_remove(position).1),
+        }
+    }
+
+    fn put(&self, key: UpstreamKey, sender: Sender) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Sender::H2(_) = sender
+            && idle
+                .iter()
+                .any(|(k, s)| k == &key && matches!(s, Sender::H2(_)))
+        {
+            return;
+        }
+        if idle.len() < IDLE_PER_CLIENT {
+            idle.push((key, sender));
+        }
+    }
+}
+
+impl Proxy {
+    /// Who opened the connection from `client` to `server`.
+    async fn identify(&self, client: SocketAddr, server: SocketAddr) -> Binary {
+        match self.identity {
+            IdentityMode::None => Binary(None),
+            IdentityMode::Proc => {
+                let root = self.proc_root.clone();
+                Binary(
+                    tokio::task::spawn_blocking(move || binary_of(&root, client, server))
+                        .await
+                        .ok()
+                        .flatten(),
+                )
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.policy.borrow().clone()
+    }
+
+    fn log_refusal(
+        &self,
+        stage: &'static str,
+        binary: &Binary,
+        host: &str,
+        port: u16,
+        refusal: &Refusal,
+    ) {
+        self.metrics.decision(false, stage, refusal.code.as_str());
+        tracing::warn!(
+            decision = "deny",
+            stage,
+            code = refusal.code.as_str(),
+            binary = binary.shown(),
+            host,
+            port,
+            rule = refusal.rule.as_deref(),
+            finding = refusal.finding.as_ref().map(|f| f.id.as_str()),
+            reason = %refusal.reason,
+            "refused"
+        );
+    }
+
+    /// Accepts explicit-proxy connections forever.
+    pub async fn serve_explicit(self: Arc<Self>, listener: TcpListener) {
+        let local = listener.local_addr().ok();
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else {
+                continue;
+            };
+            let proxy = self.clone();
+            let local = local.unwrap_or(peer);
+            tokio::spawn(async move { proxy.explicit_connection(stream, peer, local).await });
+        }
+    }
+
+    /// Accepts redirected connections forever.
+    pub async fn serve_transparent(self: Arc<Self>, listener: TcpListener) {
+        let local = listener.local_addr().ok();
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else {
+                continue;
+            };
+            let proxy = self.clone();
+            tokio::spawn(async move { proxy.transparent_connection(stream, peer, local).await });
+        }
+    }
+
+    async fn explicit_connection(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) {
+        let _open = self.metrics.accepted("explicit");
+        let _ = stream.set_nodelay(true);
+        let binary = self.identify(peer, local).await;
+        let connection = Arc::new(Inspected {
+            proxy: self.clone(),
+            binary,
+            host: None,
+            port: 80,
+            tls: false,
+            refusal: None,
+            upstreams: Upstreams::default(),
+        });
+        let service = service_fn(move |req| {
+            let connection = connection.clone();
+            async move { Ok::<_, Infallible>(connection.explicit_request(req).await) }
+        });
+        let result = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.client_timeout)
+            .max_buf_size(self.limits.max_header_bytes)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "explicit connection ended with an error");
+        }
+    }
+
+    async fn transparent_connection(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+    ) {
+        let _open = self.metrics.accepted("transparent");
+        let _ = stream.set_nodelay(true);
+        let Some(destination) = original_destination(&stream).filter(|d| Some(*d) != local) else {
+            tracing::warn!(%peer, "refused: a connection to the transparent port that nftables did not redirect");
+            self.metrics
+                .decision(false, "connect", RefusalCode::NotAHost.as_str());
+            return;
+        };
+        let binary = self.identify(peer, destination).await;
+        self.clone()
+            .admit(stream, binary, None, destination.port())
+            .await;
+    }
+
+    /// The common path after CONNECT (host known) or redirection (host from
+    /// SNI or Host): sniff, judge the connection, tunnel or inspect.
+    async fn admit<S>(
+        self: Arc<Self>,
+        mut io: S,
+        binary: Binary,
+        connect_host: Option<String>,
+        port: u16,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sniffed, buffered) = match sniff(&mut io, self.limits.client_timeout).await {
+            Ok(s) => s,
+            Err(e) => {
+                let refusal = Refusal::new(
+                    RefusalCode::UnsupportedProtocol,
+                    format!("neither TLS nor HTTP: {e}"),
+                );
+                self.log_refusal(
+                    "connect",
+                    &binary,
+                    connect_host.as_deref().unwrap_or(""),
+                    port,
+                    &refusal,
+                );
+                return;
+            }
+        };
+        let sni = match &sniffed {
+            Sniffed::Closed => return,
+            Sniffed::Tls { sni } => sni.clone(),
+            Sniffed::Plain => None,
+        };
+        let tls = matches!(sniffed, Sniffed::Tls { .. });
+        // The name this connection is judged by, and a refusal that every
+        // request on it gets.
+        let (host, mut refusal) = match (&connect_host, &sni) {
+            (Some(host), Some(sni))
+                if canonical_host(sni).ok().as_deref() != Some(host.as_str()) =>
+            {
+                (
+                    Some(host.clone()),
+                    Some(Refusal::new(
+                        RefusalCode::HostMismatch,
+                        format!("TLS server name {sni:?} differs from the CONNECT target {host:?}"),
+                    )),
+                )
+            }
+            (Some(host), _) => (Some(host.clone()), None),
+            (None, Some(sni)) => match canonical_host(sni) {
+                Ok(host) => (Some(host), None),
+                Err(refusal) => {
+                    self.log_refusal("connect", &binary, sni, port, &refusal);
+                    return;
+                }
+            },
+            (None, None) if tls => {
+                let refusal = Refusal::new(
+                    RefusalCode::NotAHost,
+                    "a TLS connection without a server name (SNI) cannot be judged",
+                );
+                self.log_refusal("connect", &binary, "", port, &refusal);
+                return;
+            }
+            // Plain HTTP redirected: each request's Host names it.
+            (None, None) => (None, None),
+        };
+        if let (Some(host), None, None) = (&host, &refusal, &connect_host) {
+            // Redirected TLS: judge the connection now, as CONNECT would be.
+            match judge_connection(&self.snapshot(), &binary, host, port) {
+                Ok(Admitted::Tunnel(rule)) => {
+                    self.metrics.decision(true, "connect", "tunnel");
+                    return self
+                        .tunnel(io, buffered, binary, host.clone(), port, rule)
+                        .await;
+                }
+                Ok(Admitted::Inspect) => self.metrics.decision(true, "connect", "inspect"),
+                Err(r) => {
+                    self.log_refusal("connect", &binary, host, port, &r);
+                    // Terminate TLS anyway, so the agent reads why.
+                    refusal = Some(r);
+                }
+            }
+        }
+        let connection = Arc::new(Inspected {
+            proxy: self.clone(),
+            binary,
+            host: host.clone(),
+            port,
+            tls,
+            refusal,
+            upstreams: Upstreams::default(),
+        });
+        let io = Prefixed::new(buffered, io);
+        if !tls {
+            return connection.serve_http1(io).await;
+        }
+        let leaf_host = host.unwrap_or_default();
+        let config = match self.interceptor.server_config(&leaf_host) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!(host = %leaf_host, error = %e, "cannot intercept");
+                return;
+            }
+        };
+        let accepted = tokio::time::timeout(
+            self.limits.client_timeout,
+            TlsAcceptor::from(config).accept(io),
+        )
+        .await;
+        let stream = match accepted {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                // Typically a client that pins certificates: it needs an l4 grant.
+                tracing::info!(host = %leaf_host, error = %e, "client refused the intercepted TLS handshake");
+                return;
+            }
+            Err(_) => return,
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            connection.serve_http2(stream).await;
+        } else {
+            connection.serve_http1(stream).await;
+        }
+    }
+
+    /// Passes bytes both ways until either side closes, or until a new
+    /// policy no longer allows the tunnel.
+    async fn tunnel<S>(
+        self: Arc<Self>,
+        mut client: S,
+        replay: Vec<u8>,
+        binary: Binary,
+        host: String,
+        port: u16,
+        rule: String,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut upstream = match self.connect_tcp(&host, port).await {
+            Ok(upstream) => upstream,
+            Err(failure) => {
+                self.metrics.upstream_error(failure.kind);
+                tracing::warn!(host, port, error = %failure.reason, "tunnel upstream failed");
+                return;
+            }
+        };
+        if upstream.write_all(&replay).await.is_err() {
+            return;
+        }
+        tracing::debug!(host, port, rule, binary = binary.shown(), "tunnel open");
+        let mut copy =
+            tokio::spawn(
+                async move { tokio::io::copy_bidirectional(&mut client, &mut upstream).await },
+            );
+        let mut policy = self.policy.clone();
+        policy.mark_unchanged();
+        loop {
+            tokio::select! {
+                _ = &mut copy => return,
+                changed = policy.changed() => {
+                    if changed.is_err() {
+                        copy.abort();
+                        return;
+                    }
+                    let snapshot = policy.borrow_and_update().clone();
+                    if !matches!(judge_connection(&snapshot, &binary, &host, port), Ok(Admitted::Tunnel(_))) {
+                        copy.abort();
+                        self.metrics.tunnel_revoked();
+                        let refusal = Refusal::new(RefusalCode::Revoked, format!("connect {host}:{port} by {}: the new policy no longer allows this tunnel", binary.shown()));
+                        self.log_refusal("connect", &binary, &host, port, &refusal);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn connect_tcp(&self, host: &str, port: u16) -> Result<TcpStream, UpstreamFailure> {
+        let fail = |status, kind, reason: String| UpstreamFailure {
+            status,
+            kind,
+            reason,
+        };
+        let addrs = tokio::time::timeout(
+            self.limits.connect_timeout,
+            self.resolver.resolve(host, port),
+        )
+        .await
+        .map_err(|_| {
+            fail(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!("resolving {host} timed out"),
+            )
+        })?
+        .map_err(|e| fail(StatusCode::BAD_GATEWAY, "resolve", e.to_string()))?;
+        let mut last = String::from("no address");
+        for addr in addrs {
+            match tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr)).await
+            {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => last = format!("{addr}: timed out"),
+            }
+        }
+        Err(fail(
+            StatusCode::BAD_GATEWAY,
+            "connect",
+            format!("cannot connect to {host}:{port}: {last}"),
+        ))
+    }
+
+    async fn connect_upstream(&self, key: &UpstreamKey) -> Result<Sender, UpstreamFailure> {
+        let fail = |status, kind, reason: String| UpstreamFailure {
+            status,
+            kind,
+            reason,
+        };
+        let tcp = self.connect_tcp(&key.host, key.port).await?;
+        if !key.tls {
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
+            tokio::spawn(conn);
+            return Ok(Sender::H1(sender));
+        }
+        let name = ServerName::try_from(key.host.clone())
+            .map_err(|e| fail(StatusCode::BAD_GATEWAY, "tls", e.to_string()))?;
+        let tls = tokio::time::timeout(
+            self.limits.connect_timeout,
+            TlsConnector::from(self.upstream_tls.clone()).connect(name, tcp),
+        )
+        .await
+        .map_err(|_| {
+            fail(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!("TLS handshake with {} timed out", key.host),
+            )
+        })?
+        .map_err(|e| {
+            fail(
+                StatusCode::BAD_GATEWAY,
+                "tls",
+                format!("TLS with {}:{} failed: {e}", key.host, key.port),
+            )
+        })?;
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .handshake(io)
+                .await
+                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
+            tokio::spawn(conn);
+            Ok(Sender::H2(sender))
+        } else {
+            let (sender, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
+            tokio::spawn(conn);
+            Ok(Sender::H1(sender))
+        }
+    }
+}
+
+/// A client connection whose requests are judged one by one.
+struct Inspected {
+    proxy: Arc<Proxy>,
+    binary: Binary,
+    /// The judged host; `None` on plain redirected HTTP, where each
+    /// request's Host header names it.
+    host: Option<String>,
+    port: u16,
+    /// Whether upstream requests use TLS.
+    tls: bool,
+    /// A refusal every request gets (a refused redirected connection, a
+    /// mismatched SNI).
+    refusal: Option<Refusal>,
+    upstreams: Upstreams,
+}
+
+impl Inspected {
+    async fn serve_http1<S>(self: Arc<Self>, io: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let limits = self.proxy.limits.clone();
+        let this = self.clone();
+        let service = service_fn(move |req| {
+            let this = this.clone();
+            async move { Ok::<_, Infallible>(this.request(req).await) }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.client_timeout)
+            .max_buf_size(limits.max_header_bytes)
+            .serve_connection(TokioIo::new(io), service)
+            .await;
+    }
+
+    async fn serve_http2<S>(self: Arc<Self>, io: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let limits = self.proxy.limits.clone();
+        let this = self.clone();
+        let service = service_fn(move |req| {
+            let this = this.clone();
+            async move { Ok::<_, Infallible>(this.request(req).await) }
+        });
+        let max_header = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_header_list_size(max_header)
+            .keep_alive_interval(Some(Duration::from_secs(60)))
+            .serve_connection(TokioIo::new(io), service)
+            .await;
+    }
+
+    /// A request on the explicit listener: CONNECT or absolute-form http://.
+    async fn explicit_request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let proxy = &self.proxy;
+        if req.method() == Method::CONNECT {
+            let Some(authority) = req.uri().authority().cloned() else {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "CONNECT needs host:port",
+                );
+            };
+            let Some(port) = authority.port_u16().filter(|p| *p != 0) else {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "CONNECT needs host:port with a port",
+                );
+            };
+            let host = match canonical_host(authority.host()) {
+                Ok(host) => host,
+                Err(refusal) => {
+                    proxy.log_refusal("connect", &self.binary, authority.host(), port, &refusal);
+                    return refusal_response(&refusal);
+                }
+            };
+            let admitted = match judge_connection(&proxy.snapshot(), &self.binary, &host, port) {
+                Ok(admitted) => admitted,
+                Err(refusal) => {
+                    proxy.log_refusal("connect", &self.binary, &host, port, &refusal);
+                    return refusal_response(&refusal);
+                }
+            };
+            let (proxy, binary) = (proxy.clone(), self.binary.clone());
+            tokio::spawn(async move {
+                let upgraded = match hyper::upgrade::on(req).await {
+                    Ok(upgraded) => TokioIo::new(upgraded),
+                    Err(e) => return tracing::debug!(error = %e, "CONNECT upgrade failed"),
+                };
+                match admitted {
+                    Admitted::Tunnel(rule) => {
+                        proxy.metrics.decision(true, "connect", "tunnel");
+                        proxy
+                            .tunnel(upgraded, Vec::new(), binary, host, port, rule)
+                            .await;
+                    }
+                    Admitted::Inspect => {
+                        proxy.metrics.decision(true, "connect", "inspect");
+                        proxy.admit(upgraded, binary, Some(host), port).await;
+                    }
+                }
+            });
+            return Response::new(full(Bytes::new()));
+        }
+        if req.uri().scheme_str() == Some("http") && req.uri().authority().is_some() {
+            return self.request(req).await;
+        }
+        error_response(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "this is a proxy: send CONNECT host:port, or an absolute http:// URI",
+        )
+    }
+
+    /// Judges one request and forwards it when allowed.
+    async fn request(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
+        let proxy = &self.proxy;
+        let shown_host = self.host.clone().unwrap_or_default();
+        let refuse = |refusal: Refusal, host: &str| {
+            proxy.log_refusal("request", &self.binary, host, self.port, &refusal);
+            refusal_response(&refusal)
+        };
+        if let Some(refusal) = &self.refusal {
+            return refuse(refusal.clone(), &shown_host);
+        }
+        let named = request_authority(&req);
+        // Absolute-form http:// on the explicit listener names its own port.
+        let explicit_plain = self.host.is_none() && req.uri().scheme_str() == Some("http");
+        let default_port = if self.tls { 443 } else { 80 };
+        let port = if explicit_plain {
+            named.as_ref().and_then(|(_, p)| *p).unwrap_or(80)
+        } else {
+            self.port
+        };
+        let host = match (&self.host, named) {
+            (Some(host), Some((name, named_port))) => {
+                let same_host = canonical_host(&name).ok().as_deref() == Some(host.as_str());
+                let same_port = named_port
+                    .is_none_or(|p| p == port || (p == default_port && port == default_port));
+                if !same_host || !same_port {
+                    let refusal = Refusal::new(
+                        RefusalCode::HostMismatch,
+                        format!(
+                            "the request names {name:?}, but this connection goes to {host}:{port}"
+                        ),
+                    );
+                    return refuse(refusal, host);
+                }
+                host.clone()
+            }
+            (Some(host), None) => host.clone(),
+            (None, Some((name, named_port))) => match canonical_host(&name) {
+                Ok(host) if explicit_plain || named_port.is_none_or(|p| p == port) => host,
+                Ok(host) => {
+                    let refusal = Refusal::new(
+                        RefusalCode::HostMismatch,
+                        format!("the Host header names another port than {port}"),
+                    );
+                    return refuse(refusal, &host);
+                }
+                Err(refusal) => return refuse(refusal, &name),
+            },
+            (None, None) => {
+                let refusal = Refusal::new(
+                    RefusalCode::NotAHost,
+                    "a request without a Host header cannot be judged",
+                );
+                return refuse(refusal, "");
+            }
+        };
+        if is_upgrade(&req) {
+            let refusal = Refusal::new(
+                RefusalCode::UnsupportedProtocol,
+                format!(
+                    "{} https://{host}:{port}{}: protocol upgrades (WebSocket) are not modelled yet",
+                    req.method(),
+                    req.uri().path()
+                ),
+            );
+            return refuse(refusal, &host);
+        }
+        let snapshot = proxy.snapshot();
+        let rule = match judge_request(
+            &snapshot,
+            &self.binary,
+            &host,
+            port,
+            req.method().as_str(),
+            req.uri().path(),
+        ) {
+            Ok(rule) => rule,
+            Err(refusal) => return refuse(refusal, &host),
+        };
+        proxy.metrics.decision(true, "request", "allowed");
+        tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
+        let key = UpstreamKey {
+            tls: self.tls,
+            host: host.clone(),
+            port,
+        };
+        strip_hop_by_hop(req.headers_mut());
+        self.forward(key, req).await
+    }
+
+    async fn forward(&self, key: UpstreamKey, mut req: Request<Incoming>) -> Response<Body> {
+        let proxy = &self.proxy;
+        let sender = match self.upstreams.take(&key) {
+            Some(sender) => sender,
+            None => match proxy.connect_upstream(&key).await {
+                Ok(sender) => sender,
+                Err(failure) => {
+                    proxy.metrics.upstream_error(failure.kind);
+                    tracing::warn!(host = %key.host, port = key.port, kind = failure.kind, error = %failure.reason, "upstream failed");
+                    return error_response(
+                        failure.status,
+                        &format!("upstream_{}", failure.kind),
+                        &failure.reason,
+                    );
+                }
+            },
+        };
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        let scheme = if key.tls { "https" } else { "http" };
+        let default_port = if key.tls { 443 } else { 80 };
+        let authority = if key.port == default_port {
+            key.host.clone()
+        } else {
+            format!("{}:{}", key.host, key.port)
+        };
+        let sent = match sender {
+            Sender::H2(mut sender) => {
+                let uri = Uri::builder()
+                    .scheme(scheme)
+                    .authority(authority.as_str())
+                    .path_and_query(path_and_query)
+                    .build();
+                match uri {
+                    Ok(uri) => *req.uri_mut() = uri,
+                    Err(e) => {
+                        return error_response(
+                            StatusCode::BAD_REQUEST,
+                            "bad_request",
+                            &e.to_string(),
+                        );
+                    }
+                }
+                *req.version_mut() = Version::HTTP_2;
+                req.headers_mut().remove(header::HOST);
+                let response =
+                    tokio::time::timeout(proxy.limits.response_timeout, sender.send_request(req))
+                        .await;
+                self.upstreams.put(key.clone(), Sender::H2(sender));
+                response
+            }
+            Sender::H1(mut sender) => {
+                match path_and_query.parse::<Uri>() {
+                    Ok(uri) => *req.uri_mut() = uri,
+                    Err(e) => {
+                        return error_response(
+                            StatusCode::BAD_REQUEST,
+                            "bad_request",
+                            &e.to_string(),
+                        );
+                    }
+                }
+                *req.version_mut() = Version::HTTP_11;
+                if !req.headers().contains_key(header::HOST)
+                    && let Ok(value) = HeaderValue::from_str(&authority)
+                {
+                    req.headers_mut().insert(header::HOST, value);
+                }
+                let response =
+                    tokio::time::timeout(proxy.limits.response_timeout, sender.send_request(req))
+                        .await;
+                self.upstreams.put(key.clone(), Sender::H1(sender));
+                response
+            }
+        };
+        match sent {
+            Ok(Ok(mut response)) => {
+                strip_hop_by_hop(response.headers_mut());
+                *response.version_mut() = Version::default();
+                response.map(|body| body.boxed())
+            }
+            Ok(Err(e)) => {
+                proxy.metrics.upstream_error("protocol");
+                error_response(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_protocol",
+                    &format!("{}:{}: {e}", key.host, key.port),
+                )
+            }
+            Err(_) => {
+                proxy.metrics.upstream_error("timeout");
+                error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream_timeout",
+                    &format!("{}:{} did not answer in time", key.host, key.port),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_named_ones_too() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("proxy-authorization", HeaderValue::from_static("Basic x"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.get("x-secret-hop").is_none());
+        assert!(h.get("proxy-authorization").is_none());
+        assert!(h.get(header::CONNECTION).is_none());
+        assert_eq!(h.get(header::TE).unwrap(), "trailers");
+        assert_eq!(h.get(header::AUTHORIZATION).unwrap(), "Bearer t");
+    }
+}

@@ -1,0 +1,155 @@
+//! Reads the committed policy (and `findings.json` beside it) and re-reads
+//! it when it changes. Polling the content, not inotify: a ConfigMap volume
+//! swaps a `..data` symlink atomically, which inotify on the file itself
+//! misses, and a 250 ms read of a few KiB costs nothing. An unreadable or
+//! invalid file replaces the policy with "refuse everything" until a valid
+//! one appears: the newer revision may be a revocation.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::findings::{CompiledFindings, FindingRegions};
+use agentgate_policy::load::{DocumentKind, load_document};
+use tokio::sync::watch;
+
+use crate::decide::Snapshot;
+use crate::telemetry::Metrics;
+
+/// How often the files are read.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The policy file and its optional findings beside it.
+#[derive(Debug, Clone)]
+pub struct PolicySource {
+    /// `policy.yaml` (YAML or JSON).
+    pub policy: PathBuf,
+    /// `findings.json` in the same directory.
+    pub findings: PathBuf,
+}
+
+impl PolicySource {
+    /// The source for a policy file.
+    pub fn new(policy: &Path) -> PolicySource {
+        let findings = policy
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join("findings.json");
+        PolicySource {
+            policy: policy.to_path_buf(),
+            findings,
+        }
+    }
+
+    fn read(&self) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        (
+            std::fs::read(&self.policy).ok(),
+            std::fs::read(&self.findings).ok(),
+        )
+    }
+}
+
+/// Compiles a policy file's text. Only a bare policy document is accepted:
+/// a manifest here means the wrong file was mounted.
+pub fn compile_policy(text: &[u8]) -> Result<Arc<agentgate_policy::CompiledPolicy>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "the policy file is not UTF-8".to_string())?;
+    let limits = Limits::default();
+    let loaded = load_document(text, &limits).map_err(|e| e.to_string())?;
+    if loaded.kind != DocumentKind::Bare {
+        return Err(
+            "expected the effective policy document (filesystem/network), found a manifest".into(),
+        );
+    }
+    compile(&loaded.policy, Role::Sandbox, &limits)
+        .map(Arc::new)
+        .map_err(|r| r.to_string())
+}
+
+/// Compiles `findings.json`. Absent is empty; invalid is an error (logged,
+/// and refusals then cite nothing; the policy still applies).
+pub fn compile_findings(text: Option<&[u8]>) -> Result<CompiledFindings, String> {
+    let Some(text) = text else {
+        return Ok(CompiledFindings::default());
+    };
+    let findings: Vec<FindingRegions> =
+        serde_json::from_slice(text).map_err(|e| format!("findings.json: {e}"))?;
+    CompiledFindings::compile(&findings).map_err(|r| format!("findings.json{r}"))
+}
+
+/// Loads once and then follows the files, publishing each change.
+pub struct PolicyWatcher {
+    source: PolicySource,
+    metrics: Arc<Metrics>,
+    sender: watch::Sender<Arc<Snapshot>>,
+    last: (Option<Vec<u8>>, Option<Vec<u8>>),
+    generation: u64,
+}
+
+impl PolicyWatcher {
+    /// Reads the files now and returns the watcher with a receiver of snapshots.
+    pub fn start(
+        source: PolicySource,
+        metrics: Arc<Metrics>,
+    ) -> (PolicyWatcher, watch::Receiver<Arc<Snapshot>>) {
+        let (sender, receiver) = watch::channel(Arc::new(Snapshot::unloaded()));
+        let mut watcher = PolicyWatcher {
+            source,
+            metrics,
+            sender,
+            last: (None, None),
+            generation: 0,
+        };
+        watcher.reload(true);
+        (watcher, receiver)
+    }
+
+    /// Re-reads the files; publishes a new snapshot when they changed.
+    pub fn reload(&mut self, first: bool) {
+        let current = self.source.read();
+        if !first && current == self.last {
+            return;
+        }
+        self.generation += 1;
+        let policy = match &current.0 {
+            Some(text) => compile_policy(text),
+            None => Err(format!("cannot read {}", self.source.policy.display())),
+        };
+        let findings = compile_findings(current.1.as_deref()).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "ignoring findings: refusals will cite no finding");
+            CompiledFindings::default()
+        });
+        match &policy {
+            Ok(p) => tracing::info!(
+                generation = self.generation,
+                rules = p.rules.len(),
+                findings = findings.len(),
+                path = %self.source.policy.display(),
+                "policy loaded"
+            ),
+            Err(e) => tracing::error!(
+                generation = self.generation,
+                error = %e,
+                path = %self.source.policy.display(),
+                "no valid policy: refusing every connection until a valid one appears"
+            ),
+        }
+        self.metrics.policy_loaded(policy.is_ok(), self.generation);
+        self.last = current;
+        self.sender.send_replace(Arc::new(Snapshot {
+            generation: self.generation,
+            policy,
+            findings: Arc::new(findings),
+        }));
+    }
+
+    /// Polls forever.
+    pub async fn run(mut self) {
+        let mut tick = tokio::time::interval(POLL_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.reload(false);
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Prometheus metrics (prometheus-client) and the health endpoints, served on
+//! `--metrics-listen`, a plain port apart from the proxy's: `/healthz` (the
+//! process runs), `/readyz` (a valid policy is loaded; the Pod's startup
+//! probe, so agent containers start only then) and `/metrics`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::decide::Snapshot;
+
+/// A decision on a connection or request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `allow` or `deny`.
+    pub decision: &'static str,
+    /// `connect` (CONNECT or a redirected connection) or `request`.
+    pub stage: &'static str,
+    /// `tunnel`, `inspect`, `allowed`, or a refusal code.
+    pub reason: &'static str,
+}
+
+/// A connection accepted on a listener.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `explicit` or `transparent`.
+    pub listener: &'static str,
+}
+
+/// An upstream failure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// `resolve`, `connect`, `tls`, `protocol` or `timeout`.
+    pub kind: &'static str,
+}
+
+/// The proxy's metrics.
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    connections: Family<ListenerLabels, Counter>,
+    open: Gauge,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    policy_valid: Gauge,
+    policy_generation: Gauge,
+    reloads: Family<DecisionLabels, Counter>,
+    tunnels_closed: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::with_prefix("agentgate_proxy");
+        let m = Metrics {
+            decisions: Family::default(),
+            connections: Family::default(),
+            open: Gauge::default(),
+            upstream_errors: Family::default(),
+            policy_valid: Gauge::default(),
+            policy_generation: Gauge::default(),
+            reloads: Family::default(),
+            tunnels_closed: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "decisions",
+            "Connections and requests judged, by decision, stage and reason",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "connections",
+            "Connections accepted, by listener",
+            m.connections.clone(),
+        );
+        registry.register(
+            "open_connections",
+            "Client connections open now",
+            m.open.clone(),
+        );
+        registry.register(
+            "upstream_errors",
+            "Upstream failures answered with 502 or 504",
+            m.upstream_errors.clone(),
+        );
+        registry.register(
+            "policy_valid",
+            "1 when a valid policy is loaded, 0 while everything is refused",
+            m.policy_valid.clone(),
+        );
+        registry.register(
+            "policy_generation",
+            "Content changes of the policy files seen so far",
+            m.policy_generation.clone(),
+        );
+        registry.register(
+            "policy_reloads",
+            "Policy loads, by result (reason ok or invalid)",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "tunnels_revoked",
+            "Open l4 tunnels closed because a new policy no longer allows them",
+            m.tunnels_closed.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// Counts a decision.
+    pub fn decision(&self, allow: bool, stage: &'static str, reason: &'static str) {
+        let decision = if allow { "allow" } else { "deny" };
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                decision,
+                stage,
+                reason,
+            })
+            .inc();
+    }
+
+    /// Counts an accepted connection and returns a guard for the open gauge.
+    pub fn accepted(self: &Arc<Self>, listener: &'static str) -> OpenGuard {
+        self.connections
+            .get_or_create(&ListenerLabels { listener })
+            .inc();
+        self.open.inc();
+        OpenGuard(self.clone())
+    }
+
+    /// Counts an upstream failure.
+    pub fn upstream_error(&self, kind: &'static str) {
+        self.upstream_errors
+            .get_or_create(&UpstreamLabels { kind })
+            .inc();
+    }
+
+    /// Records a policy load.
+    pub fn policy_loaded(&self, valid: bool, generation: u64) {
+        self.policy_valid.set(i64::from(valid));
+        self.policy_generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+        let reason = if valid { "ok" } else { "invalid" };
+        self.reloads
+            .get_or_create(&DecisionLabels {
+                decision: "load",
+                stage: "policy",
+                reason,
+            })
+            .inc();
+    }
+
+    /// Counts a revoked tunnel.
+    pub fn tunnel_revoked(&self) {
+        self.tunnels_closed.inc();
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Decrements the open-connections gauge when the connection ends.
+pub struct OpenGuard(Arc<Metrics>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.open.dec();
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+}
+
+/// Answers one health or metrics request.
+pub fn health_response(
+    path: &str,
+    snapshot: &Snapshot,
+    metrics: &Metrics,
+) -> Response<Full<Bytes>> {
+    match path {
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => match &snapshot.policy {
+            Ok(_) => text(
+                StatusCode::OK,
+                format!("ready: policy generation {}\n", snapshot.generation),
+            ),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready, refusing everything: {why}\n"),
+            ),
+        },
+        "/metrics" => {
+            let mut r = text(StatusCode::OK, metrics.encode());
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "try /healthz, /readyz or /metrics\n".into(),
+        ),
+    }
+}
+
+/// Serves health and metrics until the process ends.
+pub async fn serve(
+    listener: TcpListener,
+    policy: watch::Receiver<Arc<Snapshot>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (policy, metrics) = (policy.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let snapshot = policy.borrow().clone();
+                let response = health_response(req.uri().path(), &snapshot, &metrics);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

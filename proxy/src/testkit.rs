@@ -1,0 +1,161 @@
+//! Test and benchmark support (feature `testkit`, never in a release
+//! build): a CA that issues certificates, and a local HTTPS/HTTP upstream
+//! speaking HTTP/1.1 and HTTP/2 with a few fixed routes.
+//!
+//! Routes: `/bytes/N` answers N bytes; `/hang` never answers; `/reset`
+//! closes the connection; anything else echoes the request as JSON
+//! (`method`, `path`, `query`, `version`, `headers`).
+
+#![allow(missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// A throwaway certificate authority.
+pub struct TestCa {
+    pub cert_pem: String,
+    pub key_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> Result<TestCa, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+        let issuer = Issuer::new(params, key);
+        Ok(TestCa {
+            cert_pem,
+            key_pem,
+            issuer,
+        })
+    }
+
+    /// A leaf for `hosts`: (certificate PEM, key PEM).
+    pub fn issue(&self, hosts: &[&str]) -> Result<(String, String), rcgen::Error> {
+        let mut params =
+            CertificateParams::new(hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>())?;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// A rustls server configuration for `hosts` with ALPN h2 and http/1.1.
+    pub fn server_config(&self, hosts: &[&str]) -> Result<Arc<ServerConfig>, String> {
+        let (cert, key) = self.issue(hosts).map_err(|e| e.to_string())?;
+        let cert = CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| e.to_string())?;
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+        let mut config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)
+                .map_err(|e| e.to_string())?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+fn respond(req: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+    let path = req.uri().path();
+    if path == "/hang" || path == "/reset" {
+        return None;
+    }
+    if let Some(n) = path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        return Some(Response::new(Full::new(Bytes::from(vec![
+            b'x';
+            n.min(64 << 20)
+        ]))));
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                serde_json::Value::String(String::from_utf8_lossy(v.as_bytes()).into()),
+            )
+        })
+        .collect();
+    let body = serde_json::json!({
+        "method": req.method().as_str(),
+        "path": path,
+        "query": req.uri().query(),
+        "version": format!("{:?}", req.version()),
+        "headers": headers,
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = StatusCode::OK;
+    response
+        .headers_mut()
+        .insert("x-upstream", http::HeaderValue::from_static("test"));
+    Some(response)
+}
+
+/// Serves the routes on `listener`, with TLS when `tls` is given, forever.
+pub async fn serve_upstream(listener: TcpListener, tls: Option<Arc<ServerConfig>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let service = service_fn(|req: Request<Incoming>| async move {
+                match respond(&req) {
+                    Some(response) => Ok::<_, String>(response),
+                    None if req.uri().path() == "/reset" => Err("reset".to_string()),
+                    None => std::future::pending().await,
+                }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            match tls {
+                Some(config) => {
+                    let Ok(stream) = TlsAcceptor::from(config).accept(stream).await else {
+                        return;
+                    };
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                None => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+/// Binds 127.0.0.1:0 and serves there in the background; returns the address.
+pub async fn start_upstream(tls: Option<Arc<ServerConfig>>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, tls));
+    Ok(addr)
+}

@@ -1,0 +1,435 @@
+//! `agentgate-proxy` as a process, with real clients (`curl`, `python3`) and
+//! a real HTTPS upstream on 127.0.0.1: what it allows, refuses, tunnels and
+//! intercepts, and how it follows policy changes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Harness, realpath_of, runtime};
+
+const POLICY: &str = r#"
+network:
+  - name: api-read
+    binaries: [{CURL}, {PYTHON}]
+    endpoints:
+      - host: api.example.test
+        ports: [{PORT}, {PLAIN}]
+        protocol: rest
+        rules:
+          - {methods: [GET], path: "/repos/**"}
+          - {methods: [POST], path: "/repos/*/issues"}
+        denyRules:
+          - {methods: [GET], path: "/repos/acme/secret/**"}
+  - name: raw
+    binaries: [{CURL}, {PYTHON}]
+    endpoints: [{host: raw.example.test, ports: [{PORT}]}]
+  - name: anyone-status
+    endpoints:
+      - {host: status.example.test, ports: [{PORT}], protocol: rest, access: read-only}
+"#;
+
+fn started(name: &str, policy: &str, extra: &[&str]) -> (tokio::runtime::Runtime, Harness) {
+    let rt = runtime();
+    let mut h = Harness::new(&rt, name);
+    h.write_policy(&h.render(policy));
+    h.start_proxy(extra);
+    h.wait_ready(200);
+    (rt, h)
+}
+
+fn ca(h: &Harness) -> String {
+    h.sandbox_ca.display().to_string()
+}
+
+#[test]
+fn curl_is_judged_per_request_and_told_apart_from_python() {
+    let policy = POLICY.replace(
+        "binaries: [{CURL}, {PYTHON}]\n    endpoints:\n      - host: api",
+        "binaries: [{CURL}]\n    endpoints:\n      - host: api",
+    );
+    let (_rt, h) = started("binaries", &policy, &[]);
+    let (code, body, tail) = h.curl(&[
+        "--cacert",
+        &ca(&h),
+        &h.url("api.example.test", "/repos/acme/x?page=2"),
+    ]);
+    assert_eq!(
+        (code, tail.as_str()),
+        (0, "200 200 1.1"),
+        "{body}\n{}",
+        h.proxy_log()
+    );
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["path"], "/repos/acme/x");
+    assert_eq!(echo["query"], "page=2");
+    // Headers pass through unchanged, hop-by-hop ones do not.
+    let (_, body, _) = h.curl(&[
+        "--cacert",
+        &ca(&h),
+        "-H",
+        "Authorization: Bearer t0k",
+        "-H",
+        "Connection: x-hop",
+        "-H",
+        "X-Hop: 1",
+        &h.url("api.example.test", "/repos/acme/x"),
+    ]);
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["headers"]["authorization"], "Bearer t0k");
+    assert_eq!(echo["headers"]["x-hop"], Value::Null);
+    // python3 is another binary: no rule could allow it on this host.
+    let python = h.python(
+        &h.target("api.example.test"),
+        &h.sandbox_ca,
+        &["GET /repos/acme/x"],
+    );
+    assert_eq!(python[0]["connect"], 403, "{python:?}");
+    let reason = python[0]["body"]["reason"].as_str().unwrap();
+    assert!(reason.contains(&realpath_of("python3")), "{reason}");
+    assert_eq!(python[0]["body"]["code"], "no_rule");
+    assert!(
+        h.proxy_log().contains("refused"),
+        "one log line per refusal"
+    );
+}
+
+#[test]
+fn one_request_is_refused_inside_a_keep_alive_connection() {
+    let (_rt, h) = started("keepalive", POLICY, &[]);
+    let out = h.python(
+        &h.target("api.example.test"),
+        &h.sandbox_ca,
+        &[
+            "GET /repos/acme/x",
+            "GET /repos/acme/secret/key",
+            "POST /repos/acme/x",
+            "POST /repos/acme/issues",
+            "GET /repos/%2e%2e/admin",
+            "HEAD /repos/acme/y",
+        ],
+    );
+    assert_eq!(out[0]["connect"], 200, "{out:?}");
+    assert_eq!(out[1]["status"], 200, "{out:?}");
+    assert_eq!(out[2]["status"], 403);
+    assert_eq!(out[2]["decision"], "deny");
+    assert_eq!(out[2]["body"]["rule"], "api-read");
+    assert_eq!(out[2]["body"]["code"], "denied_by_rule");
+    assert_eq!(out[2]["body"]["finding"], Value::Null);
+    assert!(
+        out[2]["body"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("GET https://api.example.test:"),
+        "{out:?}"
+    );
+    assert_eq!(out[3]["status"], 403);
+    assert_eq!(out[3]["body"]["code"], "no_rule");
+    assert_eq!(out[3]["body"]["rule"], Value::Null);
+    assert_eq!(
+        out[4]["status"], 200,
+        "POST to an issues path is allowed: {out:?}"
+    );
+    assert_eq!(out[5]["body"]["code"], "non_canonical_path");
+    assert_eq!(
+        out[6]["status"], 200,
+        "GET covers HEAD; the connection survived every refusal"
+    );
+}
+
+#[test]
+fn http2_streams_are_judged_each_on_their_own() {
+    let (_rt, h) = started("h2", POLICY, &[]);
+    let (code, body, tail) = h.curl(&[
+        "--http2",
+        "--cacert",
+        &ca(&h),
+        &h.url("api.example.test", "/repos/a"),
+    ]);
+    assert_eq!((code, tail.as_str()), (0, "200 200 2"), "{body}");
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["version"], "HTTP/2.0", "the upstream speaks h2 too");
+    // Two streams on one connection: one allowed, one refused.
+    let (code, body, tail) = h.curl(&[
+        "--http2",
+        "--cacert",
+        &ca(&h),
+        &h.url("api.example.test", "/repos/a"),
+        &h.url("api.example.test", "/admin"),
+    ]);
+    assert_eq!(code, 0, "{body}");
+    assert!(tail.ends_with("403 2"), "{tail}");
+    assert!(
+        body.contains("\"path\":\"/repos/a\"") && body.contains("\"decision\":\"deny\""),
+        "{body}"
+    );
+}
+
+#[test]
+fn l4_grants_are_tunnelled_not_intercepted() {
+    let (_rt, h) = started("tunnel", POLICY, &[]);
+    // Trusting only the upstream's own CA proves the proxy did not terminate TLS.
+    let upstream_ca = h.upstream_ca.display().to_string();
+    let (code, body, tail) = h.curl(&[
+        "--cacert",
+        &upstream_ca,
+        &h.url("raw.example.test", "/anything/at/all"),
+    ]);
+    assert_eq!(
+        (code, tail.as_str()),
+        (0, "200 200 1.1"),
+        "{body}\n{}",
+        h.proxy_log()
+    );
+    // And an intercepted host does not verify against the upstream CA.
+    let (code, _, _) = h.curl(&[
+        "--cacert",
+        &upstream_ca,
+        &h.url("api.example.test", "/repos/a"),
+    ]);
+    assert_ne!(code, 0);
+}
+
+#[test]
+fn plain_http_absolute_form_is_judged() {
+    let (_rt, h) = started("plain", POLICY, &[]);
+    let port = h.plain_upstream.port();
+    let (code, body, tail) = h.curl(&[&format!("http://api.example.test:{port}/repos/x")]);
+    assert_eq!(
+        (code, tail.as_str()),
+        (0, "000 200 1.1"),
+        "{body}\n{}",
+        h.proxy_log()
+    );
+    let (_, body, tail) = h.curl(&[
+        "-X",
+        "DELETE",
+        &format!("http://api.example.test:{port}/repos/x"),
+    ]);
+    assert_eq!(tail, "000 403 1.1");
+    assert!(body.contains("DELETE"), "{body}");
+    let (_, body, tail) = h.curl(&[&format!("http://127.0.0.1:{port}/repos/x")]);
+    assert_eq!(tail, "000 403 1.1");
+    assert!(body.contains("not_a_host"), "{body}");
+}
+
+#[test]
+fn a_revocation_reaches_open_connections_and_tunnels() {
+    let (_rt, h) = started("reload", POLICY, &[]);
+    let go = h.dir.join("go");
+    let go_arg = format!("wait {}", go.display());
+    let steps = ["GET /repos/a", go_arg.as_str(), "GET /repos/a"];
+    let (api, raw) = (h.target("api.example.test"), h.target("raw.example.test"));
+    let (sandbox_ca, upstream_ca) = (h.sandbox_ca.clone(), h.upstream_ca.clone());
+    std::thread::scope(|s| {
+        let hr = &h;
+        let intercepted = s.spawn(move || hr.python(&api, &sandbox_ca, &steps));
+        let tunnelled = s.spawn(move || hr.python(&raw, &upstream_ca, &steps));
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = h.generation();
+        // Revoke both grants.
+        h.write_policy(&h.render(
+            "network:\n  - {name: other, endpoints: [{host: other.example.test, ports: [443]}]}\n",
+        ));
+        h.wait_generation_after(before);
+        std::fs::write(&go, "").unwrap();
+        let intercepted = intercepted.join().unwrap();
+        let tunnelled = tunnelled.join().unwrap();
+        assert_eq!(intercepted[1]["status"], 200, "{intercepted:?}");
+        assert_eq!(intercepted[2]["status"], 403, "{intercepted:?}");
+        assert_eq!(tunnelled[1]["status"], 200, "{tunnelled:?}");
+        assert!(
+            tunnelled[2].get("error").is_some(),
+            "the tunnel was closed: {tunnelled:?}"
+        );
+    });
+    assert!(
+        h.get_metrics_path("/metrics")
+            .1
+            .contains("agentgate_proxy_tunnels_revoked_total 1")
+    );
+}
+
+#[test]
+fn a_configmap_symlink_swap_is_followed() {
+    let rt = runtime();
+    let mut h = Harness::new(&rt, "configmap");
+    // The layout kubelet writes: policy.yaml -> ..data/policy.yaml, ..data -> ..v1.
+    let dir = h.dir.join("policy");
+    std::fs::create_dir(dir.join("..v1")).unwrap();
+    std::fs::write(dir.join("..v1/policy.yaml"), h.render(POLICY)).unwrap();
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/policy.yaml", dir.join("policy.yaml")).unwrap();
+    h.start_proxy(&[]);
+    h.wait_ready(200);
+    let (_, _, tail) = h.curl(&["--cacert", &ca(&h), &h.url("api.example.test", "/repos/a")]);
+    assert_eq!(tail, "200 200 1.1");
+    std::fs::create_dir(dir.join("..v2")).unwrap();
+    std::fs::write(dir.join("..v2/policy.yaml"), "network: []\n").unwrap();
+    std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
+    let before = h.generation();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    h.wait_generation_after(before);
+    let (_, _, tail) = h.curl(&["--cacert", &ca(&h), &h.url("api.example.test", "/repos/a")]);
+    assert_eq!(tail, "403 000 0", "refused at CONNECT now");
+}
+
+#[test]
+fn an_invalid_policy_refuses_everything_until_a_valid_one_appears() {
+    let (_rt, h) = started("invalid", POLICY, &[]);
+    let before = h.generation();
+    h.write_policy("network: [{name: x, endpoints: [{host: '*', ports: [443]}]}]\n");
+    h.wait_generation_after(before);
+    h.wait_ready(503);
+    let (_, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("status.example.test", "/")]);
+    assert_eq!(tail, "403 000 0");
+    let (_, readyz) = h.get_metrics_path("/readyz");
+    assert!(readyz.contains("not ready"), "{readyz}");
+    assert!(
+        h.get_metrics_path("/metrics")
+            .1
+            .contains("agentgate_proxy_policy_valid 0")
+    );
+    assert!(h.proxy_log().contains("no valid policy"), "{body}");
+    let before = h.generation();
+    h.write_policy(&h.render(POLICY));
+    h.wait_generation_after(before);
+    h.wait_ready(200);
+    let (_, _, tail) = h.curl(&["--cacert", &ca(&h), &h.url("status.example.test", "/")]);
+    assert_eq!(tail, "200 200 1.1");
+}
+
+#[test]
+fn an_unknown_binary_gets_only_rules_without_binaries() {
+    let (_rt, h) = started("unknown", POLICY, &["--identity", "none"]);
+    let (_, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("api.example.test", "/repos/a")]);
+    assert_eq!(tail, "403 000 0", "{body}");
+    let (_, _, tail) = h.curl(&[
+        "--cacert",
+        &ca(&h),
+        &h.url("status.example.test", "/health"),
+    ]);
+    assert_eq!(tail, "200 200 1.1");
+    let (_, body, tail) = h.curl(&[
+        "-X",
+        "POST",
+        "--cacert",
+        &ca(&h),
+        &h.url("status.example.test", "/health"),
+    ]);
+    assert_eq!(tail, "200 403 1.1");
+    assert!(body.contains("(unknown binary)"), "{body}");
+}
+
+#[test]
+fn refusals_cite_the_finding_that_predicted_them() {
+    let rt = runtime();
+    let mut h = Harness::new(&rt, "findings");
+    h.write_policy(&h.render(POLICY));
+    std::fs::write(
+        h.dir.join("policy/findings.json"),
+        r#"[{"id":"AG-TRIFECTA","sink":"post_issue","witness":"fetch_page -> read_env -> post_issue",
+             "capabilities":[{"node":"post_issue","region":{"hosts":["api.example.test"],"methods":["DELETE"]}}]}]"#,
+    )
+    .unwrap();
+    h.start_proxy(&[]);
+    h.wait_ready(200);
+    let (_, body, tail) = h.curl(&[
+        "-X",
+        "DELETE",
+        "--cacert",
+        &ca(&h),
+        &h.url("api.example.test", "/repos/a"),
+    ]);
+    assert_eq!(tail, "200 403 1.1");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["finding"]["id"], "AG-TRIFECTA");
+    assert_eq!(refusal["finding"]["node"], "post_issue");
+}
+
+fn raw_exchange(h: &Harness, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(h.listen).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[test]
+fn bad_input_gets_a_clear_refusal_and_never_a_panic() {
+    let (_rt, mut h) = started(
+        "badinput",
+        POLICY,
+        &["--client-timeout", "1", "--upstream-timeout", "1"],
+    );
+    // Malformed CONNECT lines.
+    assert!(raw_exchange(&h, b"CONNECT nonsense HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400"));
+    assert!(
+        raw_exchange(&h, b"CONNECT api.example.test HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400")
+    );
+    assert!(raw_exchange(&h, b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+    let ip = raw_exchange(&h, b"CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n");
+    assert!(
+        ip.starts_with("HTTP/1.1 403") && ip.contains("not_a_host"),
+        "{ip}"
+    );
+    // An origin-form request to a proxy.
+    assert!(raw_exchange(&h, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
+    // Huge headers.
+    let mut huge =
+        b"GET http://api.example.test/repos/a HTTP/1.1\r\nHost: api.example.test\r\nX-Big: "
+            .to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 200 * 1024));
+    huge.extend(b"\r\n\r\n");
+    let answer = raw_exchange(&h, &huge);
+    assert!(
+        answer.starts_with("HTTP/1.1 431") || answer.is_empty(),
+        "{answer}"
+    );
+    // Non-TLS bytes after CONNECT to an intercepted host: closed, not served.
+    // (This test binary is the client: only binary-less rules apply to it.)
+    let target = h.target("status.example.test");
+    let junk = raw_exchange(
+        &h,
+        format!("CONNECT {target} HTTP/1.1\r\n\r\n\x16\x03\x01\x00\x05hello").as_bytes(),
+    );
+    assert!(
+        junk.starts_with("HTTP/1.1 200") && !junk.contains("x-upstream"),
+        "{junk}"
+    );
+    // A client that sends nothing is dropped after --client-timeout.
+    let mut slow = TcpStream::connect(h.listen).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let _ = slow.read(&mut buf);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "a silent client is not held forever"
+    );
+    // An upstream that never answers, and one that resets.
+    let (_, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("status.example.test", "/hang")]);
+    assert_eq!(tail, "200 504 1.1", "{body}");
+    let (_, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("status.example.test", "/reset")]);
+    assert_eq!(tail, "200 502 1.1", "{body}");
+    assert!(body.contains("upstream_protocol"), "{body}");
+    assert!(h.proxy_alive(), "{}", h.proxy_log());
+    assert!(!h.proxy_log().contains("panicked"), "{}", h.proxy_log());
+}
+
+#[test]
+fn upstream_certificates_are_always_verified() {
+    let (_rt, h) = started("verify", POLICY, &["--no-upstream-ca"]);
+    let (_, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("status.example.test", "/")]);
+    assert_eq!(tail, "200 502 1.1", "{body}");
+    assert!(
+        body.contains("upstream_tls") && body.contains("certificate"),
+        "{body}"
+    );
+}

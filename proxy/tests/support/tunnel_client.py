@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Test client of agentgate-proxy: CONNECT through the explicit proxy, then
+HTTP/1.1 requests on one keep-alive TLS connection.
+
+usage: tunnel_client.py PROXY_HOST:PORT HOST:PORT CAFILE STEP...
+STEP is "METHOD /path" (a request) or "wait FILE" (block until FILE exists).
+Prints one JSON object per line: the CONNECT answer, then one per request.
+"""
+import http.client
+import json
+import os
+import socket
+import ssl
+import sys
+import time
+
+
+def main():
+    proxy, target, cafile, *steps = sys.argv[1:]
+    proxy_host, proxy_port = proxy.rsplit(":", 1)
+    host, port = target.rsplit(":", 1)
+    sock = socket.create_connection((proxy_host, int(proxy_port)), timeout=20)
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        head += chunk
+    status = int(head.split(b" ")[1])
+    if status != 200:
+        body = head.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in head else b""
+        print(json.dumps({"connect": status, "body": json.loads(body or b"null")}))
+        return
+    print(json.dumps({"connect": 200}), flush=True)
+    tls = ssl.create_default_context(cafile=cafile).wrap_socket(sock, server_hostname=host)
+    conn = http.client.HTTPConnection(host, int(port))
+    conn.sock = tls
+    conn.auto_open = 0  # never reconnect around the proxy
+    for step in steps:
+        verb, arg = step.split(" ", 1)
+        if verb == "wait":
+            deadline = time.time() + 30
+            while not os.path.exists(arg) and time.time() < deadline:
+                time.sleep(0.05)
+            continue
+        try:
+            conn.request(verb, arg)
+            response = conn.getresponse()
+            body = response.read()
+            try:
+                body = json.loads(body)
+            except ValueError:
+                body = body.decode(errors="replace")
+            print(json.dumps({
+                "status": response.status,
+                "decision": response.getheader("X-Agentgate-Decision"),
+                "body": body,
+            }), flush=True)
+        except Exception as e:  # the proxy closed the connection, as a revocation does
+            print(json.dumps({"error": type(e).__name__}), flush=True)
+
+
+main()

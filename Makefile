@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm chart build test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-smoke demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -25,17 +25,23 @@ control-plane: ## build (once, cached in ~/.cache/agentgate) kube-apiserver, etc
 helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
 	@./hack/install-helm.sh >/dev/null
 
+netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transparent-mode test (apt-get, once)
+	@./hack/install-netns-tools.sh
+
 chart: helm ## helm lint and helm template of charts/agentgate over several value sets
 	@./hack/test-chart.sh
 
-build: z3 ## release binaries into target/release/
-	$(CARGO) build --release --locked -p agentgate
+build: z3 ## release binaries into target/release/ (agentgate, kubectl-agentgate, agentgate-proxy)
+	$(CARGO) build --release --locked -p agentgate -p agentgate-proxy
+
+sizes: build ## print the release binaries' sizes and whether each links Z3 (docs/benchmarks.md)
+	@./hack/binary-sizes.sh target/release/agentgate target/release/kubectl-agentgate target/release/agentgate-proxy
 
 lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: disk z3 control-plane helm ## every Rust test (unit, property, golden, e2e)
+unit-tests: disk z3 control-plane helm netns-tools ## every Rust test (unit, property, golden, e2e, proxy processes)
 	@# The golden tests run the real binary, which `cargo test` does not build.
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
@@ -63,6 +69,10 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-decide
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook
 
+bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost
+	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
+	./target/release/bench-proxy
+
 bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; fails when one no longer works
 	@# Dev profile, reusing the test build; the e2e benchmarks run target/debug/agentgate.
 	$(CARGO) build --locked -q -p agentgate --bins
@@ -72,6 +82,8 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
+	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
+	AGENTGATE_BENCH_SMOKE=1 ./target/debug/bench-proxy
 
 demo: z3 control-plane helm ## local control plane + operator + examples/, left running (stop: make demo-down)
 	$(CARGO) build --locked -q -p agentgate --bins

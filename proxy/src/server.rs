@@ -32,7 +32,7 @@ use crate::decide::{
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff};
 use crate::resolve::Resolver;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::Interceptor;
 
 /// The body type of every response.
@@ -157,14 +157,50 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().contains_key(header::UPGRADE) || req.method() == Method::CONNECT
 }
 
-/// The `(host, port)` a request names: its absolute URI, else its Host header.
-fn request_authority(req: &Request<Incoming>) -> Option<(String, Option<u16>)> {
-    if let Some(authority) = req.uri().authority() {
-        return Some((authority.host().to_string(), authority.port_u16()));
+/// The `(host, port)` a request names: its absolute URI (or HTTP/2
+/// `:authority`) and its Host header must agree, because the upstream routes
+/// by the header while the proxy judges and resolves by the URI; a request
+/// that names two hosts is refused. `Ok(None)`: it names none.
+fn request_authority(req: &Request<Incoming>) -> Result<Option<(String, Option<u16>)>, Refusal> {
+    let from_uri = req
+        .uri()
+        .authority()
+        .map(|a| (a.host().to_ascii_lowercase(), a.port_u16()));
+    let from_header = match req.headers().get(header::HOST) {
+        None => None,
+        Some(value) => {
+            let parsed = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.parse::<http::uri::Authority>().ok())
+                .map(|a| (a.host().to_ascii_lowercase(), a.port_u16()));
+            match parsed {
+                Some(parsed) => Some(parsed),
+                None => {
+                    return Err(Refusal::new(
+                        RefusalCode::NotAHost,
+                        "the Host header is not a host[:port]",
+                    ));
+                }
+            }
+        }
+    };
+    match (from_uri, from_header) {
+        (Some(uri), Some(header))
+            if uri.0.trim_end_matches('.') != header.0.trim_end_matches('.')
+                || (uri.1.is_some() && header.1.is_some() && uri.1 != header.1) =>
+        {
+            Err(Refusal::new(
+                RefusalCode::HostMismatch,
+                format!(
+                    "the request URI names {:?} but its Host header names {:?}",
+                    uri.0, header.0
+                ),
+            ))
+        }
+        (Some(uri), _) => Ok(Some(uri)),
+        (None, header) => Ok(header),
     }
-    let host = req.headers().get(header::HOST)?.to_str().ok()?;
-    let authority: http::uri::Authority = host.parse().ok()?;
-    Some((authority.host().to_string(), authority.port_u16()))
 }
 
 /// Reads `SO_ORIGINAL_DST` (IPv4, then IPv6) of a redirected connection.
@@ -321,7 +357,9 @@ impl Proxy {
         peer: SocketAddr,
         local: SocketAddr,
     ) {
-        let _open = self.metrics.accepted("explicit");
+        // Shared with a CONNECT's tunnel or interception, which outlives
+        // this HTTP/1.1 connection once upgraded.
+        let open = Arc::new(self.metrics.accepted("explicit"));
         let _ = stream.set_nodelay(true);
         let binary = self.identify(peer, local).await;
         let connection = Arc::new(Inspected {
@@ -332,6 +370,7 @@ impl Proxy {
             tls: false,
             refusal: None,
             upstreams: Upstreams::default(),
+            open: Some(open),
         });
         let service = service_fn(move |req| {
             let connection = connection.clone();
@@ -461,6 +500,7 @@ impl Proxy {
             tls,
             refusal,
             upstreams: Upstreams::default(),
+            open: None,
         });
         let io = Prefixed::new(buffered, io);
         if !tls {
@@ -654,6 +694,8 @@ struct Inspected {
     /// mismatched SNI).
     refusal: Option<Refusal>,
     upstreams: Upstreams,
+    /// Counts the client connection as open while anything uses it.
+    open: Option<Arc<OpenGuard>>,
 }
 
 impl Inspected {
@@ -726,8 +768,9 @@ impl Inspected {
                     return refusal_response(&refusal);
                 }
             };
-            let (proxy, binary) = (proxy.clone(), self.binary.clone());
+            let (proxy, binary, open) = (proxy.clone(), self.binary.clone(), self.open.clone());
             tokio::spawn(async move {
+                let _open = open;
                 let upgraded = match hyper::upgrade::on(req).await {
                     Ok(upgraded) => TokioIo::new(upgraded),
                     Err(e) => return tracing::debug!(error = %e, "CONNECT upgrade failed"),
@@ -768,7 +811,10 @@ impl Inspected {
         if let Some(refusal) = &self.refusal {
             return refuse(refusal.clone(), &shown_host);
         }
-        let named = request_authority(&req);
+        let named = match request_authority(&req) {
+            Ok(named) => named,
+            Err(refusal) => return refuse(refusal, &shown_host),
+        };
         // Absolute-form http:// on the explicit listener names its own port.
         let explicit_plain = self.host.is_none() && req.uri().scheme_str() == Some("http");
         let default_port = if self.tls { 443 } else { 80 };

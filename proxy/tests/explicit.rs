@@ -212,6 +212,15 @@ fn plain_http_absolute_form_is_judged() {
     ]);
     assert_eq!(tail, "000 403 1.1");
     assert!(body.contains("DELETE"), "{body}");
+    // A Host header naming another host than the URI: the upstream would
+    // route by the header, so it is refused.
+    let (_, body, tail) = h.curl(&[
+        "-H",
+        "Host: other.example.test",
+        &format!("http://api.example.test:{port}/repos/x"),
+    ]);
+    assert_eq!(tail, "000 403 1.1");
+    assert!(body.contains("host_mismatch"), "{body}");
     let (_, body, tail) = h.curl(&[&format!("http://127.0.0.1:{port}/repos/x")]);
     assert_eq!(tail, "000 403 1.1");
     assert!(body.contains("not_a_host"), "{body}");

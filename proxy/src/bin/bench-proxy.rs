@@ -1,0 +1,672 @@
+//! `make bench-proxy`: agentgate-proxy against no proxy, side by side in one
+//! run, with the same client and the same upstream (both in this process;
+//! the proxy is the real release binary in its own process, so its CPU and
+//! RSS are its own). Prints numbers; asserts nothing about speed, but exits
+//! non-zero when a request fails or an answer is wrong.
+//!
+//! 1. added latency of intercepted HTTPS keep-alive requests (1 KiB bodies);
+//! 2. requests/s through one proxy, its CPU per 1,000 requests/s, and no
+//!    failed request while the policy is rewritten every 100 ms;
+//! 3. proxy RSS at rest and with 1,000 open intercepted connections;
+//! 4. a new intercepted connection (leaf cached): CONNECT + TLS + 1 request;
+//! 5. l4 tunnel throughput;
+//! 6. in process: decision cost per request and policy load time on the
+//!    1,000-rule policy the proxy runs with.
+//!
+//! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): tiny sizes, same checks.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agentgate_proxy::decide::{Binary, Snapshot, judge_request};
+use agentgate_proxy::source::compile_policy;
+use agentgate_proxy::testkit::{TestCa, start_upstream};
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsConnector;
+
+struct Sizes {
+    latency_requests: usize,
+    load_seconds: f64,
+    load_connections: usize,
+    open_connections: usize,
+    new_connections: usize,
+    tunnel_bytes: usize,
+    decisions: usize,
+    rules: usize,
+}
+
+fn sizes() -> Sizes {
+    if std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1") {
+        Sizes {
+            latency_requests: 50,
+            load_seconds: 0.5,
+            load_connections: 4,
+            open_connections: 20,
+            new_connections: 10,
+            tunnel_bytes: 4 << 20,
+            decisions: 1000,
+            rules: 50,
+        }
+    } else {
+        Sizes {
+            latency_requests: 5000,
+            load_seconds: 5.0,
+            load_connections: 32,
+            open_connections: 1000,
+            new_connections: 500,
+            tunnel_bytes: 2 << 30,
+            decisions: 200_000,
+            rules: 1000,
+        }
+    }
+}
+
+const HOST: &str = "api.example.test";
+const RAW_HOST: &str = "raw.example.test";
+
+/// `rules` rules; the ones the benchmark uses come last, so every decision
+/// walks the whole policy.
+fn policy_text(rules: usize, port: u16, sink_port: u16, generation: usize) -> String {
+    let mut text = format!("# generation {generation}\nnetwork:\n");
+    for i in 0..rules.saturating_sub(2) {
+        if i % 3 == 0 {
+            text.push_str(&format!(
+                "  - {{name: r{i}, binaries: [/usr/bin/tool{i}], endpoints: [{{host: svc-{i}.example.test, ports: [443]}}]}}\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "  - name: r{i}\n    endpoints:\n      - host: \"*.svc-{i}.example.test\"\n        ports: [443, {port}]\n        protocol: rest\n        rules: [{{methods: [GET, POST], path: \"/v{i}/**\"}}]\n        denyRules: [{{methods: [DELETE], path: \"/**\"}}]\n"
+            ));
+        }
+    }
+    text.push_str(&format!(
+        "  - name: bench\n    endpoints:\n      - host: {HOST}\n        ports: [{port}]\n        protocol: rest\n        rules: [{{methods: [GET], path: \"/bytes/**\"}}]\n        denyRules: [{{methods: [GET], path: \"/bytes/secret/**\"}}]\n"
+    ));
+    text.push_str(&format!(
+        "  - {{name: raw, endpoints: [{{host: {RAW_HOST}, ports: [{sink_port}]}}]}}\n"
+    ));
+    text
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+struct Bench {
+    dir: PathBuf,
+    upstream: SocketAddr,
+    sink: SocketAddr,
+    proxy_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    proxy: Child,
+    direct_tls: Arc<ClientConfig>,
+    proxied_tls: Arc<ClientConfig>,
+    policy_path: PathBuf,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = self.proxy.kill();
+        let _ = self.proxy.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn client_config(ca_pem: &str) -> anyhow::Result<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes())?)?;
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Reads until EOF, counting, then answers with the count (8 bytes).
+async fn serve_sink(listener: TcpListener) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut buffer = vec![0u8; 256 * 1024];
+            let mut total: u64 = 0;
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n as u64,
+                }
+            }
+            let _ = stream.write_all(&total.to_be_bytes()).await;
+        });
+    }
+}
+
+impl Bench {
+    async fn start(sizes: &Sizes) -> anyhow::Result<Bench> {
+        let dir =
+            std::env::temp_dir().join(format!("agentgate-bench-proxy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let upstream_ca = TestCa::new("bench upstream CA")?;
+        let sandbox_ca = TestCa::new("bench sandbox CA")?;
+        let tls = upstream_ca
+            .server_config(&[HOST])
+            .map_err(anyhow::Error::msg)?;
+        let upstream = start_upstream(Some(tls)).await?;
+        let sink_listener = TcpListener::bind("127.0.0.1:0").await?;
+        let sink = sink_listener.local_addr()?;
+        tokio::spawn(serve_sink(sink_listener));
+        std::fs::write(dir.join("upstream-ca.pem"), &upstream_ca.cert_pem)?;
+        std::fs::write(dir.join("ca.pem"), &sandbox_ca.cert_pem)?;
+        std::fs::write(dir.join("ca.key"), &sandbox_ca.key_pem)?;
+        let policy_path = dir.join("policy.yaml");
+        std::fs::write(
+            &policy_path,
+            policy_text(sizes.rules, upstream.port(), sink.port(), 0),
+        )?;
+        let proxy_addr = free_addr()?;
+        let metrics_addr = free_addr()?;
+        let exe = std::env::current_exe()?;
+        let binary = exe.with_file_name("agentgate-proxy");
+        if !binary.exists() {
+            bail!(
+                "{} is missing: build it first (make bench-proxy does)",
+                binary.display()
+            );
+        }
+        let proxy = Command::new(&binary)
+            .arg("--policy")
+            .arg(&policy_path)
+            .args([
+                "--listen",
+                &proxy_addr.to_string(),
+                "--metrics-listen",
+                &metrics_addr.to_string(),
+            ])
+            .arg("--ca-cert")
+            .arg(dir.join("ca.pem"))
+            .arg("--ca-key")
+            .arg(dir.join("ca.key"))
+            .arg("--upstream-ca")
+            .arg(dir.join("upstream-ca.pem"))
+            .args([
+                "--resolve",
+                &format!("{HOST}:{}:127.0.0.1", upstream.port()),
+            ])
+            .args([
+                "--resolve",
+                &format!("{RAW_HOST}:{}:127.0.0.1", sink.port()),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let bench = Bench {
+            dir,
+            upstream,
+            sink,
+            proxy_addr,
+            metrics_addr,
+            proxy,
+            direct_tls: client_config(&upstream_ca.cert_pem)?,
+            proxied_tls: client_config(&sandbox_ca.cert_pem)?,
+            policy_path,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while bench
+            .metric_text("/readyz")
+            .await
+            .is_none_or(|t| !t.starts_with("ready"))
+        {
+            if Instant::now() > deadline {
+                bail!("the proxy never became ready");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(bench)
+    }
+
+    async fn metric_text(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(self.metrics_addr).await.ok()?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).await.ok()?;
+        text.split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self.metric_text("/metrics").await.unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    }
+
+    /// CONNECTs through the proxy; returns the stream after the 200.
+    async fn connect_via_proxy(&self, host: &str, port: u16) -> anyhow::Result<TcpStream> {
+        let mut stream = TcpStream::connect(self.proxy_addr).await?;
+        stream.set_nodelay(true)?;
+        stream
+            .write_all(
+                format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n").as_bytes(),
+            )
+            .await?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).await? == 0 {
+                bail!("the proxy closed during CONNECT");
+            }
+            head.push(byte[0]);
+        }
+        if !head.starts_with(b"HTTP/1.1 200") {
+            bail!("CONNECT refused: {}", String::from_utf8_lossy(&head));
+        }
+        Ok(stream)
+    }
+
+    /// An HTTP/1.1 keep-alive connection to the upstream, direct or through the proxy.
+    async fn http_client(&self, proxied: bool) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+        let (tcp, tls) = if proxied {
+            (
+                self.connect_via_proxy(HOST, self.upstream.port()).await?,
+                self.proxied_tls.clone(),
+            )
+        } else {
+            let tcp = TcpStream::connect(self.upstream).await?;
+            tcp.set_nodelay(true)?;
+            (tcp, self.direct_tls.clone())
+        };
+        let stream = TlsConnector::from(tls)
+            .connect(ServerName::try_from(HOST)?, tcp)
+            .await?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+}
+
+async fn get(sender: &mut SendRequest<Empty<Bytes>>, path: &str) -> anyhow::Result<(u16, usize)> {
+    sender.ready().await?;
+    let request = http::Request::get(path)
+        .header("host", HOST)
+        .body(Empty::new())?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body.len()))
+}
+
+async fn latency(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut sender = bench.http_client(proxied).await?;
+    for _ in 0..n.min(500) {
+        get(&mut sender, "/bytes/1024").await?;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let (status, len) = get(&mut sender, "/bytes/1024").await?;
+        samples.push(start.elapsed());
+        if status != 200 || len != 1024 {
+            bail!("unexpected answer {status}, {len} bytes");
+        }
+    }
+    samples.sort();
+    Ok(samples)
+}
+
+fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn proc_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Requests/s over `seconds` with `connections` keep-alive clients, and the
+/// number of failed requests. With `reload`, the policy file is rewritten
+/// every 100 ms meanwhile.
+async fn load(
+    bench: &Bench,
+    proxied: bool,
+    sizes: &Sizes,
+    reload: bool,
+) -> anyhow::Result<(f64, u64, f64, u64)> {
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..sizes.load_connections {
+        let mut sender = bench.http_client(proxied).await?;
+        let (done, failed, stop) = (done.clone(), failed.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match get(&mut sender, "/bytes/1024").await {
+                    Ok((200, 1024)) => done.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let generation_before = bench.metric("agentgate_proxy_policy_generation ").await;
+    let reloader = reload.then(|| {
+        let (path, stop, rules, port, sink) = (
+            bench.policy_path.clone(),
+            stop.clone(),
+            sizes.rules,
+            bench.upstream.port(),
+            bench.sink.port(),
+        );
+        tokio::spawn(async move {
+            let mut generation = 1;
+            while !stop.load(Ordering::Relaxed) {
+                let tmp = path.with_extension("tmp");
+                let _ = std::fs::write(&tmp, policy_text(rules, port, sink, generation));
+                let _ = std::fs::rename(&tmp, &path);
+                generation += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    let pid = bench.proxy.id();
+    let cpu_before = proc_cpu_seconds(pid);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(sizes.load_seconds)).await;
+    let count_at_stop = done.load(Ordering::Relaxed);
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = proc_cpu_seconds(pid) - cpu_before;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    if let Some(r) = reloader {
+        let _ = r.await;
+    }
+    // Let the last rewrite be seen before counting reloads.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reloads = (bench.metric("agentgate_proxy_policy_generation ").await - generation_before)
+        .max(0.0) as u64;
+    Ok((
+        count_at_stop as f64 / elapsed,
+        failed.load(Ordering::Relaxed),
+        cpu / elapsed,
+        reloads,
+    ))
+}
+
+/// CONNECT (or TCP) + TLS + one request, sequentially.
+async fn new_connections(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let mut sender = bench.http_client(proxied).await?;
+        let (status, _) = get(&mut sender, "/bytes/1024").await?;
+        samples.push(start.elapsed());
+        if status != 200 {
+            bail!("new connection answered {status}");
+        }
+    }
+    samples.sort();
+    Ok(samples)
+}
+
+async fn tunnel_throughput(bench: &Bench, proxied: bool, bytes: usize) -> anyhow::Result<f64> {
+    let mut stream = if proxied {
+        bench.connect_via_proxy(RAW_HOST, bench.sink.port()).await?
+    } else {
+        TcpStream::connect(bench.sink).await?
+    };
+    let chunk = vec![7u8; 256 * 1024];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < bytes {
+        let n = chunk.len().min(bytes - sent);
+        stream.write_all(&chunk[..n]).await?;
+        sent += n;
+    }
+    stream.shutdown().await?;
+    let mut count = [0u8; 8];
+    stream.read_exact(&mut count).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    if u64::from_be_bytes(count) != bytes as u64 {
+        bail!(
+            "the sink counted {} of {bytes} bytes",
+            u64::from_be_bytes(count)
+        );
+    }
+    Ok(bytes as f64 / elapsed / 1e9)
+}
+
+fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
+    let text = policy_text(sizes.rules, 8443, 9000, 0);
+    let rounds = 5;
+    let start = Instant::now();
+    let mut compiled = None;
+    for _ in 0..rounds {
+        compiled = Some(compile_policy(text.as_bytes()).map_err(anyhow::Error::msg)?);
+    }
+    let load_ms = start.elapsed().as_secs_f64() * 1e3 / rounds as f64;
+    let policy = compiled.context("no rounds")?;
+    let snapshot = Snapshot {
+        generation: 1,
+        policy: Ok(policy),
+        findings: Arc::default(),
+    };
+    let binary = Binary(Some("/usr/local/bin/agent".into()));
+    let start = Instant::now();
+    for i in 0..sizes.decisions {
+        let path = if i % 2 == 0 {
+            "/bytes/1024"
+        } else {
+            "/bytes/secret/x"
+        };
+        let verdict = judge_request(
+            &snapshot,
+            &binary,
+            HOST,
+            8443,
+            "GET",
+            std::hint::black_box(path),
+        );
+        if verdict.is_ok() != (i % 2 == 0) {
+            bail!("wrong decision for {path}");
+        }
+    }
+    let per_decision_us = start.elapsed().as_secs_f64() * 1e6 / sizes.decisions as f64;
+    // A refused path on the last rule, the most expensive miss.
+    let start = Instant::now();
+    for _ in 0..sizes.decisions {
+        let _ = std::hint::black_box(judge_request(
+            &snapshot,
+            &binary,
+            "nowhere.example.test",
+            8443,
+            "GET",
+            "/x",
+        ));
+    }
+    let miss_us = start.elapsed().as_secs_f64() * 1e6 / sizes.decisions as f64;
+    Ok((per_decision_us, miss_us, load_ms))
+}
+
+async fn run() -> anyhow::Result<()> {
+    let sizes = sizes();
+    let bench = Bench::start(&sizes).await?;
+    let pid = bench.proxy.id();
+    println!(
+        "agentgate-proxy benchmark: {} rules in the policy, client and upstream in this process",
+        sizes.rules
+    );
+    println!();
+
+    let direct = latency(&bench, false, sizes.latency_requests).await?;
+    let proxied = latency(&bench, true, sizes.latency_requests).await?;
+    println!(
+        "1. keep-alive HTTPS GET, 1 KiB answers, {} sequential requests on one connection",
+        sizes.latency_requests
+    );
+    println!(
+        "   {:<22} {:>10} {:>10} {:>10}",
+        "", "p50 µs", "p90 µs", "p99 µs"
+    );
+    for (name, s) in [("direct", &direct), ("through the proxy", &proxied)] {
+        println!(
+            "   {:<22} {:>10.0} {:>10.0} {:>10.0}",
+            name,
+            micros(percentile(s, 0.5)),
+            micros(percentile(s, 0.9)),
+            micros(percentile(s, 0.99))
+        );
+    }
+    println!(
+        "   {:<22} {:>10.0} {:>10.0} {:>10.0}   (targets: p50 ≤ 100, p99 ≤ 500)",
+        "added by the proxy",
+        micros(percentile(&proxied, 0.5)) - micros(percentile(&direct, 0.5)),
+        micros(percentile(&proxied, 0.9)) - micros(percentile(&direct, 0.9)),
+        micros(percentile(&proxied, 0.99)) - micros(percentile(&direct, 0.99)),
+    );
+    println!();
+
+    let (direct_rps, direct_failed, _, _) = load(&bench, false, &sizes, false).await?;
+    let (proxy_rps, proxy_failed, proxy_cores, _) = load(&bench, true, &sizes, false).await?;
+    let (reload_rps, reload_failed, _, reloads) = load(&bench, true, &sizes, true).await?;
+    println!(
+        "2. throughput, {} keep-alive connections for {:.1} s",
+        sizes.load_connections, sizes.load_seconds
+    );
+    println!("   direct                 {direct_rps:>10.0} requests/s   failed {direct_failed}");
+    println!(
+        "   through the proxy      {proxy_rps:>10.0} requests/s   failed {proxy_failed}   proxy CPU {proxy_cores:.2} cores = {:.3} cores per 1,000 requests/s (target ≥ 5,000/s, ≤ 0.1)",
+        proxy_cores / (proxy_rps / 1000.0).max(f64::MIN_POSITIVE)
+    );
+    println!(
+        "   while reloading        {reload_rps:>10.0} requests/s   failed {reload_failed}   policy reloads {reloads} (target: 0 failed)"
+    );
+    println!();
+
+    let rss_rest = proc_rss_mib(pid);
+    let mut open = Vec::with_capacity(sizes.open_connections);
+    for _ in 0..sizes.open_connections {
+        let mut sender = bench.http_client(true).await?;
+        get(&mut sender, "/bytes/1024").await?;
+        open.push(sender);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_open = proc_rss_mib(pid);
+    let open_now = bench.metric("agentgate_proxy_open_connections ").await;
+    drop(open);
+    println!(
+        "3. proxy RSS: {rss_rest:.1} MiB at rest, {rss_open:.1} MiB with {} intercepted connections open ({open_now} counted) (target ≤ 30 MB)",
+        sizes.open_connections
+    );
+    println!();
+
+    let direct_new = new_connections(&bench, false, sizes.new_connections).await?;
+    let proxied_new = new_connections(&bench, true, sizes.new_connections).await?;
+    println!(
+        "4. new connection + TLS + 1 request, {} sequential, leaf cached, identity from /proc",
+        sizes.new_connections
+    );
+    for (name, s) in [("direct", &direct_new), ("through the proxy", &proxied_new)] {
+        println!(
+            "   {:<22} p50 {:>8.0} µs   p99 {:>8.0} µs",
+            name,
+            micros(percentile(s, 0.5)),
+            micros(percentile(s, 0.99))
+        );
+    }
+    println!("   (target: through the proxy p99 ≤ 2,000 µs)");
+    println!();
+
+    let direct_gbps = tunnel_throughput(&bench, false, sizes.tunnel_bytes).await?;
+    let tunnel_gbps = tunnel_throughput(&bench, true, sizes.tunnel_bytes).await?;
+    println!("5. l4 tunnel, {} MiB one way", sizes.tunnel_bytes >> 20);
+    println!(
+        "   direct {direct_gbps:.2} GB/s   through the proxy {tunnel_gbps:.2} GB/s (target ≥ 1 GB/s)"
+    );
+    println!();
+
+    let (hit_us, miss_us, load_ms) = in_process(&sizes)?;
+    println!("6. in process, {}-rule policy", sizes.rules);
+    println!(
+        "   decision per request   {hit_us:.2} µs (rule at the end of the policy), {miss_us:.2} µs (no rule) (target ≤ 5)"
+    );
+    println!("   policy load + compile  {load_ms:.1} ms (target ≤ 50)");
+
+    if direct_failed + proxy_failed + reload_failed > 0 {
+        bail!(
+            "{} requests failed",
+            direct_failed + proxy_failed + reload_failed
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("bench-proxy: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-proxy: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

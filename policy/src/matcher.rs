@@ -7,6 +7,7 @@ use crate::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
 use crate::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
 };
+use crate::index::HostIndex;
 
 /// The outcome of matching one action, with the rule that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +112,29 @@ pub enum ConnectionDecision {
     Inspect,
 }
 
+/// Every (rule, endpoint) pair of a policy, in policy order.
+fn all_pairs(policy: &CompiledPolicy) -> impl Iterator<Item = (&CompiledRule, &CompiledEndpoint)> {
+    policy
+        .rules
+        .iter()
+        .flat_map(|rule| rule.endpoints.iter().map(move |e| (rule, e)))
+}
+
+/// The (rule, endpoint) pairs a host index names for `host`, in policy order.
+fn indexed_pairs<'p>(
+    policy: &'p CompiledPolicy,
+    index: &HostIndex,
+    host: &str,
+) -> impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)> {
+    index
+        .candidates(host)
+        .into_iter()
+        .filter_map(move |(r, e)| {
+            let rule = policy.rules.get(r)?;
+            Some((rule, rule.endpoints.get(e)?))
+        })
+}
+
 /// Classifies a connection so that tunnelling is sound (every action on it
 /// is allowed by [`decide_network_as`]) and refusing is sound (none is).
 pub fn decide_connection(
@@ -119,34 +143,52 @@ pub fn decide_connection(
     host: &str,
     port: u16,
 ) -> ConnectionDecision {
+    connection_over(all_pairs(policy), caller, host, port)
+}
+
+/// [`decide_connection`] looking only at the endpoints `index` (built from
+/// this `policy`) names for the host: the same answer, without walking
+/// every rule.
+pub fn decide_connection_indexed(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    host: &str,
+    port: u16,
+) -> ConnectionDecision {
+    connection_over(indexed_pairs(policy, index, host), caller, host, port)
+}
+
+fn connection_over<'p>(
+    pairs: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
+    caller: Caller<'_>,
+    host: &str,
+    port: u16,
+) -> ConnectionDecision {
     let mut tunnel = None;
     let mut could_allow = false;
     let mut deny_touches = false;
-    for rule in &policy.rules {
+    for (rule, e) in pairs.filter(|(_, e)| endpoint_reaches(e, host, port)) {
         let (allow_ok, deny_ok) = (
             caller_ok(rule, caller, false),
             caller_ok(rule, caller, true),
         );
-        for e in rule
-            .endpoints
-            .iter()
-            .filter(|e| endpoint_reaches(e, host, port))
-        {
-            match &e.kind {
-                EndpointKind::L4 if allow_ok => {
-                    could_allow = true;
-                    tunnel.get_or_insert_with(|| rule.name.clone());
-                }
-                EndpointKind::L4 => {}
-                EndpointKind::Rest { allow, deny, .. } => {
-                    could_allow |= allow_ok && !allow.is_empty();
-                    deny_touches |= deny_ok && !deny.is_empty();
-                }
+        match &e.kind {
+            EndpointKind::L4 if allow_ok => {
+                could_allow = true;
+                tunnel.get_or_insert(rule.name.as_str());
+            }
+            EndpointKind::L4 => {}
+            EndpointKind::Rest { allow, deny, .. } => {
+                could_allow |= allow_ok && !allow.is_empty();
+                deny_touches |= deny_ok && !deny.is_empty();
             }
         }
     }
     match tunnel {
-        Some(rule) if !deny_touches => ConnectionDecision::Tunnel { rule },
+        Some(rule) if !deny_touches => ConnectionDecision::Tunnel {
+            rule: rule.to_string(),
+        },
         _ if could_allow => ConnectionDecision::Inspect,
         _ => ConnectionDecision::Refuse {
             reason: format!("no rule allows any connection to {host}:{port} by this binary"),
@@ -168,31 +210,43 @@ pub fn decide_network_as(
     caller: Caller<'_>,
     a: &NetworkAction,
 ) -> Decision {
-    let mut allowing = None;
-    for rule in &policy.rules {
-        let (allow_ok, deny_ok) = (
-            caller_ok(rule, caller, false),
-            caller_ok(rule, caller, true),
-        );
-        for e in &rule.endpoints {
-            let reaches = endpoint_reaches(e, &a.host, a.port);
-            if deny_ok && reaches && endpoint_kind_denies(e, a) {
-                return Decision {
-                    allow: false,
-                    rule: Some(rule.name.clone()),
-                    reason: format!("denied by a denyRules entry of rule {:?}", rule.name),
-                };
-            }
-            if allowing.is_none() && allow_ok && reaches && endpoint_kind_allows(e, a) {
-                allowing = Some(rule.name.clone());
-            }
+    network_over(all_pairs(policy), caller, a)
+}
+
+/// [`decide_network_as`] looking only at the endpoints `index` (built from
+/// this `policy`) names for `a.host`: the same decision, rule and reason.
+pub fn decide_network_indexed(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    a: &NetworkAction,
+) -> Decision {
+    network_over(indexed_pairs(policy, index, &a.host), caller, a)
+}
+
+fn network_over<'p>(
+    pairs: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
+    caller: Caller<'_>,
+    a: &NetworkAction,
+) -> Decision {
+    let mut allowing: Option<&str> = None;
+    for (rule, e) in pairs.filter(|(_, e)| endpoint_reaches(e, &a.host, a.port)) {
+        if endpoint_kind_denies(e, a) && caller_ok(rule, caller, true) {
+            return Decision {
+                allow: false,
+                rule: Some(rule.name.clone()),
+                reason: format!("denied by a denyRules entry of rule {:?}", rule.name),
+            };
+        }
+        if allowing.is_none() && endpoint_kind_allows(e, a) && caller_ok(rule, caller, false) {
+            allowing = Some(&rule.name);
         }
     }
     match allowing {
         Some(rule) => Decision {
             allow: true,
             reason: format!("allowed by rule {rule:?}"),
-            rule: Some(rule),
+            rule: Some(rule.to_string()),
         },
         None => Decision {
             allow: false,
@@ -288,6 +342,28 @@ mod tests {
                         ConnectionDecision::Refuse { .. } => prop_assert!(!allowed, "refused but {a} allowed"),
                         ConnectionDecision::Inspect => {}
                     }
+                }
+            }
+        }
+
+        /// The host index only narrows: indexed decisions (allow, rule and
+        /// reason) and connection decisions equal the unindexed ones.
+        #[test]
+        fn indexed_decisions_are_the_same_decisions(doc in document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let index = HostIndex::build(&policy);
+            for a in network_actions() {
+                for caller in [Caller::Binary(&a.binary), Caller::Unknown] {
+                    prop_assert_eq!(
+                        decide_network_indexed(&policy, &index, caller, a),
+                        decide_network_as(&policy, caller, a),
+                        "{}", a
+                    );
+                    prop_assert_eq!(
+                        decide_connection_indexed(&policy, &index, caller, &a.host, a.port),
+                        decide_connection(&policy, caller, &a.host, a.port),
+                        "{}", a
+                    );
                 }
             }
         }

@@ -9,8 +9,28 @@ use std::sync::Arc;
 use agentgate_policy::action::{Layer, NetworkAction, check_host, check_method, request_path};
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::{CompiledFindings, FindingCitation};
-use agentgate_policy::matcher::{Caller, ConnectionDecision, decide_connection, decide_network_as};
+use agentgate_policy::index::HostIndex;
+use agentgate_policy::matcher::{
+    Caller, ConnectionDecision, decide_connection_indexed, decide_network_indexed,
+};
 use serde::Serialize;
+
+/// A compiled policy with its host index: what every decision reads.
+#[derive(Debug)]
+pub struct EnforcedPolicy {
+    /// The compiled effective policy.
+    pub compiled: CompiledPolicy,
+    /// Endpoints by host, so a decision looks at a few endpoints, not every rule.
+    pub index: HostIndex,
+}
+
+impl EnforcedPolicy {
+    /// Indexes a compiled policy.
+    pub fn new(compiled: CompiledPolicy) -> EnforcedPolicy {
+        let index = HostIndex::build(&compiled);
+        EnforcedPolicy { compiled, index }
+    }
+}
 
 /// What the proxy enforces right now.
 #[derive(Debug, Clone)]
@@ -18,7 +38,7 @@ pub struct Snapshot {
     /// Increases with every load attempt that changed the file's content.
     pub generation: u64,
     /// The compiled policy, or why there is none (then everything is refused).
-    pub policy: Result<Arc<CompiledPolicy>, String>,
+    pub policy: Result<Arc<EnforcedPolicy>, String>,
     /// The sandbox's trifecta findings, to cite in refusals.
     pub findings: Arc<CompiledFindings>,
 }
@@ -166,7 +186,7 @@ pub fn canonical_host(raw: &str) -> Result<String, Refusal> {
     Ok(host)
 }
 
-fn policy(snapshot: &Snapshot) -> Result<&CompiledPolicy, Refusal> {
+fn policy(snapshot: &Snapshot) -> Result<&EnforcedPolicy, Refusal> {
     snapshot.policy.as_deref().map_err(|why| {
         Refusal::new(
             RefusalCode::PolicyUnavailable,
@@ -184,7 +204,7 @@ pub fn judge_connection(
     port: u16,
 ) -> Result<Admitted, Refusal> {
     let policy = policy(snapshot)?;
-    match decide_connection(policy, binary.caller(), host, port) {
+    match decide_connection_indexed(&policy.compiled, &policy.index, binary.caller(), host, port) {
         ConnectionDecision::Tunnel { rule } => Ok(Admitted::Tunnel(rule)),
         ConnectionDecision::Inspect => Ok(Admitted::Inspect),
         ConnectionDecision::Refuse { .. } => {
@@ -238,7 +258,8 @@ pub fn judge_request(
         method: method.to_string(),
         path,
     };
-    let decision = decide_network_as(policy, binary.caller(), &action);
+    let decision =
+        decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
     if decision.allow {
         return Ok(decision.rule.unwrap_or_default());
     }
@@ -270,9 +291,9 @@ mod tests {
         let doc = agentgate_policy::load::load_document(yaml, &Limits::default()).unwrap();
         Snapshot {
             generation: 1,
-            policy: Ok(Arc::new(
+            policy: Ok(Arc::new(EnforcedPolicy::new(
                 compile(&doc.policy, Role::Sandbox, &Limits::default()).unwrap(),
-            )),
+            ))),
             findings: Arc::default(),
         }
     }
@@ -421,8 +442,12 @@ network:
         /// connection only carries actions the matcher allows.
         #[test]
         fn proxy_decisions_equal_the_matcher(doc in document()) {
-            let compiled = Arc::new(compile(&doc, Role::Maximum, &Limits::default()).unwrap());
-            let s = Snapshot { generation: 1, policy: Ok(compiled.clone()), findings: Arc::default() };
+            let compiled = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let s = Snapshot {
+                generation: 1,
+                policy: Ok(Arc::new(EnforcedPolicy::new(compiled.clone()))),
+                findings: Arc::default(),
+            };
             for action in universe() {
                 let agentgate_policy::action::Action::Network(a) = action else { continue };
                 let binary = Binary(Some(a.binary.clone()));

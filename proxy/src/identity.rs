@@ -1,6 +1,9 @@
 //! Which binary opened a connection (DESIGN.md §10): the client socket's
-//! inode from `/proc/net/tcp{,6}`, the processes holding it from
-//! `/proc/*/fd`, and their executables. Exactly one executable, or unknown.
+//! inode (one exact `sock_diag` netlink query by its addresses; reading
+//! `/proc/net/tcp{,6}` instead when netlink is unavailable, which costs
+//! milliseconds once a namespace holds thousands of sockets, TIME_WAIT
+//! included), the processes holding it from `/proc/*/fd`, and their
+//! executables. Exactly one executable, or unknown.
 //! Unknown is never an error: the matcher then grants only rules without
 //! `binaries` (POLICY-SEMANTICS.md §7).
 
@@ -23,7 +26,11 @@ pub enum IdentityMode {
 /// address is `server` (the proxy's own address for explicit connections,
 /// the original destination for redirected ones).
 pub fn binary_of(proc_root: &Path, client: SocketAddr, server: SocketAddr) -> Option<String> {
-    let inode = socket_inode(proc_root, unmap(client), unmap(server))?;
+    let (client, server) = (unmap(client), unmap(server));
+    let inode = match socket_inode_by_netlink(client, server) {
+        Ok(inode) => inode?,
+        Err(_) => socket_inode(proc_root, client, server)?,
+    };
     let executables = holders(proc_root, inode);
     let mut exes = executables.into_iter();
     match (exes.next(), exes.next()) {
@@ -39,6 +46,65 @@ fn unmap(addr: SocketAddr) -> SocketAddr {
             None => addr,
         },
         IpAddr::V4(_) => addr,
+    }
+}
+
+/// Asks the kernel for the one TCP socket whose local address is `client`
+/// and remote address is `server` (an exact lookup, not a dump). `Ok(None)`:
+/// no such socket; `Err`: netlink is unavailable here.
+fn socket_inode_by_netlink(client: SocketAddr, server: SocketAddr) -> std::io::Result<Option<u64>> {
+    use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_sock_diag::SockDiagMessage;
+    use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
+    use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+    use netlink_sys::protocols::NETLINK_SOCK_DIAG;
+    use netlink_sys::{Socket, SocketAddr as NetlinkAddr};
+
+    if client.is_ipv4() != server.is_ipv4() {
+        return Ok(None);
+    }
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&NetlinkAddr::new(0, 0))?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    let mut request = NetlinkMessage::new(
+        header,
+        SockDiagMessage::InetRequest(InetRequest {
+            family: if client.is_ipv4() { AF_INET } else { AF_INET6 },
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::all(),
+            socket_id: SocketId {
+                source_port: client.port(),
+                destination_port: server.port(),
+                source_address: client.ip(),
+                destination_address: server.ip(),
+                interface_id: 0,
+                // All 0xff: "no cookie", look the socket up by its addresses.
+                cookie: [0xff; 8],
+            },
+        })
+        .into(),
+    );
+    request.finalize();
+    let mut buffer = vec![0u8; request.buffer_len()];
+    request.serialize(&mut buffer);
+    socket.send(&buffer, 0)?;
+    let mut answer = Vec::with_capacity(8192);
+    socket.recv(&mut answer, 0)?;
+    let message = NetlinkMessage::<SockDiagMessage>::deserialize(&answer)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    match message.payload {
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
+            Ok(Some(u64::from(response.header.inode)).filter(|inode| *inode != 0))
+        }
+        // ENOENT: the client already closed, or is not in this namespace.
+        NetlinkPayload::Error(_) => Ok(None),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "unexpected sock_diag answer",
+        )),
     }
 }
 
@@ -158,5 +224,9 @@ mod tests {
         // The server end is not the client's socket.
         let unrelated: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(binary_of(Path::new("/proc"), peer, unrelated), None);
+        // Both ways of finding the socket agree.
+        let by_netlink = socket_inode_by_netlink(peer, server).unwrap();
+        assert!(by_netlink.is_some());
+        assert_eq!(by_netlink, socket_inode(Path::new("/proc"), peer, server));
     }
 }

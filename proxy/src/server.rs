@@ -4,6 +4,7 @@
 //! tunnel bytes, or terminate TLS and judge every request. Every verdict
 //! comes from [`crate::decide`], which asks the policy crate's matcher.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -80,6 +81,8 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     /// Timeouts and sizes.
     pub limits: Limits,
+    /// Upstream connections kept for reuse.
+    pub upstreams: Upstreams,
 }
 
 fn refusal_response(refusal: &Refusal) -> Response<Body> {
@@ -161,7 +164,7 @@ fn is_upgrade(req: &Request<Incoming>) -> bool {
 /// `:authority`) and its Host header must agree, because the upstream routes
 /// by the header while the proxy judges and resolves by the URI; a request
 /// that names two hosts is refused. `Ok(None)`: it names none.
-fn request_authority(req: &Request<Incoming>) -> Result<Option<(String, Option<u16>)>, Refusal> {
+fn request_authority<B>(req: &Request<B>) -> Result<Option<(String, Option<u16>)>, Refusal> {
     let from_uri = req
         .uri()
         .authority()
@@ -229,15 +232,17 @@ struct UpstreamKey {
     port: u16,
 }
 
-/// The upstream connections of one client connection: its keep-alive maps
-/// onto theirs, and nothing is shared between agents' connections.
+/// Kept upstream connections, shared by every client connection of the
+/// proxy: an HTTP/2 upstream carries the streams of all of them, and idle
+/// HTTP/1.1 connections wait for the next request to the same place, so
+/// idle agent connections do not each pin an upstream connection.
 #[derive(Default)]
-struct Upstreams {
-    idle: Mutex<Vec<(UpstreamKey, Sender)>>,
+pub struct Upstreams {
+    idle: Mutex<HashMap<UpstreamKey, Vec<Sender>>>,
 }
 
-/// The most idle upstream connections kept per client connection.
-const IDLE_PER_CLIENT: usize = 8;
+/// The most idle HTTP/1.1 connections kept per (scheme, host, port).
+const IDLE_PER_UPSTREAM: usize = 32;
 
 /// Why an upstream could not be used.
 struct UpstreamFailure {
@@ -249,35 +254,30 @@ struct UpstreamFailure {
 impl Upstreams {
     fn take(&self, key: &UpstreamKey) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|(_, s)| match s {
+        let senders = idle.get_mut(key)?;
+        senders.retain(|s| match s {
             Sender::H1(s) => !s.is_closed(),
             Sender::H2(s) => !s.is_closed(),
         });
-        let position = idle.iter().position(|(k, s)| {
-            k == key
-                && match s {
-                    Sender::H1(s) => s.is_ready(),
-                    Sender::H2(s) => s.is_ready(),
-                }
+        let position = senders.iter().position(|s| match s {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
         })?;
-        match &idle[position].1 {
+        match &senders[position] {
             // HTTP/2 multiplexes: keep it for other streams too.
             Sender::H2(s) => Some(Sender::H2(s.clone())),
-            Sender::H1(_) => Some(idle.swap_remove(position).1),
+            Sender::H1(_) => Some(senders.swap_remove(position)),
         }
     }
 
     fn put(&self, key: UpstreamKey, sender: Sender) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Sender::H2(_) = sender
-            && idle
-                .iter()
-                .any(|(k, s)| k == &key && matches!(s, Sender::H2(_)))
-        {
-            return;
-        }
-        if idle.len() < IDLE_PER_CLIENT {
-            idle.push((key, sender));
+        let senders = idle.entry(key).or_default();
+        let h2_kept = senders.iter().any(|s| matches!(s, Sender::H2(_)));
+        match sender {
+            Sender::H2(_) if h2_kept => {}
+            sender if senders.len() < IDLE_PER_UPSTREAM => senders.push(sender),
+            _ => {}
         }
     }
 }
@@ -369,7 +369,6 @@ impl Proxy {
             port: 80,
             tls: false,
             refusal: None,
-            upstreams: Upstreams::default(),
             open: Some(open),
         });
         let service = service_fn(move |req| {
@@ -499,12 +498,11 @@ impl Proxy {
             port,
             tls,
             refusal,
-            upstreams: Upstreams::default(),
             open: None,
         });
         let io = Prefixed::new(buffered, io);
         if !tls {
-            return connection.serve_http1(io).await;
+            return connection.serve(io, false).await;
         }
         let leaf_host = host.unwrap_or_default();
         let config = match self.interceptor.server_config(&leaf_host) {
@@ -528,11 +526,8 @@ impl Proxy {
             }
             Err(_) => return,
         };
-        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            connection.serve_http2(stream).await;
-        } else {
-            connection.serve_http1(stream).await;
-        }
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        connection.serve(stream, h2).await;
     }
 
     /// Passes bytes both ways until either side closes, or until a new
@@ -693,13 +688,14 @@ struct Inspected {
     /// A refusal every request gets (a refused redirected connection, a
     /// mismatched SNI).
     refusal: Option<Refusal>,
-    upstreams: Upstreams,
     /// Counts the client connection as open while anything uses it.
     open: Option<Arc<OpenGuard>>,
 }
 
 impl Inspected {
-    async fn serve_http1<S>(self: Arc<Self>, io: S)
+    /// Serves HTTP/1.1, or HTTP/2 when the client chose `h2` by ALPN, with
+    /// every request judged by [`Inspected::request`].
+    async fn serve<S>(self: Arc<Self>, io: S, h2: bool)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -709,31 +705,23 @@ impl Inspected {
             let this = this.clone();
             async move { Ok::<_, Infallible>(this.request(req).await) }
         });
-        let _ = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.client_timeout)
-            .max_buf_size(limits.max_header_bytes)
-            .serve_connection(TokioIo::new(io), service)
-            .await;
-    }
-
-    async fn serve_http2<S>(self: Arc<Self>, io: S)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let limits = self.proxy.limits.clone();
-        let this = self.clone();
-        let service = service_fn(move |req| {
-            let this = this.clone();
-            async move { Ok::<_, Infallible>(this.request(req).await) }
-        });
-        let max_header = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
-        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .max_header_list_size(max_header)
-            .keep_alive_interval(Some(Duration::from_secs(60)))
-            .serve_connection(TokioIo::new(io), service)
-            .await;
+        let io = TokioIo::new(io);
+        let _ = if h2 {
+            let max_header = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_header_list_size(max_header)
+                .keep_alive_interval(Some(Duration::from_secs(60)))
+                .serve_connection(io, service)
+                .await
+        } else {
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.client_timeout)
+                .max_buf_size(limits.max_header_bytes)
+                .serve_connection(io, service)
+                .await
+        };
     }
 
     /// A request on the explicit listener: CONNECT or absolute-form http://.
@@ -817,7 +805,6 @@ impl Inspected {
         };
         // Absolute-form http:// on the explicit listener names its own port.
         let explicit_plain = self.host.is_none() && req.uri().scheme_str() == Some("http");
-        let default_port = if self.tls { 443 } else { 80 };
         let port = if explicit_plain {
             named.as_ref().and_then(|(_, p)| *p).unwrap_or(80)
         } else {
@@ -826,8 +813,7 @@ impl Inspected {
         let host = match (&self.host, named) {
             (Some(host), Some((name, named_port))) => {
                 let same_host = canonical_host(&name).ok().as_deref() == Some(host.as_str());
-                let same_port = named_port
-                    .is_none_or(|p| p == port || (p == default_port && port == default_port));
+                let same_port = named_port.is_none_or(|p| p == port);
                 if !same_host || !same_port {
                     let refusal = Refusal::new(
                         RefusalCode::HostMismatch,
@@ -895,7 +881,7 @@ impl Inspected {
 
     async fn forward(&self, key: UpstreamKey, mut req: Request<Incoming>) -> Response<Body> {
         let proxy = &self.proxy;
-        let sender = match self.upstreams.take(&key) {
+        let sender = match proxy.upstreams.take(&key) {
             Some(sender) => sender,
             None => match proxy.connect_upstream(&key).await {
                 Ok(sender) => sender,
@@ -944,7 +930,7 @@ impl Inspected {
                 let response =
                     tokio::time::timeout(proxy.limits.response_timeout, sender.send_request(req))
                         .await;
-                self.upstreams.put(key.clone(), Sender::H2(sender));
+                proxy.upstreams.put(key.clone(), Sender::H2(sender));
                 response
             }
             Sender::H1(mut sender) => {
@@ -967,7 +953,7 @@ impl Inspected {
                 let response =
                     tokio::time::timeout(proxy.limits.response_timeout, sender.send_request(req))
                         .await;
-                self.upstreams.put(key.clone(), Sender::H1(sender));
+                proxy.upstreams.put(key.clone(), Sender::H1(sender));
                 response
             }
         };
@@ -1001,6 +987,43 @@ impl Inspected {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn named(uri: &str, host: Option<&str>) -> Result<Option<(String, Option<u16>)>, RefusalCode> {
+        let mut builder = Request::get(uri);
+        if let Some(host) = host {
+            builder = builder.header(header::HOST, host);
+        }
+        request_authority(&builder.body(()).unwrap()).map_err(|r| r.code)
+    }
+
+    #[test]
+    fn a_request_names_one_host() {
+        let some = |h: &str, p: Option<u16>| Ok(Some((h.to_string(), p)));
+        assert_eq!(
+            named("/x", Some("API.example.com")),
+            some("api.example.com", None)
+        );
+        assert_eq!(
+            named("/x", Some("api.example.com:8443")),
+            some("api.example.com", Some(8443))
+        );
+        assert_eq!(named("https://a.io/x", None), some("a.io", None));
+        assert_eq!(
+            named("https://a.io:443/x", Some("a.io")),
+            some("a.io", Some(443))
+        );
+        assert_eq!(named("https://a.io/x", Some("a.io.")), some("a.io", None));
+        assert_eq!(named("/x", None), Ok(None));
+        assert_eq!(
+            named("https://a.io/x", Some("b.io")),
+            Err(RefusalCode::HostMismatch)
+        );
+        assert_eq!(
+            named("https://a.io:1/x", Some("a.io:2")),
+            Err(RefusalCode::HostMismatch)
+        );
+        assert_eq!(named("/x", Some("a b")), Err(RefusalCode::NotAHost));
+    }
 
     #[test]
     fn hop_by_hop_headers_are_dropped_and_named_ones_too() {

@@ -14,7 +14,7 @@ use agentgate_policy::findings::{CompiledFindings, FindingRegions};
 use agentgate_policy::load::{DocumentKind, load_document};
 use tokio::sync::watch;
 
-use crate::decide::Snapshot;
+use crate::decide::{EnforcedPolicy, Snapshot};
 use crate::telemetry::Metrics;
 
 /// How often the files are read.
@@ -52,7 +52,7 @@ impl PolicySource {
 
 /// Compiles a policy file's text. Only a bare policy document is accepted:
 /// a manifest here means the wrong file was mounted.
-pub fn compile_policy(text: &[u8]) -> Result<Arc<agentgate_policy::CompiledPolicy>, String> {
+pub fn compile_policy(text: &[u8]) -> Result<Arc<EnforcedPolicy>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "the policy file is not UTF-8".to_string())?;
     let limits = Limits::default();
     let loaded = load_document(text, &limits).map_err(|e| e.to_string())?;
@@ -62,7 +62,7 @@ pub fn compile_policy(text: &[u8]) -> Result<Arc<agentgate_policy::CompiledPolic
         );
     }
     compile(&loaded.policy, Role::Sandbox, &limits)
-        .map(Arc::new)
+        .map(|compiled| Arc::new(EnforcedPolicy::new(compiled)))
         .map_err(|r| r.to_string())
 }
 
@@ -122,7 +122,7 @@ impl PolicyWatcher {
         match &policy {
             Ok(p) => tracing::info!(
                 generation = self.generation,
-                rules = p.rules.len(),
+                rules = p.compiled.rules.len(),
                 findings = findings.len(),
                 path = %self.source.policy.display(),
                 "policy loaded"

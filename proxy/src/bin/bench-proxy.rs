@@ -169,9 +169,11 @@ async fn serve_sink(listener: TcpListener) {
 }
 
 impl Bench {
-    async fn start(sizes: &Sizes) -> anyhow::Result<Bench> {
-        let dir =
-            std::env::temp_dir().join(format!("agentgate-bench-proxy-{}", std::process::id()));
+    async fn start(sizes: &Sizes, identity: &str) -> anyhow::Result<Bench> {
+        let dir = std::env::temp_dir().join(format!(
+            "agentgate-bench-proxy-{}-{identity}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir)?;
         let upstream_ca = TestCa::new("bench upstream CA")?;
         let sandbox_ca = TestCa::new("bench sandbox CA")?;
@@ -215,6 +217,7 @@ impl Bench {
             .arg(dir.join("ca.key"))
             .arg("--upstream-ca")
             .arg(dir.join("upstream-ca.pem"))
+            .args(["--identity", identity])
             .args([
                 "--resolve",
                 &format!("{HOST}:{}:127.0.0.1", upstream.port()),
@@ -539,8 +542,9 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
 
 async fn run() -> anyhow::Result<()> {
     let sizes = sizes();
-    let bench = Bench::start(&sizes).await?;
+    let bench = Bench::start(&sizes, "proc").await?;
     let pid = bench.proxy.id();
+    let rss_start = proc_rss_mib(pid);
     println!(
         "agentgate-proxy benchmark: {} rules in the policy, client and upstream in this process",
         sizes.rules
@@ -604,18 +608,34 @@ async fn run() -> anyhow::Result<()> {
     let open_now = bench.metric("agentgate_proxy_open_connections ").await;
     drop(open);
     println!(
-        "3. proxy RSS: {rss_rest:.1} MiB at rest, {rss_open:.1} MiB with {} intercepted connections open ({open_now} counted) (target ≤ 30 MB)",
+        "3. proxy RSS: {rss_start:.1} MiB after start, {rss_rest:.1} MiB after the load runs, {rss_open:.1} MiB with {} intercepted connections open ({open_now} counted) (target ≤ 30 MB)",
         sizes.open_connections
     );
     println!();
 
     let direct_new = new_connections(&bench, false, sizes.new_connections).await?;
     let proxied_new = new_connections(&bench, true, sizes.new_connections).await?;
+    let anonymous = Bench::start(&sizes, "none").await?;
+    let proxied_none = new_connections(&anonymous, true, sizes.new_connections).await?;
+    drop(anonymous);
+    let processes = std::fs::read_dir("/proc")?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .count();
     println!(
-        "4. new connection + TLS + 1 request, {} sequential, leaf cached, identity from /proc",
+        "4. new connection + TLS + 1 request, {} sequential, leaf cached ({processes} processes in /proc)",
         sizes.new_connections
     );
-    for (name, s) in [("direct", &direct_new), ("through the proxy", &proxied_new)] {
+    for (name, s) in [
+        ("direct", &direct_new),
+        ("proxy, identity proc", &proxied_new),
+        ("proxy, identity none", &proxied_none),
+    ] {
         println!(
             "   {:<22} p50 {:>8.0} µs   p99 {:>8.0} µs",
             name,

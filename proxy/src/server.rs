@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -34,7 +33,7 @@ use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff};
 use crate::resolve::Resolver;
 use crate::telemetry::{Metrics, OpenGuard};
-use crate::tls::Interceptor;
+use crate::tls::{Interceptor, UpstreamTls};
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -70,7 +69,7 @@ pub struct Proxy {
     /// Mints leaves for intercepted hosts.
     pub interceptor: Arc<Interceptor>,
     /// Verifies upstreams.
-    pub upstream_tls: Arc<ClientConfig>,
+    pub upstream_tls: UpstreamTls,
     /// Resolves upstream names.
     pub resolver: Arc<Resolver>,
     /// How binaries are told apart.
@@ -228,6 +227,8 @@ enum Sender {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct UpstreamKey {
     tls: bool,
+    /// Offer `h2` (the client spoke HTTP/2).
+    h2: bool,
     host: String,
     port: u16,
 }
@@ -638,7 +639,12 @@ impl Proxy {
             .map_err(|e| fail(StatusCode::BAD_GATEWAY, "tls", e.to_string()))?;
         let tls = tokio::time::timeout(
             self.limits.connect_timeout,
-            TlsConnector::from(self.upstream_tls.clone()).connect(name, tcp),
+            TlsConnector::from(if key.h2 {
+                self.upstream_tls.h2.clone()
+            } else {
+                self.upstream_tls.http1.clone()
+            })
+            .connect(name, tcp),
         )
         .await
         .map_err(|_| {
@@ -872,6 +878,7 @@ impl Inspected {
         tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
         let key = UpstreamKey {
             tls: self.tls,
+            h2: self.tls && req.version() == Version::HTTP_2,
             host: host.clone(),
             port,
         };

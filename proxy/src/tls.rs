@@ -164,9 +164,21 @@ impl Interceptor {
     }
 }
 
-/// The upstream client configuration: Mozilla roots plus extra CAs, ALPN
-/// h2 and http/1.1.
-pub fn upstream_config(extra_roots: &[&Path]) -> Result<Arc<ClientConfig>, TlsError> {
+/// Upstream TLS client configurations: Mozilla roots plus extra CAs. The
+/// upstream protocol follows the client's: an HTTP/2 client's requests go
+/// out offering `h2` (gRPC needs it end to end), an HTTP/1.1 client's offer
+/// only `http/1.1` (cheaper per request, and one request per connection is
+/// what the client itself chose).
+#[derive(Clone)]
+pub struct UpstreamTls {
+    /// ALPN `h2`, `http/1.1`.
+    pub h2: Arc<ClientConfig>,
+    /// ALPN `http/1.1`.
+    pub http1: Arc<ClientConfig>,
+}
+
+/// Builds both upstream configurations.
+pub fn upstream_config(extra_roots: &[&Path]) -> Result<UpstreamTls, TlsError> {
     let mut roots = RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -180,8 +192,13 @@ pub fn upstream_config(extra_roots: &[&Path]) -> Result<Arc<ClientConfig>, TlsEr
         .map_err(|e| pem_err(Path::new("rustls"), e))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let http1 = Arc::new(config.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(UpstreamTls {
+        h2: Arc::new(config),
+        http1,
+    })
 }
 
 #[cfg(test)]

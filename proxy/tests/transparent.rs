@@ -106,6 +106,8 @@ result allowed agent curl -s -o /dev/null -w "$w" --max-time 10 --cacert $d/sand
 result denied agent curl -s -o /dev/null -w "$w" --max-time 10 --cacert $d/sandbox-ca.pem --resolve api.example.test:8443:{ip} https://api.example.test:8443/admin
 result forged-sni agent curl -s -o /dev/null -w "$w" --max-time 10 --cacert $d/sandbox-ca.pem --resolve evil.example.test:8443:{ip} https://evil.example.test:8443/repos/x
 result intercepted agent curl -s -o /dev/null -w "$w" --max-time 10 --cacert $d/upstream-ca.pem --resolve api.example.test:8443:{ip} https://api.example.test:8443/repos/x
+# curl sends no SNI to an IP address: nothing names the destination.
+result no-sni agent curl -s -o /dev/null -w "$w" --max-time 10 -k https://{ip}:8443/repos/x
 result plain-allowed agent curl -s -o /dev/null -w "$w" --max-time 10 -H 'Host: api.example.test:8080' http://{ip}:8080/repos/x
 result plain-ip agent curl -s -o /dev/null -w "$w" --max-time 10 http://{ip}:8080/repos/x
 result tunnel agent curl -s -o /dev/null -w "$w" --max-time 10 --cacert $d/upstream-ca.pem --resolve raw.example.test:8443:{ip} https://raw.example.test:8443/anything
@@ -151,6 +153,15 @@ wait 2>/dev/null
         "the agent never sees the upstream's certificate: {context}"
     );
     assert_eq!(results.get("plain-allowed"), Some(&"200"), "{context}");
+    assert_eq!(
+        results.get("no-sni"),
+        Some(&"000"),
+        "a TLS connection without SNI is closed: {context}"
+    );
+    assert!(
+        stderr.contains("without a server name"),
+        "and the refusal is logged: {context}"
+    );
     assert_eq!(
         results.get("plain-ip"),
         Some(&"403"),

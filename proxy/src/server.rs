@@ -552,6 +552,32 @@ impl Proxy {
                 return;
             }
         };
+        // After CONNECT nothing has been read yet. A client that speaks
+        // first with a ClientHello must name the CONNECT target in its SNI:
+        // through a CDN, another SNI on the granted address would reach
+        // another site (domain fronting). A server that speaks first (SSH,
+        // SMTP) cannot be sniffed and needs not be.
+        let replay = if replay.is_empty() {
+            tokio::select! {
+                sniffed = sniff(&mut client, self.limits.client_timeout) => match sniffed {
+                    Ok((Sniffed::Tls { sni: Some(sni) }, _)) if canonical_host(&sni).ok().as_deref() != Some(host.as_str()) => {
+                        let refusal = Refusal::new(
+                            RefusalCode::HostMismatch,
+                            format!("TLS server name {sni:?} differs from the CONNECT target {host:?}"),
+                        );
+                        return self.log_refusal("connect", &binary, &host, port, &refusal);
+                    }
+                    Ok((_, buffered)) => buffered,
+                    Err(e) => {
+                        let refusal = Refusal::new(RefusalCode::UnsupportedProtocol, format!("tunnel to {host}:{port}: {e}"));
+                        return self.log_refusal("connect", &binary, &host, port, &refusal);
+                    }
+                },
+                _ = upstream.readable() => Vec::new(),
+            }
+        } else {
+            replay
+        };
         if upstream.write_all(&replay).await.is_err() {
             return;
         }

@@ -185,6 +185,25 @@ fn l4_grants_are_tunnelled_not_intercepted() {
         "{body}\n{}",
         h.proxy_log()
     );
+    // A tunnel carries the granted name only: another SNI on the granted
+    // address would be domain fronting.
+    let (code, _, tail) = h.curl(&[
+        "--cacert",
+        &upstream_ca,
+        "--connect-to",
+        &format!(
+            "other.example.test:{0}:raw.example.test:{0}",
+            h.upstream.port()
+        ),
+        &h.url("other.example.test", "/x"),
+    ]);
+    assert_ne!(code, 0, "{tail}");
+    assert!(
+        h.proxy_log()
+            .contains("differs from the CONNECT target \"raw.example.test\""),
+        "{}",
+        h.proxy_log()
+    );
     // And an intercepted host does not verify against the upstream CA.
     let (code, _, _) = h.curl(&[
         "--cacert",

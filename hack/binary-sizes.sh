@@ -10,7 +10,10 @@ for bin in "$@"; do
   strip -o "$tmp" "$bin"
   stripped=$(stat -c %s "$tmp")
   rm -f "$tmp"
-  if nm -D "$bin" 2>/dev/null | grep -q ' U Z3_'; then z3=yes; else z3=no; fi
+  # grep -c reads all of nm's output: grep -q would stop early, and nm's
+  # SIGPIPE under pipefail would read as "no".
+  z3_symbols=$(nm -D "$bin" 2>/dev/null | grep -c ' U Z3_' || true)
+  if [ "${z3_symbols:-0}" -gt 0 ]; then z3=yes; else z3=no; fi
   awk -v b="$(basename "$bin")" -v s="$size" -v t="$stripped" -v z="$z3" \
     'BEGIN { printf "%-22s %10.1f %18.1f %s\n", b, s/1e6, t/1e6, z }'
 done

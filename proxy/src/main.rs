@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentgate_proxy::identity::IdentityMode;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
 use agentgate_proxy::resolve::Resolver;
-use agentgate_proxy::server::{Limits, Proxy, Upstreams};
+use agentgate_proxy::server::{Limits, ListenerKind, Proxy, Upstreams};
 use agentgate_proxy::source::{PolicySource, PolicyWatcher};
 use agentgate_proxy::telemetry::{self, Metrics};
 use agentgate_proxy::tls::{Interceptor, upstream_config};
@@ -194,9 +194,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     .await
                     .with_context(|| format!("binding --transparent-listen {addr}"))?;
                 tracing::info!(%addr, "transparent listener listening");
-                tokio::spawn(proxy.clone().serve_transparent(listener));
+                tokio::spawn(proxy.clone().serve(listener, ListenerKind::Transparent));
             }
-            tokio::spawn(proxy.serve_explicit(explicit));
+            tokio::spawn(proxy.serve(explicit, ListenerKind::Explicit));
             shutdown().await;
             tracing::info!("shutting down");
             Ok(())

@@ -62,6 +62,15 @@ impl Default for Limits {
     }
 }
 
+/// Which listener a connection arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// `--listen`: CONNECT and absolute-form `http://`.
+    Explicit,
+    /// `--transparent-listen`: connections redirected by `init-net`.
+    Transparent,
+}
+
 /// The shared state of one proxy process.
 pub struct Proxy {
     /// The policy in force; every decision borrows the latest.
@@ -327,28 +336,32 @@ impl Proxy {
         );
     }
 
-    /// Accepts explicit-proxy connections forever.
-    pub async fn serve_explicit(self: Arc<Self>, listener: TcpListener) {
+    /// Accepts connections on `listener` forever. An accept error (out of
+    /// file descriptors) is logged and retried after a pause, never spun on.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, kind: ListenerKind) {
         let local = listener.local_addr().ok();
         loop {
-            let Ok((stream, peer)) = listener.accept().await else {
-                continue;
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             };
             let proxy = self.clone();
-            let local = local.unwrap_or(peer);
-            tokio::spawn(async move { proxy.explicit_connection(stream, peer, local).await });
-        }
-    }
-
-    /// Accepts redirected connections forever.
-    pub async fn serve_transparent(self: Arc<Self>, listener: TcpListener) {
-        let local = listener.local_addr().ok();
-        loop {
-            let Ok((stream, peer)) = listener.accept().await else {
-                continue;
-            };
-            let proxy = self.clone();
-            tokio::spawn(async move { proxy.transparent_connection(stream, peer, local).await });
+            tokio::spawn(async move {
+                match kind {
+                    ListenerKind::Explicit => {
+                        proxy
+                            .explicit_connection(stream, peer, local.unwrap_or(peer))
+                            .await;
+                    }
+                    ListenerKind::Transparent => {
+                        proxy.transparent_connection(stream, peer, local).await;
+                    }
+                }
+            });
         }
     }
 

@@ -235,6 +235,8 @@ pub async fn serve(
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors: wait rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let (policy, metrics) = (policy.clone(), metrics.clone());

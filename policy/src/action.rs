@@ -237,6 +237,11 @@ pub fn request_path(target: &str) -> Result<String, CanonicalError> {
     if !target.is_ascii() {
         return Err(err("path", "must be ASCII"));
     }
+    // Some servers (WHATWG URL parsers, IIS) read `\` as `/`: `/a/..\b`
+    // would be one segment here and `/b` there.
+    if out.contains('\\') {
+        return Err(err("path", "a backslash is not canonical"));
+    }
     check_request_path(&out)?;
     Ok(out)
 }
@@ -346,6 +351,9 @@ mod tests {
             "/a%4",
             "relative",
             "/a/%2E",
+            "/a/..\\..\\admin",
+            "/a\\b",
+            "?x",
         ] {
             assert!(request_path(bad).is_err(), "{bad}");
         }

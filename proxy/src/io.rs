@@ -5,7 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
@@ -27,32 +27,43 @@ pub enum Sniffed {
 }
 
 /// Reads until the first bytes tell TLS from plain text, or a whole
-/// ClientHello has arrived. Returns the bytes read, to be replayed.
+/// ClientHello has arrived, within `timeout` in total (a client trickling
+/// one byte at a time gets no more). Returns the bytes read, to be replayed.
 pub async fn sniff<S: AsyncRead + Unpin>(
     io: &mut S,
     timeout: Duration,
 ) -> io::Result<(Sniffed, Vec<u8>)> {
     let mut buffered = Vec::with_capacity(2048);
+    let sniffed = sniff_into(io, &mut buffered, Instant::now() + timeout).await?;
+    Ok((sniffed, buffered))
+}
+
+/// [`sniff`] into a buffer the caller owns, so that nothing read is lost
+/// when the caller stops waiting (a server that speaks first).
+pub async fn sniff_into<S: AsyncRead + Unpin>(
+    io: &mut S,
+    buffered: &mut Vec<u8>,
+    deadline: Instant,
+) -> io::Result<Sniffed> {
     let mut acceptor = rustls::server::Acceptor::default();
     let mut chunk = vec![0u8; 8192];
     loop {
-        let n = tokio::time::timeout(timeout, io.read(&mut chunk))
+        let n = tokio::time::timeout_at(deadline.into(), io.read(&mut chunk))
             .await
             .map_err(|_| {
                 io::Error::new(io::ErrorKind::TimedOut, "the client sent nothing in time")
             })??;
         if n == 0 {
-            let sniffed = if buffered.is_empty() {
+            return Ok(if buffered.is_empty() {
                 Sniffed::Closed
             } else {
                 Sniffed::Plain
-            };
-            return Ok((sniffed, buffered));
+            });
         }
         buffered.extend_from_slice(&chunk[..n]);
         // 0x16 is a TLS handshake record; nothing else starts one.
         if buffered[0] != 0x16 {
-            return Ok((Sniffed::Plain, buffered));
+            return Ok(Sniffed::Plain);
         }
         let mut unread = &chunk[..n];
         while !unread.is_empty() {
@@ -63,7 +74,7 @@ pub async fn sniff<S: AsyncRead + Unpin>(
         match acceptor.accept() {
             Ok(Some(accepted)) => {
                 let sni = accepted.client_hello().server_name().map(str::to_string);
-                return Ok((Sniffed::Tls { sni }, buffered));
+                return Ok(Sniffed::Tls { sni });
             }
             Ok(None) => {}
             Err((e, _)) => {
@@ -173,6 +184,23 @@ mod tests {
             .await
             .unwrap();
         assert!(sniff(&mut b, Duration::from_secs(1)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_trickling_client_gets_one_deadline_in_total() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let trickle = tokio::spawn(async move {
+            for byte in [0x16u8, 0x03, 0x01, 0x00, 0x40] {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                let _ = a.write_all(&[byte]).await;
+            }
+            a
+        });
+        let started = std::time::Instant::now();
+        let err = sniff(&mut b, Duration::from_millis(100)).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_millis(180));
+        drop(trickle);
     }
 
     #[tokio::test]

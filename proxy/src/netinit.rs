@@ -105,6 +105,7 @@ impl NetRules {
              \x20   type filter hook output priority 0; policy drop;\n\
              \x20   meta skuid {uid} accept\n\
              \x20   ct state established,related accept\n\
+             \x20   icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit }} accept\n\
              \x20   ip daddr 127.0.0.0/8 accept\n\
              \x20   ip6 daddr ::1 accept\n\
              {dns}\

@@ -72,14 +72,55 @@ impl Resolver {
                     host: host.to_string(),
                     reason: e.to_string(),
                 })?;
-        let addrs: Vec<SocketAddr> = lookup.iter().map(|ip| SocketAddr::new(ip, port)).collect();
+        let all: Vec<IpAddr> = lookup.iter().collect();
+        let addrs: Vec<SocketAddr> = all
+            .iter()
+            .filter(|ip| reachable_by_name(ip))
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect();
         if addrs.is_empty() {
+            let reason = if all.is_empty() {
+                "no addresses".to_string()
+            } else {
+                format!(
+                    "it resolves only to loopback, link-local, unspecified or multicast addresses ({}), which a granted name never reaches",
+                    all.iter()
+                        .map(|ip| ip.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
             return Err(ResolveError::Lookup {
                 host: host.to_string(),
-                reason: "no addresses".into(),
+                reason,
             });
         }
         Ok(addrs)
+    }
+}
+
+/// Whether an address a DNS answer gives may be connected to. The proxy's
+/// own traffic bypasses the pod's nftables rules, so a granted name whose
+/// answer an attacker can steer (DNS rebinding) must not lead to the pod's
+/// loopback, the node's link-local metadata endpoint (169.254.169.254) or
+/// nowhere. Pins (`--resolve`) are the operator's own and are not filtered.
+pub fn reachable_by_name(ip: &IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(*ip),
+        IpAddr::V4(_) => *ip,
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            !(v6.is_loopback() || link_local || v6.is_unspecified() || v6.is_multicast())
+        }
     }
 }
 
@@ -121,6 +162,24 @@ mod tests {
             "a.io:0:127.0.0.1",
         ] {
             assert!(parse_pin(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_never_lead_to_loopback_or_metadata() {
+        for bad in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+        ] {
+            assert!(!reachable_by_name(&bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["10.96.0.10", "93.184.216.34", "2606:4700::1"] {
+            assert!(reachable_by_name(&good.parse().unwrap()), "{good}");
         }
     }
 

@@ -30,7 +30,7 @@ use crate::decide::{
     judge_request,
 };
 use crate::identity::{IdentityMode, binary_of};
-use crate::io::{Prefixed, Sniffed, sniff};
+use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::resolve::Resolver;
 use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
@@ -164,54 +164,56 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Headers some frameworks read as the request's real method.
+const METHOD_OVERRIDES: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().contains_key(header::UPGRADE) || req.method() == Method::CONNECT
 }
 
-/// The `(host, port)` a request names: its absolute URI (or HTTP/2
-/// `:authority`) and its Host header must agree, because the upstream routes
-/// by the header while the proxy judges and resolves by the URI; a request
-/// that names two hosts is refused. `Ok(None)`: it names none.
-fn request_authority<B>(req: &Request<B>) -> Result<Option<(String, Option<u16>)>, Refusal> {
-    let from_uri = req
-        .uri()
-        .authority()
-        .map(|a| (a.host().to_ascii_lowercase(), a.port_u16()));
-    let from_header = match req.headers().get(header::HOST) {
-        None => None,
-        Some(value) => {
-            let parsed = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.parse::<http::uri::Authority>().ok())
-                .map(|a| (a.host().to_ascii_lowercase(), a.port_u16()));
-            match parsed {
-                Some(parsed) => Some(parsed),
-                None => {
-                    return Err(Refusal::new(
-                        RefusalCode::NotAHost,
-                        "the Host header is not a host[:port]",
-                    ));
-                }
-            }
+/// Every `(host, port)` a request names: its absolute URI (or HTTP/2
+/// `:authority`) and its Host header. The upstream routes by the header
+/// while the proxy judges and resolves by the connection's name, so each
+/// must name that host (and that port, where it gives one); several Host
+/// headers, or userinfo in one, are refused outright (servers disagree on
+/// which one counts).
+fn request_authority<B>(req: &Request<B>) -> Result<Vec<(String, Option<u16>)>, Refusal> {
+    let mut named = Vec::with_capacity(2);
+    if let Some(authority) = req.uri().authority() {
+        if authority.as_str().contains('@') {
+            return Err(Refusal::new(
+                RefusalCode::NotAHost,
+                "userinfo in the request URI is not a host",
+            ));
         }
-    };
-    match (from_uri, from_header) {
-        (Some(uri), Some(header))
-            if uri.0.trim_end_matches('.') != header.0.trim_end_matches('.')
-                || (uri.1.is_some() && header.1.is_some() && uri.1 != header.1) =>
-        {
-            Err(Refusal::new(
-                RefusalCode::HostMismatch,
-                format!(
-                    "the request URI names {:?} but its Host header names {:?}",
-                    uri.0, header.0
-                ),
-            ))
-        }
-        (Some(uri), _) => Ok(Some(uri)),
-        (None, header) => Ok(header),
+        named.push((authority.host().to_ascii_lowercase(), authority.port_u16()));
     }
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    if let Some(value) = hosts.next() {
+        if hosts.next().is_some() {
+            return Err(Refusal::new(
+                RefusalCode::HostMismatch,
+                "more than one Host header",
+            ));
+        }
+        let authority = value
+            .to_str()
+            .ok()
+            .filter(|v| !v.contains('@'))
+            .and_then(|v| v.parse::<http::uri::Authority>().ok())
+            .ok_or_else(|| {
+                Refusal::new(
+                    RefusalCode::NotAHost,
+                    "the Host header is not a host[:port]",
+                )
+            })?;
+        named.push((authority.host().to_ascii_lowercase(), authority.port_u16()));
+    }
+    Ok(named)
 }
 
 /// Reads `SO_ORIGINAL_DST` (IPv4, then IPv6) of a redirected connection.
@@ -251,6 +253,9 @@ pub struct Upstreams {
     idle: Mutex<HashMap<UpstreamKey, Vec<Sender>>>,
 }
 
+/// The most upstream places with kept connections.
+const MAX_UPSTREAM_KEYS: usize = 1024;
+
 /// The most idle HTTP/1.1 connections kept per (scheme, host, port).
 const IDLE_PER_UPSTREAM: usize = 32;
 
@@ -282,6 +287,19 @@ impl Upstreams {
 
     fn put(&self, key: UpstreamKey, sender: Sender) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        // Many names (a wildcard grant) must not grow the map forever.
+        if idle.len() >= MAX_UPSTREAM_KEYS {
+            idle.retain(|_, senders| {
+                senders.retain(|s| match s {
+                    Sender::H1(s) => !s.is_closed(),
+                    Sender::H2(s) => !s.is_closed(),
+                });
+                !senders.is_empty()
+            });
+            if idle.len() >= MAX_UPSTREAM_KEYS {
+                return;
+            }
+        }
         let senders = idle.entry(key).or_default();
         let h2_kept = senders.iter().any(|s| matches!(s, Sender::H2(_)));
         match sender {
@@ -519,7 +537,22 @@ impl Proxy {
             return connection.serve(io, false).await;
         }
         let leaf_host = host.unwrap_or_default();
-        let config = match self.interceptor.server_config(&leaf_host) {
+        // Minting signs with ECDSA: off the async worker, once per host.
+        let minted = match self.interceptor.cached(&leaf_host) {
+            Some(config) => Ok(config),
+            None => {
+                let (interceptor, name) = (self.interceptor.clone(), leaf_host.clone());
+                tokio::task::spawn_blocking(move || interceptor.server_config(&name))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(crate::tls::TlsError::Mint {
+                            host: leaf_host.clone(),
+                            reason: e.to_string(),
+                        })
+                    })
+            }
+        };
+        let config = match minted {
             Ok(config) => config,
             Err(e) => {
                 tracing::error!(host = %leaf_host, error = %e, "cannot intercept");
@@ -566,31 +599,59 @@ impl Proxy {
             }
         };
         // After CONNECT nothing has been read yet. A client that speaks
-        // first with a ClientHello must name the CONNECT target in its SNI:
-        // through a CDN, another SNI on the granted address would reach
-        // another site (domain fronting). A server that speaks first (SSH,
-        // SMTP) cannot be sniffed and needs not be.
-        let replay = if replay.is_empty() {
-            tokio::select! {
-                sniffed = sniff(&mut client, self.limits.client_timeout) => match sniffed {
-                    Ok((Sniffed::Tls { sni: Some(sni) }, _)) if canonical_host(&sni).ok().as_deref() != Some(host.as_str()) => {
-                        let refusal = Refusal::new(
-                            RefusalCode::HostMismatch,
-                            format!("TLS server name {sni:?} differs from the CONNECT target {host:?}"),
-                        );
-                        return self.log_refusal("connect", &binary, &host, port, &refusal);
-                    }
-                    Ok((_, buffered)) => buffered,
-                    Err(e) => {
-                        let refusal = Refusal::new(RefusalCode::UnsupportedProtocol, format!("tunnel to {host}:{port}: {e}"));
-                        return self.log_refusal("connect", &binary, &host, port, &refusal);
-                    }
-                },
-                _ = upstream.readable() => Vec::new(),
+        // first with TLS must name the CONNECT target in its SNI: through a
+        // CDN, another SNI on the granted address would reach another site
+        // (domain fronting). A server that speaks first (SSH, SMTP) cannot
+        // be sniffed and needs not be; whatever the client sent meanwhile
+        // is kept and replayed.
+        let mut replay = replay;
+        if replay.is_empty() {
+            let deadline = std::time::Instant::now() + self.limits.client_timeout;
+            let mut banner = [0u8; 1];
+            let sniffed = tokio::select! {
+                sniffed = sniff_into(&mut client, &mut replay, deadline) => Some(sniffed),
+                _ = upstream.peek(&mut banner) => None,
+            };
+            let refusal = match sniffed {
+                Some(Ok(Sniffed::Tls { sni }))
+                    if sni
+                        .as_deref()
+                        .and_then(|s| canonical_host(s).ok())
+                        .as_deref()
+                        != Some(host.as_str()) =>
+                {
+                    Some(Refusal::new(
+                        RefusalCode::HostMismatch,
+                        format!("TLS server name {sni:?} is not the CONNECT target {host:?}"),
+                    ))
+                }
+                Some(Err(e)) => Some(Refusal::new(
+                    RefusalCode::UnsupportedProtocol,
+                    format!("tunnel to {host}:{port}: {e}"),
+                )),
+                _ => None,
+            };
+            if let Some(refusal) = refusal {
+                return self.log_refusal("connect", &binary, &host, port, &refusal);
             }
-        } else {
-            replay
-        };
+        }
+        // Judged again now: a revocation may have landed while connecting
+        // and sniffing, and later changes are awaited below.
+        let mut policy = self.policy.clone();
+        let current = policy.borrow_and_update().clone();
+        if !matches!(
+            judge_connection(&current, &binary, &host, port),
+            Ok(Admitted::Tunnel(_))
+        ) {
+            let refusal = Refusal::new(
+                RefusalCode::Revoked,
+                format!(
+                    "connect {host}:{port} by {}: the policy changed and no longer allows this tunnel",
+                    binary.shown()
+                ),
+            );
+            return self.log_refusal("connect", &binary, &host, port, &refusal);
+        }
         if upstream.write_all(&replay).await.is_err() {
             return;
         }
@@ -599,8 +660,6 @@ impl Proxy {
             tokio::spawn(
                 async move { tokio::io::copy_bidirectional(&mut client, &mut upstream).await },
             );
-        let mut policy = self.policy.clone();
-        policy.mark_unchanged();
         loop {
             tokio::select! {
                 _ = &mut copy => return,
@@ -848,39 +907,20 @@ impl Inspected {
             Ok(named) => named,
             Err(refusal) => return refuse(refusal, &shown_host),
         };
-        // Absolute-form http:// on the explicit listener names its own port.
+        // Absolute-form http:// on the explicit listener names its own host
+        // and port; otherwise the connection (or, for redirected plain HTTP,
+        // the first name the request gives) does.
         let explicit_plain = self.host.is_none() && req.uri().scheme_str() == Some("http");
         let port = if explicit_plain {
-            named.as_ref().and_then(|(_, p)| *p).unwrap_or(80)
+            named.first().and_then(|(_, p)| *p).unwrap_or(80)
         } else {
             self.port
         };
-        let host = match (&self.host, named) {
-            (Some(host), Some((name, named_port))) => {
-                let same_host = canonical_host(&name).ok().as_deref() == Some(host.as_str());
-                let same_port = named_port.is_none_or(|p| p == port);
-                if !same_host || !same_port {
-                    let refusal = Refusal::new(
-                        RefusalCode::HostMismatch,
-                        format!(
-                            "the request names {name:?}, but this connection goes to {host}:{port}"
-                        ),
-                    );
-                    return refuse(refusal, host);
-                }
-                host.clone()
-            }
-            (Some(host), None) => host.clone(),
-            (None, Some((name, named_port))) => match canonical_host(&name) {
-                Ok(host) if explicit_plain || named_port.is_none_or(|p| p == port) => host,
-                Ok(host) => {
-                    let refusal = Refusal::new(
-                        RefusalCode::HostMismatch,
-                        format!("the Host header names another port than {port}"),
-                    );
-                    return refuse(refusal, &host);
-                }
-                Err(refusal) => return refuse(refusal, &name),
+        let host = match (&self.host, named.first()) {
+            (Some(host), _) => host.clone(),
+            (None, Some((name, _))) => match canonical_host(name) {
+                Ok(host) => host,
+                Err(refusal) => return refuse(refusal, name),
             },
             (None, None) => {
                 let refusal = Refusal::new(
@@ -890,6 +930,20 @@ impl Inspected {
                 return refuse(refusal, "");
             }
         };
+        for (name, named_port) in &named {
+            let same_host = canonical_host(name).ok().as_deref() == Some(host.as_str());
+            if !same_host || named_port.is_some_and(|p| p != port) {
+                let shown = match named_port {
+                    Some(p) => format!("{name}:{p}"),
+                    None => name.clone(),
+                };
+                let refusal = Refusal::new(
+                    RefusalCode::HostMismatch,
+                    format!("the request names {shown:?}, but it is judged for {host}:{port}"),
+                );
+                return refuse(refusal, &host);
+            }
+        }
         if is_upgrade(&req) {
             let refusal = Refusal::new(
                 RefusalCode::UnsupportedProtocol,
@@ -913,6 +967,24 @@ impl Inspected {
             Ok(rule) => rule,
             Err(refusal) => return refuse(refusal, &host),
         };
+        // Servers that honour a method override run the overriding method:
+        // it is judged as well, so an allowed POST cannot carry a DELETE.
+        for name in METHOD_OVERRIDES {
+            for value in req.headers().get_all(*name) {
+                let method = value.to_str().unwrap_or("\u{0}").trim();
+                if let Err(mut refusal) = judge_request(
+                    &snapshot,
+                    &self.binary,
+                    &host,
+                    port,
+                    method,
+                    req.uri().path(),
+                ) {
+                    refusal.reason = format!("{name}: {}", refusal.reason);
+                    return refuse(refusal, &host);
+                }
+            }
+        }
         proxy.metrics.decision(true, "request", "allowed");
         tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
         let key = UpstreamKey {
@@ -1034,41 +1106,41 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn named(uri: &str, host: Option<&str>) -> Result<Option<(String, Option<u16>)>, RefusalCode> {
+    fn named(uri: &str, hosts: &[&str]) -> Result<Vec<(String, Option<u16>)>, RefusalCode> {
         let mut builder = Request::get(uri);
-        if let Some(host) = host {
-            builder = builder.header(header::HOST, host);
+        for host in hosts {
+            builder = builder.header(header::HOST, *host);
         }
         request_authority(&builder.body(()).unwrap()).map_err(|r| r.code)
     }
 
     #[test]
-    fn a_request_names_one_host() {
-        let some = |h: &str, p: Option<u16>| Ok(Some((h.to_string(), p)));
+    fn every_name_a_request_gives_is_collected() {
+        let name = |h: &str, p: Option<u16>| (h.to_string(), p);
         assert_eq!(
-            named("/x", Some("API.example.com")),
-            some("api.example.com", None)
+            named("/x", &["API.example.com"]),
+            Ok(vec![name("api.example.com", None)])
         );
         assert_eq!(
-            named("/x", Some("api.example.com:8443")),
-            some("api.example.com", Some(8443))
+            named("/x", &["api.example.com:8443"]),
+            Ok(vec![name("api.example.com", Some(8443))])
         );
-        assert_eq!(named("https://a.io/x", None), some("a.io", None));
+        assert_eq!(named("https://a.io/x", &[]), Ok(vec![name("a.io", None)]));
         assert_eq!(
-            named("https://a.io:443/x", Some("a.io")),
-            some("a.io", Some(443))
+            named("https://a.io:443/x", &["b.io"]),
+            Ok(vec![name("a.io", Some(443)), name("b.io", None)])
         );
-        assert_eq!(named("https://a.io/x", Some("a.io.")), some("a.io", None));
-        assert_eq!(named("/x", None), Ok(None));
+        assert_eq!(named("/x", &[]), Ok(vec![]));
         assert_eq!(
-            named("https://a.io/x", Some("b.io")),
+            named("/x", &["a.io", "b.io"]),
             Err(RefusalCode::HostMismatch)
         );
+        assert_eq!(named("/x", &["evil@a.io"]), Err(RefusalCode::NotAHost));
         assert_eq!(
-            named("https://a.io:1/x", Some("a.io:2")),
-            Err(RefusalCode::HostMismatch)
+            named("https://evil@a.io/x", &[]),
+            Err(RefusalCode::NotAHost)
         );
-        assert_eq!(named("/x", Some("a b")), Err(RefusalCode::NotAHost));
+        assert_eq!(named("/x", &["a b"]), Err(RefusalCode::NotAHost));
     }
 
     #[test]

@@ -99,14 +99,20 @@ impl Interceptor {
         })
     }
 
+    /// The cached server configuration for `host`, if it is fresh.
+    pub fn cached(&self, host: &str) -> Option<Arc<ServerConfig>> {
+        self.lock()
+            .get(host)
+            .filter(|(_, minted)| minted.elapsed() < LEAF_REFRESH)
+            .map(|(config, _)| config.clone())
+    }
+
     /// A server configuration presenting a leaf for `host` (ALPN h2 and
     /// http/1.1), from the cache when it is fresh.
     pub fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
         let now = Instant::now();
-        if let Some((config, minted)) = self.lock().get(host)
-            && now.duration_since(*minted) < LEAF_REFRESH
-        {
-            return Ok(config.clone());
+        if let Some(config) = self.cached(host) {
+            return Ok(config);
         }
         let config = Arc::new(self.mint(host)?);
         let mut leaves = self.lock();
@@ -159,7 +165,7 @@ impl Interceptor {
     }
 
     /// Number of cached leaves.
-    pub fn cached(&self) -> usize {
+    pub fn leaves(&self) -> usize {
         self.lock().len()
     }
 }
@@ -226,7 +232,7 @@ mod tests {
         let b = i.server_config("a.example.com").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         i.server_config("b.example.com").unwrap();
-        assert_eq!(i.cached(), 2);
+        assert_eq!(i.leaves(), 2);
     }
 
     #[test]

@@ -139,6 +139,34 @@ fn one_request_is_refused_inside_a_keep_alive_connection() {
         out[6]["status"], 200,
         "GET covers HEAD; the connection survived every refusal"
     );
+    // Two Host headers, a method override, a backslash path.
+    let tricks = h.python(
+        &h.target("api.example.test"),
+        &h.sandbox_ca,
+        &[
+            "GET /repos/a|Host: api.example.test|Host: other.example.test",
+            "POST /repos/acme/issues|X-HTTP-Method-Override: DELETE",
+            "GET /repos/acme/..\\..\\admin",
+            "POST /repos/acme/issues|X-HTTP-Method-Override: GET",
+        ],
+    );
+    assert_eq!(tricks[1]["body"]["code"], "host_mismatch", "{tricks:?}");
+    assert_eq!(tricks[2]["body"]["code"], "no_rule", "{tricks:?}");
+    assert!(
+        tricks[2]["body"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("x-http-method-override"),
+        "{tricks:?}"
+    );
+    assert_eq!(
+        tricks[3]["body"]["code"], "non_canonical_path",
+        "{tricks:?}"
+    );
+    assert_eq!(
+        tricks[4]["status"], 200,
+        "an override to an allowed method passes: {tricks:?}"
+    );
 }
 
 #[test]
@@ -200,7 +228,7 @@ fn l4_grants_are_tunnelled_not_intercepted() {
     assert_ne!(code, 0, "{tail}");
     assert!(
         h.proxy_log()
-            .contains("differs from the CONNECT target \"raw.example.test\""),
+            .contains("is not the CONNECT target \"raw.example.test\""),
         "{}",
         h.proxy_log()
     );
@@ -279,6 +307,35 @@ fn a_revocation_reaches_open_connections_and_tunnels() {
         h.get_metrics_path("/metrics")
             .1
             .contains("agentgate_proxy_tunnels_revoked_total 1")
+    );
+}
+
+#[test]
+fn a_revocation_between_connect_and_the_first_byte_closes_the_tunnel() {
+    let (_rt, h) = started("revoke-early", POLICY, &[]);
+    let go = h.dir.join("go");
+    let before_tls = format!("before-tls {}", go.display());
+    let (raw, upstream_ca) = (h.target("raw.example.test"), h.upstream_ca.clone());
+    std::thread::scope(|s| {
+        let hr = &h;
+        let client =
+            s.spawn(move || hr.python(&raw, &upstream_ca, &[before_tls.as_str(), "GET /x"]));
+        std::thread::sleep(Duration::from_millis(1000));
+        let before = h.generation();
+        h.write_policy("network: []\n");
+        h.wait_generation_after(before);
+        std::fs::write(&go, "").unwrap();
+        let out = client.join().unwrap();
+        assert_eq!(out[0]["connect"], 200, "{out:?}");
+        assert!(
+            out[1].get("error").is_some(),
+            "the handshake never reached the upstream: {out:?}"
+        );
+    });
+    assert!(
+        h.proxy_log().contains("no longer allows this tunnel"),
+        "{}",
+        h.proxy_log()
     );
 }
 

@@ -3,7 +3,10 @@
 HTTP/1.1 requests on one keep-alive TLS connection.
 
 usage: tunnel_client.py PROXY_HOST:PORT HOST:PORT CAFILE STEP...
-STEP is "METHOD /path" (a request) or "wait FILE" (block until FILE exists).
+STEP is "METHOD /path" (a request; "METHOD /path|Name: value|..." adds
+headers, a Host among them replacing the default one), "wait FILE" (block
+until FILE exists), or, first, "before-tls FILE" (wait for FILE between the
+CONNECT and the TLS handshake).
 Prints one JSON object per line: the CONNECT answer, then one per request.
 """
 import http.client
@@ -13,6 +16,12 @@ import socket
 import ssl
 import sys
 import time
+
+
+def wait_for(path):
+    deadline = time.time() + 30
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def main():
@@ -33,19 +42,29 @@ def main():
         print(json.dumps({"connect": status, "body": json.loads(body or b"null")}))
         return
     print(json.dumps({"connect": 200}), flush=True)
-    tls = ssl.create_default_context(cafile=cafile).wrap_socket(sock, server_hostname=host)
+    if steps and steps[0].startswith("before-tls "):
+        wait_for(steps.pop(0).split(" ", 1)[1])
+    try:
+        tls = ssl.create_default_context(cafile=cafile).wrap_socket(sock, server_hostname=host)
+    except Exception as e:  # the proxy closed the tunnel
+        print(json.dumps({"error": type(e).__name__}), flush=True)
+        return
     conn = http.client.HTTPConnection(host, int(port))
     conn.sock = tls
     conn.auto_open = 0  # never reconnect around the proxy
     for step in steps:
         verb, arg = step.split(" ", 1)
         if verb == "wait":
-            deadline = time.time() + 30
-            while not os.path.exists(arg) and time.time() < deadline:
-                time.sleep(0.05)
+            wait_for(arg)
             continue
+        path, *headers = arg.split("|")
         try:
-            conn.request(verb, arg)
+            named_host = any(h.lower().startswith("host:") for h in headers)
+            conn.putrequest(verb, path, skip_host=named_host, skip_accept_encoding=True)
+            for h in headers:
+                name, value = h.split(":", 1)
+                conn.putheader(name.strip(), value.strip())
+            conn.endheaders()
             response = conn.getresponse()
             body = response.read()
             try:

@@ -102,7 +102,7 @@ run_go() {
   local logf="$1"; shift
   printf '\n$ go %s\n' "$*" >>"$logf"
   if go "$@" >>"$logf" 2>&1; then return 0; fi
-  if [ "$GOTOOLCHAIN" = local ] && tail -n 20 "$logf" | grep -q 'requires go >='; then
+  if [ "$GOTOOLCHAIN" = local ] && grep -q 'requires go >=' <<<"$(tail -n 20 "$logf")"; then
     log "a module needs a newer Go than $(go env GOVERSION); retrying with GOTOOLCHAIN=auto"
     export GOTOOLCHAIN=auto
     printf '\n$ GOTOOLCHAIN=auto go %s\n' "$*" >>"$logf"
@@ -117,10 +117,14 @@ fail_build() { # fail_build WHAT LOG
   die "could not build $1 (full log: $2)"
 }
 
-apiserver_ok() { "$bin/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; }
-etcd_ok() { "$bin/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}"; }
+# Never `cmd | grep -q` under pipefail: grep exits at the first match, the
+# writer may die of SIGPIPE, and the check fails at random ("built etcd does
+# not report 3.5.35: etcd Version: 3.5.35"). Capture the output, then match.
+output_of() { "$@" 2>/dev/null || true; }
+apiserver_ok() { grep -qx "Kubernetes $KUBE_VERSION" <<<"$(output_of "$bin/kube-apiserver" --version)"; }
+etcd_ok() { grep -qx "etcd Version: ${ETCD_VERSION#v}" <<<"$(output_of "$bin/etcd" --version)"; }
 kubectl_ok() { # kubectl_ok PATH: client minor must equal the apiserver's
-  "$1" version --client -o json 2>/dev/null | grep -q "\"gitVersion\": *\"v1\\.${kube_minor}\\."
+  grep -q "\"gitVersion\": *\"v1\\.${kube_minor}\\." <<<"$(output_of "$1" version --client -o json)"
 }
 
 # The throwaway module for k8s.io/kubernetes binaries, created on first use.
@@ -187,7 +191,7 @@ if [ -x "$bin/kube-apiserver" ] && apiserver_ok; then
   log "kube-apiserver $KUBE_VERSION already built"
 else
   build_kube_cmd kube-apiserver
-  apiserver_ok || die "built kube-apiserver does not report $KUBE_VERSION: $("$bin/kube-apiserver" --version 2>&1 | head -n 1)"
+  apiserver_ok || die "built kube-apiserver does not report $KUBE_VERSION: $("$bin/kube-apiserver" --version 2>&1 | sed -n 1p)"
 fi
 
 # --- etcd ----------------------------------------------------------------------
@@ -206,7 +210,7 @@ else
     || fail_build "etcd $ETCD_VERSION" "$logf"
   mv -f "$bin/.etcd.tmp" "$bin/etcd"
   log "built etcd in $((SECONDS - start))s ($(du -h "$bin/etcd" | cut -f1))"
-  etcd_ok || die "built etcd does not report ${ETCD_VERSION#v}: $("$bin/etcd" --version 2>&1 | head -n 1)"
+  etcd_ok || die "built etcd does not report ${ETCD_VERSION#v}: $("$bin/etcd" --version 2>&1 | sed -n 1p)"
 fi
 
 # --- kubectl -----------------------------------------------------------------
@@ -219,10 +223,10 @@ elif [ -x "$GCLOUD_KUBECTL" ] && kubectl_ok "$GCLOUD_KUBECTL"; then
 else
   [ -x "$GCLOUD_KUBECTL" ] && log "$GCLOUD_KUBECTL is not a 1.$kube_minor client; building kubectl"
   build_kube_cmd kubectl
-  kubectl_ok "$bin/kubectl" || die "built kubectl is not a 1.$kube_minor client: $("$bin/kubectl" version --client 2>&1 | head -n 1)"
+  kubectl_ok "$bin/kubectl" || die "built kubectl is not a 1.$kube_minor client: $("$bin/kubectl" version --client 2>&1 | sed -n 1p)"
 fi
 
 printf '%s\n' "$spec" >"$stamp.tmp"
 mv -f "$stamp.tmp" "$stamp"
-log "installed into $bin: $("$bin/kube-apiserver" --version), etcd $("$bin/etcd" --version | sed -n 's/^etcd Version: //p'), kubectl $("$bin/kubectl" version --client -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | head -n 1)"
+log "installed into $bin: $("$bin/kube-apiserver" --version), etcd $("$bin/etcd" --version | sed -n 's/^etcd Version: //p'), kubectl $("$bin/kubectl" version --client -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | sed -n 1p)"
 printf '%s\n' "$bin"

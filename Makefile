@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -31,11 +31,15 @@ netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transpa
 chart: helm ## helm lint and helm template of charts/agentgate over several value sets
 	@./hack/test-chart.sh
 
-build: z3 ## release binaries into target/release/ (agentgate, kubectl-agentgate, agentgate-proxy)
+build: z3 exec-static ## release binaries into target/release/ (agentgate, kubectl-agentgate, agentgate-proxy, static agentgate-exec)
 	$(CARGO) build --release --locked -p agentgate -p agentgate-proxy
+	cp "$$(./hack/check-static-exec.sh | tail -n 1)" target/release/agentgate-exec
+
+exec-static: ## agentgate-exec as a static binary, checked to link nothing dynamically and to run
+	@./hack/check-static-exec.sh >/dev/null
 
 sizes: build ## print the release binaries' sizes and whether each links Z3 (docs/benchmarks.md)
-	@./hack/binary-sizes.sh target/release/agentgate target/release/kubectl-agentgate target/release/agentgate-proxy
+	@./hack/binary-sizes.sh target/release/agentgate target/release/kubectl-agentgate target/release/agentgate-proxy target/release/agentgate-exec
 
 lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
@@ -46,7 +50,7 @@ unit-tests: disk z3 control-plane helm netns-tools ## every Rust test (unit, pro
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
-test: lint chart unit-tests bench-smoke ## everything CI runs
+test: lint chart unit-tests exec-static bench-smoke ## everything CI runs
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e

@@ -1,0 +1,135 @@
+//! `agentgate-exec --policy FILE [--best-effort] -- COMMAND [ARGS]...`:
+//! restrict this process's files to the policy with Landlock, then exec
+//! COMMAND, whose exit code and output are then its own.
+//!
+//! Exit codes of its own: 2 for usage or an invalid policy (nothing is
+//! executed), 126 when the restriction cannot be applied or COMMAND cannot
+//! be executed, 127 when COMMAND is not found.
+//!
+//! Hand-parsed arguments, not clap: the binary is linked statically into
+//! every agent image and its whole interface is two flags and `--`.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use agentgate_sandbox::{grants, load_policy, may_execute, restrict_self};
+use landlock::RulesetStatus;
+
+const USAGE: &str = "usage: agentgate-exec --policy FILE [--best-effort] -- COMMAND [ARGS]...";
+
+struct Args {
+    policy: PathBuf,
+    best_effort: bool,
+    command: Vec<OsString>,
+}
+
+fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
+    let mut policy = None;
+    let mut best_effort = false;
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--policy") => {
+                policy = Some(PathBuf::from(args.next().ok_or("--policy needs a FILE")?))
+            }
+            Some(flag) if flag.starts_with("--policy=") => {
+                policy = Some(PathBuf::from(&flag["--policy=".len()..]))
+            }
+            Some("--best-effort") => best_effort = true,
+            Some("--version") => {
+                return Err(format!("agentgate-exec {}", env!("CARGO_PKG_VERSION")));
+            }
+            Some("-h" | "--help") => return Err(USAGE.to_string()),
+            Some("--") => {
+                let command: Vec<OsString> = args.collect();
+                if command.is_empty() {
+                    return Err("no COMMAND after --".into());
+                }
+                let policy = policy.ok_or("--policy FILE is required")?;
+                return Ok(Args {
+                    policy,
+                    best_effort,
+                    command,
+                });
+            }
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    Err("missing -- COMMAND".into())
+}
+
+/// COMMAND as exec would find it: a path, or the first match on PATH.
+fn locate(command: &Path) -> Option<PathBuf> {
+    if command.as_os_str().to_string_lossy().contains('/') {
+        return command.exists().then(|| command.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| p.is_file())
+}
+
+fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("agentgate-exec: {message}");
+    ExitCode::from(code)
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args_os().skip(1)) {
+        Ok(args) => args,
+        Err(message) if message.starts_with("agentgate-exec ") || message == USAGE => {
+            println!("{message}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => return fail(2, format!("{message}\n{USAGE}")),
+    };
+    let policy = match load_policy(&args.policy) {
+        Ok(policy) => policy,
+        Err(e) => return fail(2, format!("{e}; nothing was executed")),
+    };
+    let command = Path::new(&args.command[0]);
+    let Some(located) = locate(command) else {
+        return fail(127, format!("{}: command not found", command.display()));
+    };
+    // Checked before restricting, to say why instead of a bare EACCES.
+    let resolved = std::fs::canonicalize(&located).unwrap_or(located.clone());
+    if !may_execute(&policy, &resolved.to_string_lossy()) {
+        return fail(
+            126,
+            format!(
+                "{} is not under a filesystem grant of the policy, so it could not be executed (add its directory to filesystem.readOnly)",
+                resolved.display()
+            ),
+        );
+    }
+    let grants = grants(&policy);
+    let restriction = match restrict_self(&grants, args.best_effort) {
+        Ok(restriction) => restriction,
+        Err(e) => return fail(126, format!("{e}; refusing to run {}", command.display())),
+    };
+    if !restriction.missing.is_empty() {
+        eprintln!(
+            "agentgate-exec: warning: granted paths that do not exist here were skipped: {}",
+            restriction.missing.join(", ")
+        );
+    }
+    if restriction.status == RulesetStatus::NotEnforced {
+        eprintln!(
+            "agentgate-exec: WARNING: Landlock is not available: --best-effort runs {} WITHOUT any filesystem restriction",
+            command.display()
+        );
+    }
+    let error = Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .exec();
+    let code = if error.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    fail(
+        code,
+        format!("cannot execute {}: {error}", command.display()),
+    )
+}

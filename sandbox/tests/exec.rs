@@ -1,0 +1,305 @@
+//! `agentgate-exec` as a process: real commands under real Landlock rules
+//! (this kernel has Landlock; without it these tests fail, as they should:
+//! the agent would run unconfined). And a differential property test: on
+//! random filesystem sections over a small tree, every read and write a
+//! child process attempts succeeds exactly when the policy matcher
+//! (POLICY-SEMANTICS.md §4) allows it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use agentgate_policy::action::{Access, FilesystemAction};
+use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::matcher::allows_filesystem;
+use agentgate_policy::model::{Filesystem, PolicyDocument};
+use proptest::prelude::*;
+
+/// What any command needs to start: the shell, coreutils and their libraries.
+const SYSTEM: &[&str] = &["/usr", "/bin", "/lib", "/lib64", "/etc"];
+
+struct Tree {
+    root: PathBuf,
+}
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let root = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("agentgate-exec-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["a/b", "c", "ab", "rw", "ro"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for file in [
+            "a/b/f", "a/g", "c/h", "ab/i", "secret", "ro/file", "rw/file",
+        ] {
+            std::fs::write(root.join(file), "content\n").unwrap();
+        }
+        Tree { root }
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.root.join(rel).display().to_string()
+    }
+
+    fn policy(&self, read_only: &[String], read_write: &[String]) -> PathBuf {
+        let quote = |v: &[String]| {
+            v.iter()
+                .map(|p| format!("{p:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut ro: Vec<String> = SYSTEM.iter().map(|s| s.to_string()).collect();
+        ro.extend(read_only.iter().cloned());
+        let file = self.root.join(format!("policy-{}.yaml", rand_suffix()));
+        std::fs::write(
+            &file,
+            format!(
+                "filesystem:\n  readOnly: [{}]\n  readWrite: [{}]\n",
+                quote(&ro),
+                quote(read_write)
+            ),
+        )
+        .unwrap();
+        file
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn exec(policy: &Path, script: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .arg("--policy")
+        .arg(policy)
+        .args(["--", "/bin/sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// A shell probe: prints `NAME ok` or `NAME denied`.
+fn probe(name: &str, command: &str) -> String {
+    format!("if {command} >/dev/null 2>&1; then echo '{name} ok'; else echo '{name} denied'; fi\n")
+}
+
+#[test]
+fn reads_and_writes_inside_and_outside_every_kind_of_grant() {
+    let t = Tree::new("grants");
+    let policy = t.policy(&[t.path("ro")], &[t.path("rw")]);
+    let script = [
+        probe("ro-read", &format!("cat {}", t.path("ro/file"))),
+        probe(
+            "ro-write",
+            &format!("sh -c 'echo x >> {}'", t.path("ro/file")),
+        ),
+        probe("ro-create", &format!("touch {}", t.path("ro/new"))),
+        probe("rw-read", &format!("cat {}", t.path("rw/file"))),
+        probe(
+            "rw-write",
+            &format!("sh -c 'echo x >> {}'", t.path("rw/file")),
+        ),
+        probe("rw-create", &format!("mkdir {}", t.path("rw/dir"))),
+        probe(
+            "rw-truncate",
+            &format!("truncate -s 0 {}", t.path("rw/file")),
+        ),
+        probe(
+            "rw-rename",
+            &format!("mv {} {}", t.path("rw/dir"), t.path("rw/moved")),
+        ),
+        probe("outside-read", &format!("cat {}", t.path("secret"))),
+        probe(
+            "outside-write",
+            &format!("sh -c 'echo x >> {}'", t.path("secret")),
+        ),
+        probe("dotdot", &format!("cat {}/rw/../secret", t.root.display())),
+        probe("dev-null", "sh -c 'echo x > /dev/null'"),
+        probe("urandom", "head -c 1 /dev/urandom"),
+    ]
+    .concat();
+    let out = exec(&policy, &script);
+    let text = stdout(&out);
+    for expected in [
+        "ro-read ok",
+        "ro-write denied",
+        "ro-create denied",
+        "rw-read ok",
+        "rw-write ok",
+        "rw-create ok",
+        "rw-truncate ok",
+        "rw-rename ok",
+        "outside-read denied",
+        "outside-write denied",
+        "dotdot denied",
+        "dev-null ok",
+        "urandom ok",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_symlink_cannot_lead_out_of_a_grant() {
+    let t = Tree::new("symlink");
+    std::os::unix::fs::symlink(t.path("secret"), t.root.join("rw/link")).unwrap();
+    let policy = t.policy(&[], &[t.path("rw")]);
+    let out = exec(
+        &policy,
+        &probe("via-link", &format!("cat {}", t.path("rw/link"))),
+    );
+    assert_eq!(
+        stdout(&out),
+        "via-link denied\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn children_inherit_the_restriction() {
+    let t = Tree::new("children");
+    let policy = t.policy(&[], &[t.path("rw")]);
+    let script = probe(
+        "grandchild",
+        &format!("sh -c \"sh -c 'cat {}'\"", t.path("secret")),
+    );
+    assert_eq!(stdout(&exec(&policy, &script)), "grandchild denied\n");
+}
+
+#[test]
+fn missing_paths_are_skipped_with_one_warning() {
+    let t = Tree::new("missing");
+    let policy = t.policy(
+        &[t.path("nowhere"), t.path("ro")],
+        &[t.path("also-nowhere")],
+    );
+    let out = exec(
+        &policy,
+        &probe("ro-read", &format!("cat {}", t.path("ro/file"))),
+    );
+    assert_eq!(stdout(&out), "ro-read ok\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("nowhere") && warnings[0].contains("also-nowhere"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn exit_codes_and_stderr_pass_through() {
+    let t = Tree::new("exit");
+    let policy = t.policy(&[], &[]);
+    let out = exec(&policy, "echo to-stderr >&2; exit 42");
+    assert_eq!(out.status.code(), Some(42));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "to-stderr\n");
+}
+
+#[test]
+fn a_policy_that_does_not_parse_runs_nothing() {
+    let t = Tree::new("badpolicy");
+    let bad = t.root.join("bad.yaml");
+    std::fs::write(&bad, "filesystem: {readOnly: [relative/path]}\n").unwrap();
+    let marker = t.path("rw/ran");
+    let out = exec(&bad, &format!("touch {marker}"));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was executed"));
+    assert!(!Path::new(&marker).exists());
+    std::fs::write(&bad, "filesystem: [").unwrap();
+    assert_eq!(
+        exec(&bad, &format!("touch {marker}")).status.code(),
+        Some(2)
+    );
+    assert!(!Path::new(&marker).exists());
+}
+
+#[test]
+fn a_command_outside_every_grant_is_refused_with_the_reason() {
+    let t = Tree::new("nocommand");
+    let file = t.root.join("p.yaml");
+    std::fs::write(
+        &file,
+        format!("filesystem: {{readWrite: [{:?}]}}\n", t.path("rw")),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .arg("--policy")
+        .arg(&file)
+        .args(["--", "/bin/sh", "-c", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("filesystem.readOnly"));
+    let missing = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .arg("--policy")
+        .arg(&file)
+        .args(["--", "no-such-command-anywhere"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+}
+
+const GRANTABLE: &[&str] = &["a", "a/b", "a/b/f", "c", "ab"];
+const FILES: &[&str] = &["a/b/f", "a/g", "c/h", "ab/i"];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Landlock agrees with the semantics on every read and write of every
+    /// file of the tree, for random readOnly/readWrite sections (prefix
+    /// boundaries like `a` vs `ab`, files and directories as grants).
+    #[test]
+    fn landlock_agrees_with_the_matcher(
+        read_only in proptest::sample::subsequence(GRANTABLE, 0..=3),
+        read_write in proptest::sample::subsequence(GRANTABLE, 0..=2),
+    ) {
+        let t = Tree::new("differential");
+        let ro: Vec<String> = read_only.iter().map(|p| t.path(p)).collect();
+        let rw: Vec<String> = read_write.iter().map(|p| t.path(p)).collect();
+        let policy_file = t.policy(&ro, &rw);
+        let doc = PolicyDocument {
+            filesystem: Filesystem { read_only: ro.clone(), read_write: rw.clone() },
+            ..PolicyDocument::default()
+        };
+        let compiled = compile(&doc, Role::Sandbox, &Limits::default()).unwrap();
+        let mut script = String::new();
+        for f in FILES {
+            script.push_str(&probe(&format!("{f}:read"), &format!("cat {}", t.path(f))));
+            script.push_str(&probe(&format!("{f}:write"), &format!("sh -c 'echo x >> {}'", t.path(f))));
+        }
+        let out = exec(&policy_file, &script);
+        let text = stdout(&out);
+        for f in FILES {
+            for (access, label) in [(Access::Read, "read"), (Access::Write, "write")] {
+                let allowed = allows_filesystem(&compiled, &FilesystemAction { access, path: t.path(f) });
+                let expected = format!("{f}:{label} {}", if allowed { "ok" } else { "denied" });
+                prop_assert!(text.contains(&expected), "ro={:?} rw={:?}: expected {}\n{}", read_only, read_write, expected, text);
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -35,6 +35,12 @@ build: z3 exec-static ## release binaries into target/release/ (agentgate, kubec
 	$(CARGO) build --release --locked -p agentgate -p agentgate-proxy
 	cp "$$(./hack/check-static-exec.sh | tail -n 1)" target/release/agentgate-exec
 
+dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binaries, finding lib/ beside them) and lib/libz3
+	@./hack/dist.sh target/release target/release/agentgate-exec dist
+
+dist-check: ## pack the dev binaries like make dist, unpack elsewhere, run each there (part of make test)
+	@./hack/test-dist.sh
+
 exec-static: ## agentgate-exec as a static binary, checked to link nothing dynamically and to run
 	@./hack/check-static-exec.sh >/dev/null
 
@@ -50,7 +56,7 @@ unit-tests: disk z3 control-plane helm netns-tools ## every Rust test (unit, pro
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
-test: lint chart unit-tests exec-static bench-smoke ## everything CI runs
+test: lint chart unit-tests exec-static dist-check bench-smoke ## everything CI runs
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e

@@ -12,11 +12,43 @@
 
 use crate::policy::action::{Access, FilesystemAction, check_absolute_path};
 use crate::policy::compile::{CompiledPolicy, compile_region};
+use crate::policy::findings::{FindingRegions, NodeRegion};
 use crate::policy::matcher::allows_filesystem;
 use crate::prover::{Outcome, Prover};
 
 use super::analysis::{Finding, has_trifecta};
 use super::graph::{Capability, Channel, Graph, GraphError};
+
+/// The network regions of a finding's nodes, sink first, then the control
+/// and the data witness in path order: what a runtime refusal cites
+/// (`/v1/decide` here, `findings.json` for the data plane). Only regions
+/// that compile are kept, so the result always loads.
+pub fn finding_regions(finding: &Finding, graph: &Graph) -> FindingRegions {
+    let nodes = std::iter::once(finding.sink.as_str())
+        .chain(finding.control.path.iter().map(|h| h.node.as_str()))
+        .chain(finding.data.path.iter().map(|h| h.node.as_str()));
+    let mut seen = std::collections::HashSet::new();
+    let capabilities = nodes
+        .filter(|id| seen.insert(*id))
+        .filter_map(|id| graph.node(id))
+        .flat_map(|node| {
+            node.capabilities
+                .iter()
+                .filter_map(Capability::network_region)
+                .filter(|region| compile_region(region, "capability").is_ok())
+                .map(|region| NodeRegion {
+                    node: node.id.clone(),
+                    region,
+                })
+        })
+        .collect();
+    FindingRegions {
+        id: finding.id.clone(),
+        sink: finding.sink.clone(),
+        witness: finding.to_string(),
+        capabilities,
+    }
+}
 
 /// Whether the policy can ever allow a capability.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +215,33 @@ mod tests {
                 None,
             ),
         ])
+    }
+
+    #[test]
+    fn finding_regions_list_network_capabilities_sink_first() {
+        let graph = mail_agent();
+        let findings = analyze(&graph).unwrap();
+        let regions = finding_regions(&findings[0], &graph);
+        assert_eq!(regions.sink, "send_email");
+        let nodes: Vec<&str> = regions
+            .capabilities
+            .iter()
+            .map(|c| c.node.as_str())
+            .collect();
+        // The env read of send_email has no network region; the mail egress does.
+        assert_eq!(nodes.first(), Some(&"send_email"));
+        assert!(nodes.contains(&"read_email"), "{nodes:?}");
+        let hosts = regions.capabilities[0]
+            .region
+            .hosts
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(hosts, ["smtp.example.com"]);
+        // What it produces always loads in the data plane.
+        let json = serde_json::to_string(&vec![regions]).unwrap();
+        let parsed: Vec<crate::policy::findings::FindingRegions> =
+            serde_json::from_str(&json).unwrap();
+        assert!(crate::policy::findings::CompiledFindings::compile(&parsed).is_ok());
     }
 
     #[test]

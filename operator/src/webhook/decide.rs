@@ -9,10 +9,12 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::action::{Access, FilesystemAction, Layer, NetworkAction};
-use crate::policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
-use crate::policy::matcher::{allows_filesystem, decide_network, region_contains};
+use crate::policy::compile::{CompiledPolicy, Limits, Role, compile};
+use crate::policy::findings::CompiledFindings;
+use crate::policy::matcher::{allows_filesystem, decide_network};
 use crate::policy::model::PolicyDocument;
-use crate::trifecta::{Capability, Channel, Finding, Graph};
+use crate::trifecta::sever::finding_regions;
+use crate::trifecta::{Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives
@@ -84,45 +86,47 @@ pub struct DecideResponse {
 pub use crate::policy::findings::FindingCitation;
 
 /// The first unfixed finding with a node (sink first, then the witness
-/// paths) that has a capability covering the requested action.
+/// paths) that has a capability covering the requested action. Network
+/// actions go through the same regions and citation code as the data
+/// plane's `findings.json` ([`finding_regions`], [`CompiledFindings`]).
 pub fn cite_finding(
     request: &DecideRequest,
     findings: &[&Finding],
     graph: &Graph,
 ) -> Option<FindingCitation> {
-    // Built once, not per capability; a malformed request is denied for
-    // that reason, not by a finding.
+    if let Some(access) = request.access {
+        // File reads name their resource literally; no region to compile.
+        return findings.iter().find_map(|finding| {
+            let nodes = std::iter::once(finding.sink.as_str())
+                .chain(finding.control.path.iter().map(|h| h.node.as_str()))
+                .chain(finding.data.path.iter().map(|h| h.node.as_str()));
+            nodes
+                .filter_map(|id| graph.node(id))
+                .find(|node| {
+                    node.capabilities.iter().any(|capability| {
+                        access == Access::Read
+                            && capability.channel == Channel::File
+                            && capability.resource.is_some()
+                            && capability.resource == request.path
+                    })
+                })
+                .map(|node| FindingCitation {
+                    id: finding.id.clone(),
+                    sink: finding.sink.clone(),
+                    node: node.id.clone(),
+                    witness: finding.to_string(),
+                })
+        });
+    }
+    // A malformed request is denied for that reason, not by a finding.
     let action = request
         .network_action()
-        .filter(|a| a.check_canonical().is_ok());
-    let covers = |capability: &Capability| -> bool {
-        if let Some(access) = request.access {
-            return access == Access::Read
-                && capability.channel == Channel::File
-                && capability.resource.is_some()
-                && capability.resource == request.path;
-        }
-        action.as_ref().is_some_and(|action| {
-            capability
-                .network_region()
-                .and_then(|r| compile_region(&r, "capability").ok())
-                .is_some_and(|region| region_contains(&region, action))
-        })
-    };
-    findings.iter().find_map(|finding| {
-        let nodes = std::iter::once(finding.sink.as_str())
-            .chain(finding.control.path.iter().map(|h| h.node.as_str()))
-            .chain(finding.data.path.iter().map(|h| h.node.as_str()));
-        nodes
-            .filter_map(|id| graph.node(id))
-            .find(|node| node.capabilities.iter().any(covers))
-            .map(|node| FindingCitation {
-                id: finding.id.clone(),
-                sink: finding.sink.clone(),
-                node: node.id.clone(),
-                witness: finding.to_string(),
-            })
-    })
+        .filter(|a| a.check_canonical().is_ok())?;
+    let regions: Vec<_> = findings.iter().map(|f| finding_regions(f, graph)).collect();
+    CompiledFindings::compile(&regions)
+        .ok()?
+        .cite(&action)
+        .cloned()
 }
 
 impl DecideResponse {

@@ -230,6 +230,29 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         ])
         .unwrap();
     assert_eq!(record.trim(), "Severed/post_comment");
+    // The proxy's copy: findings.json beside the policy, with the regions
+    // a refusal is cited by, in the format the data plane loads.
+    let findings_json = cp
+        .run(&[
+            "get",
+            "cm",
+            "issue-responder-policy",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.data.findings\\.json}",
+        ])
+        .unwrap();
+    let findings: Vec<agentgate_policy::findings::FindingRegions> =
+        serde_json::from_str(findings_json.trim())
+            .unwrap_or_else(|e| panic!("{e}: {findings_json}"));
+    assert_eq!(findings.len(), 1, "{findings_json}");
+    assert_eq!(findings[0].sink, "post_comment");
+    assert_eq!(
+        findings[0].capabilities[0].node, "post_comment",
+        "{findings_json}"
+    );
+    assert!(agentgate_policy::findings::CompiledFindings::compile(&findings).is_ok());
     drop(operator);
 }
 

@@ -37,9 +37,12 @@ use crate::k8s::pod_template::{
 };
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
+use crate::policy::findings::FindingRegions;
 use crate::policy::load::CompiledDocument;
 use crate::policy::model::PolicyDocument;
-use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
+use crate::trifecta::assess::{
+    assess_sandbox, findings_condition, image_digest, next_expiry, runtime_findings,
+};
 
 /// Reads every MaximumPolicy and the sandbox's namespace from the API
 /// server and returns the governing maximums, compiled.
@@ -265,8 +268,17 @@ async fn reconcile(
         }
     }
     status.observed_generation = generation;
-    let requeue =
-        assess_findings(&sandbox, &effective, &mut status, &mut events, &time, &ctx).await;
+    let mut runtime = Vec::new();
+    let requeue = assess_findings(
+        &sandbox,
+        &effective,
+        &mut status,
+        &mut runtime,
+        &mut events,
+        &time,
+        &ctx,
+    )
+    .await;
 
     if status != before {
         // The sandbox's resourceVersion is the precondition: a proposal
@@ -293,7 +305,7 @@ async fn reconcile(
         publish_report(&sandbox, findings, &ctx).await;
     }
     // Only what is committed reaches the enforcement proxy.
-    apply_config_map(&sandbox, &effective, status.revision, &ctx).await?;
+    apply_config_map(&sandbox, &effective, &runtime, status.revision, &ctx).await?;
     if let Some(refusal) = ensure_pod(&sandbox, &ctx).await? {
         // Refused by admission (unfixed findings, usually): say so and look
         // again in 10 s; a policy or scan change brings us back at once.
@@ -317,6 +329,7 @@ async fn assess_findings(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     status: &mut AgentSandboxStatus,
+    runtime: &mut Vec<FindingRegions>,
     events: &mut Vec<super::Note>,
     time: &Time,
     ctx: &Context,
@@ -363,7 +376,7 @@ async fn assess_findings(
             let started = std::time::Instant::now();
             let result = tokio::task::spawn_blocking(move || {
                 let refs: Vec<&AgentScan> = scans.items.iter().collect();
-                assess_sandbox(
+                let summary = assess_sandbox(
                     &images,
                     &refs,
                     policy.as_ref(),
@@ -371,7 +384,8 @@ async fn assess_findings(
                     &accepted,
                     now,
                     revision,
-                )
+                );
+                (summary, runtime_findings(&images, &refs))
             })
             .await
             .map_err(|e| format!("the assessment task failed: {e}"));
@@ -383,7 +397,8 @@ async fn assess_findings(
         Err(e) => Err(format!("cannot list AgentScans: {e}")),
     };
     let (clear, reason, message) = match assessed {
-        Ok(mut summary) => {
+        Ok((mut summary, regions)) => {
+            *runtime = regions;
             cap_records(&mut summary);
             let (clear, reason, message) = findings_condition(&summary);
             status.findings = Some(summary);
@@ -491,10 +506,13 @@ fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
     })
 }
 
-/// The enforcement proxy's view: the committed effective policy.
+/// The enforcement proxy's view: the committed effective policy, and
+/// `findings.json`, the sandbox's trifecta findings with the regions their
+/// tools reach, which the proxy cites in refusals (docs/proxy.md).
 async fn apply_config_map(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
+    findings: &[FindingRegions],
     revision: u64,
     ctx: &Context,
 ) -> Result<(), ControllerError> {
@@ -510,7 +528,12 @@ async fn apply_config_map(
             "labels": {SANDBOX_LABEL: sandbox.name_any()},
             "ownerReferences": [owner(sandbox)],
         },
-        "data": {"policy.yaml": yaml, "revision": revision.to_string()},
+        "data": {
+            "policy.yaml": yaml,
+            "findings.json": serde_json::to_string(findings)
+                .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
+            "revision": revision.to_string(),
+        },
     });
     Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
         .patch(

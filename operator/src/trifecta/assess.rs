@@ -17,7 +17,8 @@ use crate::prover::Prover;
 
 use super::analysis::{Finding, analyze};
 use super::graph::Graph;
-use super::sever::{restrict, severed_by};
+use super::sever::{finding_regions, restrict, severed_by};
+use crate::policy::findings::FindingRegions;
 
 /// The digest of a reference pinned by digest (`name@sha256:<64 hex>`).
 /// The project's one digest check: admission, the controllers and the
@@ -227,6 +228,30 @@ pub fn assess_sandbox(
         summary.images.push(assessed);
     }
     summary
+}
+
+/// The findings of a sandbox's images as the data plane reads them
+/// (`findings.json` beside the policy, DESIGN.md §10): every finding of each
+/// image's one AgentScan, with the network regions its nodes reach, so a
+/// refusal can cite the finding that predicted it. Images without exactly
+/// one scan, or whose graph does not analyse, contribute nothing (their
+/// problem is in the FindingsClear condition).
+pub fn runtime_findings(images: &[String], scans: &[&AgentScan]) -> Vec<FindingRegions> {
+    let mut out = Vec::new();
+    for image in images {
+        let Some(Ok(Some(scan))) = image_digest(image).map(|digest| scan_of_digest(scans, digest))
+        else {
+            continue;
+        };
+        if let Ok(findings) = analyze(&scan.spec.graph) {
+            out.extend(
+                findings
+                    .iter()
+                    .map(|f| finding_regions(f, &scan.spec.graph)),
+            );
+        }
+    }
+    out
 }
 
 /// The problem when several AgentScans describe one digest: which one is

@@ -234,6 +234,22 @@ enum Sender {
     H2(hyper::client::conn::http2::SendRequest<Incoming>),
 }
 
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
+        }
+    }
+}
+
 /// Where requests go: scheme, host and port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct UpstreamKey {
@@ -266,18 +282,50 @@ struct UpstreamFailure {
     reason: String,
 }
 
+impl UpstreamFailure {
+    fn new(status: StatusCode, kind: &'static str, reason: impl Into<String>) -> UpstreamFailure {
+        UpstreamFailure {
+            status,
+            kind,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Whether a TLS server name names `host` (the CONNECT target).
+fn sni_names(sni: &str, host: &str) -> bool {
+    canonical_host(sni).ok().as_deref() == Some(host)
+}
+
+/// The refusal of a TLS server name that is not the CONNECT target.
+fn sni_mismatch(sni: Option<&str>, host: &str) -> Refusal {
+    let reason = match sni {
+        Some(sni) => format!("TLS server name {sni:?} is not the CONNECT target {host:?}"),
+        None => {
+            format!("a TLS ClientHello without a server name is not the CONNECT target {host:?}")
+        }
+    };
+    Refusal::new(RefusalCode::HostMismatch, reason)
+}
+
+/// An HTTP/1.1 client connection over `io`, driven in the background.
+async fn http1_sender<I>(io: I) -> Result<Sender, UpstreamFailure>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| UpstreamFailure::new(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
+    tokio::spawn(conn);
+    Ok(Sender::H1(sender))
+}
+
 impl Upstreams {
     fn take(&self, key: &UpstreamKey) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let senders = idle.get_mut(key)?;
-        senders.retain(|s| match s {
-            Sender::H1(s) => !s.is_closed(),
-            Sender::H2(s) => !s.is_closed(),
-        });
-        let position = senders.iter().position(|s| match s {
-            Sender::H1(s) => s.is_ready(),
-            Sender::H2(s) => s.is_ready(),
-        })?;
+        senders.retain(|s| !s.is_closed());
+        let position = senders.iter().position(Sender::is_ready)?;
         match &senders[position] {
             // HTTP/2 multiplexes: keep it for other streams too.
             Sender::H2(s) => Some(Sender::H2(s.clone())),
@@ -290,10 +338,7 @@ impl Upstreams {
         // Many names (a wildcard grant) must not grow the map forever.
         if idle.len() >= MAX_UPSTREAM_KEYS {
             idle.retain(|_, senders| {
-                senders.retain(|s| match s {
-                    Sender::H1(s) => !s.is_closed(),
-                    Sender::H2(s) => !s.is_closed(),
-                });
+                senders.retain(|s| !s.is_closed());
                 !senders.is_empty()
             });
             if idle.len() >= MAX_UPSTREAM_KEYS {
@@ -476,16 +521,8 @@ impl Proxy {
         // The name this connection is judged by, and a refusal that every
         // request on it gets.
         let (host, mut refusal) = match (&connect_host, &sni) {
-            (Some(host), Some(sni))
-                if canonical_host(sni).ok().as_deref() != Some(host.as_str()) =>
-            {
-                (
-                    Some(host.clone()),
-                    Some(Refusal::new(
-                        RefusalCode::HostMismatch,
-                        format!("TLS server name {sni:?} differs from the CONNECT target {host:?}"),
-                    )),
-                )
+            (Some(host), Some(sni)) if !sni_names(sni, host) => {
+                (Some(host.clone()), Some(sni_mismatch(Some(sni), host)))
             }
             (Some(host), _) => (Some(host.clone()), None),
             (None, Some(sni)) => match canonical_host(sni) {
@@ -614,16 +651,9 @@ impl Proxy {
             };
             let refusal = match sniffed {
                 Some(Ok(Sniffed::Tls { sni }))
-                    if sni
-                        .as_deref()
-                        .and_then(|s| canonical_host(s).ok())
-                        .as_deref()
-                        != Some(host.as_str()) =>
+                    if !sni.as_deref().is_some_and(|sni| sni_names(sni, &host)) =>
                 {
-                    Some(Refusal::new(
-                        RefusalCode::HostMismatch,
-                        format!("TLS server name {sni:?} is not the CONNECT target {host:?}"),
-                    ))
+                    Some(sni_mismatch(sni.as_deref(), &host))
                 }
                 Some(Err(e)) => Some(Refusal::new(
                     RefusalCode::UnsupportedProtocol,
@@ -682,11 +712,7 @@ impl Proxy {
     }
 
     async fn connect_tcp(&self, host: &str, port: u16) -> Result<TcpStream, UpstreamFailure> {
-        let fail = |status, kind, reason: String| UpstreamFailure {
-            status,
-            kind,
-            reason,
-        };
+        let fail = UpstreamFailure::new;
         let addrs = tokio::time::timeout(
             self.limits.connect_timeout,
             self.resolver.resolve(host, port),
@@ -720,18 +746,10 @@ impl Proxy {
     }
 
     async fn connect_upstream(&self, key: &UpstreamKey) -> Result<Sender, UpstreamFailure> {
-        let fail = |status, kind, reason: String| UpstreamFailure {
-            status,
-            kind,
-            reason,
-        };
+        let fail = UpstreamFailure::new;
         let tcp = self.connect_tcp(&key.host, key.port).await?;
         if !key.tls {
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
-            tokio::spawn(conn);
-            return Ok(Sender::H1(sender));
+            return http1_sender(tcp).await;
         }
         let name = ServerName::try_from(key.host.clone())
             .map_err(|e| fail(StatusCode::BAD_GATEWAY, "tls", e.to_string()))?;
@@ -759,23 +777,16 @@ impl Proxy {
                 format!("TLS with {}:{} failed: {e}", key.host, key.port),
             )
         })?;
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io = TokioIo::new(tls);
-        if h2 {
-            let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .handshake(io)
-                .await
-                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
-            tokio::spawn(conn);
-            Ok(Sender::H2(sender))
-        } else {
-            let (sender, conn) = hyper::client::conn::http1::handshake(io)
-                .await
-                .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
-            tokio::spawn(conn);
-            Ok(Sender::H1(sender))
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return http1_sender(tls).await;
         }
+        let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
+        tokio::spawn(conn);
+        Ok(Sender::H2(sender))
     }
 }
 

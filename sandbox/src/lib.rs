@@ -7,9 +7,10 @@
 
 use std::path::Path;
 
+use agentgate_policy::action::{Access as FileAccess, FilesystemAction};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::load::{DocumentKind, load_document};
-use agentgate_policy::matcher::path_is_under;
+use agentgate_policy::matcher::allows_filesystem;
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
@@ -85,13 +86,16 @@ pub fn grants(policy: &CompiledPolicy) -> Vec<(String, Grant)> {
     out
 }
 
-/// Whether the policy lets `path` be read (and so executed).
+/// Whether the policy lets `path` be read (and so executed): the
+/// matcher's read rule (§4).
 pub fn may_execute(policy: &CompiledPolicy, path: &str) -> bool {
-    policy
-        .filesystem
-        .read
-        .iter()
-        .any(|base| path_is_under(path, base))
+    allows_filesystem(
+        policy,
+        &FilesystemAction {
+            access: FileAccess::Read,
+            path: path.to_string(),
+        },
+    )
 }
 
 /// What [`restrict_self`] achieved.

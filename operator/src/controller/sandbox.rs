@@ -40,9 +40,7 @@ use crate::policy::compose::apply_proposal;
 use crate::policy::findings::FindingRegions;
 use crate::policy::load::CompiledDocument;
 use crate::policy::model::PolicyDocument;
-use crate::trifecta::assess::{
-    assess_sandbox, findings_condition, image_digest, next_expiry, runtime_findings,
-};
+use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
 
 /// Reads every MaximumPolicy and the sandbox's namespace from the API
 /// server and returns the governing maximums, compiled.
@@ -376,7 +374,7 @@ async fn assess_findings(
             let started = std::time::Instant::now();
             let result = tokio::task::spawn_blocking(move || {
                 let refs: Vec<&AgentScan> = scans.items.iter().collect();
-                let summary = assess_sandbox(
+                assess_sandbox(
                     &images,
                     &refs,
                     policy.as_ref(),
@@ -384,8 +382,7 @@ async fn assess_findings(
                     &accepted,
                     now,
                     revision,
-                );
-                (summary, runtime_findings(&images, &refs))
+                )
             })
             .await
             .map_err(|e| format!("the assessment task failed: {e}"));

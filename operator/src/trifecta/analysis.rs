@@ -107,6 +107,14 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// The nodes a runtime refusal may belong to, in the order citations
+    /// look at them: the sink, then the control and the data witness.
+    pub fn nodes_sink_first(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.sink.as_str())
+            .chain(self.control.path.iter().map(|h| h.node.as_str()))
+            .chain(self.data.path.iter().map(|h| h.node.as_str()))
+    }
+
     /// `AG-TRIFECTA → send_email`.
     pub fn title(&self) -> String {
         format!("{} → {}", self.id, self.sink)

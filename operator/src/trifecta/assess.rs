@@ -179,6 +179,13 @@ pub fn assess_image(
 /// Assesses every image of a sandbox against the AgentScans that exist.
 /// Findings are recomputed from each scan's graph; `revision` is the
 /// committed revision `policy` belongs to.
+///
+/// Also returns, from the same analysis, the findings as the data plane
+/// reads them (`findings.json` beside the policy, DESIGN.md §10): every
+/// finding of each image's one AgentScan with the network regions its nodes
+/// reach, so a refusal can cite the finding that predicted it. Images
+/// without exactly one scan, or whose graph does not analyse, contribute
+/// none (their problem is in the summary).
 pub fn assess_sandbox(
     images: &[String],
     scans: &[&AgentScan],
@@ -187,7 +194,8 @@ pub fn assess_sandbox(
     accepted: &[AcceptedFinding],
     now: Timestamp,
     revision: u64,
-) -> FindingsSummary {
+) -> (FindingsSummary, Vec<FindingRegions>) {
+    let mut runtime = Vec::new();
     let mut summary = FindingsSummary {
         revision: Some(revision),
         ..FindingsSummary::default()
@@ -208,6 +216,13 @@ pub fn assess_sandbox(
         let name = scan.map(|s| s.name_any());
         let uid = scan.map(|s| s.uid().unwrap_or_default());
         let findings = scan.map(|s| analyze(&s.spec.graph).map_err(|e| e.to_string()));
+        if let (Some(scan), Some(Ok(findings))) = (scan, &findings) {
+            runtime.extend(
+                findings
+                    .iter()
+                    .map(|f| finding_regions(f, &scan.spec.graph)),
+            );
+        }
         let input = match (scan, &name, &uid, &findings) {
             (Some(scan), Some(name), Some(uid), Some(findings)) => Some(ScanInput {
                 name,
@@ -227,31 +242,7 @@ pub fn assess_sandbox(
             .count() as u32;
         summary.images.push(assessed);
     }
-    summary
-}
-
-/// The findings of a sandbox's images as the data plane reads them
-/// (`findings.json` beside the policy, DESIGN.md §10): every finding of each
-/// image's one AgentScan, with the network regions its nodes reach, so a
-/// refusal can cite the finding that predicted it. Images without exactly
-/// one scan, or whose graph does not analyse, contribute nothing (their
-/// problem is in the FindingsClear condition).
-pub fn runtime_findings(images: &[String], scans: &[&AgentScan]) -> Vec<FindingRegions> {
-    let mut out = Vec::new();
-    for image in images {
-        let Some(Ok(Some(scan))) = image_digest(image).map(|digest| scan_of_digest(scans, digest))
-        else {
-            continue;
-        };
-        if let Ok(findings) = analyze(&scan.spec.graph) {
-            out.extend(
-                findings
-                    .iter()
-                    .map(|f| finding_regions(f, &scan.spec.graph)),
-            );
-        }
-    }
-    out
+    (summary, runtime)
 }
 
 /// The problem when several AgentScans describe one digest: which one is

@@ -24,11 +24,9 @@ use super::graph::{Capability, Channel, Graph, GraphError};
 /// (`/v1/decide` here, `findings.json` for the data plane). Only regions
 /// that compile are kept, so the result always loads.
 pub fn finding_regions(finding: &Finding, graph: &Graph) -> FindingRegions {
-    let nodes = std::iter::once(finding.sink.as_str())
-        .chain(finding.control.path.iter().map(|h| h.node.as_str()))
-        .chain(finding.data.path.iter().map(|h| h.node.as_str()));
     let mut seen = std::collections::HashSet::new();
-    let capabilities = nodes
+    let capabilities = finding
+        .nodes_sink_first()
         .filter(|id| seen.insert(*id))
         .filter_map(|id| graph.node(id))
         .flat_map(|node| {

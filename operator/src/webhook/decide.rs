@@ -97,10 +97,8 @@ pub fn cite_finding(
     if let Some(access) = request.access {
         // File reads name their resource literally; no region to compile.
         return findings.iter().find_map(|finding| {
-            let nodes = std::iter::once(finding.sink.as_str())
-                .chain(finding.control.path.iter().map(|h| h.node.as_str()))
-                .chain(finding.data.path.iter().map(|h| h.node.as_str()));
-            nodes
+            finding
+                .nodes_sink_first()
                 .filter_map(|id| graph.node(id))
                 .find(|node| {
                     node.capabilities.iter().any(|capability| {

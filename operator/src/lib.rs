@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod controller;
 pub mod k8s;
+pub mod pki;
 /// The policy language lives in its own crate so the data plane can link it
 /// without Z3 or kube (DESIGN.md §10); re-exported under its old path.
 pub use agentgate_policy as policy;

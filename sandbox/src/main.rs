@@ -14,20 +14,28 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use agentgate_sandbox::{grants, load_policy, may_execute, restrict_self};
+use agentgate_sandbox::{Grant, grants, load_policy, may_execute, restrict_self};
 use landlock::RulesetStatus;
 
-const USAGE: &str = "usage: agentgate-exec --policy FILE [--best-effort] -- COMMAND [ARGS]...";
+const USAGE: &str =
+    "usage: agentgate-exec --policy FILE [--best-effort] [--proxy-uid UID] -- COMMAND [ARGS]...";
 
 struct Args {
     policy: PathBuf,
     best_effort: bool,
+    proxy_uid: Option<u32>,
     command: Vec<OsString>,
 }
 
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
     let mut policy = None;
     let mut best_effort = false;
+    let mut proxy_uid = None;
+    let uid = |value: Option<OsString>| -> Result<u32, String> {
+        value
+            .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
+            .ok_or_else(|| "--proxy-uid needs a numeric UID".to_string())
+    };
     while let Some(arg) = args.next() {
         match arg.to_str() {
             Some("--policy") => {
@@ -37,6 +45,10 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                 policy = Some(PathBuf::from(&flag["--policy=".len()..]))
             }
             Some("--best-effort") => best_effort = true,
+            Some("--proxy-uid") => proxy_uid = Some(uid(args.next())?),
+            Some(flag) if flag.starts_with("--proxy-uid=") => {
+                proxy_uid = Some(uid(Some(flag["--proxy-uid=".len()..].into()))?)
+            }
             Some("--version") => {
                 return Err(format!("agentgate-exec {}", env!("CARGO_PKG_VERSION")));
             }
@@ -50,6 +62,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                 return Ok(Args {
                     policy,
                     best_effort,
+                    proxy_uid,
                     command,
                 });
             }
@@ -57,6 +70,24 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
         }
     }
     Err("missing -- COMMAND".into())
+}
+
+/// The real, effective, saved and filesystem uids of this process, from
+/// /proc/self/status (empty when it cannot be read).
+fn running_uids() -> Vec<u32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|uids| {
+                    uids.split_whitespace()
+                        .filter_map(|u| u.parse().ok())
+                        .collect()
+                })
+        })
+        .unwrap_or_default()
 }
 
 /// COMMAND as exec would find it: a path, or the first match on PATH.
@@ -84,6 +115,23 @@ fn main() -> ExitCode {
         }
         Err(message) => return fail(2, format!("{message}\n{USAGE}")),
     };
+    if let Some(proxy) = args.proxy_uid {
+        let uids = running_uids();
+        if uids.is_empty() {
+            return fail(
+                126,
+                "cannot read this process's uids from /proc/self/status to check that it is not the proxy's; refusing to run",
+            );
+        }
+        if uids.contains(&proxy) {
+            return fail(
+                126,
+                format!(
+                    "refusing to run as uid {proxy}, the egress proxy's uid, whose connections are not redirected through the proxy; run the container as another user"
+                ),
+            );
+        }
+    }
     let policy = match load_policy(&args.policy) {
         Ok(policy) => policy,
         Err(e) => return fail(2, format!("{e}; nothing was executed")),
@@ -103,7 +151,18 @@ fn main() -> ExitCode {
             ),
         );
     }
-    let grants = grants(&policy);
+    let mut grants = grants(&policy);
+    // The policy's own directory (the pod's /agentgate/policy: the policy,
+    // findings.json and the CA bundle every TLS client needs) is readable,
+    // outside the model (POLICY-SEMANTICS.md §7).
+    if let Some(dir) = args
+        .policy
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        grants.push((dir.display().to_string(), Grant::Read));
+    }
     let restriction = match restrict_self(&grants, args.best_effort) {
         Ok(restriction) => restriction,
         Err(e) => return fail(126, format!("{e}; refusing to run {}", command.display())),

@@ -40,6 +40,10 @@ impl Tree {
         Tree { root }
     }
 
+    fn policy_dir(&self) -> PathBuf {
+        self.root.with_extension("policies")
+    }
+
     fn path(&self, rel: &str) -> String {
         self.root.join(rel).display().to_string()
     }
@@ -53,7 +57,11 @@ impl Tree {
         };
         let mut ro: Vec<String> = SYSTEM.iter().map(|s| s.to_string()).collect();
         ro.extend(read_only.iter().cloned());
-        let file = self.root.join(format!("policy-{}.yaml", rand_suffix()));
+        // Beside the tree, not in it: the policy's own directory is always
+        // readable (POLICY-SEMANTICS.md §7).
+        let dir = self.policy_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("policy-{}.yaml", rand_suffix()));
         std::fs::write(
             &file,
             format!(
@@ -70,6 +78,7 @@ impl Tree {
 impl Drop for Tree {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
+        let _ = std::fs::remove_dir_all(self.policy_dir());
     }
 }
 
@@ -95,6 +104,61 @@ fn stdout(o: &Output) -> String {
 /// A shell probe: prints `NAME ok` or `NAME denied`.
 fn probe(name: &str, command: &str) -> String {
     format!("if {command} >/dev/null 2>&1; then echo '{name} ok'; else echo '{name} denied'; fi\n")
+}
+
+#[test]
+fn the_policy_directory_is_readable_and_the_proxy_uid_refused() {
+    let t = Tree::new("trust");
+    let policy = t.policy(&[], &[]);
+    let bundle = t.policy_dir().join("ca-bundle.pem");
+    std::fs::write(&bundle, "bundle\n").unwrap();
+    let script = [
+        probe("bundle-read", &format!("cat {}", bundle.display())),
+        probe(
+            "bundle-write",
+            &format!("sh -c 'echo x >> {}'", bundle.display()),
+        ),
+        probe("tree-read", &format!("cat {}", t.path("secret"))),
+    ]
+    .concat();
+    let out = exec(&policy, &script);
+    assert_eq!(
+        stdout(&out),
+        "bundle-read ok\nbundle-write denied\ntree-read denied\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Running as the proxy's uid would take the agent's connections out of
+    // the redirect: refused before anything runs.
+    let uid = std::fs::metadata("/proc/self").unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&uid);
+    let marker = t.path("rw/marker");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .args(["--policy", &policy.display().to_string()])
+        .args(["--proxy-uid", &uid.to_string()])
+        .args(["--", "/bin/sh", "-c", &format!("touch {marker}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the egress proxy's uid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!Path::new(&marker).exists());
+    // Another uid runs.
+    let out = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .args(["--policy", &policy.display().to_string()])
+        .args(["--proxy-uid", &(uid + 1).to_string()])
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -140,6 +140,8 @@ pub fn run(args: &ControllerArgs) -> u8 {
             args.allow_unmanaged,
             metrics,
             ignored_namespaces(args),
+            args.webhook.data_plane.data_plane(),
+            args.webhook.data_plane.ca_lifetime(),
         );
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");

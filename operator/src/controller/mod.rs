@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod proposal;
 pub mod revoke;
 pub mod sandbox;
+pub mod sandbox_ca;
 pub mod scan;
 
 use std::collections::{BTreeSet, HashMap};
@@ -21,6 +22,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
+use crate::k8s::sandbox_pod::DataPlane;
 use crate::k8s::selector::SelectorError;
 use crate::prover::Prover;
 
@@ -39,6 +41,12 @@ pub enum ControllerError {
     /// A status could not be serialised.
     #[error("serialising status: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// An object the reconciler would write belongs to someone else.
+    #[error("{0}")]
+    Conflict(String),
+    /// Certificate material could not be made or read.
+    #[error("{0}")]
+    Pki(#[from] crate::pki::PkiError),
 }
 
 /// Shared state of the reconcilers.
@@ -56,6 +64,10 @@ pub struct Context {
     /// Namespaces whose sandboxes and proposals are not reconciled (the
     /// webhook does not see them: kube-system and the release namespace).
     pub ignored_namespaces: BTreeSet<String>,
+    /// The data-plane image the sandbox Pods run (`--proxy-image`).
+    pub data_plane: DataPlane,
+    /// How long each sandbox CA is valid.
+    pub ca_lifetime: Duration,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -68,6 +80,8 @@ impl Context {
         allow_unmanaged: bool,
         metrics: Arc<metrics::Metrics>,
         ignored_namespaces: BTreeSet<String>,
+        data_plane: DataPlane,
+        ca_lifetime: Duration,
     ) -> Arc<Context> {
         let reporter = Reporter {
             controller: "agentgate".into(),
@@ -80,6 +94,8 @@ impl Context {
             allow_unmanaged,
             metrics,
             ignored_namespaces,
+            data_plane,
+            ca_lifetime,
             failures: Mutex::new(HashMap::new()),
         })
     }

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -24,6 +25,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::controller::revoke::{Revocation, revoke_until_within};
+use crate::controller::sandbox_ca::{self, ca_bundle};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
@@ -34,6 +36,9 @@ use crate::k8s::governance::{Governance, governing_from};
 use crate::k8s::openreports;
 use crate::k8s::pod_template::{
     SANDBOX_LABEL, owning_sandbox, pod_service_account, template_escapes, template_images,
+};
+use crate::k8s::sandbox_pod::{
+    DataPlane, enforced_pod_spec, network_policy_name, policy_config_map_name,
 };
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
@@ -172,6 +177,11 @@ async fn reconcile(
         }
     };
 
+    // A template the operator cannot put into the enforced shape runs no
+    // pod; Ready says why (the policy itself may still be committed).
+    let pod_plan = pod_plan(&sandbox, &ctx.data_plane);
+    let pod_refusal = pod_plan.as_ref().err();
+
     let mut status: AgentSandboxStatus = sandbox.status.clone().unwrap_or_default();
     let before = status.clone();
     let time = super::now();
@@ -225,14 +235,14 @@ async fn reconcile(
                 generation,
                 &time,
             );
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::True,
-                "Committed",
-                &format!("revision {}", status.revision),
+            let ready = format!("revision {}", status.revision);
+            set_ready(
+                &mut status,
+                pod_refusal,
+                &ready,
                 generation,
                 &time,
+                &mut events,
             );
         }
         (None, false) => {
@@ -253,14 +263,14 @@ async fn reconcile(
                 generation,
                 &time,
             );
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::True,
-                "Committed",
-                &format!("revision {}, with grants revoked", status.revision),
+            let ready = format!("revision {}, with grants revoked", status.revision);
+            set_ready(
+                &mut status,
+                pod_refusal,
+                &ready,
                 generation,
                 &time,
+                &mut events,
             );
             events.push((EventType::Warning, "Revoked", message));
         }
@@ -303,8 +313,23 @@ async fn reconcile(
         publish_report(&sandbox, findings, &ctx).await;
     }
     // Only what is committed reaches the enforcement proxy.
-    apply_config_map(&sandbox, &effective, &runtime, status.revision, &ctx).await?;
-    if let Some(refusal) = ensure_pod(&sandbox, &ctx).await? {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let ca = sandbox_ca::ensure(&sandbox, owner(&sandbox), ctx.ca_lifetime, &secrets).await?;
+    let bundle = ca_bundle(&ca, time::OffsetDateTime::now_utc());
+    apply_config_map(
+        &sandbox,
+        &effective,
+        &runtime,
+        &bundle,
+        status.revision,
+        &ctx,
+    )
+    .await?;
+    apply_network_policy(&sandbox, &effective, &ctx).await?;
+    let Ok(Some(pod_spec)) = pod_plan else {
+        return Ok(Action::requeue(requeue));
+    };
+    if let Some(refusal) = ensure_pod(&sandbox, pod_spec, &ctx).await? {
         // Refused by admission (unfixed findings, usually): say so and look
         // again in 10 s; a policy or scan change brings us back at once.
         tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
@@ -503,17 +528,19 @@ fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
     })
 }
 
-/// The enforcement proxy's view: the committed effective policy, and
-/// `findings.json`, the sandbox's trifecta findings with the regions their
-/// tools reach, which the proxy cites in refusals (docs/proxy.md).
+/// The data plane's view: the committed effective policy, `findings.json`
+/// (the sandbox's trifecta findings with the regions their tools reach,
+/// which the proxy cites in refusals, docs/proxy.md) and `ca-bundle.pem`
+/// (the sandbox CAs and the Mozilla roots, which the agent trusts).
 async fn apply_config_map(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     findings: &[FindingRegions],
+    ca_bundle: &str,
     revision: u64,
     ctx: &Context,
 ) -> Result<(), ControllerError> {
-    let name = format!("{}-policy", sandbox.name_any());
+    let name = policy_config_map_name(&sandbox.name_any());
     let namespace = sandbox.namespace().unwrap_or_default();
     let yaml = serde_saphyr::to_string(effective)
         .map_err(|e| ControllerError::Prover(format!("rendering the policy: {e}")))?;
@@ -529,6 +556,7 @@ async fn apply_config_map(
             "policy.yaml": yaml,
             "findings.json": serde_json::to_string(findings)
                 .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
+            "ca-bundle.pem": ca_bundle,
             "revision": revision.to_string(),
         },
     });
@@ -542,20 +570,137 @@ async fn apply_config_map(
     Ok(())
 }
 
-/// Creates the agent Pod from `spec.template` if it does not exist.
-/// Returns the admission's message when the API server refuses it.
+/// The Pod spec to run: `None` without a template; the condition reason
+/// and message when the template cannot be run in the enforced shape
+/// (an escape, a container without a command, a reserved name).
+fn pod_plan(
+    sandbox: &AgentSandbox,
+    data_plane: &DataPlane,
+) -> Result<Option<PodSpec>, (&'static str, String)> {
+    let Some(template) = sandbox.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
+        return Ok(None);
+    };
+    let escapes = template_escapes(&sandbox.spec);
+    if !escapes.is_empty() {
+        // The operator's pod rights are never lent to a pod that could
+        // leave the sandbox.
+        return Err((
+            "TemplateEscapes",
+            format!(
+                "no pod is created: the template would step around the proxy or Landlock: {}",
+                escapes.join("; ")
+            ),
+        ));
+    }
+    enforced_pod_spec(&sandbox.name_any(), template, data_plane)
+        .map(Some)
+        .map_err(|refusals| {
+            let reason = refusals.first().map_or("TemplateRefused", |r| r.reason);
+            let lines: Vec<String> = refusals.into_iter().map(|r| r.message).collect();
+            (reason, format!("no pod is created: {}", lines.join("; ")))
+        })
+}
+
+/// `Ready`: `True` with `message` when the policy is committed and the pod
+/// can run; `False` with the pod's refusal otherwise (with an Event when it
+/// changes).
+fn set_ready(
+    status: &mut AgentSandboxStatus,
+    pod_refusal: Option<&(&'static str, String)>,
+    message: &str,
+    generation: Option<i64>,
+    time: &Time,
+    events: &mut Vec<super::Note>,
+) {
+    match pod_refusal {
+        None => {
+            conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::True,
+                "Committed",
+                message,
+                generation,
+                time,
+            );
+        }
+        Some((reason, refusal)) => {
+            let refusal = format!("{message}; {refusal}");
+            if conditions::set(
+                &mut status.conditions,
+                "Ready",
+                Status::False,
+                reason,
+                &refusal,
+                generation,
+                time,
+            ) {
+                events.push((EventType::Warning, reason, refusal));
+            }
+        }
+    }
+}
+
+/// The NetworkPolicy `<sandbox>-egress` (defence in depth behind the
+/// proxy): the pod may open TCP connections only to the ports the
+/// effective policy names, plus DNS.
+async fn apply_network_policy(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let name = network_policy_name(&sandbox.name_any());
+    let ports: std::collections::BTreeSet<u16> = effective
+        .network
+        .iter()
+        .flat_map(|rule| rule.endpoints.iter())
+        .flat_map(|e| e.port.into_iter().chain(e.ports.iter().copied()))
+        .collect();
+    let mut egress = vec![json!({"ports": [
+        {"protocol": "UDP", "port": 53},
+        {"protocol": "TCP", "port": 53},
+    ]})];
+    if !ports.is_empty() {
+        let ports: Vec<_> = ports
+            .iter()
+            .map(|p| json!({"protocol": "TCP", "port": p}))
+            .collect();
+        egress.push(json!({"ports": ports}));
+    }
+    let patch = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "labels": {SANDBOX_LABEL: sandbox.name_any()},
+            "ownerReferences": [owner(sandbox)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {SANDBOX_LABEL: sandbox.name_any()}},
+            "policyTypes": ["Egress"],
+            "egress": egress,
+        },
+    });
+    Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default())
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Creates the agent Pod (`spec`, in the enforced shape) if it does not
+/// exist. Returns the admission's message when the API server refuses it.
 async fn ensure_pod(
     sandbox: &AgentSandbox,
+    spec: PodSpec,
     ctx: &Context,
 ) -> Result<Option<String>, ControllerError> {
     let Some(template) = &sandbox.spec.template else {
         return Ok(None);
     };
-    if !template_escapes(&sandbox.spec).is_empty() {
-        // Said in FindingsClear=TemplateEscapes; the operator's pod rights
-        // are never lent to a pod that could leave the sandbox.
-        return Ok(None);
-    }
     let name = sandbox.name_any();
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
@@ -577,13 +722,11 @@ async fn ensure_pod(
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     labels.insert(SANDBOX_LABEL.into(), name.clone());
-    let mut spec = template.spec.clone();
-    if let Some(spec) = spec.as_mut() {
-        // The agent's pod acts as the agent unless the template names
-        // another account (whose token it then may not mount).
-        spec.service_account_name = Some(pod_service_account(&sandbox.spec));
-        spec.service_account = None;
-    }
+    let mut spec = spec;
+    // The agent's pod acts as the agent unless the template names another
+    // account (whose token it then may not mount).
+    spec.service_account_name = Some(pod_service_account(&sandbox.spec));
+    spec.service_account = None;
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",

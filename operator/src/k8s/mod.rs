@@ -7,4 +7,5 @@ pub mod crd;
 pub mod governance;
 pub mod openreports;
 pub mod pod_template;
+pub mod sandbox_pod;
 pub mod selector;

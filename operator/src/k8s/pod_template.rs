@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use kube::ResourceExt;
 
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Pod, PodSpec, SELinuxOptions, SeccompProfile, SecurityContext, Volume,
-    WindowsSecurityContextOptions,
+    AppArmorProfile, Container, Pod, PodSpec, SELinuxOptions, SeccompProfile, SecurityContext,
+    Volume, WindowsSecurityContextOptions,
 };
 
 use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec};
@@ -109,7 +109,7 @@ pub fn template_escapes(spec: &AgentSandboxSpec) -> Vec<String> {
     let Some(pod) = spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
         return Vec::new();
     };
-    let mut problems = pod_escapes(pod, "spec.template.spec");
+    let mut problems = pod_escapes(pod, "spec.template.spec", &|_| false);
     let annotations = spec
         .template
         .as_ref()
@@ -194,8 +194,14 @@ const SELINUX_TYPES: [&str; 4] = [
 /// unmasked /proc, unconfined seccomp or AppArmor, SELinux types, Windows
 /// host processes, unsafe sysctls), the proxy's uid, host ports and
 /// volume types beyond the restricted profile's. The Pod admission applies
-/// the same check to the operator's Pod before it lends the sandbox's proofs.
-pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
+/// the same check to the operator's Pod before it lends the sandbox's proofs,
+/// skipping the containers `trusted` vouches for (the data plane's own,
+/// which need the proxy's uid and NET_ADMIN).
+pub fn pod_escapes(
+    pod: &PodSpec,
+    prefix: &str,
+    trusted: &dyn Fn(&Container) -> bool,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (flag, field) in [
         (pod.host_network, "hostNetwork"),
@@ -249,7 +255,7 @@ pub fn pod_escapes(pod: &PodSpec, prefix: &str) -> Vec<String> {
         ("initContainers", init.collect::<Vec<_>>()),
         ("containers", regular.collect::<Vec<_>>()),
     ] {
-        for (i, container) in containers {
+        for (i, container) in containers.into_iter().filter(|(_, c)| !trusted(c)) {
             let path = format!("{prefix}.{list}[{i}]");
             check_security_context(container.security_context.as_ref(), &path, &mut problems);
             let host_ports = container.ports.iter().flatten().map(|p| p.host_port);

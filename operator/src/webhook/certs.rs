@@ -24,10 +24,6 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
 use rustls::crypto::ring::sign::any_supported_type;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -38,6 +34,10 @@ use time::OffsetDateTime;
 
 use crate::controller::FIELD_MANAGER;
 use crate::controller::metrics::Metrics;
+use crate::pki::PkiError;
+pub use crate::pki::{
+    KeyedCert, generate_ca, issue_leaf, not_after, renewal_time, subject_alt_names, window,
+};
 
 /// Secret keys of the self-managed material (the `kubernetes.io/tls` layout
 /// plus the CA's key, which only the operator reads).
@@ -63,6 +63,9 @@ pub enum CertError {
         /// What is wrong.
         message: String,
     },
+    /// Certificate material could not be made or read.
+    #[error(transparent)]
+    Pki(#[from] PkiError),
     /// rustls refused the key.
     #[error("loading the key into rustls: {0}")]
     Rustls(#[from] rustls::Error),
@@ -85,22 +88,6 @@ pub enum CertError {
         /// The key.
         key: &'static str,
     },
-}
-
-/// A CA or leaf: certificate and key in PEM.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeyedCert {
-    /// The certificate, PEM.
-    pub cert_pem: String,
-    /// Its private key, PEM (PKCS#8).
-    pub key_pem: String,
-}
-
-impl fmt::Debug for KeyedCert {
-    // Never print a private key.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedCert").finish_non_exhaustive()
-    }
 }
 
 fn parse_error(what: &'static str, e: impl fmt::Display) -> CertError {
@@ -127,127 +114,6 @@ impl Default for Lifetimes {
             leaf: Duration::from_secs(90 * 24 * 3600),
         }
     }
-}
-
-/// Allowance for clocks that are a little behind ours.
-const BACKDATE: time::Duration = time::Duration::minutes(5);
-
-fn offset(d: Duration) -> time::Duration {
-    time::Duration::try_from(d).unwrap_or(time::Duration::MAX)
-}
-
-/// Generates a self-signed CA valid for `lifetime`.
-pub fn generate_ca(lifetime: Duration) -> Result<KeyedCert, CertError> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "agentgate webhook CA");
-    dn.push(DnType::OrganizationName, "agentgate");
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let now = OffsetDateTime::now_utc();
-    params.not_before = now - BACKDATE;
-    params.not_after = now + offset(lifetime);
-    let cert = params.self_signed(&key)?;
-    Ok(KeyedCert {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
-}
-
-/// Issues a serving certificate for `names` (DNS names or IP addresses),
-/// signed by `ca`, valid for `lifetime` (never beyond the CA).
-pub fn issue_leaf(
-    ca: &KeyedCert,
-    names: &[String],
-    lifetime: Duration,
-) -> Result<KeyedCert, CertError> {
-    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
-    let ca_not_after = not_after(&ca.cert_pem)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(names.to_vec())?;
-    let mut dn = DistinguishedName::new();
-    dn.push(
-        DnType::CommonName,
-        names.first().map(String::as_str).unwrap_or("agentgate"),
-    );
-    params.distinguished_name = dn;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    let now = OffsetDateTime::now_utc();
-    params.not_before = now - BACKDATE;
-    params.not_after = (now + offset(lifetime)).min(ca_not_after);
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(KeyedCert {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
-}
-
-fn first_der(cert_pem: &str) -> Result<CertificateDer<'static>, CertError> {
-    CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .next()
-        .ok_or_else(|| parse_error("certificate", "no PEM certificate"))?
-        .map_err(|e| parse_error("certificate", e))
-}
-
-/// When the first certificate of `cert_pem` stops being valid.
-pub fn not_after(cert_pem: &str) -> Result<OffsetDateTime, CertError> {
-    window(cert_pem).map(|(_, end)| end)
-}
-
-/// The validity window of the first certificate of `cert_pem`.
-pub fn window(cert_pem: &str) -> Result<(OffsetDateTime, OffsetDateTime), CertError> {
-    let der = first_der(cert_pem)?;
-    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-        .map_err(|e| parse_error("certificate", e))?;
-    let validity = cert.validity();
-    Ok((
-        validity.not_before.to_datetime(),
-        validity.not_after.to_datetime(),
-    ))
-}
-
-/// The subject alternative names (DNS and IP, as text) of a certificate.
-pub fn subject_alt_names(cert_pem: &str) -> Result<Vec<String>, CertError> {
-    use x509_parser::extensions::GeneralName;
-    let der = first_der(cert_pem)?;
-    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-        .map_err(|e| parse_error("certificate", e))?;
-    let mut names = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for name in &san.value.general_names {
-            match name {
-                GeneralName::DNSName(d) => names.push((*d).to_string()),
-                GeneralName::IPAddress(bytes) => match bytes.len() {
-                    4 => {
-                        let b: [u8; 4] = [bytes[0], bytes[1], bytes[2], bytes[3]];
-                        names.push(std::net::Ipv4Addr::from(b).to_string());
-                    }
-                    16 => {
-                        let mut b = [0u8; 16];
-                        b.copy_from_slice(bytes);
-                        names.push(std::net::Ipv6Addr::from(b).to_string());
-                    }
-                    _ => {}
-                },
-                _ => {}
-            }
-        }
-    }
-    Ok(names)
-}
-
-/// When a certificate valid over `[start, end]` should be replaced: after
-/// two thirds of its lifetime.
-pub fn renewal_time(start: OffsetDateTime, end: OffsetDateTime) -> OffsetDateTime {
-    start + (end - start) * 2 / 3
 }
 
 /// Whether `leaf` must be re-issued now: unreadable, not signed for every
@@ -399,7 +265,7 @@ impl SelfManaged {
         let mut last_conflict = None;
         for _ in 0..3 {
             let Some(secret) = secrets.get_opt(&self.secret).await? else {
-                let ca = generate_ca(self.lifetimes.ca)?;
+                let ca = generate_ca("agentgate webhook CA", self.lifetimes.ca)?;
                 let leaf = issue_leaf(&ca, &self.names, self.lifetimes.leaf)?;
                 let secret = Secret {
                     metadata: ObjectMeta {
@@ -616,7 +482,7 @@ mod tests {
 
     #[test]
     fn leaf_is_signed_for_the_service_and_loadable() {
-        let ca = generate_ca(Duration::from_secs(3600)).unwrap();
+        let ca = generate_ca("test CA", Duration::from_secs(3600)).unwrap();
         let leaf = issue_leaf(&ca, &names(), Duration::from_secs(600)).unwrap();
         let sans = subject_alt_names(&leaf.cert_pem).unwrap();
         assert_eq!(sans, names());
@@ -630,14 +496,14 @@ mod tests {
 
     #[test]
     fn leaf_never_outlives_its_ca() {
-        let ca = generate_ca(Duration::from_secs(60)).unwrap();
+        let ca = generate_ca("test CA", Duration::from_secs(60)).unwrap();
         let leaf = issue_leaf(&ca, &names(), Duration::from_secs(3600)).unwrap();
         assert!(not_after(&leaf.cert_pem).unwrap() <= not_after(&ca.cert_pem).unwrap());
     }
 
     #[test]
     fn renewal_is_due_after_two_thirds_of_the_lifetime() {
-        let ca = generate_ca(Duration::from_secs(3600)).unwrap();
+        let ca = generate_ca("test CA", Duration::from_secs(3600)).unwrap();
         let leaf = issue_leaf(&ca, &names(), Duration::from_secs(900)).unwrap();
         let (start, end) = window(&leaf.cert_pem).unwrap();
         let due = renewal_time(start, end);
@@ -651,7 +517,7 @@ mod tests {
 
     #[test]
     fn resolver_swaps_certificates_in_place() {
-        let ca = generate_ca(Duration::from_secs(3600)).unwrap();
+        let ca = generate_ca("test CA", Duration::from_secs(3600)).unwrap();
         let a = issue_leaf(&ca, &names(), Duration::from_secs(600)).unwrap();
         let b = issue_leaf(&ca, &names(), Duration::from_secs(600)).unwrap();
         let resolver = CertResolver::new();
@@ -666,6 +532,12 @@ mod tests {
     fn garbage_is_a_clear_error() {
         let err = certified_key("not pem", "not pem").unwrap_err();
         assert!(err.to_string().contains("certificate chain"), "{err}");
-        assert!(format!("{:?}", generate_ca(Duration::from_secs(60)).unwrap()).contains(".."));
+        assert!(
+            format!(
+                "{:?}",
+                generate_ca("test CA", Duration::from_secs(60)).unwrap()
+            )
+            .contains("..")
+        );
     }
 }

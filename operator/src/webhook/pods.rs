@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::k8s::crd::{AcceptedFinding, AgentSandbox, FindingState, ImageFindings};
+use crate::k8s::sandbox_pod::{DataPlane, is_data_plane_container, shape_problems};
 use crate::trifecta::Finding;
 use crate::trifecta::assess::{acceptance, image_digest, short_image, unfixed_line};
 
@@ -80,6 +81,41 @@ pub fn claims_sandbox(pod: &Pod) -> bool {
 /// order of appearance.
 pub fn images(pod: &Pod) -> Vec<String> {
     pod.spec.as_ref().map(spec_images).unwrap_or_default()
+}
+
+/// The images the agent runs: every image but those of the data plane's
+/// own containers (the proxy and the init container are agentgate, not
+/// the agent, and are trusted by image and shape, not by scan).
+pub fn agent_images(pod: &Pod, data_plane: &DataPlane) -> Vec<String> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut agents = spec.clone();
+    agents.init_containers = agents.init_containers.map(|list| {
+        list.into_iter()
+            .filter(|c| !is_data_plane_container(c, data_plane))
+            .collect()
+    });
+    spec_images(&agents)
+}
+
+/// The sandbox a pod claims by owner reference or label: its name, or why
+/// the claim is contradictory. `None`: the pod claims none.
+pub fn claimed_sandbox(pod: &Pod) -> Option<Result<String, String>> {
+    let owner = owning_sandbox(pod).map(|(name, _)| name);
+    let label = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SANDBOX_LABEL))
+        .cloned();
+    match (owner, label) {
+        (Some(owner), Some(label)) if owner != label => Some(Err(format!(
+            "metadata: the owner reference names sandbox {owner:?} but the label {SANDBOX_LABEL} names {label:?}"
+        ))),
+        (Some(name), _) | (None, Some(name)) => Some(Ok(name)),
+        (None, None) => None,
+    }
 }
 
 /// A scan as the pod review needs it, from the webhook's cache.
@@ -176,11 +212,13 @@ pub type ScanLookup = Result<Option<CachedScan>, String>;
 /// scans claim it: fail closed). On update only images the old pod did not
 /// run are checked, so finalizer removal and label patches of a running pod
 /// are never blocked by a finding that appeared later.
+#[allow(clippy::too_many_arguments)]
 pub fn review_pod(
     pod: &Pod,
     old: Option<&Pod>,
     namespace_labels: &BTreeMap<String, String>,
     sandbox: Option<&AgentSandbox>,
+    data_plane: &DataPlane,
     scan_for: &dyn Fn(&str) -> ScanLookup,
     now: Timestamp,
 ) -> PodReview {
@@ -197,16 +235,35 @@ pub fn review_pod(
         problems: Vec::new(),
         notes: note.into_iter().collect(),
     };
+    // A pod that claims a sandbox runs in its enforced shape, or not at
+    // all, whatever the namespace's mode: a finding counts as severed only
+    // where the policy is enforced (DESIGN.md §10).
+    let trusted = |c: &Container| is_data_plane_container(c, data_plane);
+    let mut shape = Vec::new();
+    if let Some(claimed) = claimed_sandbox(pod) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        match claimed {
+            Ok(name) => shape = shape_problems(&spec, &name, data_plane),
+            Err(problem) => shape.push(problem),
+        }
+        shape.extend(pod_escapes(&spec, "spec", &trusted));
+    }
+    if !shape.is_empty() {
+        review.mode = Some(Enforcement::Enforce);
+        review.problems.push(format!(
+            "the pod claims an agent sandbox but is not in its enforced shape: {}.",
+            shape.join("; ")
+        ));
+    }
     // Severance and acceptances are credited only to the sandbox's own pod
     // in the enforced shape: no host namespaces, privilege or host files,
     // running as the account the sandbox names.
     let sandbox = sandbox.filter(|s| {
-        pod.metadata.name.as_deref() == s.metadata.name.as_deref()
+        shape.is_empty()
+            && pod.metadata.name.as_deref() == s.metadata.name.as_deref()
             && template_escapes(&s.spec).is_empty()
             && pod.spec.as_ref().is_some_and(|spec| {
-                pod_escapes(spec, "spec").is_empty()
-                    && spec.service_account_name.as_deref()
-                        == Some(pod_service_account(&s.spec).as_str())
+                spec.service_account_name.as_deref() == Some(pod_service_account(&s.spec).as_str())
             })
     });
     let status = sandbox.and_then(|s| s.status.as_ref());
@@ -218,8 +275,15 @@ pub fn review_pod(
     let accepted = sandbox
         .map(|s| s.spec.accepted_findings.as_slice())
         .unwrap_or(&[]);
-    let running: BTreeSet<String> = old.map(images).unwrap_or_default().into_iter().collect();
-    for image in images(pod).into_iter().filter(|i| !running.contains(i)) {
+    let running: BTreeSet<String> = old
+        .map(|p| agent_images(p, data_plane))
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    for image in agent_images(pod, data_plane)
+        .into_iter()
+        .filter(|i| !running.contains(i))
+    {
         let Some(digest) = image_digest(&image) else {
             review.problems.push(format!(
                 "image {image:?} is not pinned by digest; use name@sha256:<64 hex digits>."
@@ -286,12 +350,16 @@ mod tests {
         }))
         .unwrap();
         if owned {
-            // The operator names a sandbox's pod after the sandbox and runs
-            // it as the sandbox's agent.
+            // The operator names a sandbox's pod after the sandbox, runs it
+            // as the sandbox's agent, in the enforced shape.
             pod.metadata.name = Some("bot".into());
-            if let Some(spec) = pod.spec.as_mut() {
-                spec.service_account_name = Some("bot".into());
-            }
+            let mut template = pod.spec.clone().unwrap();
+            template.containers[0].command = Some(vec!["/usr/local/bin/bot".into()]);
+            let mut spec =
+                crate::k8s::sandbox_pod::enforced_pod_spec("bot", &template, &data_plane())
+                    .unwrap();
+            spec.service_account_name = Some("bot".into());
+            pod.spec = Some(spec);
             pod.metadata.owner_references = Some(vec![
                 serde_json::from_value(serde_json::json!({
                     "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
@@ -301,6 +369,13 @@ mod tests {
             ]);
         }
         pod
+    }
+
+    fn data_plane() -> DataPlane {
+        DataPlane {
+            image: "ghcr.io/agentgate-dev/agentgate:test".into(),
+            pull_policy: None,
+        }
     }
 
     fn findings() -> Arc<Result<Vec<Finding>, String>> {
@@ -333,6 +408,7 @@ mod tests {
             None,
             &labels("enforce"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -351,6 +427,7 @@ mod tests {
             None,
             &labels("warn"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -360,6 +437,7 @@ mod tests {
             None,
             &labels("audit"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -370,6 +448,7 @@ mod tests {
             None,
             &BTreeMap::new(),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -383,6 +462,7 @@ mod tests {
             None,
             &BTreeMap::new(),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -393,6 +473,7 @@ mod tests {
             None,
             &BTreeMap::new(),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -402,6 +483,7 @@ mod tests {
             None,
             &labels("strict"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -452,7 +534,16 @@ mod tests {
         });
         let owned = pod(&image, true);
         let judge = |pod: &Pod, sandbox: &AgentSandbox, at: Timestamp| {
-            review_pod(pod, None, &BTreeMap::new(), Some(sandbox), &scans, at).answer()
+            review_pod(
+                pod,
+                None,
+                &BTreeMap::new(),
+                Some(sandbox),
+                &data_plane(),
+                &scans,
+                at,
+            )
+            .answer()
         };
         assert_eq!(judge(&owned, &sandbox, now()), Answer::allow());
         // A pod that could step around the enforcement is credited nothing.
@@ -494,6 +585,7 @@ mod tests {
             Some(&running),
             &labels("enforce"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -509,6 +601,7 @@ mod tests {
             Some(&running),
             &labels("enforce"),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -524,6 +617,7 @@ mod tests {
             Some(&claimed),
             &BTreeMap::new(),
             None,
+            &data_plane(),
             &scans,
             now(),
         );
@@ -532,7 +626,15 @@ mod tests {
         let several = |_: &str| -> ScanLookup {
             Err("several AgentScans (a, b) describe sha256:ab12…".into())
         };
-        let review = review_pod(&running, None, &labels("enforce"), None, &several, now());
+        let review = review_pod(
+            &running,
+            None,
+            &labels("enforce"),
+            None,
+            &data_plane(),
+            &several,
+            now(),
+        );
         assert!(matches!(review.answer(), Answer::Deny(m) if m.contains("several AgentScans")));
     }
 }

@@ -36,6 +36,7 @@ use crate::k8s::governance::{dropped_governance, governing_from};
 use crate::k8s::pod_template::{
     agent_identities, owning_sandbox, pod_service_account, template_escapes,
 };
+use crate::k8s::sandbox_pod::DataPlane;
 use crate::prover::Prover;
 use crate::trifecta::assess::{image_digest, scan_of_digest};
 use crate::trifecta::{Finding, analyze};
@@ -74,6 +75,8 @@ pub struct WebhookState {
     /// `--trusted-deployer`: ServiceAccounts that may write sandboxes of
     /// their own namespace.
     trusted_deployers: Vec<String>,
+    /// `--proxy-image`: the only data plane trusted in a sandbox's pod.
+    data_plane: DataPlane,
     /// `--scan-writer`: who may write AgentScans.
     scan_writers: Vec<String>,
     listening: AtomicBool,
@@ -707,6 +710,7 @@ async fn validate_pod(
                 old.as_ref(),
                 &labels,
                 sandbox.as_deref(),
+                &s.data_plane,
                 &scan_for,
                 Timestamp::now(),
             )
@@ -948,6 +952,7 @@ pub async fn run(
         deadline: args.deadline(),
         policies: CompiledPolicies::default(),
         trusted_deployers: args.trusted_deployers.clone(),
+        data_plane: args.data_plane.data_plane(),
         scan_writers: args.scan_writers.clone(),
         listening: AtomicBool::new(false),
         resolver: resolver.clone(),

@@ -193,6 +193,8 @@ common_checks() {
 
 run_case defaults
 common_checks
+assert_in Deployment agentgate "- --proxy-image=ghcr.io/agentgate-dev/agentgate:0.1.0"
+assert_in Deployment agentgate "- --sandbox-ca-validity-seconds=31536000"
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 7
 assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 7
 assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 7
@@ -247,8 +249,11 @@ assert_in Deployment agentgate "- --scan-writer=group:system:masters"
 assert_not_in Deployment agentgate "--trusted-deployer"
 assert_in Role agentgate-controller '"leases"'
 assert_in Role agentgate-controller '"secrets"'
-# Secrets only through the namespaced Role, never cluster-wide.
-assert_not_in ClusterRole agentgate-controller '"secrets"'
+# Cluster-wide, Secrets only as each sandbox's CA needs them: named reads
+# and writes, never list or watch (the webhook TLS Secret is in the Role).
+assert_in ClusterRole agentgate-controller 'resources: ["secrets"]' 1
+assert_in ClusterRole agentgate-controller 'verbs: ["get", "create", "update"]' 1
+assert_in ClusterRole agentgate-controller 'resources: ["networkpolicies"]' 1
 
 run_case cert-manager --set webhook.certManager.enabled=true
 common_checks
@@ -329,10 +334,19 @@ assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
 assert_in Deployment agentgate "- --allow-unmanaged"
 assert_in Deployment agentgate "- --leader-elect=false"
 assert_in Deployment agentgate 'image: "ghcr.io/agentgate-dev/agentgate@sha256:0123456789abcdef'
+# The sandbox Pods' data plane follows the operator image (its digest too).
+assert_in Deployment agentgate '- --proxy-image=ghcr.io/agentgate-dev/agentgate@sha256:0123456789abcdef'
 assert_in Deployment agentgate "nodeAffinity: {}"
 assert_not_in Deployment agentgate "podAntiAffinity"
 assert_in ClusterRole agentgate-reviewer-base 'rbac.authorization.k8s.io/aggregate-to-admin: "true"'
 assert_kind_count PodDisruptionBudget 0
+
+run_case data-plane --set dataPlane.image=registry.example/agentgate:9 --set dataPlane.pullPolicy=Always \
+  --set dataPlane.caValiditySeconds=2592000
+common_checks
+assert_in Deployment agentgate "- --proxy-image=registry.example/agentgate:9"
+assert_in Deployment agentgate "- --proxy-image-pull-policy=Always"
+assert_in Deployment agentgate "- --sandbox-ca-validity-seconds=2592000"
 
 run_case rbac-off --set rbac.create=false --set serviceAccount.create=false --set serviceAccount.name=existing
 assert_kind_count ClusterRole 0

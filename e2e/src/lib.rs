@@ -7,6 +7,8 @@
 //! (or `KUBEBUILDER_ASSETS`); when they cannot be had the harness fails, it
 //! never skips.
 
+pub mod pod_runner;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -287,6 +289,15 @@ impl ControlPlane {
             .current_dir(repo_root())
             .output()
             .map_err(|e| failed("running kubectl", e))
+    }
+
+    /// kubectl and the kubeconfig, for a helper thread (the pod runner's
+    /// volume sync).
+    pub fn kubectl_handle(&self) -> pod_runner::Kubectl {
+        pod_runner::Kubectl {
+            binary: self.bin.join("kubectl"),
+            kubeconfig: self.kubeconfig.clone(),
+        }
     }
 
     /// Runs kubectl and returns its stdout; a non-zero exit is an error

@@ -85,7 +85,34 @@ spec:
   template:
     metadata: {labels: {app: bot}}
     spec:
+      containers: [{name: agent, image: ghcr.io/acme/bot@sha256:0000000000000000000000000000000000000000000000000000000000000000, command: [/app/agent]}]
+  policy:
+    filesystem: {readOnly: [/app]}
+";
+
+/// A template the operator cannot wrap (no command) and one that would
+/// step around the proxy (privileged, NET_ADMIN, host network).
+const UNWRAPPABLE: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: bare, namespace: agents}
+spec:
+  agentServiceAccount: bot
+  template:
+    spec:
       containers: [{name: agent, image: ghcr.io/acme/bot@sha256:0000000000000000000000000000000000000000000000000000000000000000}]
+  policy:
+    filesystem: {readOnly: [/app]}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: privileged, namespace: agents}
+spec:
+  agentServiceAccount: bot
+  template:
+    spec:
+      hostNetwork: true
+      containers: [{name: agent, image: ghcr.io/acme/bot@sha256:0000000000000000000000000000000000000000000000000000000000000000, command: [/app/agent],
+        securityContext: {privileged: true, capabilities: {add: [NET_ADMIN]}}}]
   policy:
     filesystem: {readOnly: [/app]}
 ";
@@ -241,6 +268,103 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         "the agent Pod",
     );
     assert_eq!(owner, "podded AgentSandbox");
+    // ... in the enforced shape of DESIGN.md §10, with its CA, CA bundle
+    // and NetworkPolicy.
+    let shape = cp
+        .run(&[
+            "get", "pod", "podded", "-n", "agents", "-o",
+            "jsonpath={.spec.shareProcessNamespace} {.spec.initContainers[*].name} {.spec.initContainers[1].restartPolicy} {.spec.containers[0].command}",
+        ])
+        .unwrap();
+    assert_eq!(
+        shape.trim(),
+        r#"true agentgate-init agentgate-proxy Always ["/agentgate/bin/agentgate-exec","--policy","/agentgate/policy/policy.yaml","--proxy-uid","1337","--","/app/agent"]"#
+    );
+    let secret = cp
+        .run(&[
+            "get",
+            "secret",
+            "podded-ca",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.type} {.metadata.ownerReferences[0].kind}",
+        ])
+        .unwrap();
+    assert_eq!(secret.trim(), "kubernetes.io/tls AgentSandbox");
+    let bundle = wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "configmap",
+            "podded-policy",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.data.ca-bundle\\.pem}",
+        ],
+        |b| b.contains("BEGIN CERTIFICATE"),
+        "the CA bundle",
+    );
+    assert!(
+        bundle.matches("BEGIN CERTIFICATE").count() > 100,
+        "the bundle lacks the Mozilla roots"
+    );
+    let egress = cp
+        .run(&[
+            "get",
+            "networkpolicy",
+            "podded-egress",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.spec.policyTypes} {.spec.egress[0].ports[*].port}",
+        ])
+        .unwrap();
+    assert_eq!(egress.trim(), r#"["Egress"] 53 53"#);
+
+    // Templates that cannot be confined run no pod, and Ready says why.
+    apply(&cp, UNWRAPPABLE);
+    let ready = sandbox(
+        &cp,
+        &op,
+        "bare",
+        "agents",
+        &condition("Ready", "reason"),
+        |s| s == "CommandRequired",
+    );
+    assert_eq!(ready, "CommandRequired");
+    let message = sandbox(
+        &cp,
+        &op,
+        "bare",
+        "agents",
+        &condition("Ready", "message"),
+        |s| !s.is_empty(),
+    );
+    assert!(message.contains("add command:"), "{message}");
+    let refused = sandbox(
+        &cp,
+        &op,
+        "privileged",
+        "agents",
+        &condition("Ready", "message"),
+        |s| s.contains("hostNetwork"),
+    );
+    for field in ["hostNetwork", "privileged", "NET_ADMIN"] {
+        assert!(refused.contains(field), "{field}: {refused}");
+    }
+    for name in ["bare", "privileged"] {
+        assert!(
+            cp.kubectl(&["get", "pod", name, "-n", "agents"])
+                .unwrap()
+                .status
+                .code()
+                != Some(0),
+            "{name} got a pod"
+        );
+    }
 
     // Scenario 4: the maximum is tightened; the committed grant is revoked
     // and WithinMaximum=False names it.

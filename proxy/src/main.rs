@@ -96,6 +96,13 @@ struct InitNetArgs {
     /// Print the ruleset instead of applying it.
     #[arg(long)]
     print: bool,
+    /// Also copy the static `agentgate-exec` here (the pod's shared
+    /// emptyDir), so agent images need not contain it.
+    #[arg(long)]
+    install_exec: Option<PathBuf>,
+    /// The `agentgate-exec` to copy (default: beside this binary).
+    #[arg(long)]
+    exec_source: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -119,10 +126,59 @@ fn init_net(args: InitNetArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     rules.apply().context("installing the nftables rules")?;
+    if let Some(dest) = &args.install_exec {
+        let source = match &args.exec_source {
+            Some(source) => source.clone(),
+            None => std::env::current_exe()
+                .context("locating this binary")?
+                .with_file_name("agentgate-exec"),
+        };
+        install_exec(&source, dest)?;
+        eprintln!(
+            "agentgate-proxy init-net: installed {} as {}",
+            source.display(),
+            dest.display()
+        );
+    }
     eprintln!(
         "agentgate-proxy init-net: TCP from every uid but {} now goes to port {}",
         args.proxy_uid, args.redirect_port
     );
+    Ok(())
+}
+
+/// How often the CA files are re-read: rotation is planned months ahead.
+const CA_POLL: Duration = Duration::from_secs(5);
+
+/// Re-reads the sandbox CA (a rotated Secret) on a thread of its own.
+fn follow_ca(interceptor: Arc<Interceptor>, cert: PathBuf, key: PathBuf) {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(CA_POLL);
+            match interceptor.reload_from_files(&cert, &key) {
+                Ok(true) => {
+                    tracing::info!(cert = %cert.display(), "sandbox CA rotated: new leaves are signed by the new CA")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the sandbox CA files cannot be used; still signing with the previous CA")
+                }
+            }
+        }
+    });
+}
+
+/// Copies `source` to `dest` (mode 0755) through a temporary file and a
+/// rename, so a container never sees half a binary.
+fn install_exec(source: &std::path::Path, dest: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let temporary = dest.with_extension("partial");
+    std::fs::copy(source, &temporary)
+        .with_context(|| format!("copying {} to {}", source.display(), temporary.display()))?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", temporary.display()))?;
+    std::fs::rename(&temporary, dest)
+        .with_context(|| format!("renaming {} to {}", temporary.display(), dest.display()))?;
     Ok(())
 }
 
@@ -144,7 +200,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         anyhow::bail!("--policy, --listen, --ca-cert and --ca-key are required");
     };
     let interceptor =
-        Interceptor::from_files(&ca_cert, &ca_key).context("loading the sandbox CA")?;
+        Arc::new(Interceptor::from_files(&ca_cert, &ca_key).context("loading the sandbox CA")?);
+    follow_ca(interceptor.clone(), ca_cert, ca_key);
     let roots: Vec<&std::path::Path> = args.upstream_ca.iter().map(PathBuf::as_path).collect();
     let upstream_tls = upstream_config(&roots).context("loading --upstream-ca")?;
     let resolver = Resolver::with_pins(&args.resolve)?;
@@ -160,7 +217,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tokio::spawn(watcher.run());
             let proxy = Arc::new(Proxy {
                 policy: receiver.clone(),
-                interceptor: Arc::new(interceptor),
+                interceptor,
                 upstream_tls,
                 resolver: Arc::new(resolver),
                 identity: args.identity,

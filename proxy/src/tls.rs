@@ -67,10 +67,18 @@ pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
     Ok(certs)
 }
 
-/// The sandbox CA and the leaves it has minted.
-pub struct Interceptor {
+/// One sandbox CA: what signs, and the PEM it was read from.
+struct Signer {
     issuer: Issuer<'static, KeyPair>,
     ca: CertificateDer<'static>,
+    pem: (String, String),
+}
+
+/// The sandbox CA and the leaves it has minted. The CA can be replaced
+/// while the proxy runs (the operator rotates it in the mounted Secret):
+/// leaves minted by the old one are dropped and minted again on next use.
+pub struct Interceptor {
+    signer: std::sync::RwLock<Arc<Signer>>,
     leaves: Mutex<HashMap<String, (Arc<ServerConfig>, Instant)>>,
 }
 
@@ -87,16 +95,44 @@ impl Interceptor {
 
     /// Builds from PEM text.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Interceptor, TlsError> {
-        let key = KeyPair::from_pem(key_pem).map_err(|e| pem_err(Path::new("--ca-key"), e))?;
-        let ca = CertificateDer::from_pem_slice(cert_pem.as_bytes())
-            .map_err(|e| pem_err(Path::new("--ca-cert"), e))?;
-        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)
-            .map_err(|e| pem_err(Path::new("--ca-cert"), e))?;
         Ok(Interceptor {
-            issuer,
-            ca,
+            signer: std::sync::RwLock::new(Arc::new(Signer::from_pem(cert_pem, key_pem)?)),
             leaves: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Re-reads the CA files; when they changed and are valid, signs with
+    /// the new CA from now on and forgets the leaves of the old one.
+    /// Returns whether it switched. Invalid new files keep the current CA
+    /// (an error is returned to log): a CA is no grant, so keeping the
+    /// last good one loses nothing, while refusing all TLS would.
+    pub fn reload_from_files(&self, cert: &Path, key: &Path) -> Result<bool, TlsError> {
+        let cert_pem = std::fs::read_to_string(cert).map_err(|e| pem_err(cert, e))?;
+        let key_pem = std::fs::read_to_string(key).map_err(|e| pem_err(key, e))?;
+        if self.current().pem == (cert_pem.clone(), key_pem.clone()) {
+            return Ok(false);
+        }
+        // The Secret volume swaps both files at once, but two reads can
+        // straddle the swap: only a pair read twice alike is used.
+        if std::fs::read_to_string(cert).map_err(|e| pem_err(cert, e))? != cert_pem {
+            return Ok(false);
+        }
+        let signer = Arc::new(Signer::from_pem(&cert_pem, &key_pem)?);
+        *self.signer.write().unwrap_or_else(|e| e.into_inner()) = signer;
+        self.lock().clear();
+        Ok(true)
+    }
+
+    fn current(&self) -> Arc<Signer> {
+        self.signer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The CA certificate leaves are signed by now (DER).
+    pub fn ca_certificate(&self) -> CertificateDer<'static> {
+        self.current().ca.clone()
     }
 
     /// The cached server configuration for `host`, if it is fresh.
@@ -149,8 +185,9 @@ impl Interceptor {
         params.not_after =
             now + time::Duration::try_from(LEAF_LIFETIME).map_err(|e| fail(e.to_string()))?;
         let key = KeyPair::generate().map_err(|e| fail(e.to_string()))?;
+        let signer = self.current();
         let leaf = params
-            .signed_by(&key, &self.issuer)
+            .signed_by(&key, &signer.issuer)
             .map_err(|e| fail(e.to_string()))?;
         let key_der =
             PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| fail(e.to_string()))?;
@@ -158,7 +195,7 @@ impl Interceptor {
             .with_safe_default_protocol_versions()
             .map_err(|e| fail(e.to_string()))?
             .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone(), self.ca.clone()], key_der)
+            .with_single_cert(vec![leaf.der().clone(), signer.ca.clone()], key_der)
             .map_err(|e| fail(e.to_string()))?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(config)
@@ -167,6 +204,21 @@ impl Interceptor {
     /// Number of cached leaves.
     pub fn leaves(&self) -> usize {
         self.lock().len()
+    }
+}
+
+impl Signer {
+    fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Signer, TlsError> {
+        let key = KeyPair::from_pem(key_pem).map_err(|e| pem_err(Path::new("--ca-key"), e))?;
+        let ca = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| pem_err(Path::new("--ca-cert"), e))?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)
+            .map_err(|e| pem_err(Path::new("--ca-cert"), e))?;
+        Ok(Signer {
+            issuer,
+            ca,
+            pem: (cert_pem.to_string(), key_pem.to_string()),
+        })
     }
 }
 
@@ -233,6 +285,32 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         i.server_config("b.example.com").unwrap();
         assert_eq!(i.leaves(), 2);
+    }
+
+    #[test]
+    fn a_rotated_ca_signs_from_the_next_reload_and_junk_keeps_the_old() {
+        let dir = std::env::temp_dir().join(format!("agentgate-ca-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let (cert, key) = test_ca();
+        std::fs::write(&cert_path, &cert).unwrap();
+        std::fs::write(&key_path, &key).unwrap();
+        let i = Interceptor::from_files(&cert_path, &key_path).unwrap();
+        let first = i.ca_certificate();
+        i.server_config("a.example.com").unwrap();
+        assert!(!i.reload_from_files(&cert_path, &key_path).unwrap());
+        assert_eq!(i.leaves(), 1);
+        let (next_cert, next_key) = test_ca();
+        std::fs::write(&cert_path, &next_cert).unwrap();
+        std::fs::write(&key_path, &next_key).unwrap();
+        assert!(i.reload_from_files(&cert_path, &key_path).unwrap());
+        assert_ne!(i.ca_certificate(), first);
+        assert_eq!(i.leaves(), 0);
+        std::fs::write(&key_path, "junk").unwrap();
+        assert!(i.reload_from_files(&cert_path, &key_path).is_err());
+        assert_ne!(i.ca_certificate(), first);
+        i.server_config("a.example.com").unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -73,6 +73,13 @@ Container image reference: the digest, when set, wins over the tag.
 {{- end }}
 
 {{/*
+The sandbox Pods' data-plane image: dataPlane.image, else the operator image.
+*/}}
+{{- define "agentgate.proxyImage" -}}
+{{- default (include "agentgate.image" .) .Values.dataPlane.image }}
+{{- end }}
+
+{{/*
 Names shared between the chart and the operator's flags.
 */}}
 {{- define "agentgate.webhookServiceName" -}}

@@ -260,6 +260,28 @@ pub fn volumes(sandbox: &str) -> Vec<Volume> {
     ]
 }
 
+/// Whether a stored volume is the data plane's `want`: same source and
+/// object, all keys, not optional (the API server fills in `defaultMode`).
+fn same_volume(found: &Volume, want: &Volume) -> bool {
+    let plain = |v: &Volume| Volume {
+        name: v.name.clone(),
+        empty_dir: v
+            .empty_dir
+            .as_ref()
+            .map(|_| EmptyDirVolumeSource::default()),
+        config_map: v.config_map.as_ref().map(|c| ConfigMapVolumeSource {
+            default_mode: None,
+            ..c.clone()
+        }),
+        secret: v.secret.as_ref().map(|s| SecretVolumeSource {
+            default_mode: None,
+            ..s.clone()
+        }),
+        ..v.clone()
+    };
+    plain(found) == plain(want)
+}
+
 fn is_reserved_name(name: &str) -> bool {
     name.starts_with("agentgate-")
 }
@@ -476,7 +498,7 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
     let want_volumes = volumes(sandbox);
     for want in &want_volumes {
         let found = spec.volumes.iter().flatten().find(|v| v.name == want.name);
-        if found != Some(want) {
+        if !found.is_some_and(|f| same_volume(f, want)) {
             problems.push(format!(
                 "spec.volumes: {:?} is not the sandbox's own ({})",
                 want.name,
@@ -639,6 +661,17 @@ mod tests {
             shape_problems(&pod, "bot", &data_plane()),
             Vec::<String>::new()
         );
+        // As the API server stores it: modes filled in.
+        let mut stored = pod.clone();
+        for volume in stored.volumes.iter_mut().flatten() {
+            if let Some(c) = volume.config_map.as_mut() {
+                c.default_mode = Some(420);
+            }
+            if let Some(s) = volume.secret.as_mut() {
+                s.default_mode = Some(420);
+            }
+        }
+        assert!(shape_problems(&stored, "bot", &data_plane()).is_empty());
         assert!(is_data_plane_container(&init[0], &data_plane()));
         assert!(!is_data_plane_container(agent, &data_plane()));
     }

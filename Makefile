@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -38,6 +38,12 @@ build: z3 exec-static ## release binaries into target/release/ (agentgate, kubec
 dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binaries, finding lib/ beside them) and lib/libz3
 	@./hack/dist.sh target/release target/release/agentgate-exec dist
 
+image: build netns-tools ## dist/agentgate-<version>.oci.tar: the OCI image (all four binaries, libz3, nft, user 65532), built without a container engine
+	@./hack/image.sh target/release target/release/agentgate-exec dist
+
+image-check: netns-tools ## build the image from the dev binaries, unpack its layers, run every binary there under chroot (part of make test)
+	@./hack/test-image.sh
+
 dist-check: ## pack the dev binaries like make dist, unpack elsewhere, run each there (part of make test)
 	@./hack/test-dist.sh
 
@@ -56,7 +62,7 @@ unit-tests: disk z3 control-plane helm netns-tools ## every Rust test (unit, pro
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
-test: lint chart unit-tests exec-static dist-check bench-smoke ## everything CI runs
+test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Provides what the proxy's transparent-mode test needs (`make test`):
-# nft (Debian's nftables), unshare and setpriv (util-linux), ip (iproute2),
+# Provides what the proxy's transparent-mode test, the pod runner and the
+# image check need (`make test`):
+# nft (Debian's nftables), unshare, nsenter and setpriv (util-linux), mount, ip (iproute2),
 # curl and python3. Installs missing Debian packages with apt-get, once;
 # later runs only check. Never skips: if something cannot be had, it says so
 # and exits non-zero, and the test would fail the same way.
@@ -9,7 +10,7 @@ set -euo pipefail
 log() { printf 'install-netns-tools: %s\n' "$*" >&2; }
 die() { printf 'install-netns-tools: ERROR: %s\n' "$*" >&2; exit 1; }
 
-declare -A package=([nft]=nftables [unshare]=util-linux [setpriv]=util-linux [ip]=iproute2 [curl]=curl)
+declare -A package=([nft]=nftables [unshare]=util-linux [setpriv]=util-linux [nsenter]=util-linux [mount]=mount [ip]=iproute2 [curl]=curl)
 missing=()
 for tool in "${!package[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
@@ -26,7 +27,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $sudo apt-get update -qq >&2 || die "apt-get update failed"
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
 fi
-for tool in nft unshare setpriv ip curl python3; do
+for tool in nft unshare setpriv nsenter mount ip curl python3; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is still missing"
 done
 # Network namespaces need root (or CAP_SYS_ADMIN); say so here, not mid-test.

@@ -101,8 +101,8 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
 	AGENTGATE_BENCH_SMOKE=1 ./target/debug/bench-proxy
 
-demo: z3 control-plane helm ## local control plane + operator + examples/, left running (stop: make demo-down)
-	$(CARGO) build --locked -q -p agentgate --bins
+demo: z3 control-plane helm netns-tools ## local control plane + operator + examples/ + an enforcing sandbox Pod, left running (stop: make demo-down)
+	$(CARGO) build --locked -q -p agentgate --bins -p agentgate-proxy -p agentgate-sandbox
 	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- up
 
 demo-down: ## stop what make demo started

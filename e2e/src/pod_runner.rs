@@ -708,3 +708,92 @@ impl Drop for PodRunner {
         }
     }
 }
+
+/// The upstream's address in [`example_network`].
+pub const UPSTREAM_IP: &str = "10.77.0.2";
+/// The DNS server's address in [`example_network`].
+pub const DNS_IP: &str = "10.77.0.53";
+/// The data-plane image the operator puts into sandbox Pods by default.
+pub const DATA_PLANE_IMAGE: &str = concat!(
+    "ghcr.io/agentgate-dev/agentgate:",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// A pod network for the examples: `api.example.test` and `api.github.com`
+/// resolve (through a DNS server at [`DNS_IP`]) to a plain-HTTP echo
+/// upstream at [`UPSTREAM_IP`]:8080.
+pub fn example_network(dir: &Path) -> Result<Netns, HarnessError> {
+    let mut netns = Netns::new(dir, &[UPSTREAM_IP, DNS_IP])?;
+    let records = dir.join("records.json");
+    std::fs::write(
+        &records,
+        format!(r#"{{"api.example.test": "{UPSTREAM_IP}", "api.github.com": "{UPSTREAM_IP}"}}"#),
+    )
+    .map_err(|e| failed("writing the DNS records", e))?;
+    let root = crate::repo_root();
+    let dns = root.join("e2e/support/dns.py");
+    let upstream = root.join("proxy/tests/support/upstream.py");
+    netns.spawn_helper(
+        "dns",
+        &[
+            "python3",
+            &dns.display().to_string(),
+            DNS_IP,
+            &records.display().to_string(),
+        ],
+    )?;
+    netns.spawn_helper(
+        "upstream",
+        &[
+            "python3",
+            &upstream.display().to_string(),
+            UPSTREAM_IP,
+            "8080",
+        ],
+    )?;
+    Ok(netns)
+}
+
+/// The images of an example sandbox Pod: the data plane's binaries (this
+/// build's `agentgate-proxy` and `agentgate-exec`) at `/usr/local/bin` of
+/// [`DATA_PLANE_IMAGE`], and `agent_script` as `/srv/agent` of `agent_image`.
+pub fn example_images(
+    dir: &Path,
+    agent_image: &str,
+    agent_script: &str,
+) -> Result<ImageMap, HarnessError> {
+    let io = |e: std::io::Error| failed("preparing the images", e);
+    let bin = dir.join("image-agentgate");
+    let app = dir.join("image-agent");
+    std::fs::create_dir_all(&bin).map_err(io)?;
+    std::fs::create_dir_all(&app).map_err(io)?;
+    let built = crate::operator_binary()?;
+    for name in ["agentgate-proxy", "agentgate-exec"] {
+        let path = built.with_file_name(name);
+        if !path.exists() {
+            return Err(failed(
+                format!("{} is missing", path.display()),
+                "build the workspace first (cargo build --workspace, or make test)",
+            ));
+        }
+        std::fs::copy(&path, bin.join(name)).map_err(io)?;
+    }
+    std::fs::write(app.join("agent"), agent_script).map_err(io)?;
+    for path in [&bin, &app, &app.join("agent")] {
+        Command::new("chmod")
+            .args(["-R", "a+rX", &path.display().to_string()])
+            .status()
+            .map_err(io)?;
+    }
+    Command::new("chmod")
+        .args(["755", &app.join("agent").display().to_string()])
+        .status()
+        .map_err(io)?;
+    let mut images = ImageMap::new();
+    images.insert(
+        DATA_PLANE_IMAGE.to_string(),
+        vec![("/usr/local/bin".to_string(), bin)],
+    );
+    images.insert(agent_image.to_string(), vec![("/srv".to_string(), app)]);
+    Ok(images)
+}

@@ -4,7 +4,8 @@
 //!
 //! 1. allowed GET through the proxy, POST outside the policy refused with
 //!    the reason, a direct connection that ignores `HTTP_PROXY` redirected
-//!    and judged the same, UDP to a non-DNS port dropped;
+//!    and judged the same, the same GET by another binary refused (the
+//!    rule names curl), UDP to a non-DNS port dropped;
 //! 2. a PolicyProposal applied reaches the running agent without a
 //!    restart; a tightened MaximumPolicy takes it away again;
 //! 3. a write outside `readWrite` fails with EACCES, inside succeeds;
@@ -18,16 +19,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agentgate_e2e::pod_runner::{ImageMap, Netns, PodRunner};
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane, repo_root};
-
-const UPSTREAM_IP: &str = "10.77.0.2";
-const DNS_IP: &str = "10.77.0.53";
-/// The data-plane image the operator puts into sandbox Pods by default.
-const DATA_PLANE_IMAGE: &str = concat!(
-    "ghcr.io/agentgate-dev/agentgate:",
-    env!("CARGO_PKG_VERSION")
-);
+use agentgate_e2e::pod_runner::{DNS_IP, PodRunner, example_images, example_network};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane};
 
 const CEILING: &str = "apiVersion: agentgate.dev/v1alpha1
 kind: MaximumPolicy
@@ -75,6 +68,7 @@ spec:
       readWrite: [/tmp]
     network:
       - name: example-read
+        binaries: [/usr/bin/curl]
         endpoints:
           - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
       - name: github-read
@@ -109,10 +103,11 @@ while true; do
   dget=$(code /dev/null --noproxy '*' http://api.example.test:8080/repos/acme/x)
   dpost=$(code /tmp/dpost.body --noproxy '*' -X POST -d x http://api.example.test:8080/repos/acme/x)
   github=$(code /tmp/github.body -X POST -d '{}' https://api.github.com/repos/acme/widgets/issues/1/comments)
+  bget=$(bash -c 'exec 3<>/dev/tcp/api.example.test/8080; printf "GET /repos/acme/x HTTP/1.1\r\nHost: api.example.test:8080\r\nConnection: close\r\n\r\n" >&3; head -1 <&3 | cut -d" " -f2' 2>/dev/null)
   if bash -c "echo x > /dev/udp/10.77.0.2/9999" 2>/dev/null; then udp=sent; else udp=dropped; fi
   if echo x > /tmp/inside 2>/dev/null; then inside=ok; else inside=denied; fi
   outside=$( { echo x > /dev/shm/agentgate-probe; } 2>&1 && echo ok)
-  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost github=$github udp=$udp inside=$inside"
+  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost bget=$bget github=$github udp=$udp inside=$inside"
   if [ $n = 1 ]; then
     echo "OUTSIDE $outside"
     echo "BODY post $(tr -d '\n' < /tmp/post.body)"
@@ -178,18 +173,6 @@ fn tail(log: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-fn built(name: &str) -> PathBuf {
-    let path = agentgate_e2e::operator_binary()
-        .unwrap()
-        .with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace first (cargo build --workspace, or make test)",
-        path.display()
-    );
-    path
-}
-
 #[test]
 fn the_sandbox_pod_enforces_the_committed_policy() {
     let (cp, operator, _port) = ControlPlane::with_webhook(&[]).unwrap();
@@ -209,69 +192,13 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     cp.wait_pod("runner", "runner-bot", Duration::from_secs(60))
         .unwrap_or_else(|last| panic!("no pod ({last:?})\n{}", operator.log()));
 
-    // The images: the data plane's binaries and the agent's script.
+    // The images (the data plane's binaries, the agent's script) and the
+    // pod's network (DNS, an echo upstream).
     let dir = std::env::temp_dir().join(format!("agentgate-pod-runner-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _cleanup = Cleanup(dir.clone());
-    let bin = dir.join("image-agentgate");
-    let app = dir.join("image-agent");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&app).unwrap();
-    for name in ["agentgate-proxy", "agentgate-exec"] {
-        std::fs::copy(built(name), bin.join(name)).unwrap();
-    }
-    std::fs::write(app.join("agent"), AGENT).unwrap();
-    std::process::Command::new("chmod")
-        .args(["-R", "a+rX", &dir.display().to_string()])
-        .status()
-        .unwrap();
-    std::process::Command::new("chmod")
-        .args(["755", &app.join("agent").display().to_string()])
-        .status()
-        .unwrap();
-    let mut images = ImageMap::new();
-    images.insert(
-        DATA_PLANE_IMAGE.to_string(),
-        vec![("/usr/local/bin".to_string(), bin.clone())],
-    );
-    images.insert(
-        AGENT_IMAGE.to_string(),
-        vec![("/srv".to_string(), app.clone())],
-    );
-
-    let mut netns = Netns::new(&dir, &[UPSTREAM_IP, DNS_IP]).unwrap();
-    let records = dir.join("records.json");
-    std::fs::write(
-        &records,
-        format!(r#"{{"api.example.test": "{UPSTREAM_IP}", "api.github.com": "{UPSTREAM_IP}"}}"#),
-    )
-    .unwrap();
-    let support = repo_root();
-    netns
-        .spawn_helper(
-            "dns",
-            &[
-                "python3",
-                &support.join("e2e/support/dns.py").display().to_string(),
-                DNS_IP,
-                &records.display().to_string(),
-            ],
-        )
-        .unwrap();
-    netns
-        .spawn_helper(
-            "upstream",
-            &[
-                "python3",
-                &support
-                    .join("proxy/tests/support/upstream.py")
-                    .display()
-                    .to_string(),
-                UPSTREAM_IP,
-                "8080",
-            ],
-        )
-        .unwrap();
+    let images = example_images(&dir, AGENT_IMAGE, AGENT).unwrap();
+    let netns = example_network(&dir).unwrap();
     let mut runner = PodRunner::start(
         &cp.kubectl_handle(),
         &netns,
@@ -320,6 +247,11 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
         "403",
         "direct POST, redirected and judged: {context}"
     );
+    assert_eq!(
+        field("bget"),
+        "403",
+        "the same GET by bash, not curl: the proxy (uid 1337, SYS_PTRACE only) told the binaries apart: {context}"
+    );
     assert_eq!(field("udp"), "dropped", "UDP to a non-DNS port: {context}");
     assert_eq!(field("inside"), "ok", "write inside readWrite: {context}");
     assert_eq!(field("github"), "403", "intercepted POST: {context}");
@@ -366,6 +298,15 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
         "the agent kept running"
     );
     let rounds = probes(&runner.log("agent"));
+    // The ConfigMap changed twice since the first round: the CA bundle is
+    // still readable under Landlock, so interception still works.
+    let last = rounds.last().map(|p| p.fields.clone()).unwrap_or_default();
+    assert_eq!(
+        last.get("github").map(String::as_str),
+        Some("403"),
+        "after the ConfigMap updates: {last:?}\n{}",
+        tail(&runner.log("agent"))
+    );
     assert!(
         rounds
             .windows(2)

@@ -188,3 +188,17 @@ pub fn split_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, Pki
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| parse_error("certificates", e))
 }
+
+/// Whether `key_pem` is the private key of the first certificate of
+/// `cert_pem` (their public keys are the same).
+pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
+    use rcgen::PublicKeyData;
+    let Ok(key) = KeyPair::from_pem(key_pem) else {
+        return false;
+    };
+    let Ok(der) = first_der(cert_pem) else {
+        return false;
+    };
+    x509_parser::parse_x509_certificate(der.as_ref())
+        .is_ok_and(|(_, cert)| cert.public_key().raw == key.subject_public_key_info().as_slice())
+}

@@ -176,12 +176,21 @@ fn holders(proc_root: &Path, inode: u64) -> BTreeSet<String> {
         if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
-        let Ok(fds) = fs::read_dir(process.path().join("fd")) else {
-            continue;
+        let holds = match fs::read_dir(process.path().join("fd")) {
+            Ok(fds) => fds
+                .flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|link| link == target)),
+            // Another uid's fd directory is mode 0500: listing it takes
+            // CAP_DAC_READ_SEARCH, which would also grant open_by_handle_at
+            // (a way out of the container). CAP_SYS_PTRACE alone lets us
+            // duplicate its descriptors and compare their inodes instead.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // Neither way in (a kernel thread has no descriptors to
+                // duplicate): skipped, as an unreadable fd directory is.
+                holds_by_pidfd(&process.path(), &name.to_string_lossy(), inode).unwrap_or(false)
+            }
+            Err(_) => continue,
         };
-        let holds = fds
-            .flatten()
-            .any(|fd| fs::read_link(fd.path()).is_ok_and(|link| link == target));
         if holds {
             let exe = fs::read_link(process.path().join("exe"))
                 .ok()
@@ -191,6 +200,48 @@ fn holders(proc_root: &Path, inode: u64) -> BTreeSet<String> {
         }
     }
     exes
+}
+
+/// The most descriptors scanned in one process without /proc/PID/fd.
+const MAX_SCANNED_FDS: i32 = 1 << 16;
+
+/// Whether process `pid` holds a descriptor on socket `inode`, found by
+/// duplicating each of its descriptors (`pidfd_getfd`, which needs
+/// CAP_SYS_PTRACE over it) and comparing inodes. `None`: the process
+/// cannot be inspected this way.
+fn holds_by_pidfd(process_dir: &Path, pid: &str, inode: u64) -> Option<bool> {
+    use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
+    let pid = Pid::from_raw(pid.parse().ok()?)?;
+    // The size of its descriptor table bounds the scan.
+    let status = fs::read_to_string(process_dir.join("status")).ok()?;
+    let table: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|n| n.trim().parse().ok())?;
+    let pidfd = match pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(pidfd) => pidfd,
+        // Gone meanwhile: it holds nothing.
+        Err(rustix::io::Errno::SRCH) => return Some(false),
+        Err(_) => return None,
+    };
+    for fd in 0..table.min(MAX_SCANNED_FDS) {
+        match pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty()) {
+            Ok(copy) => {
+                let is_it = rustix::fs::fstat(&copy).is_ok_and(|st| {
+                    st.st_ino == inode
+                        && rustix::fs::FileType::from_raw_mode(st.st_mode)
+                            == rustix::fs::FileType::Socket
+                });
+                if is_it {
+                    return Some(true);
+                }
+            }
+            Err(rustix::io::Errno::BADF) => {}
+            Err(rustix::io::Errno::SRCH) => return Some(false),
+            Err(_) => return None,
+        }
+    }
+    Some(false)
 }
 
 #[cfg(test)]

@@ -56,7 +56,14 @@ impl Resolver {
             .system
             .get_or_init(|| async {
                 TokioResolver::builder_tokio()
-                    .map(|b| b.build())
+                    .map(|mut b| {
+                        // Names come from DNS only: /etc/hosts in a pod is
+                        // the kubelet's (and the template's hostAliases),
+                        // and must not redirect a granted name.
+                        b.options_mut().use_hosts_file =
+                            hickory_resolver::config::ResolveHosts::Never;
+                        b.build()
+                    })
                     .map_err(|e| e.to_string())
             })
             .await

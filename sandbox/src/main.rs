@@ -155,12 +155,11 @@ fn main() -> ExitCode {
     // The policy's own directory (the pod's /agentgate/policy: the policy,
     // findings.json and the CA bundle every TLS client needs) is readable,
     // outside the model (POLICY-SEMANTICS.md §7).
-    if let Some(dir) = args
-        .policy
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
+    // The directory as named, not canonicalised: in a ConfigMap volume the
+    // file is a symlink into a `..<timestamp>` directory that the next
+    // update deletes, while the mount point itself stays.
+    let absolute = std::path::absolute(&args.policy).unwrap_or_else(|_| args.policy.clone());
+    if let Some(dir) = absolute.parent() {
         grants.push((dir.display().to_string(), Grant::Read));
     }
     let restriction = match restrict_self(&grants, args.best_effort) {

@@ -161,6 +161,58 @@ fn the_policy_directory_is_readable_and_the_proxy_uid_refused() {
     );
 }
 
+/// The ConfigMap volume's layout: every key a symlink through `..data`
+/// into a timestamped directory, swapped (and the old one deleted) on
+/// each update. The policy directory stays readable across a swap.
+#[test]
+fn the_policy_directory_stays_readable_across_a_config_map_update() {
+    let t = Tree::new("configmap");
+    let dir = t.policy_dir();
+    let version = |n: u32| {
+        let v = dir.join(format!("..v{n}"));
+        std::fs::create_dir_all(&v).unwrap();
+        std::fs::write(
+            v.join("policy.yaml"),
+            "filesystem:\n  readOnly: [/usr, /bin, /lib, /lib64, /etc]\n",
+        )
+        .unwrap();
+        std::fs::write(v.join("ca-bundle.pem"), format!("bundle {n}\n")).unwrap();
+        let link = dir.join("..data_tmp");
+        std::os::unix::fs::symlink(format!("..v{n}"), &link).unwrap();
+        std::fs::rename(&link, dir.join("..data")).unwrap();
+    };
+    version(1);
+    for key in ["policy.yaml", "ca-bundle.pem"] {
+        std::os::unix::fs::symlink(format!("..data/{key}"), dir.join(key)).unwrap();
+    }
+    let bundle = dir.join("ca-bundle.pem");
+    let marker = dir.join("swapped");
+    let child = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .arg("--policy")
+        .arg(dir.join("policy.yaml"))
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!(
+            "cat {b}; while [ ! -e {m} ]; do sleep 0.05; done; cat {b}",
+            b = bundle.display(),
+            m = marker.display()
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    version(2);
+    std::fs::remove_dir_all(dir.join("..v1")).unwrap();
+    std::fs::write(&marker, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        stdout(&out),
+        "bundle 1\nbundle 2\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn reads_and_writes_inside_and_outside_every_kind_of_grant() {
     let t = Tree::new("grants");

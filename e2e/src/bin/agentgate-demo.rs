@@ -6,8 +6,11 @@
 //! an invariant, a sandbox, three proposals), waits for their verdicts,
 //! prints them; then scans examples/agent, applies the AgentScan, shows the
 //! agent's pod refused with the trifecta witness and admitted once the
-//! policy severs the sink; prints the KUBECONFIG path and exits, leaving the
-//! processes running. `agentgate-demo down` stops them and removes the files.
+//! policy severs the sink; then runs a sandbox's Pod with the pod runner
+//! (as root: network and mount namespaces) and shows its agent refused by
+//! the proxy with the reason, and allowed once a reviewer approves its
+//! proposal; prints the KUBECONFIG path and exits, leaving the control
+//! plane and the operator running. `agentgate-demo down` stops them and removes the files.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -184,6 +187,7 @@ fn up() -> Result<(), String> {
     )?;
 
     trifecta(&cp, &operator)?;
+    enforcement(&cp, &operator)?;
 
     let kubeconfig = cp.kubeconfig().display().to_string();
     let (operator_pid, log) = operator.detach();
@@ -325,6 +329,244 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
         "$ kubectl get pod issue-responder -n agents\n{}",
         kubectl(cp, &["get", "pod", "issue-responder", "-n", "agents"])?
     );
+    Ok(())
+}
+
+const DEMO_SANDBOX: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: sandboxed, labels: {team: sandboxed}}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: MaximumPolicy
+metadata: {name: sandboxed-ceiling}
+spec:
+  selector:
+    namespaceSelector: {matchLabels: {team: sandboxed}}
+  allowedModes: [ask]
+  defaultMode: ask
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: issues
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET, POST], path: \"/repos/acme/**\"}]}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: labeller, namespace: sandboxed}
+spec:
+  mode: ask
+  agentServiceAccount: labeller
+  template:
+    spec:
+      securityContext: {runAsUser: 1000, runAsGroup: 1000}
+      volumes: [{name: work, emptyDir: {}}]
+      containers:
+        - name: agent
+          image: IMAGE
+          command: [/srv/agent]
+          volumeMounts: [{name: work, mountPath: /tmp}]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: read-issues
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET], path: \"/repos/acme/**\"}]}
+";
+
+const DEMO_PROPOSAL: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {name: label-issues, namespace: sandboxed}
+spec:
+  sandboxRef: {name: labeller}
+  rationale: label the issues it triages
+  requestedBy: system:serviceaccount:sandboxed:labeller
+  add:
+    network:
+      - name: label-issues
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: \"/repos/acme/*/issues/*/labels\"}]}
+";
+
+/// The demo's agent: every half second, label an issue, and say how it went.
+const DEMO_AGENT: &str = r#"#!/bin/bash
+while true; do
+  code=$(curl -s -o /tmp/body -w '%{http_code}' --max-time 5 -X POST -d '{"labels":["triaged"]}' http://api.example.test:8080/repos/acme/widgets/issues/1/labels)
+  echo "POST http://api.example.test:8080/repos/acme/widgets/issues/1/labels -> $code $(tr -d '
+' < /tmp/body)"
+  sleep 0.5
+done
+"#;
+
+/// The enforcement part: the sandbox's Pod, run by the pod runner; its
+/// agent refused by the proxy, then allowed once alice approves.
+fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(), String> {
+    use agentgate_e2e::pod_runner::{DNS_IP, PodRunner, example_images, example_network};
+    println!(
+        "\n\x1b[1m# The sandbox's Pod enforces what was proved: an init container installs the redirect, the agentgate-proxy sidecar judges every request, agentgate-exec wraps the agent\x1b[0m"
+    );
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().next().unwrap_or("").to_string())
+        });
+    if uid.as_deref() != Some("0") {
+        println!(
+            "NOT SHOWN: running the Pod needs root (network and mount namespaces, nftables); run make demo as root to see the agent refused and then allowed"
+        );
+        return Ok(());
+    }
+    cp.apply_yaml(&DEMO_SANDBOX.replace("IMAGE", AGENT_IMAGE))
+        .map_err(|e| e.to_string())?;
+    for (name, role, subject) in [
+        (
+            "labeller-proposes",
+            "agentgate-agent",
+            "--serviceaccount=sandboxed:labeller",
+        ),
+        ("alice-reviews", "agentgate-reviewer-base", "--user=alice"),
+    ] {
+        kubectl(
+            cp,
+            &[
+                "create",
+                "rolebinding",
+                name,
+                "-n",
+                "sandboxed",
+                &format!("--clusterrole={role}"),
+                subject,
+            ],
+        )?;
+    }
+    cp.wait_pod("sandboxed", "labeller", Duration::from_secs(60))
+        .map_err(|last| {
+            format!(
+                "the labeller's Pod was not created ({last:?})\n{}",
+                operator.log()
+            )
+        })?;
+    print!(
+        "$ kubectl get pod labeller -n sandboxed -o jsonpath='{{.spec.initContainers[*].name}} | {{.spec.containers[0].command}}'\n{}\n",
+        kubectl(
+            cp,
+            &[
+                "get",
+                "pod",
+                "labeller",
+                "-n",
+                "sandboxed",
+                "-o",
+                "jsonpath={.spec.initContainers[*].name} | {.spec.containers[0].command}"
+            ],
+        )?
+    );
+    let dir = state_dir().join("pod-runner");
+    let images = example_images(&dir, AGENT_IMAGE, DEMO_AGENT).map_err(|e| e.to_string())?;
+    let netns = example_network(&dir).map_err(|e| e.to_string())?;
+    println!(
+        "(no kubelet here: the pod runner runs the stored Pod's containers as processes, in a network namespace of their own)"
+    );
+    let runner = PodRunner::start(
+        &cp.kubectl_handle(),
+        &netns,
+        "sandboxed",
+        "labeller",
+        &images,
+        &format!("nameserver {DNS_IP}\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let line_with =
+        |runner: &PodRunner, needle: &str, after: usize| -> Result<(usize, String), String> {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let log = runner.log("agent");
+                if let Some((i, line)) = log
+                    .lines()
+                    .enumerate()
+                    .skip(after)
+                    .find(|(_, l)| l.contains(needle))
+                {
+                    return Ok((i, line.to_string()));
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "the agent never printed {needle:?}:\n{log}\nproxy:\n{}",
+                        runner.log("agentgate-proxy")
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        };
+    let (seen, refused) = line_with(&runner, "-> 403", 0)?;
+    println!(
+        "\x1b[1m# The agent labels an issue; its policy grants GET only, so the proxy refuses, with the reason\x1b[0m\nagent: {refused}"
+    );
+    println!(
+        "\n\x1b[1m# The agent asks for the grant; the sandbox is in ask mode, so a reviewer decides\x1b[0m\n$ kubectl apply -f label-issues.yaml --as system:serviceaccount:sandboxed:labeller"
+    );
+    print!(
+        "{}",
+        cp.run_stdin(
+            &[
+                "apply",
+                "-f",
+                "-",
+                "--as",
+                "system:serviceaccount:sandboxed:labeller"
+            ],
+            DEMO_PROPOSAL
+        )
+        .map_err(|e| e.to_string())?
+    );
+    cp.wait_proposal_phase(
+        "sandboxed",
+        "label-issues",
+        "AwaitingApproval",
+        Duration::from_secs(60),
+    )
+    .map_err(|last| {
+        format!(
+            "label-issues never awaited approval ({last:?})\n{}",
+            operator.log()
+        )
+    })?;
+    println!(
+        "$ kubectl agentgate approve label-issues -n sandboxed --as alice --reason 'labels are harmless'"
+    );
+    let approved = cp
+        .plugin(&[
+            "approve",
+            "label-issues",
+            "-n",
+            "sandboxed",
+            "--as",
+            "alice",
+            "--reason",
+            "labels are harmless",
+        ])
+        .map_err(|e| e.to_string())?;
+    print!(
+        "{}{}",
+        String::from_utf8_lossy(&approved.stdout),
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    if !approved.status.success() {
+        return Err("alice's approval was refused".into());
+    }
+    let (_, allowed) = line_with(&runner, "-> 200", seen)?;
+    println!(
+        "\x1b[1m# Committed, and the running agent is allowed (no restart: the proxy re-reads the policy)\x1b[0m\nagent: {allowed}"
+    );
+    drop(runner);
+    drop(netns);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

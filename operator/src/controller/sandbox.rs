@@ -38,7 +38,7 @@ use crate::k8s::pod_template::{
     SANDBOX_LABEL, owning_sandbox, pod_service_account, template_escapes, template_images,
 };
 use crate::k8s::sandbox_pod::{
-    DataPlane, enforced_pod_spec, network_policy_name, policy_config_map_name,
+    DataPlane, enforced_pod_spec, network_policy_name, policy_config_map_name, shape_problems,
 };
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
@@ -706,15 +706,35 @@ async fn ensure_pod(
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
     if let Some(existing) = pods.get_opt(&name).await? {
         // A pod someone else created under the sandbox's name is not the
-        // sandbox's pod, whatever it claims: say so, never adopt it.
-        let ours = owning_sandbox(&existing)
+        // sandbox's pod, whatever it claims (an owner reference can be
+        // copied): it must also carry the label and the enforced shape.
+        // Say so, never adopt it.
+        let owned = owning_sandbox(&existing)
             .is_some_and(|(_, uid)| Some(uid.as_str()) == sandbox.uid().as_deref());
-        return Ok((!ours).then(|| {
-            format!(
+        let labelled = existing
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SANDBOX_LABEL))
+            == Some(&name);
+        let problems = existing
+            .spec
+            .as_ref()
+            .map(|s| shape_problems(s, &name, &ctx.data_plane))
+            .unwrap_or_else(|| vec!["no spec".to_string()]);
+        return Ok(if !owned || !labelled {
+            Some(format!(
                 "pod {name:?} exists but is not controlled by this sandbox (uid {}); delete it so the sandbox's own pod can be created",
                 sandbox.uid().unwrap_or_default()
-            )
-        }));
+            ))
+        } else if !problems.is_empty() {
+            Some(format!(
+                "pod {name:?} is not in the enforced shape (created by an older agentgate, or changed): {}; delete it and the operator creates it anew",
+                problems.join("; ")
+            ))
+        } else {
+            None
+        });
     }
     let mut labels = template
         .metadata

@@ -25,7 +25,11 @@ use crate::controller::ControllerError;
 use crate::k8s::crd::AgentSandbox;
 use crate::k8s::pod_template::SANDBOX_LABEL;
 use crate::k8s::sandbox_pod::ca_secret_name;
-use crate::pki::{KeyedCert, PkiError, generate_ca_at, split_certificates, window};
+use crate::pki::{KeyedCert, PkiError, generate_ca_at, key_matches, split_certificates, window};
+
+/// With this little left the next CA signs however briefly it was
+/// published: an expired CA would break every connection.
+const LAST_RESORT: time::Duration = time::Duration::days(2);
 
 /// How long a sandbox CA is valid (`--sandbox-ca-validity-seconds`).
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -64,7 +68,9 @@ impl SandboxCa {
             let cert_pem = text(cert)?;
             let key_pem = text(key)?;
             window(&cert_pem).ok()?;
-            Some(KeyedCert { cert_pem, key_pem })
+            // A key that does not sign for this certificate would make
+            // every leaf the proxy mints untrusted.
+            key_matches(&cert_pem, &key_pem).then_some(KeyedCert { cert_pem, key_pem })
         };
         Some(SandboxCa {
             current: keyed(TLS_CRT, TLS_KEY)?,
@@ -135,9 +141,17 @@ pub fn rotate(
     if left < whole / 3 && ca.next.is_none() {
         ca.next = Some(generate_ca_at(&name, now, lifetime)?);
     }
-    if left < whole / 6
-        && let Some(next) = ca.next.take()
-    {
+    // The next CA signs only once agents have trusted it for a sixth of the
+    // lifetime (it was published a third before expiry), unless the
+    // current one is about to run out (the operator was down meanwhile).
+    let published_for = ca
+        .next
+        .as_ref()
+        .and_then(|n| window(&n.cert_pem).ok())
+        .map(|(start, _)| now - start);
+    let due = published_for
+        .is_some_and(|age| (left < whole / 6 && age >= whole / 6) || left < LAST_RESORT);
+    if due && let Some(next) = ca.next.take() {
         ca.previous = Some(std::mem::replace(&mut ca.current, next).cert_pem);
     }
     if ca
@@ -292,10 +306,49 @@ mod tests {
     }
 
     #[test]
+    fn a_late_operator_publishes_first_and_switches_later() {
+        let lifetime = DAY * 90;
+        let start = OffsetDateTime::now_utc();
+        let (ca, _) = rotate("bot", None, lifetime, start).unwrap();
+        // Ten days left and no next CA yet: minted and published, not used.
+        let at = start + time::Duration::days(80);
+        let (staged, _) = rotate("bot", Some(ca.clone()), lifetime, at).unwrap();
+        assert_eq!(staged.current, ca.current);
+        assert!(staged.next.is_some());
+        let (same, changed) = rotate(
+            "bot",
+            Some(staged.clone()),
+            lifetime,
+            at + time::Duration::days(5),
+        )
+        .unwrap();
+        assert!(!changed && same == staged);
+        // Two days before expiry it switches regardless.
+        let (switched, _) = rotate(
+            "bot",
+            Some(staged.clone()),
+            lifetime,
+            start + time::Duration::days(88) + time::Duration::hours(1),
+        )
+        .unwrap();
+        assert_eq!(Some(&switched.current), staged.next.as_ref());
+    }
+
+    #[test]
     fn unreadable_material_is_replaced() {
         let mut data = BTreeMap::new();
         data.insert(TLS_CRT.to_string(), ByteString(b"junk".to_vec()));
         data.insert(TLS_KEY.to_string(), ByteString(b"junk".to_vec()));
         assert_eq!(SandboxCa::from_data(&data), None);
+        // A valid certificate with another CA's key is no CA either.
+        let (a, _) = rotate("bot", None, DAY * 30, OffsetDateTime::now_utc()).unwrap();
+        let (b, _) = rotate("bot", None, DAY * 30, OffsetDateTime::now_utc()).unwrap();
+        let mut mixed = a.to_data();
+        mixed.insert(
+            TLS_KEY.to_string(),
+            ByteString(b.current.key_pem.into_bytes()),
+        );
+        assert_eq!(SandboxCa::from_data(&mixed), None);
+        assert!(SandboxCa::from_data(&a.to_data()).is_some());
     }
 }

@@ -214,6 +214,29 @@ pub fn pod_escapes(
             ));
         }
     }
+    // The DNS servers are the one destination init-net lets through
+    // unredirected, and the proxy resolves every granted name: neither may
+    // be chosen by the template.
+    if pod.dns_policy.as_deref() == Some("None") {
+        problems.push(format!(
+            "{prefix}.dnsPolicy is None: the pod's resolvers would be the template's, and DNS to them bypasses the proxy; use ClusterFirst or Default"
+        ));
+    }
+    if pod
+        .dns_config
+        .as_ref()
+        .and_then(|c| c.nameservers.as_ref())
+        .is_some_and(|n| !n.is_empty())
+    {
+        problems.push(format!(
+            "{prefix}.dnsConfig.nameservers is set: DNS to those servers would bypass the proxy"
+        ));
+    }
+    if pod.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
+        problems.push(format!(
+            "{prefix}.hostAliases is set: /etc/hosts entries would point granted names elsewhere"
+        ));
+    }
     for (i, volume) in pod.volumes.iter().flatten().enumerate() {
         let kinds = volume_types(volume);
         for kind in kinds
@@ -487,5 +510,22 @@ mod tests {
         );
         assert!(template_escapes(&quiet).is_empty());
         assert_eq!(pod_service_account(&quiet), "deployer");
+        // DNS the template chooses would be the one unredirected way out.
+        let dns = spec(serde_json::json!({"spec": {"dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["203.0.113.9"]},
+            "hostAliases": [{"ip": "203.0.113.9", "hostnames": ["api.github.com"]}],
+            "containers": [{"name": "a", "image": "x"}]}}));
+        let fields: Vec<String> = template_escapes(&dns)
+            .iter()
+            .map(|p| p.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.template.spec.dnsPolicy",
+                "spec.template.spec.dnsConfig.nameservers",
+                "spec.template.spec.hostAliases",
+            ]
+        );
     }
 }

@@ -286,14 +286,76 @@ fn is_reserved_name(name: &str) -> bool {
     name.starts_with("agentgate-")
 }
 
+/// A path with `//`, `.` and `..` resolved (lexically, as the runtime
+/// cleans a mount path).
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// Whether a mount path is, or cleans to, the data plane's directory or
+/// something below it (or the root, which holds it).
 fn under_mount_root(path: &str) -> bool {
-    let trimmed = path.trim_end_matches('/');
-    trimmed == MOUNT_ROOT || trimmed.starts_with(&format!("{MOUNT_ROOT}/")) || trimmed.is_empty()
+    let cleaned = clean_path(path);
+    cleaned == "/" || cleaned == MOUNT_ROOT || cleaned.starts_with(&format!("{MOUNT_ROOT}/"))
+}
+
+/// Why a container's exec hooks or exec probes cannot run in the sandbox:
+/// the kubelet runs them inside the container, outside `agentgate-exec`.
+fn exec_handlers(container: &Container) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    if let Some(lifecycle) = &container.lifecycle {
+        for (name, handler) in [
+            ("lifecycle.postStart", &lifecycle.post_start),
+            ("lifecycle.preStop", &lifecycle.pre_stop),
+        ] {
+            if handler.as_ref().is_some_and(|h| h.exec.is_some()) {
+                found.push(name);
+            }
+        }
+    }
+    for (name, probe) in [
+        ("startupProbe", &container.startup_probe),
+        ("readinessProbe", &container.readiness_probe),
+        ("livenessProbe", &container.liveness_probe),
+    ] {
+        if probe.as_ref().is_some_and(|p| p.exec.is_some()) {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// Whether a volume reads the sandbox CA's Secret (whose key only the
+/// proxy may hold), directly or projected.
+fn reads_ca_secret(volume: &Volume, sandbox: &str) -> bool {
+    let ca = ca_secret_name(sandbox);
+    let direct = volume
+        .secret
+        .as_ref()
+        .is_some_and(|s| s.secret_name.as_deref() == Some(ca.as_str()));
+    let projected = volume
+        .projected
+        .as_ref()
+        .and_then(|p| p.sources.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|source| source.secret.as_ref().is_some_and(|s| s.name == ca));
+    direct || projected
 }
 
 /// What the template may not contain: the data plane's names and mount
 /// point, and containers that cannot be wrapped.
-fn template_refusals(spec: &PodSpec) -> Vec<PodRefusal> {
+fn template_refusals(sandbox: &str, spec: &PodSpec) -> Vec<PodRefusal> {
     let mut out = Vec::new();
     let reserved = |message: String| PodRefusal {
         reason: "ReservedName",
@@ -304,6 +366,13 @@ fn template_refusals(spec: &PodSpec) -> Vec<PodRefusal> {
             out.push(reserved(format!(
                 "spec.template.spec.volumes[{i}].name {:?}: names starting with agentgate- belong to the sandbox's data plane; rename it",
                 volume.name
+            )));
+        }
+        if reads_ca_secret(volume, sandbox) {
+            out.push(reserved(format!(
+                "spec.template.spec.volumes[{i}] ({:?}) reads Secret {:?}: the sandbox CA's key is the proxy's alone",
+                volume.name,
+                ca_secret_name(sandbox)
             )));
         }
     }
@@ -324,7 +393,13 @@ fn template_refusals(spec: &PodSpec) -> Vec<PodRefusal> {
                 )));
             }
             for (j, m) in container.volume_mounts.iter().flatten().enumerate() {
-                if under_mount_root(&m.mount_path) {
+                if clean_path(&m.mount_path) != m.mount_path.trim_end_matches('/') {
+                    out.push(reserved(format!(
+                        "{path}.volumeMounts[{j}].mountPath {:?} is not a clean absolute path (no //, . or ..); write {:?}",
+                        m.mount_path,
+                        clean_path(&m.mount_path)
+                    )));
+                } else if under_mount_root(&m.mount_path) {
                     out.push(reserved(format!(
                         "{path}.volumeMounts[{j}].mountPath {:?}: {MOUNT_ROOT} belongs to the sandbox's data plane; mount elsewhere",
                         m.mount_path
@@ -335,6 +410,14 @@ fn template_refusals(spec: &PodSpec) -> Vec<PodRefusal> {
                 out.push(reserved(format!(
                     "{path}.restartPolicy: sidecars in the template are not supported; run it as a regular container"
                 )));
+            }
+            for handler in exec_handlers(container) {
+                out.push(PodRefusal {
+                    reason: "ExecHandler",
+                    message: format!(
+                        "{path}.{handler} runs a command in the container outside agentgate-exec, so without the filesystem policy; use an httpGet or tcpSocket handler"
+                    ),
+                });
             }
             if container.command.as_ref().is_none_or(Vec::is_empty) {
                 out.push(PodRefusal {
@@ -413,7 +496,7 @@ pub fn enforced_pod_spec(
     template: &PodSpec,
     data_plane: &DataPlane,
 ) -> Result<PodSpec, Vec<PodRefusal>> {
-    let refusals = template_refusals(template);
+    let refusals = template_refusals(sandbox, template);
     if !refusals.is_empty() {
         return Err(refusals);
     }
@@ -443,24 +526,29 @@ pub fn enforced_pod_spec(
 /// defaults elsewhere: termination paths, pull policy, probe thresholds).
 fn essentials(c: &Container) -> impl PartialEq + '_ {
     (
-        &c.name,
-        &c.image,
-        &c.command,
-        &c.args,
-        &c.security_context,
-        &c.volume_mounts,
-        &c.restart_policy,
-        c.env.as_ref().is_none_or(Vec::is_empty),
-        c.env_from.as_ref().is_none_or(Vec::is_empty),
-        // Hooks and exec probes run commands inside the container, as its
-        // uid: in the proxy's, outside the redirect.
-        c.lifecycle.is_none(),
-        [&c.startup_probe, &c.readiness_probe, &c.liveness_probe]
-            .iter()
-            .all(|p| {
-                p.as_ref()
-                    .is_none_or(|p| p.exec.is_none() && p.grpc.is_none())
-            }),
+        (
+            &c.name,
+            &c.image,
+            &c.command,
+            &c.args,
+            &c.security_context,
+            &c.volume_mounts,
+            &c.restart_policy,
+        ),
+        (&c.ports, &c.working_dir, &c.volume_devices),
+        (
+            c.env.as_ref().is_none_or(Vec::is_empty),
+            c.env_from.as_ref().is_none_or(Vec::is_empty),
+            // Hooks and exec probes run commands inside the container, as
+            // its uid: in the proxy's, outside the redirect.
+            c.lifecycle.is_none(),
+            [&c.startup_probe, &c.readiness_probe, &c.liveness_probe]
+                .iter()
+                .all(|p| {
+                    p.as_ref()
+                        .is_none_or(|p| p.exec.is_none() && p.grpc.is_none())
+                }),
+        ),
     )
 }
 
@@ -521,8 +609,29 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
                 .enumerate()
                 .map(|(i, c)| (format!("spec.containers[{i}]"), c)),
         );
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        if volume.name != CA_VOLUME && reads_ca_secret(volume, sandbox) {
+            problems.push(format!(
+                "spec.volumes[{i}] ({:?}) reads the sandbox CA's Secret, whose key is the proxy's alone",
+                volume.name
+            ));
+        }
+    }
     let prefix = exec_prefix();
     for (path, container) in agents {
+        for handler in exec_handlers(container) {
+            problems.push(format!(
+                "{path}.{handler} runs a command outside agentgate-exec"
+            ));
+        }
+        for (j, m) in container.volume_mounts.iter().flatten().enumerate() {
+            if clean_path(&m.mount_path) != m.mount_path.trim_end_matches('/') {
+                problems.push(format!(
+                    "{path}.volumeMounts[{j}].mountPath {:?} is not a clean absolute path",
+                    m.mount_path
+                ));
+            }
+        }
         let wrapped = container
             .command
             .as_ref()
@@ -550,7 +659,7 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
                 (
                     m.name.as_str(),
                     m.mount_path.as_str(),
-                    m.read_only == Some(true) && m.sub_path.is_none(),
+                    m.read_only == Some(true) && m.sub_path.is_none() && m.sub_path_expr.is_none(),
                 )
             })
             .collect();
@@ -693,6 +802,68 @@ mod tests {
             "{}",
             refusals[2].message
         );
+    }
+
+    #[test]
+    fn exec_handlers_unclean_mounts_and_the_ca_key_are_refused() {
+        let spec = template(serde_json::json!({
+            "volumes": [{"name": "keys", "secret": {"secretName": "bot-ca"}},
+                        {"name": "more", "projected": {"sources": [{"secret": {"name": "bot-ca"}}]}}],
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"],
+                "lifecycle": {"postStart": {"exec": {"command": ["/bin/sh"]}}},
+                "livenessProbe": {"exec": {"command": ["/bin/true"]}},
+                "volumeMounts": [{"name": "keys", "mountPath": "//agentgate/bin/agentgate-exec"},
+                                 {"name": "more", "mountPath": "/./agentgate/policy"},
+                                 {"name": "more", "mountPath": "/srv/../agentgate/ca"}]}]
+        }));
+        let refusals = enforced_pod_spec("bot", &spec, &data_plane()).unwrap_err();
+        let lines: Vec<(&str, &str)> = refusals
+            .iter()
+            .map(|r| (r.reason, r.message.split(' ').next().unwrap()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("ReservedName", "spec.template.spec.volumes[0]"),
+                ("ReservedName", "spec.template.spec.volumes[1]"),
+                (
+                    "ReservedName",
+                    "spec.template.spec.containers[0].volumeMounts[0].mountPath"
+                ),
+                (
+                    "ReservedName",
+                    "spec.template.spec.containers[0].volumeMounts[1].mountPath"
+                ),
+                (
+                    "ReservedName",
+                    "spec.template.spec.containers[0].volumeMounts[2].mountPath"
+                ),
+                (
+                    "ExecHandler",
+                    "spec.template.spec.containers[0].lifecycle.postStart"
+                ),
+                (
+                    "ExecHandler",
+                    "spec.template.spec.containers[0].livenessProbe"
+                ),
+            ]
+        );
+        assert_eq!(clean_path("/srv/../agentgate//ca/."), "/agentgate/ca");
+        assert!(under_mount_root("/"));
+        assert!(!under_mount_root("/agentgate-data"));
+        // The same in a stored pod: the built pod with an exec hook added.
+        let plain = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let mut built = enforced_pod_spec("bot", &plain, &data_plane()).unwrap();
+        built.containers[0].lifecycle = spec.containers[0].lifecycle.clone();
+        built
+            .volumes
+            .as_mut()
+            .unwrap()
+            .push(spec.volumes.as_ref().unwrap()[0].clone());
+        let problems = shape_problems(&built, "bot", &data_plane());
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]

@@ -248,6 +248,16 @@ pub fn review_pod(
         }
         shape.extend(pod_escapes(&spec, "spec", &trusted));
     }
+    // A claim, once made, stays: the webhook sees a sandbox's pods by their
+    // label, so an update that dropped it would take every later update
+    // (a swapped proxy image) out of review.
+    if let Some(before) = old.and_then(claimed_sandbox)
+        && claimed_sandbox(pod).as_ref() != Some(&before)
+    {
+        shape.push(
+            "metadata: an update may not remove or change the pod's sandbox claim (owner reference and agentgate.dev/sandbox label)".to_string(),
+        );
+    }
     if !shape.is_empty() {
         review.mode = Some(Enforcement::Enforce);
         review.problems.push(format!(
@@ -399,6 +409,70 @@ mod tests {
 
     fn now() -> Timestamp {
         Timestamp::from_str("2026-11-29T00:00:00Z").unwrap()
+    }
+
+    #[test]
+    fn a_claimed_pod_needs_the_enforced_shape_and_keeps_its_claim() {
+        // Someone else's pod claiming the sandbox by label, in an audit
+        // namespace: refused all the same, field by field.
+        let mut bare = pod(&digest_image(), false);
+        bare.metadata.labels = Some(BTreeMap::from([(
+            SANDBOX_LABEL.to_string(),
+            "bot".to_string(),
+        )]));
+        let review = review_pod(
+            &bare,
+            None,
+            &labels("audit"),
+            None,
+            &data_plane(),
+            &scans,
+            now(),
+        );
+        let Answer::Deny(message) = review.answer() else {
+            panic!("admitted")
+        };
+        assert!(message.starts_with("the pod claims an agent sandbox but is not in its enforced shape: spec.shareProcessNamespace"), "{message}");
+        // The operator's pod, with the label dropped by an update: refused.
+        let owned = pod(&digest_image(), true);
+        let mut labelled = owned.clone();
+        labelled.metadata.labels = Some(BTreeMap::from([(
+            SANDBOX_LABEL.to_string(),
+            "bot".to_string(),
+        )]));
+        let mut unlabelled = labelled.clone();
+        unlabelled.metadata.labels = None;
+        unlabelled.metadata.owner_references = None;
+        let review = review_pod(
+            &unlabelled,
+            Some(&labelled),
+            &BTreeMap::new(),
+            None,
+            &data_plane(),
+            &scans,
+            now(),
+        );
+        assert!(
+            matches!(review.answer(), Answer::Deny(m) if m.contains("may not remove or change the pod's sandbox claim"))
+        );
+        // Owner and label naming different sandboxes: refused.
+        let mut split = labelled.clone();
+        split.metadata.labels = Some(BTreeMap::from([(
+            SANDBOX_LABEL.to_string(),
+            "other".to_string(),
+        )]));
+        let review = review_pod(
+            &split,
+            None,
+            &BTreeMap::new(),
+            None,
+            &data_plane(),
+            &scans,
+            now(),
+        );
+        assert!(
+            matches!(review.answer(), Answer::Deny(m) if m.contains("names sandbox \"bot\" but the label"))
+        );
     }
 
     #[test]

@@ -907,16 +907,16 @@ impl Inspected {
     async fn request(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
         let proxy = &self.proxy;
         let shown_host = self.host.clone().unwrap_or_default();
-        let refuse = |refusal: Refusal, host: &str| {
-            proxy.log_refusal("request", &self.binary, host, self.port, &refusal);
+        let refuse = |refusal: Refusal, host: &str, port: u16| {
+            proxy.log_refusal("request", &self.binary, host, port, &refusal);
             refusal_response(&refusal)
         };
         if let Some(refusal) = &self.refusal {
-            return refuse(refusal.clone(), &shown_host);
+            return refuse(refusal.clone(), &shown_host, self.port);
         }
         let named = match request_authority(&req) {
             Ok(named) => named,
-            Err(refusal) => return refuse(refusal, &shown_host),
+            Err(refusal) => return refuse(refusal, &shown_host, self.port),
         };
         // Absolute-form http:// on the explicit listener names its own host
         // and port; otherwise the connection (or, for redirected plain HTTP,
@@ -931,14 +931,14 @@ impl Inspected {
             (Some(host), _) => host.clone(),
             (None, Some((name, _))) => match canonical_host(name) {
                 Ok(host) => host,
-                Err(refusal) => return refuse(refusal, name),
+                Err(refusal) => return refuse(refusal, name, port),
             },
             (None, None) => {
                 let refusal = Refusal::new(
                     RefusalCode::NotAHost,
                     "a request without a Host header cannot be judged",
                 );
-                return refuse(refusal, "");
+                return refuse(refusal, "", port);
             }
         };
         for (name, named_port) in &named {
@@ -952,7 +952,7 @@ impl Inspected {
                     RefusalCode::HostMismatch,
                     format!("the request names {shown:?}, but it is judged for {host}:{port}"),
                 );
-                return refuse(refusal, &host);
+                return refuse(refusal, &host, port);
             }
         }
         if is_upgrade(&req) {
@@ -964,7 +964,7 @@ impl Inspected {
                     req.uri().path()
                 ),
             );
-            return refuse(refusal, &host);
+            return refuse(refusal, &host, port);
         }
         let snapshot = proxy.snapshot();
         let rule = match judge_request(
@@ -976,7 +976,7 @@ impl Inspected {
             req.uri().path(),
         ) {
             Ok(rule) => rule,
-            Err(refusal) => return refuse(refusal, &host),
+            Err(refusal) => return refuse(refusal, &host, port),
         };
         // Servers that honour a method override run the overriding method:
         // it is judged as well, so an allowed POST cannot carry a DELETE.
@@ -992,7 +992,7 @@ impl Inspected {
                     req.uri().path(),
                 ) {
                     refusal.reason = format!("{name}: {}", refusal.reason);
-                    return refuse(refusal, &host);
+                    return refuse(refusal, &host, port);
                 }
             }
         }

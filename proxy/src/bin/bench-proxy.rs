@@ -169,9 +169,11 @@ async fn serve_sink(listener: TcpListener) {
 }
 
 impl Bench {
-    async fn start(sizes: &Sizes, identity: &str) -> anyhow::Result<Bench> {
+    /// Starts the proxy; `as_pod` runs it as the sandbox Pod does: uid
+    /// 1337 with CAP_SYS_PTRACE only (needs root and setpriv).
+    async fn start(sizes: &Sizes, identity: &str, as_pod: bool) -> anyhow::Result<Bench> {
         let dir = std::env::temp_dir().join(format!(
-            "agentgate-bench-proxy-{}-{identity}",
+            "agentgate-bench-proxy-{}-{identity}-{as_pod}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir)?;
@@ -202,7 +204,29 @@ impl Bench {
                 binary.display()
             );
         }
-        let proxy = Command::new(&binary)
+        let mut command = if as_pod {
+            use std::os::unix::fs::PermissionsExt;
+            // uid 1337 reads the CA and the policy.
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+            for file in ["ca.pem", "ca.key", "upstream-ca.pem", "policy.yaml"] {
+                std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o644))?;
+            }
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=1337",
+                "--regid=1337",
+                "--clear-groups",
+                "--inh-caps=-all,+sys_ptrace",
+                "--ambient-caps=-all,+sys_ptrace",
+                "--bounding-set=-all,+sys_ptrace",
+                "--",
+            ])
+            .arg(&binary);
+            c
+        } else {
+            Command::new(&binary)
+        };
+        let proxy = command
             .arg("--policy")
             .arg(&policy_path)
             .args([
@@ -542,7 +566,7 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
 
 async fn run() -> anyhow::Result<()> {
     let sizes = sizes();
-    let bench = Bench::start(&sizes, "proc").await?;
+    let bench = Bench::start(&sizes, "proc", false).await?;
     let pid = bench.proxy.id();
     let rss_start = proc_rss_mib(pid);
     println!(
@@ -615,9 +639,21 @@ async fn run() -> anyhow::Result<()> {
 
     let direct_new = new_connections(&bench, false, sizes.new_connections).await?;
     let proxied_new = new_connections(&bench, true, sizes.new_connections).await?;
-    let anonymous = Bench::start(&sizes, "none").await?;
+    let anonymous = Bench::start(&sizes, "none", false).await?;
     let proxied_none = new_connections(&anonymous, true, sizes.new_connections).await?;
     drop(anonymous);
+    // As in the Pod: another uid, so every process is inspected through
+    // pidfd_getfd rather than /proc/PID/fd.
+    let as_root = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")));
+    let proxied_pod = if as_root {
+        let pod = Bench::start(&sizes, "proc", true).await?;
+        let times = new_connections(&pod, true, sizes.new_connections).await?;
+        drop(pod);
+        Some(times)
+    } else {
+        None
+    };
     let processes = std::fs::read_dir("/proc")?
         .flatten()
         .filter(|e| {
@@ -631,11 +667,16 @@ async fn run() -> anyhow::Result<()> {
         "4. new connection + TLS + 1 request, {} sequential, leaf cached ({processes} processes in /proc)",
         sizes.new_connections
     );
-    for (name, s) in [
+    let mut rows = vec![
         ("direct", &direct_new),
         ("proxy, identity proc", &proxied_new),
         ("proxy, identity none", &proxied_none),
-    ] {
+    ];
+    match &proxied_pod {
+        Some(times) => rows.push(("proxy as uid 1337", times)),
+        None => println!("   (proxy as uid 1337: not measured, needs root)"),
+    }
+    for (name, s) in rows {
         println!(
             "   {:<22} p50 {:>8.0} µs   p99 {:>8.0} µs",
             name,

@@ -600,3 +600,47 @@ fn templates_scans_labels_and_excluded_namespaces_cannot_be_used_to_escape() {
     );
     drop(operator);
 }
+
+#[test]
+fn a_pod_claiming_a_sandbox_must_be_its_enforced_pod() {
+    let (cp, operator) = setup();
+    // A pod of one's own that claims a sandbox by label, in a namespace
+    // without the enforce label: refused, field by field.
+    let claimed = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: borrower, namespace: agents, labels: {{agentgate.dev/sandbox: triage-bot}}}}\nspec:\n  containers: [{{name: agent, image: \"{AGENT_IMAGE}\", command: [/bin/agent]}}]\n"
+    );
+    assert_refused(
+        cp.kubectl_stdin(&["apply", "-f", "-"], &claimed).unwrap(),
+        "the pod claims an agent sandbox but is not in its enforced shape: spec.shareProcessNamespace is not true",
+    );
+    // The operator's own pod, once admitted, keeps its claim and its shape.
+    cp.apply_example_scan().unwrap();
+    cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
+        .unwrap();
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(60))
+        .unwrap_or_else(|last| panic!("no pod ({last:?})\n{}", operator.log()));
+    assert_refused(
+        cp.kubectl(&[
+            "label",
+            "pod",
+            "issue-responder",
+            "-n",
+            "agents",
+            "agentgate.dev/sandbox-",
+        ])
+        .unwrap(),
+        "may not remove or change the pod's sandbox claim",
+    );
+    assert_refused(
+        cp.kubectl(&[
+            "set",
+            "image",
+            "pod/issue-responder",
+            "-n",
+            "agents",
+            "agentgate-proxy=registry.example/pass-through:1",
+        ])
+        .unwrap(),
+        "spec.initContainers[1] is not the sandbox's agentgate-proxy container",
+    );
+}

@@ -251,8 +251,20 @@ pub fn review_pod(
     // A claim, once made, stays: the webhook sees a sandbox's pods by their
     // label, so an update that dropped it would take every later update
     // (a swapped proxy image) out of review.
-    if let Some(before) = old.and_then(claimed_sandbox)
-        && claimed_sandbox(pod).as_ref() != Some(&before)
+    let marks = |p: &Pod| {
+        (
+            owning_sandbox(p).map(|(name, _)| name),
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SANDBOX_LABEL))
+                .cloned(),
+        )
+    };
+    if let Some(old) = old
+        && let ((old_owner, old_label), (owner, label)) = (marks(old), marks(pod))
+        && ((old_owner.is_some() && owner != old_owner)
+            || (old_label.is_some() && label != old_label))
     {
         shape.push(
             "metadata: an update may not remove or change the pod's sandbox claim (owner reference and agentgate.dev/sandbox label)".to_string(),
@@ -440,9 +452,10 @@ mod tests {
             SANDBOX_LABEL.to_string(),
             "bot".to_string(),
         )]));
+        // Only the label dropped (the owner reference stays): the webhook
+        // selects sandbox pods by the label, so this too is refused.
         let mut unlabelled = labelled.clone();
         unlabelled.metadata.labels = None;
-        unlabelled.metadata.owner_references = None;
         let review = review_pod(
             &unlabelled,
             Some(&labelled),

@@ -41,10 +41,10 @@ dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binar
 image: build netns-tools ## dist/agentgate-<version>.oci.tar: the OCI image (all four binaries, libz3, nft, user 65532), built without a container engine
 	@./hack/image.sh target/release target/release/agentgate-exec dist
 
-image-check: netns-tools ## build the image from the dev binaries, unpack its layers, run every binary there under chroot (part of make test)
+image-check: netns-tools ## build the image from the dev binaries and the static agentgate-exec, unpack its layers, run every binary there under chroot (part of make test)
 	@./hack/test-image.sh
 
-dist-check: ## pack the dev binaries like make dist, unpack elsewhere, run each there (part of make test)
+dist-check: ## pack the dev binaries and the static agentgate-exec like make dist, unpack elsewhere, run each there (part of make test)
 	@./hack/test-dist.sh
 
 exec-static: ## agentgate-exec as a static binary, checked to link nothing dynamically and to run

@@ -40,8 +40,10 @@ done
 cp "$exec_bin" "$stage/$name/bin/agentgate-exec"
 cp "$z3" "$stage/$name/lib/"
 for b in "$stage/$name"/bin/*; do
-  # A static binary has no dynamic section to patch.
-  if patchelf --print-rpath "$b" >/dev/null 2>&1; then
+  # Only binaries that load libraries get a RUNPATH. A static-pie binary
+  # (agentgate-exec) has a dynamic section but no NEEDED entry, and
+  # rewriting it with patchelf corrupts it.
+  if [ "$(readelf -d "$b" 2>/dev/null | grep -c '(NEEDED)' || true)" -gt 0 ]; then
     patchelf --set-rpath '$ORIGIN/../lib' "$b"
   fi
 done

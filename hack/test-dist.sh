@@ -7,7 +7,10 @@ die() { printf 'test-dist: ERROR: %s\n' "$*" >&2; exit 1; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-archive="$("$root/hack/dist.sh" "$root/target/debug" "$root/target/debug/agentgate-exec" "$work/out" | tail -n 1)"
+# The static agentgate-exec, as a release ships it: rewriting it (patchelf)
+# once broke it, which the dynamic dev build could not show.
+static_exec="$(cd "$root" && ./hack/check-static-exec.sh | tail -n 1)"
+archive="$("$root/hack/dist.sh" "$root/target/debug" "$root/$static_exec" "$work/out" | tail -n 1)"
 mkdir "$work/elsewhere"
 tar -C "$work/elsewhere" -xzf "$archive"
 dir="$(echo "$work"/elsewhere/agentgate-*)"

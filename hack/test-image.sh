@@ -3,6 +3,7 @@
 # image` does from release ones), unpacks its layers into a directory the way
 # a runtime would (checking every digest), and runs each binary there under
 # chroot as the image's user: a library the image lacks fails here.
+# With an argument, checks that archive instead (e.g. dist/agentgate-*.oci.tar).
 set -euo pipefail
 die() { printf 'test-image: ERROR: %s\n' "$*" >&2; exit 1; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,7 +12,13 @@ work="$(mktemp -d)"
 # A runtime mounts /proc in every container; the loader needs it for the
 # binaries' $ORIGIN RUNPATH (/proc/self/exe).
 trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
-archive="$(GZIP_LEVEL=1 "$root/hack/image.sh" "$root/target/debug" "$root/target/debug/agentgate-exec" "$work/out" | tail -n 1)"
+if [ $# -ge 1 ]; then
+  archive="$1"   # an archive already built, e.g. make image's
+else
+  # The static agentgate-exec, as a release ships it.
+  static_exec="$(cd "$root" && ./hack/check-static-exec.sh | tail -n 1)"
+  archive="$(GZIP_LEVEL=1 "$root/hack/image.sh" "$root/target/debug" "$root/$static_exec" "$work/out" | tail -n 1)"
+fi
 mkdir "$work/layout" "$work/rootfs"
 tar -C "$work/layout" -xf "$archive"
 blob() { printf '%s/layout/blobs/sha256/%s' "$work" "${1#sha256:}"; }

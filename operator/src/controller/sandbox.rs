@@ -517,6 +517,16 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
     }
 }
 
+/// The metadata of an object the operator keeps for a sandbox: its name,
+/// the sandbox's label and the sandbox as controlling owner.
+fn owned_metadata(sandbox: &AgentSandbox, name: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "labels": {SANDBOX_LABEL: sandbox.name_any()},
+        "ownerReferences": [owner(sandbox)],
+    })
+}
+
 fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
     json!({
         "apiVersion": "agentgate.dev/v1alpha1",
@@ -547,11 +557,7 @@ async fn apply_config_map(
     let patch = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "labels": {SANDBOX_LABEL: sandbox.name_any()},
-            "ownerReferences": [owner(sandbox)],
-        },
+        "metadata": owned_metadata(sandbox, &name),
         "data": {
             "policy.yaml": yaml,
             "findings.json": serde_json::to_string(findings)
@@ -670,11 +676,7 @@ async fn apply_network_policy(
     let patch = json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": name,
-            "labels": {SANDBOX_LABEL: sandbox.name_any()},
-            "ownerReferences": [owner(sandbox)],
-        },
+        "metadata": owned_metadata(sandbox, &name),
         "spec": {
             "podSelector": {"matchLabels": {SANDBOX_LABEL: sandbox.name_any()}},
             "policyTypes": ["Egress"],

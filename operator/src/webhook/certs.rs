@@ -52,9 +52,6 @@ pub const CA_KEY: &str = "ca.key";
 /// Why certificate material could not be made, read or published.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
-    /// Generating or signing failed.
-    #[error("generating a certificate: {0}")]
-    Generate(#[from] rcgen::Error),
     /// PEM or DER could not be read.
     #[error("reading {what}: {message}")]
     Parse {

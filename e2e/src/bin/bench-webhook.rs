@@ -59,14 +59,15 @@ enum PodFrom<'a> {
     /// The operator, whose identity is `user_info` (the control plane's
     /// kubeconfig user, which the operator runs as), creating the pod of
     /// the sandbox `sandbox` (uid `uid`) exactly as it does: named like the
-    /// sandbox, labelled and owned by it, running as its agent
-    /// ServiceAccount `account`. Only such a pod is lent the sandbox's
-    /// severance proofs.
+    /// sandbox, labelled and owned by it, with the spec of the pod the
+    /// operator created (the enforced shape, running as its agent
+    /// ServiceAccount). Only such a pod is lent the sandbox's severance
+    /// proofs.
     Operator {
         user_info: &'a serde_json::Value,
         sandbox: &'a str,
         uid: &'a str,
-        account: &'a str,
+        spec: &'a serde_json::Value,
     },
 }
 
@@ -83,7 +84,7 @@ fn pod_review(namespace: &str, variant: usize, from: &PodFrom) -> String {
             user_info,
             sandbox,
             uid,
-            account,
+            spec,
         } => (
             sandbox.to_string(),
             user_info.clone(),
@@ -97,10 +98,7 @@ fn pod_review(namespace: &str, variant: usize, from: &PodFrom) -> String {
                     "blockOwnerDeletion": true
                 }],
             }),
-            serde_json::json!({
-                "serviceAccountName": account,
-                "containers": [{"name": "agent", "image": IMAGE}],
-            }),
+            spec.clone(),
         ),
     };
     serde_json::json!({
@@ -363,11 +361,32 @@ fn run() -> Result<(), String> {
             "jsonpath={.metadata.uid} {.spec.agentServiceAccount}",
         ])
         .map_err(|e| e.to_string())?;
-    let Some((uid, account)) = sandbox.trim().split_once(' ') else {
+    let Some((uid, _account)) = sandbox.trim().split_once(' ') else {
         return Err(format!(
             "issue-responder: uid and agentServiceAccount, got {sandbox:?}"
         ));
     };
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(30))
+        .map_err(|last| {
+            format!(
+                "the sandbox's pod was not created ({last:?})\n{}",
+                operator.log()
+            )
+        })?;
+    let stored = cp
+        .run(&[
+            "get",
+            "pod",
+            "issue-responder",
+            "-n",
+            "agents",
+            "-o",
+            "json",
+        ])
+        .map_err(|e| e.to_string())?;
+    let stored: serde_json::Value =
+        serde_json::from_str(&stored).map_err(|e| format!("the sandbox's pod: {e}"))?;
+    let spec = &stored["spec"];
     std::thread::sleep(Duration::from_secs(1));
     let url = format!("https://127.0.0.1:{port}/validate/pods");
     println!("pod admission: {pod_requests} requests per row at {POD_RATE}, one TLS connection");
@@ -391,7 +410,7 @@ fn run() -> Result<(), String> {
         user_info,
         sandbox: "issue-responder",
         uid,
-        account,
+        spec,
     };
     let bodies: Vec<String> = (0..=pod_requests)
         .map(|v| pod_review("agents", v, &operator_pod))

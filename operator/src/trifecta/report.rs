@@ -181,8 +181,16 @@ pub fn text(report: &ScanReport<'_>) -> String {
     if report.findings.is_empty() {
         let tools = report.tools();
         let noun = if tools == 1 { "tool" } else { "tools" };
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "no trifecta findings in {tools} {noun}");
+        // Writing to a String cannot fail. Nothing recognised is not
+        // "no findings": nothing could have been found.
+        if tools == 0 {
+            let _ = writeln!(
+                out,
+                "WARNING  0 tools recognised: no finding can be reported (see the notes below for files that import an agent framework)"
+            );
+        } else {
+            let _ = writeln!(out, "no trifecta findings in {tools} {noun}");
+        }
     }
     for finding in report.findings {
         let _ = writeln!(

@@ -28,6 +28,9 @@ pub(crate) enum Arg {
     Seq(Vec<Arg>),
     /// An object literal / dict literal with string keys.
     Object(Vec<(String, Arg)>),
+    /// A value that comes from a parameter of the tool (the model chooses
+    /// it): the parameter's name.
+    Param(String),
     /// Anything else (a variable, a call...).
     Other,
 }
@@ -62,8 +65,43 @@ impl Arg {
     pub(crate) fn into_prefix(self) -> Arg {
         match self {
             Arg::Str(s) | Arg::Prefix(s) => Arg::Prefix(s),
+            // Still the model's choice, whatever is appended.
+            p @ Arg::Param(_) => p,
             _ => Arg::Other,
         }
+    }
+
+    /// Path components joined (`os.path.join`, `Path / "x"`): a parameter
+    /// anywhere makes the whole path the model's choice; otherwise the
+    /// literal text as far as it is known.
+    pub(crate) fn join_path(parts: Vec<Arg>) -> Arg {
+        if let Some(p) = parts.iter().find(|a| matches!(a, Arg::Param(_))) {
+            return p.clone();
+        }
+        let mut out = String::new();
+        for part in parts {
+            let (text, complete) = match part {
+                Arg::Str(t) => (t, true),
+                Arg::Prefix(t) => (t, false),
+                _ => {
+                    return if out.is_empty() {
+                        Arg::Other
+                    } else {
+                        Arg::Prefix(out)
+                    };
+                }
+            };
+            if text.starts_with('/') {
+                out.clear();
+            } else if !out.is_empty() && !out.ends_with('/') {
+                out.push('/');
+            }
+            out.push_str(&text);
+            if !complete {
+                return Arg::Prefix(out);
+            }
+        }
+        Arg::Str(out)
     }
 
     fn field(&self, key: &str) -> Option<&Arg> {
@@ -125,6 +163,42 @@ fn is_credential_name(var: &str) -> bool {
     .any(|w| upper.contains(w))
 }
 
+/// Paths whose content is private to the agent's owner: the home
+/// directory (`~`, written so by the front ends for `Path.home()`,
+/// `expanduser`, `os.homedir()` and `$HOME`), dotfiles and dot-directories,
+/// `/etc`, and key, certificate and credentials files.
+fn is_private_path(path: &str) -> bool {
+    let p = path.trim();
+    let private_component = p
+        .split('/')
+        .any(|c| c.len() > 1 && c.starts_with('.') && c != ".." && !c.starts_with("./"));
+    let file = p.rsplit('/').next().unwrap_or(p).to_ascii_lowercase();
+    is_secret_path(p)
+        || p == "~"
+        || p.starts_with("~/")
+        || p.starts_with("/etc/")
+        || p.starts_with("/root/")
+        || p.starts_with("/home/")
+        || private_component
+        || file.contains("credential")
+        || file.contains("secret")
+        || file.starts_with("id_rsa")
+        || file.starts_with("id_ed25519")
+        || file.starts_with("id_ecdsa")
+        || [
+            ".p12",
+            ".pfx",
+            ".crt",
+            ".cer",
+            ".jks",
+            ".keystore",
+            ".kdbx",
+            ".gpg",
+        ]
+        .iter()
+        .any(|ext| file.ends_with(ext))
+}
+
 /// Paths whose content is a credential.
 fn is_secret_path(path: &str) -> bool {
     let p = path.trim();
@@ -140,6 +214,12 @@ fn is_secret_path(path: &str) -> bool {
         || file.ends_with(".pem")
         || file.ends_with(".key")
         || file == "credentials.json"
+        || file == "credentials"
+        || p.contains("/.aws/")
+        || p.starts_with("~/.aws")
+        || p.contains(".kube/config")
+        || p.contains("/.gnupg/")
+        || p.contains("/.docker/config.json")
         || file == ".netrc"
 }
 
@@ -556,40 +636,61 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
             (segs.len() == 1 && last == "open")
                 || matches!(last, "read_text" | "read_bytes" | "open")
                     && (root == "path" || root == "pathlib" || root == "io")
+                // `NOTES.read_text()` with NOTES a path: pathlib's verbs.
+                || matches!(last, "read_text" | "read_bytes") && !call.args.is_empty()
                 || matches!(
                     call.callee.as_str(),
                     "io.open" | "codecs.open" | "aiofiles.open"
                 )
         }
         Lang::TypeScript => {
-            matches!(root.as_str(), "fs" | "fs/promises")
+            (matches!(root.as_str(), "fs" | "fs/promises")
                 && matches!(
                     last,
                     "readFileSync" | "readFile" | "createReadStream" | "open" | "openSync"
-                )
+                ))
+                || (root == "bun" && last == "file" && segs.len() == 2)
         }
     };
     if file_read {
         // Path("…") is folded into the callee's receiver by the front end:
         // its literal is the first argument of the constructor, which the
         // front end passes as the call's first argument too.
-        if let Some(path) = call.args.first().and_then(|a| a.text())
-            && is_secret_path(path)
-        {
-            let writes = call
-                .args
-                .get(1)
-                .or_else(|| call.kwarg("mode"))
-                .and_then(|m| m.full())
-                .is_some_and(|m| m.contains(['w', 'a', 'x']));
-            if !writes {
-                out.push((
-                    Effect::ReadsSecret,
-                    Channel::File,
-                    None,
-                    Some(path.to_string()),
-                ));
+        let writes = call
+            .args
+            .get(1)
+            .or_else(|| call.kwarg("mode"))
+            .or_else(|| call.kwarg("flag"))
+            .and_then(|m| m.full())
+            .is_some_and(|m| m.contains(['w', 'a', 'x']));
+        if writes {
+            return out;
+        }
+        match call.args.first() {
+            // The model chooses what is read: any file the process can see.
+            Some(Arg::Param(name)) => out.push((
+                Effect::ReadsSecret,
+                Channel::File,
+                None,
+                Some(format!("any file (path from argument {name:?})")),
+            )),
+            Some(arg) => {
+                if let Some(path) = arg.text()
+                    && is_private_path(path)
+                {
+                    out.push((
+                        if is_secret_path(path) {
+                            Effect::ReadsSecret
+                        } else {
+                            Effect::ReadsInternal
+                        },
+                        Channel::File,
+                        None,
+                        Some(path.to_string()),
+                    ));
+                }
             }
+            None => {}
         }
         return out;
     }

@@ -252,6 +252,58 @@ impl Parsers {
     }
 }
 
+/// The agent framework a file imports, if any: the reason a file without
+/// recognised tools deserves a note.
+fn agent_framework(path: &str, text: &str) -> Option<&'static str> {
+    const PYTHON: &[(&str, &str)] = &[
+        ("langchain", "LangChain"),
+        ("langgraph", "LangGraph"),
+        ("llama_index", "LlamaIndex"),
+        ("pydantic_ai", "Pydantic AI"),
+        ("smolagents", "smolagents"),
+        ("autogen", "AutoGen"),
+        ("crewai", "CrewAI"),
+        ("agents", "the OpenAI Agents SDK"),
+        ("mcp", "MCP"),
+        ("fastmcp", "FastMCP"),
+        ("openai", "OpenAI"),
+    ];
+    const TYPESCRIPT: &[(&str, &str)] = &[
+        ("ai", "the Vercel AI SDK"),
+        ("@ai-sdk/", "the Vercel AI SDK"),
+        ("@mastra/", "Mastra"),
+        ("@modelcontextprotocol/sdk", "MCP"),
+        ("@langchain/", "LangChain.js"),
+        ("langchain", "LangChain.js"),
+        ("@openai/agents", "the OpenAI Agents SDK"),
+        ("openai", "OpenAI"),
+    ];
+    let python = path.ends_with(".py");
+    for line in text.lines().map(str::trim_start) {
+        if python {
+            let module = line
+                .strip_prefix("from ")
+                .or_else(|| line.strip_prefix("import "))
+                .and_then(|rest| rest.split([' ', '.', ',']).next());
+            if let Some(module) = module
+                && let Some((_, name)) = PYTHON.iter().find(|(m, _)| *m == module)
+            {
+                return Some(name);
+            }
+        } else if line.starts_with("import ") || line.contains("require(") {
+            let quoted = line.split(['"', '\'']).nth(1).unwrap_or("");
+            if let Some((_, name)) = TYPESCRIPT.iter().find(|(m, _)| {
+                quoted == *m
+                    || (m.ends_with('/') && quoted.starts_with(m))
+                    || quoted.starts_with(&format!("{m}/"))
+            }) {
+                return Some(name);
+            }
+        }
+    }
+    None
+}
+
 /// Parses and classifies one file.
 fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, Vec<Note>) {
     let mut diagnostics = Vec::new();
@@ -399,8 +451,19 @@ pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result
 
     let mut diagnostics = Vec::new();
     let mut tools: BTreeMap<String, FoundTool> = BTreeMap::new();
-    for (found, mut diags) in results {
+    for ((path, text), (found, mut diags)) in sorted.iter().map(|f| (&f.0, &f.1)).zip(results) {
         diagnostics.append(&mut diags);
+        if found.is_empty()
+            && let Some(framework) = agent_framework(path, text)
+        {
+            diagnostics.push(Note {
+                level: NoteLevel::Warning,
+                message: format!(
+                    "{path} imports {framework} but no tool was recognised in it: tools it defines are not in the graph (declare them in {MANIFEST_FILE}, or report the convention)"
+                ),
+                source: None,
+            });
+        }
         for tool in found {
             check_hints(&tool, &mut diagnostics);
             match tools.get_mut(&tool.name) {

@@ -41,9 +41,17 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     file.find_tools(root, &mut out);
     // A whole-tree walk for registration calls costs ~10% of a scan; most
     // files have none, and a substring test rules them out.
-    if src.contains("from_function") || src.contains("Tool(") {
+    if src.contains("from_function")
+        || src.contains("Tool(")
+        || src.contains("from_defaults")
+        || src.contains("register_function")
+    {
         file.registered_tools(root, &mut out);
     }
+    file.listed_tools(root, src, &mut out);
+    // A function both decorated and listed is one tool.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|t| seen.insert(t.name.clone()));
     out
 }
 
@@ -177,7 +185,7 @@ impl<'t> File<'t> {
         }
         let key = self.text(left).to_string();
         match self.arg(right, scope) {
-            a @ (Arg::Str(_) | Arg::Prefix(_)) => {
+            a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Param(_)) => {
                 scope.consts.insert(key, a);
                 return;
             }
@@ -266,20 +274,85 @@ impl<'t> File<'t> {
                     .child_by_field_name("function")
                     .and_then(|f| self.normalize(f))
                     .unwrap_or_default();
+                let resolved = self.names.resolve(&f, scope);
                 let last = f.rsplit('.').next().unwrap_or("");
-                if matches!(
+                if matches!(resolved.as_str(), "pathlib.Path.home" | "Path.home")
+                    || f.ends_with("Path.home")
+                    || (matches!(last, "getenv" | "get")
+                        && self.first_arg(node, scope) == Arg::Str("HOME".into()))
+                {
+                    // The home directory, written as `~`.
+                    Arg::Str("~".into())
+                } else if last == "join" {
+                    let parts = node
+                        .child_by_field_name("arguments")
+                        .map(|a| {
+                            named_children(a)
+                                .into_iter()
+                                .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment")
+                                .map(|c| self.arg(c, scope))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Arg::join_path(parts)
+                } else if matches!(
                     last,
-                    "Path" | "expanduser" | "PurePath" | "abspath" | "join"
+                    "Path"
+                        | "expanduser"
+                        | "PurePath"
+                        | "abspath"
+                        | "resolve"
+                        | "realpath"
+                        | "normpath"
+                        | "expandvars"
+                        | "str"
                 ) {
-                    self.first_arg(node, scope)
+                    match self.first_arg(node, scope) {
+                        // A method on a path (`p.resolve()`): the receiver.
+                        Arg::Other => node
+                            .child_by_field_name("function")
+                            .filter(|f| f.kind() == "attribute")
+                            .and_then(|f| f.child_by_field_name("object"))
+                            .map_or(Arg::Other, |o| self.arg(o, scope)),
+                        a => a,
+                    }
                 } else {
                     Arg::Other
                 }
             }
             "binary_operator" => {
-                // "https://host" + path: the left literal is a prefix.
-                node.child_by_field_name("left")
-                    .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix())
+                let left = node
+                    .child_by_field_name("left")
+                    .map_or(Arg::Other, |l| self.arg(l, scope));
+                let operator = node
+                    .child_by_field_name("operator")
+                    .map(|o| self.text(o))
+                    .unwrap_or("");
+                if operator == "/" {
+                    // Path("~") / ".ssh" / "id_rsa": components joined.
+                    let right = node
+                        .child_by_field_name("right")
+                        .map_or(Arg::Other, |r| self.arg(r, scope));
+                    Arg::join_path(vec![left, right])
+                } else {
+                    // "https://host" + path: the left literal is a prefix.
+                    left.into_prefix()
+                }
+            }
+            "subscript" => {
+                // os.environ["HOME"]: the home directory.
+                let value = node
+                    .child_by_field_name("value")
+                    .and_then(|v| self.normalize(v))
+                    .map(|v| self.names.resolve(&v, scope));
+                let key = node
+                    .child_by_field_name("subscript")
+                    .map(|k| self.arg(k, scope));
+                if value.as_deref() == Some("os.environ") && key == Some(Arg::Str("HOME".into())) {
+                    Arg::Str("~".into())
+                } else {
+                    Arg::Other
+                }
             }
             _ => Arg::Other,
         }
@@ -339,13 +412,21 @@ impl<'t> File<'t> {
         if args.is_empty()
             && kwargs.is_empty()
             && function.kind() == "attribute"
-            && let Some(inner) = function
-                .child_by_field_name("object")
-                .filter(|o| o.kind() == "call")
-            && let Some(site) = self.call_site(inner, scope)
+            && let Some(object) = function.child_by_field_name("object")
         {
-            args = site.args;
-            kwargs = site.kwargs;
+            if object.kind() == "call" {
+                if let Some(site) = self.call_site(object, scope) {
+                    args = site.args;
+                    kwargs = site.kwargs;
+                }
+            } else {
+                // `(Path.home() / "notes.md").read_text()`, `p.read_text()`
+                // with `p` a path: the receiver is the path.
+                let receiver = self.arg(object, scope);
+                if !matches!(receiver, Arg::Other) {
+                    args.push(receiver);
+                }
+            }
         }
         Some(CallSite {
             callee,
@@ -358,7 +439,32 @@ impl<'t> File<'t> {
     /// Collects the events of a body. `class` is the enclosing class (for
     /// `self.helper()`), `hop` whether helpers may still be followed.
     fn events(&self, body: Node<'t>, class: Option<&str>, hop: bool, out: &mut Vec<Event>) {
+        self.events_with(body, class, hop, &[], out);
+    }
+
+    /// [`Self::events`] with the caller's positional arguments for the
+    /// function's parameters (a helper followed one hop); parameters with
+    /// no literal argument are the model's choice ([`Arg::Param`]).
+    fn events_with(
+        &self,
+        body: Node<'t>,
+        class: Option<&str>,
+        hop: bool,
+        bound: &[Arg],
+        out: &mut Vec<Event>,
+    ) {
         let mut scope = Scope::default();
+        if let Some(def) = body.parent().filter(|p| p.kind() == "function_definition") {
+            for (i, name) in self.parameters(def).into_iter().enumerate() {
+                let value = match bound.get(i) {
+                    Some(a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_) | Arg::Param(_))) => {
+                        a.clone()
+                    }
+                    _ => Arg::Param(name.clone()),
+                };
+                scope.consts.insert(name, value);
+            }
+        }
         // `self.client = httpx.Client()` in `__init__` tells what
         // `self.client.get(…)` is in the body.
         if let Some(init) = class
@@ -460,8 +566,47 @@ impl<'t> File<'t> {
         if let Some((def, cls)) = target
             && let Some(body) = def.child_by_field_name("body")
         {
-            self.events(body, cls, false, out);
+            let bound: Vec<Arg> = call
+                .child_by_field_name("arguments")
+                .map(|a| {
+                    named_children(a)
+                        .into_iter()
+                        .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment")
+                        .map(|c| self.arg(c, scope))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.events_with(body, cls, false, &bound, out);
         }
+    }
+
+    /// The names of a function's parameters that the model fills in: not
+    /// `self`/`cls`, nor a framework's context (`ctx: RunContext`).
+    fn parameters(&self, def: Node<'_>) -> Vec<String> {
+        let Some(params) = def.child_by_field_name("parameters") else {
+            return Vec::new();
+        };
+        named_children(params)
+            .into_iter()
+            .filter_map(|p| {
+                let name = match p.kind() {
+                    "identifier" => Some(p),
+                    "typed_parameter" => p.named_child(0).filter(|n| n.kind() == "identifier"),
+                    "default_parameter" | "typed_default_parameter" => {
+                        p.child_by_field_name("name")
+                    }
+                    _ => None,
+                }?;
+                let annotation = p
+                    .child_by_field_name("type")
+                    .map(|t| self.text(t))
+                    .unwrap_or("");
+                let name = self.text(name);
+                let context = matches!(name, "self" | "cls" | "ctx" | "context" | "run_context")
+                    || annotation.contains("Context");
+                (!context).then(|| name.to_string())
+            })
+            .collect()
     }
 
     /// Walks the whole tree for tool definitions.
@@ -524,7 +669,10 @@ impl<'t> File<'t> {
             };
             let last = target.rsplit('.').next().unwrap_or("");
             match last {
-                "tool" | "function_tool" => {
+                // LangChain/LangGraph/smolagents/FastMCP `@tool`, OpenAI
+                // Agents `@function_tool`, Pydantic AI `@agent.tool` and
+                // `@agent.tool_plain`, AutoGen `@assistant.register_for_llm`.
+                "tool" | "function_tool" | "tool_plain" | "register_for_llm" => {
                     let mut name = self.text(fname).to_string();
                     let mut hints = Hints::default();
                     if let Some(call) = call {
@@ -769,15 +917,19 @@ impl<'t> File<'t> {
         };
         let segs: Vec<&str> = callee.split('.').collect();
         let last = segs.last().copied().unwrap_or("");
-        let is_factory = last == "from_function"
+        let is_factory = matches!(last, "from_function" | "from_defaults")
             && segs
                 .len()
                 .checked_sub(2)
                 .and_then(|i| segs.get(i))
                 .is_some_and(|s| s.ends_with("Tool"));
         let is_ctor = matches!(last, "Tool" | "StructuredTool")
-            && segs.first().is_some_and(|r| r.starts_with("langchain"));
-        if !is_factory && !is_ctor {
+            && segs.first().is_some_and(|r| r.starts_with("langchain"))
+            // AutoGen's FunctionTool(func, description=…, name=…).
+            || (last == "FunctionTool" && segs.first().is_some_and(|r| r.starts_with("autogen")));
+        // AutoGen's register_function(f, caller=…, executor=…, name=…).
+        let is_registration = last == "register_function";
+        if !is_factory && !is_ctor && !is_registration {
             return;
         }
         let Some(args) = call.child_by_field_name("arguments") else {
@@ -796,7 +948,7 @@ impl<'t> File<'t> {
                         continue;
                     };
                     match self.text(k) {
-                        "func" | "coroutine" => func = func.or(Some(v)),
+                        "func" | "coroutine" | "fn" | "f" | "async_fn" => func = func.or(Some(v)),
                         "name" => {
                             if let Arg::Str(n) = self.arg(v, &Scope::default()) {
                                 name = Some(n);
@@ -806,7 +958,9 @@ impl<'t> File<'t> {
                     }
                 }
                 // from_function(f, ...) takes the function first.
-                _ if i == 0 && is_factory => func = Some(a),
+                _ if i == 0 && (is_factory || is_registration || is_ctor) => {
+                    func = func.or(Some(a))
+                }
                 _ => {}
             }
         }
@@ -844,14 +998,113 @@ impl<'t> File<'t> {
         });
     }
 
+    /// Plain functions handed to a framework as tools: `tools=[f, g]` (or a
+    /// first positional list) in an agent or tool-node constructor
+    /// (LangGraph `ToolNode`, `create_react_agent`, AutoGen
+    /// `AssistantAgent`, smolagents `CodeAgent`, LlamaIndex `FunctionAgent`,
+    /// Pydantic AI `Agent`), and OpenAI function calling's dispatch dict
+    /// (`{"get_weather": get_weather}` in a file that declares
+    /// `"type": "function"` schemas). Each names a module function.
+    fn listed_tools(&self, root: Node<'t>, src: &str, out: &mut Vec<RawTool>) {
+        const TAKERS: &[&str] = &[
+            "ToolNode",
+            "create_react_agent",
+            "AssistantAgent",
+            "CodeAgent",
+            "ToolCallingAgent",
+            "FunctionAgent",
+            "ReActAgent",
+            "Agent",
+            "from_tools",
+        ];
+        let openai_schemas =
+            src.contains("\"type\": \"function\"") || src.contains("'type': 'function'");
+        let add = |name: String, def: Node<'t>, at: Node<'_>, out: &mut Vec<RawTool>| {
+            // A decorated function is a tool through its decorator (which
+            // may rename it) or not one at all.
+            if def
+                .parent()
+                .is_some_and(|p| p.kind() == "decorated_definition")
+            {
+                return;
+            }
+            if let Some(body) = def.child_by_field_name("body") {
+                let mut events = Vec::new();
+                self.events(body, None, true, &mut events);
+                out.push(RawTool {
+                    name,
+                    line: line(at),
+                    events,
+                    hints: Hints::default(),
+                });
+            }
+        };
+        preorder(root, |node| {
+            match node.kind() {
+                "call" => {
+                    let callee = node
+                        .child_by_field_name("function")
+                        .and_then(|f| self.normalize(f))
+                        .unwrap_or_default();
+                    let last = callee.rsplit('.').next().unwrap_or("");
+                    if !TAKERS.contains(&last) {
+                        return true;
+                    }
+                    let Some(args) = node.child_by_field_name("arguments") else {
+                        return true;
+                    };
+                    for a in named_children(args) {
+                        let list = match a.kind() {
+                            "keyword_argument"
+                                if a.child_by_field_name("name").map(|n| self.text(n))
+                                    == Some("tools") =>
+                            {
+                                a.child_by_field_name("value")
+                            }
+                            "list" => Some(a),
+                            _ => None,
+                        };
+                        for item in list
+                            .into_iter()
+                            .filter(|l| l.kind() == "list")
+                            .flat_map(named_children)
+                        {
+                            if item.kind() == "identifier"
+                                && let Some(def) = self.functions.get(self.text(item))
+                            {
+                                add(self.text(item).to_string(), *def, item, out);
+                            }
+                        }
+                    }
+                }
+                "dictionary" if openai_schemas => {
+                    for pair in named_children(node) {
+                        if let (Some(k), Some(v)) = (
+                            pair.child_by_field_name("key"),
+                            pair.child_by_field_name("value"),
+                        ) && v.kind() == "identifier"
+                            && let Arg::Str(name) = self.arg(k, &Scope::default())
+                            && let Some(def) = self.functions.get(self.text(v))
+                        {
+                            add(name, *def, pair, out);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            true
+        });
+    }
+
     /// A `BaseTool` subclass (LangChain, CrewAI): the `name` class attribute
     /// names it, `_run`/`_arun` are its body.
     fn class_tool(&self, class: Node<'t>, out: &mut Vec<RawTool>) {
         let is_tool = class.child_by_field_name("superclasses").is_some_and(|s| {
             let mut cursor = s.walk();
             s.named_children(&mut cursor).any(|b| {
+                // LangChain/CrewAI `BaseTool`, smolagents `Tool`.
                 self.normalize(b)
-                    .is_some_and(|n| n.rsplit('.').next() == Some("BaseTool"))
+                    .is_some_and(|n| matches!(n.rsplit('.').next(), Some("BaseTool" | "Tool")))
             })
         });
         let (Some(cname), Some(body)) = (
@@ -879,7 +1132,7 @@ impl<'t> File<'t> {
         }
         let mut events = Vec::new();
         if let Some(methods) = self.methods.get(class_name) {
-            for run in ["_run", "_arun"] {
+            for run in ["_run", "_arun", "forward"] {
                 if let Some(body) = methods.get(run).and_then(|m| m.child_by_field_name("body")) {
                     self.events(body, Some(class_name), true, &mut events);
                 }

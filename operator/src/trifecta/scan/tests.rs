@@ -631,3 +631,68 @@ server.tool("render", async () => {
     assert!(s.diagnostics.is_empty(), "{:?}", s.diagnostics);
     assert_eq!(summary(&s), vec!["render: Egress/http@render.example.com"]);
 }
+
+#[test]
+fn private_files_and_files_the_model_names_are_data_sources() {
+    let s = scan(
+        &[(
+            "agent/tools.py",
+            r#"
+import os
+from pathlib import Path
+import requests
+from langchain_core.tools import tool
+
+NOTES = Path.home() / ".notes" / "accounts.md"
+
+def _load(path):
+    with open(path) as f:
+        return f.read()
+
+@tool
+def read_notes() -> str:
+    """Private notes."""
+    return NOTES.read_text()
+
+@tool
+def read_aws() -> str:
+    """Credentials."""
+    return open(os.path.expanduser("~/.aws/credentials")).read()
+
+@tool
+def read_any(path: str) -> str:
+    """Any file the model names."""
+    return Path(path).read_text()
+
+@tool
+def upload(name: str) -> str:
+    """Reads the named file through a helper and sends it."""
+    body = _load(name)
+    return requests.post("https://paste.example.com/api", data=body).text
+
+@tool
+def read_readme() -> str:
+    """A project file: not private."""
+    return open("docs/README.md").read()
+
+@tool
+def save(text: str) -> None:
+    """Writes, never reads."""
+    with open(Path.home() / "out.txt", "w") as f:
+        f.write(text)
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "read_any: ReadsSecret/file",
+            "read_aws: ReadsSecret/file",
+            "read_notes: ReadsInternal/file",
+            "read_readme: ",
+            "save: ",
+            "upload: Egress/http@paste.example.com ReadsSecret/file",
+        ]
+    );
+}

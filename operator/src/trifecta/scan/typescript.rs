@@ -304,6 +304,24 @@ impl<'t> File<'t> {
                 Arg::Object(fields)
             }
             "identifier" => self.names.constant(self.text(node), scope),
+            // `context.path` (Mastra), `args.file`: a field of a parameter
+            // is the model's choice too.
+            "member_expression" => match node
+                .child_by_field_name("object")
+                .map(|o| self.arg(o, scope))
+            {
+                Some(Arg::Param(_)) => node
+                    .child_by_field_name("property")
+                    .map_or(Arg::Other, |p| Arg::Param(self.text(p).to_string())),
+                _ => {
+                    // process.env.HOME
+                    if self.text(node) == "process.env.HOME" {
+                        Arg::Str("~".into())
+                    } else {
+                        Arg::Other
+                    }
+                }
+            },
             "binary_expression" => node
                 .child_by_field_name("left")
                 .map_or(Arg::Other, |l| self.arg(l, scope).into_prefix()),
@@ -313,22 +331,21 @@ impl<'t> File<'t> {
                     .child_by_field_name("function")
                     .and_then(|f| self.normalize(f))
                     .unwrap_or_default();
-                if f.ends_with("join") || f.ends_with("resolve") {
-                    let args = node.child_by_field_name("arguments");
-                    let mut parts = Vec::new();
-                    if let Some(a) = args {
-                        let mut cursor = a.walk();
-                        for c in a.named_children(&mut cursor) {
-                            if let Arg::Str(s) = self.arg(c, scope) {
-                                parts.push(s);
-                            }
-                        }
-                    }
-                    if parts.is_empty() {
-                        Arg::Other
-                    } else {
-                        Arg::Str(parts.join("/"))
-                    }
+                let resolved = self.names.resolve(&f, scope);
+                if f.ends_with("homedir") || resolved.ends_with("homedir") {
+                    // The home directory, written as `~`.
+                    Arg::Str("~".into())
+                } else if f.ends_with("join") || f.ends_with("resolve") {
+                    let parts = node
+                        .child_by_field_name("arguments")
+                        .map(|a| {
+                            named_children(a)
+                                .into_iter()
+                                .map(|c| self.arg(c, scope))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Arg::join_path(parts)
                 } else {
                     Arg::Other
                 }
@@ -362,6 +379,18 @@ impl<'t> File<'t> {
 
     fn events(&self, body: Node<'t>, hop: bool, out: &mut Vec<Event>) {
         let mut scope = Scope::default();
+        // The enclosing function's parameters are the model's choice.
+        if let Some(function) = body.parent().filter(|p| is_function(*p))
+            && let Some(params) = function
+                .child_by_field_name("parameters")
+                .or_else(|| function.child_by_field_name("parameter"))
+        {
+            let mut names = Vec::new();
+            parameter_names(params, self.src, &mut names);
+            for name in names {
+                scope.consts.insert(name.clone(), Arg::Param(name));
+            }
+        }
         preorder(body, |node| {
             match node.kind() {
                 "lexical_declaration" | "variable_declaration" => {
@@ -489,8 +518,146 @@ impl<'t> File<'t> {
     fn find_tools(&self, node: Node<'t>, out: &mut Vec<RawTool>) {
         // A registration's handler holds no further registrations.
         preorder(node, |node| {
-            !(node.kind() == "call_expression" && self.registration(node, out))
+            !((node.kind() == "call_expression" && self.registration(node, out))
+                || (matches!(node.kind(), "call_expression" | "new_expression")
+                    && self.constructed_tool(node, out)))
         });
+    }
+
+    /// A tool built by a framework call: Vercel AI `tool({execute})` (named
+    /// by its key in `tools: {...}` or its variable), Mastra
+    /// `createTool({id, execute})`, LangChain.js `tool(fn, {name})` and
+    /// `new DynamicStructuredTool({name, func})`. True when it was one.
+    fn constructed_tool(&self, call: Node<'t>, out: &mut Vec<RawTool>) -> bool {
+        let f = match call.kind() {
+            "call_expression" => call.child_by_field_name("function"),
+            _ => call.child_by_field_name("constructor"),
+        };
+        let Some(callee) = f
+            .and_then(|f| self.normalize(f))
+            .map(|n| self.names.resolve(&n, &Scope::default()))
+        else {
+            return false;
+        };
+        let (module, last) = callee.rsplit_once('.').unwrap_or(("", callee.as_str()));
+        let Some(list) = call.child_by_field_name("arguments") else {
+            return false;
+        };
+        let args: Vec<Node<'t>> = named_children(list)
+            .into_iter()
+            .filter(|a| a.kind() != "comment")
+            .map(unwrap_expr)
+            .collect();
+        let object = |i: usize| args.get(i).copied().filter(|a| a.kind() == "object");
+        let (name, body) = match last {
+            "tool" if module == "ai" || module.ends_with("/ai") => {
+                let Some(config) = object(0) else {
+                    return false;
+                };
+                (self.binding_name(call), self.field_body(config, "execute"))
+            }
+            "tool" if module.starts_with("@langchain") => {
+                let body = args
+                    .first()
+                    .filter(|a| is_function(**a))
+                    .and_then(|a| a.child_by_field_name("body"));
+                let name = object(1).and_then(|o| self.field_string(o, "name"));
+                (name, body)
+            }
+            "createTool" => {
+                let Some(config) = object(0) else {
+                    return false;
+                };
+                (
+                    self.field_string(config, "id")
+                        .or_else(|| self.binding_name(call)),
+                    self.field_body(config, "execute"),
+                )
+            }
+            "DynamicStructuredTool" | "DynamicTool" => {
+                let Some(config) = object(0) else {
+                    return false;
+                };
+                (
+                    self.field_string(config, "name"),
+                    self.field_body(config, "func"),
+                )
+            }
+            _ => return false,
+        };
+        let (Some(name), Some(body)) = (name, body) else {
+            return false;
+        };
+        let mut events = Vec::new();
+        self.events(body, true, &mut events);
+        out.push(RawTool {
+            name,
+            line: line(call),
+            events,
+            hints: Hints::default(),
+        });
+        true
+    }
+
+    /// The name a value is bound to: its key in an object literal, or the
+    /// variable it initialises.
+    fn binding_name(&self, value: Node<'_>) -> Option<String> {
+        let parent = value.parent()?;
+        match parent.kind() {
+            "pair" => {
+                let key = parent.child_by_field_name("key")?;
+                match key.kind() {
+                    "string" => self.literal(key).into_full(),
+                    _ => Some(self.text(key).to_string()),
+                }
+            }
+            "variable_declarator" => parent
+                .child_by_field_name("name")
+                .filter(|n| n.kind() == "identifier")
+                .map(|n| self.text(n).to_string()),
+            "parenthesized_expression" | "as_expression" | "satisfies_expression" => {
+                self.binding_name(parent)
+            }
+            _ => None,
+        }
+    }
+
+    /// A string field of an object literal.
+    fn field_string(&self, object: Node<'_>, key: &str) -> Option<String> {
+        named_children(object).into_iter().find_map(|p| {
+            (p.kind() == "pair"
+                && p.child_by_field_name("key")
+                    .map(|k| self.text(k).trim_matches(['"', '\'']))
+                    == Some(key))
+            .then(|| p.child_by_field_name("value"))
+            .flatten()
+            .and_then(|v| self.arg(v, &Scope::default()).into_full())
+        })
+    }
+
+    /// The body of a function field of an object literal: `execute: async
+    /// (…) => {…}`, `execute: handler`, or a method `execute(…) {…}`.
+    fn field_body(&self, object: Node<'t>, key: &str) -> Option<Node<'t>> {
+        named_children(object)
+            .into_iter()
+            .find_map(|p| match p.kind() {
+                "pair" if p.child_by_field_name("key").map(|k| self.text(k)) == Some(key) => {
+                    let value = unwrap_expr(p.child_by_field_name("value")?);
+                    if is_function(value) {
+                        value.child_by_field_name("body")
+                    } else {
+                        self.functions
+                            .get(self.text(value))
+                            .and_then(|f| f.child_by_field_name("body"))
+                    }
+                }
+                "method_definition"
+                    if p.child_by_field_name("name").map(|k| self.text(k)) == Some(key) =>
+                {
+                    p.child_by_field_name("body")
+                }
+                _ => None,
+            })
     }
 
     /// Handles one `x.tool(…)`, `x.registerTool(…)` or
@@ -677,6 +844,26 @@ impl<'t> File<'t> {
 }
 
 /// The name of the class a method belongs to.
+/// The identifiers a parameter list binds, destructured ones included.
+fn parameter_names(node: Node<'_>, src: &[u8], out: &mut Vec<String>) {
+    match node.kind() {
+        "identifier" | "shorthand_property_identifier_pattern" => {
+            out.push(text(node, src).to_string());
+        }
+        "type_annotation" => {}
+        "pair_pattern" => {
+            if let Some(value) = node.child_by_field_name("value") {
+                parameter_names(value, src, out);
+            }
+        }
+        _ => {
+            for child in named_children(node) {
+                parameter_names(child, src, out);
+            }
+        }
+    }
+}
+
 fn class_name(method: Node<'_>, src: &[u8]) -> Option<String> {
     let body = method.parent()?;
     let class = body.parent()?;

@@ -159,6 +159,10 @@ pub enum Channel {
     File,
     /// A database.
     Database,
+    /// Cloud object storage (S3, GCS, Azure Blob).
+    Storage,
+    /// An OS keyring or keychain.
+    Keyring,
 }
 
 impl Channel {
@@ -177,6 +181,8 @@ impl Channel {
             Channel::Env => "env",
             Channel::File => "file",
             Channel::Database => "database",
+            Channel::Storage => "storage",
+            Channel::Keyring => "keyring",
         }
     }
 }

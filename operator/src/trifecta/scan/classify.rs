@@ -636,8 +636,12 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
             (segs.len() == 1 && last == "open")
                 || matches!(last, "read_text" | "read_bytes" | "open")
                     && (root == "path" || root == "pathlib" || root == "io")
-                // `NOTES.read_text()` with NOTES a path: pathlib's verbs.
-                || matches!(last, "read_text" | "read_bytes") && !call.args.is_empty()
+                // `NOTES.read_text()`, `SETTINGS.open("rb")` with a path
+                // constant or parameter as receiver (the front end passes it
+                // first): pathlib's verbs.
+                || matches!(last, "read_text" | "read_bytes" | "open")
+                    && segs.len() == 2
+                    && call.args.first().is_some_and(|a| matches!(a, Arg::Str(_) | Arg::Prefix(_) | Arg::Param(_)))
                 || matches!(
                     call.callee.as_str(),
                     "io.open" | "codecs.open" | "aiofiles.open"
@@ -695,6 +699,90 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         return out;
     }
 
+    // Keyrings and keychains: stored credentials.
+    if (matches!(root.as_str(), "keyring" | "keytar" | "keychain") || segs.contains(&"keyring"))
+        && (last.starts_with("get_") || last.starts_with("get") || last.starts_with("find"))
+    {
+        out.push((Effect::ReadsSecret, Channel::Keyring, None, None));
+        return out;
+    }
+
+    // Cloud object storage: downloads read the owner's data, uploads leave.
+    let storage_sdk = matches!(
+        root.as_str(),
+        "boto3"
+            | "aioboto3"
+            | "s3fs"
+            | "@aws-sdk/client-s3"
+            | "@google-cloud/storage"
+            | "@azure/storage-blob"
+    ) || (root == "google" && segs.contains(&"storage"))
+        || (root == "azure" && segs.contains(&"blob"))
+        || root == "storage" && segs.len() > 1;
+    if storage_sdk || matches!(last, "GetObjectCommand" | "PutObjectCommand") {
+        let download = matches!(
+            last,
+            "get_object"
+                | "download_file"
+                | "download_fileobj"
+                | "download_as_text"
+                | "download_as_bytes"
+                | "download_as_string"
+                | "download_to_filename"
+                | "download_blob"
+                | "readall"
+                | "GetObjectCommand"
+                | "download"
+                | "downloadToBuffer"
+                | "downloadToFile"
+        );
+        let upload = matches!(
+            last,
+            "put_object"
+                | "upload_file"
+                | "upload_fileobj"
+                | "upload_from_string"
+                | "upload_from_filename"
+                | "upload_blob"
+                | "PutObjectCommand"
+                | "upload"
+                | "uploadData"
+                | "save"
+        );
+        if download {
+            out.push((Effect::ReadsInternal, Channel::Storage, None, None));
+            return out;
+        }
+        if upload {
+            out.push((Effect::Egress, Channel::Storage, None, None));
+            return out;
+        }
+    }
+
+    // Vector stores over private documents.
+    if matches!(
+        last,
+        "similarity_search"
+            | "similarity_search_with_score"
+            | "max_marginal_relevance_search"
+            | "as_retriever"
+            | "retrieve"
+    ) || (matches!(
+        root.as_str(),
+        "chromadb"
+            | "pinecone"
+            | "@pinecone-database/pinecone"
+            | "qdrant_client"
+            | "@qdrant/js-client-rest"
+            | "weaviate"
+            | "lancedb"
+            | "chromadb-client"
+    ) && matches!(last, "query" | "search" | "get" | "fetch"))
+    {
+        out.push((Effect::ReadsInternal, Channel::Database, None, None));
+        return out;
+    }
+
     // Webhook clients (before chat: Slack's WebhookClient lives in slack_sdk).
     if segs.iter().any(|s| s.contains("Webhook")) {
         let dest = destination_of(call).map(|mut d| {
@@ -715,8 +803,24 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
             || last.starts_with("post")
             || last.starts_with("files_upload")
             || matches!(last, "reply" | "create" | "execute" | "postMessage");
+        // Reading a channel brings in whatever anyone wrote there.
+        let reads = matches!(
+            last,
+            "conversations_history"
+                | "conversations_replies"
+                | "channels_history"
+                | "history"
+                | "replies"
+                | "search_messages"
+                | "fetch_message"
+                | "fetch_messages"
+                | "getUpdates"
+                | "get_updates"
+        ) || (has("conversations") && matches!(last, "history" | "replies"));
         if sends {
             out.push((Effect::Egress, Channel::Chat, None, None));
+        } else if reads {
+            out.push((Effect::UntrustedInput, Channel::Chat, None, None));
         }
         return out;
     }

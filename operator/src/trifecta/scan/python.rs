@@ -25,6 +25,9 @@ struct File<'t> {
     functions: HashMap<String, Node<'t>>,
     /// Methods by class name, then method name.
     methods: HashMap<String, HashMap<String, Node<'t>>>,
+    /// Annotated fields by class name (`cache: redis.Redis` in a
+    /// dataclass), as normalized type names.
+    fields: HashMap<String, HashMap<String, String>>,
 }
 
 /// Extracts the tools of one parsed Python file.
@@ -35,6 +38,7 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
         names: Names::default(),
         functions: HashMap::new(),
         methods: HashMap::new(),
+        fields: HashMap::new(),
     };
     file.index(root);
     let mut out = Vec::new();
@@ -117,6 +121,7 @@ impl<'t> File<'t> {
             return;
         };
         let mut methods = HashMap::new();
+        let mut fields = HashMap::new();
         let mut cursor = body.walk();
         for child in body.named_children(&mut cursor) {
             let def = if child.kind() == "decorated_definition" {
@@ -129,8 +134,19 @@ impl<'t> File<'t> {
             {
                 methods.insert(self.text(m).to_string(), def);
             }
+            // `cache: redis.Redis` (a dataclass or pydantic field).
+            if child.kind() == "expression_statement"
+                && let Some(a) = child.named_child(0).filter(|a| a.kind() == "assignment")
+                && let (Some(left), Some(ty)) =
+                    (a.child_by_field_name("left"), a.child_by_field_name("type"))
+                && left.kind() == "identifier"
+                && let Some(ty) = ty.named_child(0).and_then(|t| self.normalize(t))
+            {
+                fields.insert(self.text(left).to_string(), ty);
+            }
         }
         self.methods.insert(self.text(name).to_string(), methods);
+        self.fields.insert(self.text(name).to_string(), fields);
     }
 
     fn add_imports(&self, node: Node<'_>, into: &mut HashMap<String, String>) {
@@ -215,6 +231,25 @@ impl<'t> File<'t> {
                 Some(format!("{f}()"))
             }
             "await" | "parenthesized_expression" => self.normalize(node.named_child(0)?),
+            // `MongoClient(uri)["db"]["users"]`: an item of a client is
+            // still that client's.
+            "subscript" => {
+                let value = self.normalize(node.child_by_field_name("value")?)?;
+                let key = match node
+                    .child_by_field_name("subscript")
+                    .map(|k| self.string(k))
+                {
+                    Some(Arg::Str(k))
+                        if !k.is_empty()
+                            && k.chars()
+                                .all(|c| c.is_alphanumeric() || c == '_' || c == '-') =>
+                    {
+                        k
+                    }
+                    _ => "item".to_string(),
+                };
+                Some(format!("{value}.{key}"))
+            }
             _ => None,
         }
     }
@@ -386,7 +421,18 @@ impl<'t> File<'t> {
 
     fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
         let function = node.child_by_field_name("function")?;
-        let callee = self.names.resolve(&self.normalize(function)?, scope);
+        let callee = match self.normalize(function) {
+            Some(n) => self.names.resolve(&n, scope),
+            // `(WORKTREE / ".env").read_text()`: a path expression has no
+            // dotted name; pathlib's verbs on it are still file reads.
+            None => {
+                let method = function
+                    .child_by_field_name("attribute")
+                    .map(|a| self.text(a))
+                    .filter(|m| matches!(*m, "read_text" | "read_bytes" | "open"))?;
+                format!("pathlib.Path().{method}")
+            }
+        };
         let mut args = Vec::new();
         let mut kwargs = Vec::new();
         if let Some(list) = node.child_by_field_name("arguments") {
@@ -409,22 +455,27 @@ impl<'t> File<'t> {
         // `Path("/etc/secrets/x").read_text()`, `IMAP4_SSL("h").fetch()`:
         // an argument-less method on a constructed object sees the
         // constructor's arguments.
-        if args.is_empty()
-            && kwargs.is_empty()
-            && function.kind() == "attribute"
+        let method = function
+            .child_by_field_name("attribute")
+            .map(|a| self.text(a))
+            .unwrap_or("");
+        if function.kind() == "attribute"
             && let Some(object) = function.child_by_field_name("object")
         {
             if object.kind() == "call" {
-                if let Some(site) = self.call_site(object, scope) {
+                if args.is_empty()
+                    && kwargs.is_empty()
+                    && let Some(site) = self.call_site(object, scope)
+                {
                     args = site.args;
                     kwargs = site.kwargs;
                 }
-            } else {
-                // `(Path.home() / "notes.md").read_text()`, `p.read_text()`
-                // with `p` a path: the receiver is the path.
+            } else if matches!(method, "read_text" | "read_bytes" | "open") {
+                // `(Path.home() / "notes.md").read_text()`, `SETTINGS.open("rb")`
+                // with a path constant or parameter: the receiver is the path.
                 let receiver = self.arg(object, scope);
                 if !matches!(receiver, Arg::Other) {
-                    args.push(receiver);
+                    args.insert(0, receiver);
                 }
             }
         }
@@ -455,6 +506,7 @@ impl<'t> File<'t> {
     ) {
         let mut scope = Scope::default();
         if let Some(def) = body.parent().filter(|p| p.kind() == "function_definition") {
+            self.context_fields(def, &mut scope);
             for (i, name) in self.parameters(def).into_iter().enumerate() {
                 let value = match bound.get(i) {
                     Some(a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_) | Arg::Param(_))) => {
@@ -577,6 +629,38 @@ impl<'t> File<'t> {
                 })
                 .unwrap_or_default();
             self.events_with(body, cls, false, &bound, out);
+        }
+    }
+
+    /// Pydantic AI's `ctx: RunContext[Deps]`: `ctx.deps.cache` is a
+    /// `Deps.cache`, whose annotated type tells what its calls do.
+    fn context_fields(&self, def: Node<'_>, scope: &mut Scope) {
+        let Some(params) = def.child_by_field_name("parameters") else {
+            return;
+        };
+        for p in named_children(params) {
+            let (Some(name), Some(ty)) = (
+                p.named_child(0).filter(|n| n.kind() == "identifier"),
+                p.child_by_field_name("type"),
+            ) else {
+                continue;
+            };
+            let ty = self.text(ty);
+            let Some(inner) = ty
+                .strip_prefix("RunContext[")
+                .and_then(|t| t.strip_suffix(']'))
+            else {
+                continue;
+            };
+            let Some(fields) = self.fields.get(inner.trim()) else {
+                continue;
+            };
+            for (field, field_type) in fields {
+                scope.aliases.insert(
+                    format!("{}.deps.{field}", self.text(name)),
+                    format!("{field_type}()"),
+                );
+            }
         }
     }
 

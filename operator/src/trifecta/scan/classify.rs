@@ -516,10 +516,72 @@ fn env_capability(var: Option<String>, call: &str, source: Option<SourceLocation
 
 type Found = (Effect, Channel, Option<Destination>, Option<String>);
 
+/// Hosts whose content anyone can write (issue trackers, chat, social
+/// networks, search, encyclopedias): a read from them is untrusted even
+/// with the owner's credential.
+const PUBLIC_CONTENT_HOSTS: &[&str] = &[
+    "github.com",
+    "githubusercontent.com",
+    "gitlab.com",
+    "bitbucket.org",
+    "slack.com",
+    "discord.com",
+    "discordapp.com",
+    "reddit.com",
+    "twitter.com",
+    "x.com",
+    "googleapis.com",
+    "google.com",
+    "bing.com",
+    "wikipedia.org",
+    "stackexchange.com",
+    "stackoverflow.com",
+    "news.ycombinator.com",
+    "atlassian.net",
+    "notion.so",
+    "gmail.com",
+    "outlook.office.com",
+    "graph.microsoft.com",
+];
+
+/// Whether a GET is a first-party read (an internal read, not untrusted
+/// input): it carries a credential (`headers=`/`auth=`, or `headers` in a
+/// fetch init) to a host the code fixes (a literal URL, or a path on a
+/// client built with its base URL), and that host is not one whose content
+/// the public writes. A URL the model passes in is never first-party.
+fn first_party_read(call: &CallSite) -> bool {
+    let url = call.args.first().or_else(|| call.kwarg("url"));
+    let fixed = match url {
+        Some(Arg::Str(u) | Arg::Prefix(u)) => u.starts_with('/') || u.contains("://"),
+        _ => false,
+    };
+    let host = destination_of(call).and_then(|d| d.host);
+    if !fixed || (url.and_then(Arg::text).is_some_and(|u| u.contains("://")) && host.is_none()) {
+        return false;
+    }
+    let public = host.as_deref().is_some_and(|h| {
+        PUBLIC_CONTENT_HOSTS
+            .iter()
+            .any(|p| h == *p || h.ends_with(&format!(".{p}")))
+    });
+    let credential = call.kwarg("headers").is_some()
+        || call.kwarg("auth").is_some()
+        || call
+            .args
+            .iter()
+            .skip(1)
+            .any(|a| a.field("headers").is_some());
+    credential && !public
+}
+
 fn http(method: &str, call: &CallSite) -> Found {
     let method = method.to_ascii_uppercase();
     let effect = if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") {
-        Effect::UntrustedInput
+        if first_party_read(call) {
+            Effect::ReadsInternal
+        } else {
+            Effect::UntrustedInput
+        }
     } else {
         Effect::Egress
     };

@@ -507,6 +507,7 @@ impl<'t> File<'t> {
         let mut scope = Scope::default();
         if let Some(def) = body.parent().filter(|p| p.kind() == "function_definition") {
             self.context_fields(def, &mut scope);
+            self.typed_parameters(def, &mut scope);
             for (i, name) in self.parameters(def).into_iter().enumerate() {
                 let value = match bound.get(i) {
                     Some(a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_) | Arg::Param(_))) => {
@@ -519,11 +520,14 @@ impl<'t> File<'t> {
         }
         // `self.client = httpx.Client()` in `__init__` tells what
         // `self.client.get(…)` is in the body.
-        if let Some(init) = class
+        if let Some(init_def) = class
             .and_then(|c| self.methods.get(c))
             .and_then(|m| m.get("__init__"))
-            .and_then(|f| f.child_by_field_name("body"))
+            && let Some(init) = init_def.child_by_field_name("body")
         {
+            // `def __init__(self, client: WebClient)`: `self.client =
+            // client` is a WebClient.
+            self.typed_parameters(*init_def, &mut scope);
             let mut stack = vec![init];
             while let Some(node) = stack.pop() {
                 if node.kind() == "assignment"
@@ -629,6 +633,31 @@ impl<'t> File<'t> {
                 })
                 .unwrap_or_default();
             self.events_with(body, cls, false, &bound, out);
+        }
+    }
+
+    /// Parameters annotated with an imported class (`client: WebClient`)
+    /// stand for an instance of it.
+    fn typed_parameters(&self, def: Node<'_>, scope: &mut Scope) {
+        let Some(params) = def.child_by_field_name("parameters") else {
+            return;
+        };
+        for p in named_children(params) {
+            let (Some(name), Some(ty)) = (
+                p.named_child(0).filter(|n| n.kind() == "identifier"),
+                p.child_by_field_name("type").and_then(|t| t.named_child(0)),
+            ) else {
+                continue;
+            };
+            let Some(ty) = self.normalize(ty) else {
+                continue;
+            };
+            let root = ty.split('.').next().unwrap_or("");
+            if self.names.imports.contains_key(root) {
+                scope
+                    .aliases
+                    .insert(self.text(name).to_string(), format!("{ty}()"));
+            }
         }
     }
 

@@ -905,6 +905,48 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         }
         return out;
     }
+    // Gmail through googleapis: reading mail anyone could have sent.
+    if segs.contains(&"gmail") && segs.contains(&"messages") {
+        if matches!(last, "get" | "list") {
+            out.push((Effect::UntrustedInput, Channel::Mail, None, None));
+        } else if last == "send" {
+            out.push((Effect::Egress, Channel::Mail, None, None));
+        }
+        return out;
+    }
+    // Transactional mail APIs.
+    if matches!(
+        root.as_str(),
+        "@sendgrid/mail" | "resend" | "postmark" | "mailgun.js" | "@aws-sdk/client-ses"
+            | "@aws-sdk/client-sesv2"
+    ) && (last.starts_with("send") || matches!(last, "SendEmailCommand" | "create"))
+        || matches!(last, "SendEmailCommand" | "SendRawEmailCommand")
+    {
+        out.push((Effect::Egress, Channel::Mail, None, None));
+        return out;
+    }
+    // GitHub SDKs: issues, pull requests and comments are written by anyone.
+    if matches!(
+        root.as_str(),
+        "@octokit/rest" | "octokit" | "@octokit/core" | "github" | "ghapi"
+    ) {
+        let reads = last.starts_with("get") || last.starts_with("list") || last.starts_with("search");
+        let writes = last.starts_with("create")
+            || last.starts_with("update")
+            || last.starts_with("merge")
+            || last.starts_with("delete")
+            || last.starts_with("add");
+        let github = Some(Destination {
+            host: Some("api.github.com".into()),
+            ..Destination::default()
+        });
+        if writes {
+            out.push((Effect::Egress, Channel::Http, github, None));
+        } else if reads {
+            out.push((Effect::UntrustedInput, Channel::Http, github, None));
+        }
+        return out;
+    }
     if root == "smtplib"
         || root == "aiosmtplib"
         || root == "nodemailer"

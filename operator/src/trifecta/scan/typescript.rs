@@ -43,6 +43,12 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     file.index(root, true);
     let mut out = Vec::new();
     file.find_tools(root, &mut out);
+    // OpenAI function calling: a map from the schemas' names to handlers.
+    if src.contains("type: \"function\"") || src.contains("\"type\": \"function\"") {
+        file.dispatch_maps(root, &mut out);
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|t| seen.insert(t.name.clone()));
     out
 }
 
@@ -174,7 +180,21 @@ impl<'t> File<'t> {
                 Arg::Str(s) => Some(s.strip_prefix("node:").unwrap_or(&s).to_string()),
                 _ => None,
             });
-            let base = required.or_else(|| self.normalize(value));
+            // promisify(exec) is exec.
+            let promisified = (value.kind() == "call_expression"
+                && value
+                    .child_by_field_name("function")
+                    .is_some_and(|f| self.text(f).ends_with("promisify")))
+            .then(|| {
+                value
+                    .child_by_field_name("arguments")
+                    .and_then(|a| a.named_child(0))
+                    .and_then(|a| self.normalize(a))
+            })
+            .flatten();
+            let base = required
+                .or(promisified)
+                .or_else(|| self.normalize(value));
             match name.kind() {
                 "identifier" => {
                     let key = self.text(name).to_string();
@@ -521,6 +541,72 @@ impl<'t> File<'t> {
             !((node.kind() == "call_expression" && self.registration(node, out))
                 || (matches!(node.kind(), "call_expression" | "new_expression")
                     && self.constructed_tool(node, out)))
+        });
+    }
+
+    /// `const handlers = { web_fetch: async ({url}) => …, run_sql }`: each
+    /// entry whose value is a function (or a same-file one by name) is a
+    /// tool named by its key.
+    fn dispatch_maps(&self, root: Node<'t>, out: &mut Vec<RawTool>) {
+        preorder(root, |node| {
+            if node.kind() != "variable_declarator" {
+                return true;
+            }
+            let Some(object) = node
+                .child_by_field_name("value")
+                .map(unwrap_expr)
+                .filter(|v| v.kind() == "object")
+            else {
+                return true;
+            };
+            for entry in named_children(object) {
+                let (key, body) = match entry.kind() {
+                    "pair" => {
+                        let Some(key) = entry.child_by_field_name("key") else {
+                            continue;
+                        };
+                        let Some(value) = entry.child_by_field_name("value").map(unwrap_expr) else {
+                            continue;
+                        };
+                        let body = if is_function(value) {
+                            value.child_by_field_name("body")
+                        } else {
+                            self.functions
+                                .get(self.text(value))
+                                .and_then(|f| f.child_by_field_name("body"))
+                        };
+                        let key = match key.kind() {
+                            "string" => self.literal(key).into_full(),
+                            _ => Some(self.text(key).to_string()),
+                        };
+                        (key, body)
+                    }
+                    "shorthand_property_identifier" => (
+                        Some(self.text(entry).to_string()),
+                        self.functions
+                            .get(self.text(entry))
+                            .and_then(|f| f.child_by_field_name("body")),
+                    ),
+                    "method_definition" => (
+                        entry
+                            .child_by_field_name("name")
+                            .map(|n| self.text(n).to_string()),
+                        entry.child_by_field_name("body"),
+                    ),
+                    _ => continue,
+                };
+                if let (Some(name), Some(body)) = (key, body) {
+                    let mut events = Vec::new();
+                    self.events(body, true, &mut events);
+                    out.push(RawTool {
+                        name,
+                        line: line(entry),
+                        events,
+                        hints: Hints::default(),
+                    });
+                }
+            }
+            true
         });
     }
 

@@ -839,7 +839,10 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
             | "weaviate"
             | "lancedb"
             | "chromadb-client"
-    ) && matches!(last, "query" | "search" | "get" | "fetch"))
+    ) && matches!(
+        last,
+        "query" | "search" | "get" | "fetch" | "searchRecords" | "similaritySearch"
+    ))
     {
         out.push((Effect::ReadsInternal, Channel::Database, None, None));
         return out;

@@ -842,8 +842,7 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     ) && matches!(
         last,
         "query" | "search" | "get" | "fetch" | "searchRecords" | "similaritySearch"
-    ))
-    {
+    )) {
         out.push((Effect::ReadsInternal, Channel::Database, None, None));
         return out;
     }
@@ -920,7 +919,11 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     // Transactional mail APIs.
     if matches!(
         root.as_str(),
-        "@sendgrid/mail" | "resend" | "postmark" | "mailgun.js" | "@aws-sdk/client-ses"
+        "@sendgrid/mail"
+            | "resend"
+            | "postmark"
+            | "mailgun.js"
+            | "@aws-sdk/client-ses"
             | "@aws-sdk/client-sesv2"
     ) && (last.starts_with("send") || matches!(last, "SendEmailCommand" | "create"))
         || matches!(last, "SendEmailCommand" | "SendRawEmailCommand")
@@ -933,7 +936,8 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         root.as_str(),
         "@octokit/rest" | "octokit" | "@octokit/core" | "github" | "ghapi"
     ) {
-        let reads = last.starts_with("get") || last.starts_with("list") || last.starts_with("search");
+        let reads =
+            last.starts_with("get") || last.starts_with("list") || last.starts_with("search");
         let writes = last.starts_with("create")
             || last.starts_with("update")
             || last.starts_with("merge")

@@ -286,7 +286,9 @@ fn agent_framework(path: &str, text: &str) -> Option<&'static str> {
                 .or_else(|| line.strip_prefix("import "))
                 .and_then(|rest| rest.split([' ', '.', ',']).next());
             if let Some(module) = module
-                && let Some((_, name)) = PYTHON.iter().find(|(m, _)| *m == module)
+                && let Some((_, name)) = PYTHON
+                    .iter()
+                    .find(|(m, _)| *m == module || module.starts_with(&format!("{m}_")))
             {
                 return Some(name);
             }

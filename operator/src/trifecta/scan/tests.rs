@@ -696,3 +696,179 @@ def save(text: str) -> None:
         ]
     );
 }
+
+#[test]
+fn python_framework_conventions_beyond_langchain() {
+    let s = scan(
+        &[(
+            "agent/app.py",
+            r#"
+import os
+import subprocess
+from dataclasses import dataclass
+import httpx
+import redis
+import keyring
+from pydantic_ai import Agent, RunContext
+from llama_index.core.tools import FunctionTool
+from smolagents import Tool
+from autogen import register_function
+
+@dataclass
+class Deps:
+    cache: redis.Redis
+
+agent = Agent("openai:gpt-4o", deps_type=Deps)
+
+@agent.tool
+async def session(ctx: RunContext[Deps], sid: str) -> str:
+    return ctx.deps.cache.get(sid)
+
+@agent.tool_plain
+def run(code: str) -> str:
+    exec(code)
+    return "ok"
+
+def partner_key() -> str:
+    return keyring.get_password("partner", "api")
+
+key_tool = FunctionTool.from_defaults(fn=partner_key, name="partner_credentials")
+
+class Fetch(Tool):
+    name = "fetch_page"
+    def forward(self, url: str) -> str:
+        return httpx.get(url).text
+
+def push(branch: str) -> str:
+    return subprocess.run(["git", "push", "origin", branch]).stdout
+
+register_function(push, caller=None, executor=None, name="push_branch")
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "fetch_page: UntrustedInput/http",
+            "partner_credentials: ReadsSecret/keyring",
+            "push_branch: Egress/exec",
+            "run: Egress/exec",
+            "session: ReadsInternal/database",
+        ]
+    );
+}
+
+#[test]
+fn openai_dispatch_tables_and_first_party_reads() {
+    let s = scan(
+        &[(
+            "agent/loop.py",
+            r#"
+import os
+import requests
+
+TOOLS = [{"type": "function", "function": {"name": "get_ticket"}}]
+API = "https://api.internal.acme.example/v1"
+
+def get_ticket(ticket_id: str) -> dict:
+    return requests.get(f"{API}/tickets/{ticket_id}", headers={"Authorization": os.environ["ACME_TOKEN"]}).json()
+
+def get_page(url: str) -> str:
+    return requests.get(url, headers={"Authorization": "x"}).text
+
+def read_issue(n: int) -> str:
+    return requests.get(f"https://api.github.com/repos/a/b/issues/{n}", headers={"Authorization": "t"}).text
+
+HANDLERS = {"get_ticket": get_ticket, "get_page": get_page, "read_issue": read_issue}
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "get_page: UntrustedInput/http",
+            "get_ticket: ReadsInternal/http@api.internal.acme.example ReadsSecret/env",
+            "read_issue: UntrustedInput/http@api.github.com",
+        ]
+    );
+}
+
+#[test]
+fn typescript_framework_conventions() {
+    let s = scan(
+        &[(
+            "src/agent.ts",
+            r#"
+import { tool, generateText } from "ai";
+import { createTool } from "@mastra/core/tools";
+import { tool as lcTool } from "@langchain/core/tools";
+import { readFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { z } from "zod";
+
+const notes = createTool({
+  id: "read-notes",
+  inputSchema: z.object({}),
+  execute: async () => readFile(path.join(os.homedir(), ".notes", "todo.md"), "utf8"),
+});
+
+const anyFile = createTool({
+  id: "read-file",
+  inputSchema: z.object({ path: z.string() }),
+  execute: async ({ context }) => readFile(context.path, "utf8"),
+});
+
+const post = lcTool(async ({ text }) => fetch("https://hooks.example.com/x", { method: "POST", body: text }), {
+  name: "post_hook",
+  schema: z.object({ text: z.string() }),
+});
+
+await generateText({
+  model,
+  tools: {
+    browse: tool({ parameters: z.object({ url: z.string() }), execute: async ({ url }) => (await fetch(url)).text() }),
+  },
+});
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "browse: UntrustedInput/http",
+            "post_hook: Egress/http@hooks.example.com",
+            "read-file: ReadsSecret/file",
+            "read-notes: ReadsInternal/file",
+        ]
+    );
+}
+
+#[test]
+fn a_framework_file_without_tools_is_said_and_zero_tools_warns() {
+    let s = scan(
+        &[(
+            "agent/main.py",
+            "from langchain_core.tools import tool\n\nprint('no tools here')\n",
+        )],
+        None,
+    );
+    assert_eq!(
+        s.graph
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Tool)
+            .count(),
+        0
+    );
+    assert!(
+        s.diagnostics.iter().any(|n| n
+            .message
+            .starts_with("agent/main.py imports LangChain but no tool was recognised")),
+        "{:?}",
+        s.diagnostics
+    );
+}

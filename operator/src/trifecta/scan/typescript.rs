@@ -192,9 +192,7 @@ impl<'t> File<'t> {
                     .and_then(|a| self.normalize(a))
             })
             .flatten();
-            let base = required
-                .or(promisified)
-                .or_else(|| self.normalize(value));
+            let base = required.or(promisified).or_else(|| self.normalize(value));
             match name.kind() {
                 "identifier" => {
                     let key = self.text(name).to_string();
@@ -565,7 +563,8 @@ impl<'t> File<'t> {
                         let Some(key) = entry.child_by_field_name("key") else {
                             continue;
                         };
-                        let Some(value) = entry.child_by_field_name("value").map(unwrap_expr) else {
+                        let Some(value) = entry.child_by_field_name("value").map(unwrap_expr)
+                        else {
                             continue;
                         };
                         let body = if is_function(value) {

@@ -842,7 +842,10 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
     ) && matches!(
         last,
         "query" | "search" | "get" | "fetch" | "searchRecords" | "similaritySearch"
-    )) {
+    ))
+        // Mastra's vector stores (`new PgVector(…).query`).
+        || (root.starts_with("@mastra/") && segs.iter().any(|s| s.ends_with("Vector")) && last == "query")
+    {
         out.push((Effect::ReadsInternal, Channel::Database, None, None));
         return out;
     }

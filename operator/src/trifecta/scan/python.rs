@@ -594,6 +594,25 @@ impl<'t> File<'t> {
         let Some(function) = call.child_by_field_name("function") else {
             return;
         };
+        // `await asyncio.to_thread(helper, a, b)` runs `helper(a, b)`.
+        let callee = self
+            .normalize(function)
+            .map(|n| self.names.resolve(&n, scope));
+        if callee.as_deref().is_some_and(|c| c.ends_with("to_thread"))
+            && let Some(args) = call.child_by_field_name("arguments")
+        {
+            let mut positional = named_children(args)
+                .into_iter()
+                .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment");
+            if let Some(helper) = positional.next().filter(|h| h.kind() == "identifier")
+                && let Some(def) = self.functions.get(self.text(helper))
+                && let Some(body) = def.child_by_field_name("body")
+            {
+                let bound: Vec<Arg> = positional.map(|c| self.arg(c, scope)).collect();
+                self.events_with(body, None, false, &bound, out);
+            }
+            return;
+        }
         let target = match function.kind() {
             "identifier" => self.functions.get(self.text(function)).map(|f| (*f, None)),
             "attribute" => {

@@ -197,7 +197,11 @@ impl<'t> File<'t> {
                 "identifier" => {
                     let key = self.text(name).to_string();
                     match self.arg(value, scope) {
-                        a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_)) => {
+                        a @ (Arg::Str(_) | Arg::Prefix(_) | Arg::Int(_) | Arg::Param(_)) => {
+                            scope.consts.insert(key, a);
+                        }
+                        // `new Request(url, {method: "POST"})`, later fetched.
+                        a @ Arg::Object(_) if value.kind() == "new_expression" => {
                             scope.consts.insert(key, a);
                         }
                         _ => {
@@ -322,6 +326,30 @@ impl<'t> File<'t> {
                 Arg::Object(fields)
             }
             "identifier" => self.names.constant(self.text(node), scope),
+            "new_expression"
+                if node
+                    .child_by_field_name("constructor")
+                    .is_some_and(|c| self.text(c) == "Request") =>
+            {
+                // The request's URL and init, as fetch(url, init) would see them.
+                let args: Vec<Arg> = node
+                    .child_by_field_name("arguments")
+                    .map(|a| {
+                        named_children(a)
+                            .into_iter()
+                            .map(|c| self.arg(c, scope))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut fields = vec![(
+                    "url".to_string(),
+                    args.first().cloned().unwrap_or(Arg::Other),
+                )];
+                if let Some(Arg::Object(init)) = args.get(1) {
+                    fields.extend(init.iter().cloned());
+                }
+                Arg::Object(fields)
+            }
             // `context.path` (Mastra), `args.file`: a field of a parameter
             // is the model's choice too.
             "member_expression" => match node
@@ -696,10 +724,33 @@ impl<'t> File<'t> {
                     _ => Some(self.text(key).to_string()),
                 }
             }
-            "variable_declarator" => parent
-                .child_by_field_name("name")
-                .filter(|n| n.kind() == "identifier")
-                .map(|n| self.text(n).to_string()),
+            "variable_declarator" => {
+                let var = parent
+                    .child_by_field_name("name")
+                    .filter(|n| n.kind() == "identifier")
+                    .map(|n| self.text(n).to_string())?;
+                // `tools: { browse: browseTool }`: the model sees the key.
+                let mut root = parent;
+                while let Some(up) = root.parent() {
+                    root = up;
+                }
+                let mut key = None;
+                preorder(root, |node| {
+                    if key.is_none()
+                        && node.kind() == "pair"
+                        && node.child_by_field_name("value").map(|v| self.text(v))
+                            == Some(var.as_str())
+                        && let Some(k) = node.child_by_field_name("key")
+                    {
+                        key = match k.kind() {
+                            "string" => self.literal(k).into_full(),
+                            _ => Some(self.text(k).to_string()),
+                        };
+                    }
+                    key.is_none()
+                });
+                Some(key.unwrap_or(var))
+            }
             "parenthesized_expression" | "as_expression" | "satisfies_expression" => {
                 self.binding_name(parent)
             }

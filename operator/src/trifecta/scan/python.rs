@@ -52,7 +52,15 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     {
         file.registered_tools(root, &mut out);
     }
-    file.listed_tools(root, src, &mut out);
+    // The same substring gate as above for the list and dispatch forms.
+    if src.contains("tools=")
+        || src.contains("tools = ")
+        || src.contains("ToolNode(")
+        || src.contains("\"function\"")
+        || src.contains("'function'")
+    {
+        file.listed_tools(root, src, &mut out);
+    }
     // A function both decorated and listed is one tool.
     let mut seen = std::collections::HashSet::new();
     out.retain(|t| seen.insert(t.name.clone()));

@@ -354,6 +354,9 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
             let mut capabilities: Vec<Capability> = Vec::new();
             for event in &t.events {
                 for cap in classify::classify(event, lang, path) {
+                    if let Some(note) = conservative_note(&t.name, event, &cap, path) {
+                        diagnostics.push(note);
+                    }
                     push_unique(&mut capabilities, cap);
                 }
             }
@@ -370,6 +373,43 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
         })
         .collect();
     (tools, diagnostics)
+}
+
+/// A note when a capability is the conservative reading of something the
+/// scanner cannot resolve: a file path or a URL that only exists at run
+/// time. The finding it leads to then says why it exists.
+fn conservative_note(tool: &str, event: &Event, cap: &Capability, path: &str) -> Option<Note> {
+    let Event::Call(call) = event else {
+        return None;
+    };
+    let source = Some(SourceLocation {
+        file: path.to_string(),
+        line: call.line,
+    });
+    let message = match (cap.effect, cap.channel, call.args.first()) {
+        (Effect::ReadsSecret, Channel::File, Some(classify::Arg::Param(arg))) => format!(
+            "tool {tool:?}: {} reads a file whose path is the argument {arg:?}; counted as a secret read, since the model chooses the path",
+            call.callee
+        ),
+        (Effect::UntrustedInput, Channel::Http, Some(classify::Arg::Other) | None)
+            if cap
+                .destination
+                .as_ref()
+                .and_then(|d| d.host.as_ref())
+                .is_none() =>
+        {
+            format!(
+                "tool {tool:?}: {} fetches a URL built at run time; counted as untrusted input",
+                call.callee
+            )
+        }
+        _ => return None,
+    };
+    Some(Note {
+        level: NoteLevel::Warning,
+        message,
+        source,
+    })
 }
 
 /// The line of the first syntax error, for the diagnostic.

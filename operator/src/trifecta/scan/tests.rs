@@ -695,6 +695,22 @@ def save(text: str) -> None:
             "upload: Egress/http@paste.example.com ReadsSecret/file",
         ]
     );
+    // The conservative reading says why, at the line.
+    let notes: Vec<String> = s
+        .diagnostics
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {}",
+                n.source.as_ref().map(|s| s.to_string()).unwrap_or_default(),
+                n.message
+            )
+        })
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("agent/tools.py:26 tool \"read_any\": pathlib.Path().read_text reads a file whose path is the argument \"path\"")),
+        "{notes:?}"
+    );
 }
 
 #[test]

@@ -883,7 +883,9 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
                 | "fetch_messages"
                 | "getUpdates"
                 | "get_updates"
-        ) || (has("conversations") && matches!(last, "history" | "replies"));
+        ) || (has("conversations") && matches!(last, "history" | "replies"))
+            // discord.js `channel.messages.fetch(…)`.
+            || (has("messages") && matches!(last, "fetch" | "list"));
         if sends {
             out.push((Effect::Egress, Channel::Chat, None, None));
         } else if reads {

@@ -206,6 +206,7 @@ pub(super) fn tools_sharing(
 ) {
     for (name, line) in names {
         out.push(RawTool {
+            deferred: None,
             name,
             line,
             events: events.to_vec(),

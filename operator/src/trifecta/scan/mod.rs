@@ -91,6 +91,9 @@ pub(crate) struct RawTool {
     pub line: u32,
     pub events: Vec<Event>,
     pub hints: Hints,
+    /// A handler imported from another file of the scan: the function's
+    /// name, whose body gives the events (resolved across files).
+    pub deferred: Option<String>,
 }
 
 /// A classified tool of one file.
@@ -100,6 +103,8 @@ struct FoundTool {
     source: SourceLocation,
     capabilities: Vec<Capability>,
     hints: Hints,
+    /// The imported handler whose body is in another file.
+    deferred: Option<String>,
 }
 
 /// Scans a directory (or one file) and its optional `agentgate.yaml`.
@@ -252,6 +257,69 @@ impl Parsers {
     }
 }
 
+/// Tools whose handler another file defines (`{ send_mail: sendMail }`
+/// with `sendMail` imported): the handler's body, found in the scanned file
+/// that defines a module-level function of that name, gives the
+/// capabilities. Not found: a warning, and the tool keeps none.
+fn resolve_deferred(
+    tools: &mut BTreeMap<String, FoundTool>,
+    files: &[&(String, String)],
+    diagnostics: &mut Vec<Note>,
+) {
+    let mut parsers = Parsers::default();
+    for tool in tools.values_mut() {
+        let Some(function) = tool.deferred.take() else {
+            continue;
+        };
+        let mut found = false;
+        for (path, text) in files.iter().map(|f| (&f.0, &f.1)) {
+            if !text.contains(function.as_str()) {
+                continue;
+            }
+            let Some(grammar) = language(path) else {
+                continue;
+            };
+            let Ok(parser) = parsers.get(grammar) else {
+                continue;
+            };
+            let Some(tree) = parser.parse(text.as_str(), None) else {
+                continue;
+            };
+            let (events, lang) = match grammar {
+                Grammar::Python => (
+                    python::function_events(&tree, text, &function),
+                    Lang::Python,
+                ),
+                Grammar::TypeScript | Grammar::Tsx => (
+                    typescript::function_events(&tree, text, &function),
+                    Lang::TypeScript,
+                ),
+            };
+            let Some(events) = events else {
+                continue;
+            };
+            for event in &events {
+                for cap in classify::classify(event, lang, path) {
+                    push_unique(&mut tool.capabilities, cap);
+                }
+            }
+            collapse_sessions(&mut tool.capabilities);
+            found = true;
+            break;
+        }
+        if !found {
+            diagnostics.push(Note {
+                level: NoteLevel::Warning,
+                message: format!(
+                    "tool {:?}: its handler {function:?} is imported from a file outside the scan; it has no capabilities here (declare them in {MANIFEST_FILE})",
+                    tool.name
+                ),
+                source: Some(tool.source.clone()),
+            });
+        }
+    }
+}
+
 /// The agent framework a file imports, if any: the reason a file without
 /// recognised tools deserves a note.
 fn agent_framework(path: &str, text: &str) -> Option<&'static str> {
@@ -369,6 +437,7 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
                 },
                 capabilities,
                 hints: t.hints,
+                deferred: t.deferred,
             }
         })
         .collect();
@@ -528,6 +597,7 @@ pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result
             }
         }
     }
+    resolve_deferred(&mut tools, &sorted, &mut diagnostics);
     let graph = build_graph(tools, &manifest)?;
     Ok(Scan {
         graph,

@@ -67,6 +67,24 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     out
 }
 
+/// The events of the module-level function `name` of one file (a tool
+/// handler another file imports), or `None` when the file has none.
+pub(crate) fn function_events(tree: &Tree, src: &str, name: &str) -> Option<Vec<Event>> {
+    let root = tree.root_node();
+    let mut file = File {
+        src: src.as_bytes(),
+        names: Names::default(),
+        functions: HashMap::new(),
+        methods: HashMap::new(),
+        fields: HashMap::new(),
+    };
+    file.index(root);
+    let body = file.functions.get(name)?.child_by_field_name("body")?;
+    let mut events = Vec::new();
+    file.events(body, None, true, &mut events);
+    Some(events)
+}
+
 impl<'t> File<'t> {
     fn text(&self, node: Node<'_>) -> &'t str {
         text(node, self.src)
@@ -834,6 +852,7 @@ impl<'t> File<'t> {
                     let mut events = Vec::new();
                     self.events(body, None, true, &mut events);
                     out.push(RawTool {
+                        deferred: None,
                         name,
                         line: line(def),
                         events,
@@ -1131,6 +1150,7 @@ impl<'t> File<'t> {
         let mut events = Vec::new();
         self.events(body, None, true, &mut events);
         out.push(RawTool {
+            deferred: None,
             name,
             line: line(call),
             events,
@@ -1172,6 +1192,7 @@ impl<'t> File<'t> {
                 let mut events = Vec::new();
                 self.events(body, None, true, &mut events);
                 out.push(RawTool {
+                    deferred: None,
                     name,
                     line: line(at),
                     events,
@@ -1224,9 +1245,27 @@ impl<'t> File<'t> {
                             pair.child_by_field_name("value"),
                         ) && v.kind() == "identifier"
                             && let Arg::Str(name) = self.arg(k, &Scope::default())
-                            && let Some(def) = self.functions.get(self.text(v))
                         {
-                            add(name, *def, pair, out);
+                            match self.functions.get(self.text(v)) {
+                                Some(def) => add(name, *def, pair, out),
+                                // Imported from another file of the scan.
+                                None => {
+                                    if let Some(function) = self
+                                        .names
+                                        .imports
+                                        .get(self.text(v))
+                                        .and_then(|m| m.rsplit('.').next())
+                                    {
+                                        out.push(RawTool {
+                                            deferred: Some(function.to_string()),
+                                            name,
+                                            line: line(pair),
+                                            events: Vec::new(),
+                                            hints: Hints::default(),
+                                        });
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -1279,6 +1318,7 @@ impl<'t> File<'t> {
             }
         }
         out.push(RawTool {
+            deferred: None,
             name,
             line: line(class),
             events,

@@ -888,3 +888,48 @@ fn a_framework_file_without_tools_is_said_and_zero_tools_warns() {
         s.diagnostics
     );
 }
+
+#[test]
+fn dispatch_handlers_imported_from_another_file_are_resolved() {
+    let s = scan(
+        &[
+            (
+                "src/agent.ts",
+                r#"
+import { sendMail, readNotes, gone } from "./tools";
+const tools = [{ type: "function", function: { name: "send_mail" } }];
+const handlers = { send_mail: sendMail, read_notes: readNotes, lost: gone };
+"#,
+            ),
+            (
+                "src/tools.ts",
+                r#"
+import nodemailer from "nodemailer";
+import { readFileSync } from "node:fs";
+export async function sendMail(args: { to: string }) {
+  return nodemailer.createTransport({ host: "smtp.example.com" }).sendMail({ to: args.to });
+}
+export function readNotes() {
+  return readFileSync("/home/me/.notes/todo.md", "utf8");
+}
+"#,
+            ),
+        ],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "lost: ",
+            "read_notes: ReadsInternal/file",
+            "send_mail: Egress/mail",
+        ]
+    );
+    assert!(
+        s.diagnostics.iter().any(|n| n.message.starts_with(
+            "tool \"lost\": its handler \"gone\" is imported from a file outside the scan"
+        )),
+        "{:?}",
+        s.diagnostics
+    );
+}

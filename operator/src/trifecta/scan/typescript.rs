@@ -622,15 +622,42 @@ impl<'t> File<'t> {
                     ),
                     _ => continue,
                 };
-                if let (Some(name), Some(body)) = (key, body) {
-                    let mut events = Vec::new();
-                    self.events(body, true, &mut events);
-                    out.push(RawTool {
+                // A handler imported from another file of the scan: its body
+                // is found there (scan_source resolves it).
+                let value_name = match entry.kind() {
+                    "pair" => entry
+                        .child_by_field_name("value")
+                        .map(unwrap_expr)
+                        .filter(|v| v.kind() == "identifier")
+                        .map(|v| self.text(v)),
+                    "shorthand_property_identifier" => Some(self.text(entry)),
+                    _ => None,
+                };
+                let imported = value_name
+                    .and_then(|v| self.names.imports.get(v))
+                    .filter(|m| m.starts_with('.'))
+                    .and_then(|m| m.rsplit('.').next())
+                    .map(str::to_string);
+                match (key, body, imported) {
+                    (Some(name), Some(body), _) => {
+                        let mut events = Vec::new();
+                        self.events(body, true, &mut events);
+                        out.push(RawTool {
+                            deferred: None,
+                            name,
+                            line: line(entry),
+                            events,
+                            hints: Hints::default(),
+                        });
+                    }
+                    (Some(name), None, Some(function)) => out.push(RawTool {
+                        deferred: Some(function),
                         name,
                         line: line(entry),
-                        events,
+                        events: Vec::new(),
                         hints: Hints::default(),
-                    });
+                    }),
+                    _ => {}
                 }
             }
             true
@@ -704,6 +731,7 @@ impl<'t> File<'t> {
         let mut events = Vec::new();
         self.events(body, true, &mut events);
         out.push(RawTool {
+            deferred: None,
             name,
             line: line(call),
             events,
@@ -838,6 +866,7 @@ impl<'t> File<'t> {
                 let mut events = Vec::new();
                 self.events(body, true, &mut events);
                 out.push(RawTool {
+                    deferred: None,
                     name,
                     line: line(*first),
                     events,
@@ -980,6 +1009,22 @@ impl<'t> File<'t> {
 }
 
 /// The name of the class a method belongs to.
+/// The events of the module-level function `name` of one file (a tool
+/// handler another file imports), or `None` when the file has none.
+pub(crate) fn function_events(tree: &Tree, src: &str, name: &str) -> Option<Vec<Event>> {
+    let root = tree.root_node();
+    let mut file = File {
+        src: src.as_bytes(),
+        names: Names::default(),
+        functions: HashMap::new(),
+    };
+    file.index(root, true);
+    let body = file.functions.get(name)?.child_by_field_name("body")?;
+    let mut events = Vec::new();
+    file.events(body, true, &mut events);
+    Some(events)
+}
+
 /// The identifiers a parameter list binds, destructured ones included.
 fn parameter_names(node: Node<'_>, src: &[u8], out: &mut Vec<String>) {
     match node.kind() {

@@ -466,6 +466,62 @@ const CHAT_ROOTS: &[&str] = &[
     "twilio",
 ];
 
+/// A local file a call writes or reads, by literal path: `(path, writes)`.
+/// What one tool downloads into a file and another reads back is untrusted
+/// input for the reader (the scan links them across tools).
+pub(crate) fn file_access(event: &Event, lang: Lang) -> Option<(String, bool)> {
+    let Event::Call(call) = event else {
+        return None;
+    };
+    let segs = segments(&call.callee);
+    let last = *segs.last()?;
+    let root = segs[0].to_ascii_lowercase();
+    let path_at = |i: usize| call.args.get(i).and_then(Arg::text).map(str::to_string);
+    let mode = call
+        .args
+        .get(1)
+        .or_else(|| call.kwarg("mode"))
+        .and_then(Arg::full)
+        .unwrap_or("r");
+    match lang {
+        Lang::Python => {
+            if matches!(last, "urlretrieve") {
+                return path_at(1).map(|p| (p, true));
+            }
+            if matches!(last, "write_text" | "write_bytes") {
+                return path_at(0).map(|p| (p, true));
+            }
+            let open = (segs.len() == 1 && last == "open")
+                || matches!(last, "read_text" | "read_bytes" | "open")
+                    && (segs.len() == 2 || matches!(root.as_str(), "path" | "pathlib" | "io"));
+            open.then(|| path_at(0))
+                .flatten()
+                .map(|p| (p, mode.contains(['w', 'a', 'x'])))
+        }
+        Lang::TypeScript => {
+            let fs = matches!(
+                root.as_str(),
+                "fs" | "fs/promises" | "node:fs" | "node:fs/promises"
+            );
+            if fs
+                && matches!(
+                    last,
+                    "writeFile" | "writeFileSync" | "appendFile" | "createWriteStream"
+                )
+                || (root == "bun" && last == "write")
+            {
+                return path_at(0).map(|p| (p, true));
+            }
+            if fs && matches!(last, "readFile" | "readFileSync" | "createReadStream")
+                || (root == "bun" && last == "file")
+            {
+                return path_at(0).map(|p| (p, false));
+            }
+            None
+        }
+    }
+}
+
 /// Maps one event to the capabilities it shows (usually zero or one).
 pub(crate) fn classify(event: &Event, lang: Lang, file: &str) -> Vec<Capability> {
     let loc = |line: u32| {
@@ -1070,13 +1126,13 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         return out;
     }
     if HTTP_ROOTS.contains(&root.as_str())
-        || (root == "urllib" && (last == "urlopen" || last == "Request"))
+        || (root == "urllib" && matches!(last, "urlopen" | "Request" | "urlretrieve"))
         || (lang == Lang::Python && matches!(call.callee.as_str(), "urlopen" | "urlretrieve"))
     {
         let lower_last = last.to_ascii_lowercase();
         match lower_last.as_str() {
             "get" | "head" | "options" | "urlopen" | "urlretrieve" | "stream" => {
-                if lower_last == "urlopen" {
+                if lower_last == "urlopen" || lower_last == "urlretrieve" {
                     out.push(http("GET", call));
                 } else if lower_last == "stream" {
                     // httpx.stream("POST", url)

@@ -105,6 +105,8 @@ struct FoundTool {
     hints: Hints,
     /// The imported handler whose body is in another file.
     deferred: Option<String>,
+    /// Local files its body reads and writes, by literal path.
+    files: Vec<(String, bool, SourceLocation)>,
 }
 
 /// Scans a directory (or one file) and its optional `agentgate.yaml`.
@@ -254,6 +256,52 @@ impl Parsers {
         }
         slot.as_mut()
             .ok_or_else(|| "parser not initialised".to_string())
+    }
+}
+
+/// A file that a tool with untrusted input writes (it downloads into it)
+/// is untrusted input for every tool that reads it back by the same path.
+fn downloaded_files(tools: &mut BTreeMap<String, FoundTool>) {
+    let downloaded: BTreeMap<String, String> = tools
+        .values()
+        .filter(|t| {
+            t.capabilities
+                .iter()
+                .any(|c| c.effect == Effect::UntrustedInput)
+        })
+        .flat_map(|t| {
+            t.files
+                .iter()
+                .filter(|(_, writes, _)| *writes)
+                .map(|(path, _, _)| (path.clone(), t.name.clone()))
+        })
+        .collect();
+    if downloaded.is_empty() {
+        return;
+    }
+    for tool in tools.values_mut() {
+        let reads: Vec<(String, SourceLocation)> = tool
+            .files
+            .iter()
+            .filter(|(path, writes, _)| !writes && downloaded.contains_key(path))
+            .map(|(path, _, at)| (path.clone(), at.clone()))
+            .collect();
+        for (path, at) in reads {
+            push_unique(
+                &mut tool.capabilities,
+                Capability {
+                    effect: Effect::UntrustedInput,
+                    channel: Channel::File,
+                    call: Some(format!(
+                        "read of {path} (written by tool {})",
+                        downloaded[&path]
+                    )),
+                    destination: None,
+                    resource: Some(path),
+                    source: Some(at),
+                },
+            );
+        }
     }
 }
 
@@ -429,7 +477,26 @@ fn scan_file(parsers: &mut Parsers, path: &str, text: &str) -> (Vec<FoundTool>, 
                 }
             }
             collapse_sessions(&mut capabilities);
+            let files = t
+                .events
+                .iter()
+                .filter_map(|e| {
+                    let (file, writes) = classify::file_access(e, lang)?;
+                    let Event::Call(call) = e else {
+                        return None;
+                    };
+                    Some((
+                        file,
+                        writes,
+                        SourceLocation {
+                            file: path.to_string(),
+                            line: call.line,
+                        },
+                    ))
+                })
+                .collect();
             FoundTool {
+                files,
                 name: t.name,
                 source: SourceLocation {
                     file: path.to_string(),
@@ -598,6 +665,7 @@ pub fn scan_source(files: &[(String, String)], manifest: Option<&str>) -> Result
         }
     }
     resolve_deferred(&mut tools, &sorted, &mut diagnostics);
+    downloaded_files(&mut tools);
     let graph = build_graph(tools, &manifest)?;
     Ok(Scan {
         graph,

@@ -933,3 +933,60 @@ export function readNotes() {
         s.diagnostics
     );
 }
+
+#[test]
+fn a_file_a_download_wrote_is_untrusted_for_its_reader() {
+    let s = scan(
+        &[(
+            "agent/tools.py",
+            r#"
+import urllib.request
+import requests
+from langchain_core.tools import tool
+
+CACHE = "/tmp/agent/page.html"
+
+@tool
+def download(url: str) -> str:
+    """Fetch a page into the cache."""
+    urllib.request.urlretrieve(url, CACHE)
+    return "saved"
+
+@tool
+def save_page(url: str) -> str:
+    """Fetch and keep a copy."""
+    body = requests.get(url).text
+    with open("/tmp/agent/copy.html", "w") as f:
+        f.write(body)
+    return "ok"
+
+@tool
+def read_cache() -> str:
+    """What the last download saved."""
+    return open(CACHE).read()
+
+@tool
+def read_copy() -> str:
+    """The kept copy."""
+    with open("/tmp/agent/copy.html") as f:
+        return f.read()
+
+@tool
+def read_other() -> str:
+    """A file nobody downloaded."""
+    return open("/tmp/agent/notes.txt").read()
+"#,
+        )],
+        None,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            "download: UntrustedInput/http",
+            "read_cache: UntrustedInput/file",
+            "read_copy: UntrustedInput/file",
+            "read_other: ",
+            "save_page: UntrustedInput/http",
+        ]
+    );
+}

@@ -107,13 +107,15 @@ while true; do
   if bash -c "echo x > /dev/udp/10.77.0.2/9999" 2>/dev/null; then udp=sent; else udp=dropped; fi
   if echo x > /tmp/inside 2>/dev/null; then inside=ok; else inside=denied; fi
   outside=$( { echo x > /dev/shm/agentgate-probe; } 2>&1 && echo ok)
-  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost bget=$bget github=$github udp=$udp inside=$inside"
+  # The first round's details come before its PROBE line: the test reads
+  # them once it sees that line.
   if [ $n = 1 ]; then
     echo "OUTSIDE $outside"
     echo "BODY post $(tr -d '\n' < /tmp/post.body)"
     echo "BODY dpost $(tr -d '\n' < /tmp/dpost.body)"
     echo "BODY github $(tr -d '\n' < /tmp/github.body)"
   fi
+  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost bget=$bget github=$github udp=$udp inside=$inside"
   sleep 0.1
 done
 "#;
@@ -126,6 +128,8 @@ struct Probe {
 fn probes(log: &str) -> Vec<Probe> {
     log.lines()
         .filter_map(|l| l.strip_prefix("PROBE "))
+        // A line still being written is not a probe yet.
+        .filter(|l| l.contains(" inside="))
         .map(|l| {
             let fields: std::collections::BTreeMap<String, String> = l
                 .split(' ')

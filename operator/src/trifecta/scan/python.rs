@@ -33,14 +33,7 @@ struct File<'t> {
 /// Extracts the tools of one parsed Python file.
 pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
-    let mut file = File {
-        src: src.as_bytes(),
-        names: Names::default(),
-        functions: HashMap::new(),
-        methods: HashMap::new(),
-        fields: HashMap::new(),
-    };
-    file.index(root);
+    let file = File::indexed(root, src);
     let mut out = Vec::new();
     file.find_tools(root, &mut out);
     // A whole-tree walk for registration calls costs ~10% of a scan; most
@@ -71,21 +64,37 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
 /// handler another file imports), or `None` when the file has none.
 pub(crate) fn function_events(tree: &Tree, src: &str, name: &str) -> Option<Vec<Event>> {
     let root = tree.root_node();
-    let mut file = File {
-        src: src.as_bytes(),
-        names: Names::default(),
-        functions: HashMap::new(),
-        methods: HashMap::new(),
-        fields: HashMap::new(),
-    };
-    file.index(root);
+    let file = File::indexed(root, src);
     let body = file.functions.get(name)?.child_by_field_name("body")?;
     let mut events = Vec::new();
     file.events(body, None, true, &mut events);
     Some(events)
 }
 
+/// The positional argument nodes of a call (no keywords, no comments).
+fn positional(call: Node<'_>) -> Vec<Node<'_>> {
+    call.child_by_field_name("arguments")
+        .map(named_children)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment")
+        .collect()
+}
+
 impl<'t> File<'t> {
+    /// Reads one file's module-level facts.
+    fn indexed(root: Node<'t>, src: &'t str) -> File<'t> {
+        let mut file = File {
+            src: src.as_bytes(),
+            names: Names::default(),
+            functions: HashMap::new(),
+            methods: HashMap::new(),
+            fields: HashMap::new(),
+        };
+        file.index(root);
+        file
+    }
+
     fn text(&self, node: Node<'_>) -> &'t str {
         text(node, self.src)
     }
@@ -345,16 +354,10 @@ impl<'t> File<'t> {
                     // The home directory, written as `~`.
                     Arg::Str("~".into())
                 } else if last == "join" {
-                    let parts = node
-                        .child_by_field_name("arguments")
-                        .map(|a| {
-                            named_children(a)
-                                .into_iter()
-                                .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment")
-                                .map(|c| self.arg(c, scope))
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let parts = positional(node)
+                        .into_iter()
+                        .map(|c| self.arg(c, scope))
+                        .collect();
                     Arg::join_path(parts)
                 } else if matches!(
                     last,
@@ -420,14 +423,9 @@ impl<'t> File<'t> {
     }
 
     fn first_arg(&self, call: Node<'_>, scope: &Scope) -> Arg {
-        let Some(args) = call.child_by_field_name("arguments") else {
-            return Arg::Other;
-        };
-        let mut cursor = args.walk();
-        let first = args
-            .named_children(&mut cursor)
-            .find(|c| c.kind() != "keyword_argument" && c.kind() != "comment");
-        first.map(|c| self.arg(c, scope)).unwrap_or(Arg::Other)
+        positional(call)
+            .first()
+            .map_or(Arg::Other, |c| self.arg(*c, scope))
     }
 
     /// A string literal: complete, or its prefix before the first
@@ -624,12 +622,8 @@ impl<'t> File<'t> {
         let callee = self
             .normalize(function)
             .map(|n| self.names.resolve(&n, scope));
-        if callee.as_deref().is_some_and(|c| c.ends_with("to_thread"))
-            && let Some(args) = call.child_by_field_name("arguments")
-        {
-            let mut positional = named_children(args)
-                .into_iter()
-                .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment");
+        if callee.as_deref().is_some_and(|c| c.ends_with("to_thread")) {
+            let mut positional = positional(call).into_iter();
             if let Some(helper) = positional.next().filter(|h| h.kind() == "identifier")
                 && let Some(def) = self.functions.get(self.text(helper))
                 && let Some(body) = def.child_by_field_name("body")
@@ -667,16 +661,10 @@ impl<'t> File<'t> {
         if let Some((def, cls)) = target
             && let Some(body) = def.child_by_field_name("body")
         {
-            let bound: Vec<Arg> = call
-                .child_by_field_name("arguments")
-                .map(|a| {
-                    named_children(a)
-                        .into_iter()
-                        .filter(|c| c.kind() != "keyword_argument" && c.kind() != "comment")
-                        .map(|c| self.arg(c, scope))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let bound: Vec<Arg> = positional(call)
+                .into_iter()
+                .map(|c| self.arg(c, scope))
+                .collect();
             self.events_with(body, cls, false, &bound, out);
         }
     }

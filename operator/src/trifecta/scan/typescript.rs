@@ -35,12 +35,7 @@ fn is_function(node: Node<'_>) -> bool {
 /// Extracts the tools of one parsed TypeScript/TSX file.
 pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
     let root = tree.root_node();
-    let mut file = File {
-        src: src.as_bytes(),
-        names: Names::default(),
-        functions: HashMap::new(),
-    };
-    file.index(root, true);
+    let file = File::indexed(root, src);
     let mut out = Vec::new();
     file.find_tools(root, &mut out);
     // OpenAI function calling: a map from the schemas' names to handlers.
@@ -53,6 +48,17 @@ pub(crate) fn tools(tree: &Tree, src: &str) -> Vec<RawTool> {
 }
 
 impl<'t> File<'t> {
+    /// Reads one file's module-level facts.
+    fn indexed(root: Node<'t>, src: &'t str) -> File<'t> {
+        let mut file = File {
+            src: src.as_bytes(),
+            names: Names::default(),
+            functions: HashMap::new(),
+        };
+        file.index(root, true);
+        file
+    }
+
     fn text(&self, node: Node<'_>) -> &'t str {
         text(node, self.src)
     }
@@ -332,15 +338,7 @@ impl<'t> File<'t> {
                     .is_some_and(|c| self.text(c) == "Request") =>
             {
                 // The request's URL and init, as fetch(url, init) would see them.
-                let args: Vec<Arg> = node
-                    .child_by_field_name("arguments")
-                    .map(|a| {
-                        named_children(a)
-                            .into_iter()
-                            .map(|c| self.arg(c, scope))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let args = self.args_of(node, scope);
                 let mut fields = vec![(
                     "url".to_string(),
                     args.first().cloned().unwrap_or(Arg::Other),
@@ -382,16 +380,7 @@ impl<'t> File<'t> {
                     // The home directory, written as `~`.
                     Arg::Str("~".into())
                 } else if f.ends_with("join") || f.ends_with("resolve") {
-                    let parts = node
-                        .child_by_field_name("arguments")
-                        .map(|a| {
-                            named_children(a)
-                                .into_iter()
-                                .map(|c| self.arg(c, scope))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    Arg::join_path(parts)
+                    Arg::join_path(self.args_of(node, scope))
                 } else {
                     Arg::Other
                 }
@@ -400,25 +389,27 @@ impl<'t> File<'t> {
         }
     }
 
+    /// The values of a call's (or `new`'s) arguments, comments skipped.
+    fn args_of(&self, node: Node<'_>, scope: &Scope) -> Vec<Arg> {
+        node.child_by_field_name("arguments")
+            .map(named_children)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.kind() != "comment")
+            .map(|a| self.arg(a, scope))
+            .collect()
+    }
+
     fn call_site(&self, node: Node<'_>, scope: &Scope) -> Option<CallSite> {
         let f = match node.kind() {
             "call_expression" => node.child_by_field_name("function")?,
             _ => node.child_by_field_name("constructor")?,
         };
         let callee = self.names.resolve(&self.normalize(f)?, scope);
-        let mut args = Vec::new();
-        if let Some(list) = node.child_by_field_name("arguments") {
-            let mut cursor = list.walk();
-            for a in list.named_children(&mut cursor) {
-                if a.kind() != "comment" {
-                    args.push(self.arg(a, scope));
-                }
-            }
-        }
         Some(CallSite {
             callee,
             line: line(node),
-            args,
+            args: self.args_of(node, scope),
             kwargs: Vec::new(),
         })
     }
@@ -1008,17 +999,11 @@ impl<'t> File<'t> {
     }
 }
 
-/// The name of the class a method belongs to.
 /// The events of the module-level function `name` of one file (a tool
 /// handler another file imports), or `None` when the file has none.
 pub(crate) fn function_events(tree: &Tree, src: &str, name: &str) -> Option<Vec<Event>> {
     let root = tree.root_node();
-    let mut file = File {
-        src: src.as_bytes(),
-        names: Names::default(),
-        functions: HashMap::new(),
-    };
-    file.index(root, true);
+    let file = File::indexed(root, src);
     let body = file.functions.get(name)?.child_by_field_name("body")?;
     let mut events = Vec::new();
     file.events(body, true, &mut events);
@@ -1045,6 +1030,7 @@ fn parameter_names(node: Node<'_>, src: &[u8], out: &mut Vec<String>) {
     }
 }
 
+/// The name of the class a method belongs to.
 fn class_name(method: Node<'_>, src: &[u8]) -> Option<String> {
     let body = method.parent()?;
     let class = body.parent()?;

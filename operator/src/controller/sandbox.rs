@@ -566,13 +566,25 @@ async fn apply_config_map(
             "revision": revision.to_string(),
         },
     });
-    Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+    apply(
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace),
+        &name,
+        &patch,
+    )
+    .await
+}
+
+/// Server-side applies an object the operator owns outright.
+async fn apply<K>(api: Api<K>, name: &str, patch: &serde_json::Value) -> Result<(), ControllerError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
     Ok(())
 }
 
@@ -683,14 +695,13 @@ async fn apply_network_policy(
             "egress": egress,
         },
     });
-    Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default())
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-    Ok(())
+    let namespace = sandbox.namespace().unwrap_or_default();
+    apply(
+        Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &namespace),
+        &name,
+        &patch,
+    )
+    .await
 }
 
 /// Creates the agent Pod (`spec`, in the enforced shape) if it does not

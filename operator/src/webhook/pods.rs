@@ -69,12 +69,20 @@ pub fn enforcement(
 
 /// True when the pod claims a sandbox by owner reference or label.
 pub fn claims_sandbox(pod: &Pod) -> bool {
-    owning_sandbox(pod).is_some()
-        || pod
-            .metadata
+    claim_marks(pod) != (None, None)
+}
+
+/// The two marks by which a pod claims a sandbox: the name in its
+/// controlling owner reference, and its `agentgate.dev/sandbox` label.
+fn claim_marks(pod: &Pod) -> (Option<String>, Option<String>) {
+    (
+        owning_sandbox(pod).map(|(name, _)| name),
+        pod.metadata
             .labels
             .as_ref()
-            .is_some_and(|l| l.contains_key(SANDBOX_LABEL))
+            .and_then(|l| l.get(SANDBOX_LABEL))
+            .cloned(),
+    )
 }
 
 /// Every container image of the pod (init, regular, ephemeral), unique, in
@@ -102,14 +110,7 @@ pub fn agent_images(pod: &Pod, data_plane: &DataPlane) -> Vec<String> {
 /// The sandbox a pod claims by owner reference or label: its name, or why
 /// the claim is contradictory. `None`: the pod claims none.
 pub fn claimed_sandbox(pod: &Pod) -> Option<Result<String, String>> {
-    let owner = owning_sandbox(pod).map(|(name, _)| name);
-    let label = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(SANDBOX_LABEL))
-        .cloned();
-    match (owner, label) {
+    match claim_marks(pod) {
         (Some(owner), Some(label)) if owner != label => Some(Err(format!(
             "metadata: the owner reference names sandbox {owner:?} but the label {SANDBOX_LABEL} names {label:?}"
         ))),
@@ -251,18 +252,8 @@ pub fn review_pod(
     // A claim, once made, stays: the webhook sees a sandbox's pods by their
     // label, so an update that dropped it would take every later update
     // (a swapped proxy image) out of review.
-    let marks = |p: &Pod| {
-        (
-            owning_sandbox(p).map(|(name, _)| name),
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SANDBOX_LABEL))
-                .cloned(),
-        )
-    };
     if let Some(old) = old
-        && let ((old_owner, old_label), (owner, label)) = (marks(old), marks(pod))
+        && let ((old_owner, old_label), (owner, label)) = (claim_marks(old), claim_marks(pod))
         && ((old_owner.is_some() && owner != old_owner)
             || (old_label.is_some() && label != old_label))
     {

@@ -466,6 +466,68 @@ const CHAT_ROOTS: &[&str] = &[
     "twilio",
 ];
 
+/// Whether a call opens a local file, and whether it writes to it:
+/// `open`, `io.open`, pathlib's verbs (on a `Path(…)` or on a path
+/// constant or parameter, which the front end passes as the first
+/// argument), `fs` and `Bun` in TypeScript. The one matcher for file
+/// calls: classification reads it, and so does the download link.
+fn file_call(call: &CallSite, lang: Lang) -> Option<bool> {
+    let segs = segments(&call.callee);
+    let last = *segs.last()?;
+    let root = segs[0].to_ascii_lowercase();
+    let root = root.strip_prefix("node:").unwrap_or(&root);
+    let mode_writes = || {
+        call.args
+            .get(1)
+            .or_else(|| call.kwarg("mode"))
+            .or_else(|| call.kwarg("flag"))
+            .and_then(|m| m.full())
+            .is_some_and(|m| m.contains(['w', 'a', 'x']))
+    };
+    match lang {
+        Lang::Python => {
+            let path_like = call
+                .args
+                .first()
+                .is_some_and(|a| matches!(a, Arg::Str(_) | Arg::Prefix(_) | Arg::Param(_)));
+            let on_path =
+                matches!(root, "path" | "pathlib" | "io") || (segs.len() == 2 && path_like);
+            if matches!(last, "write_text" | "write_bytes") && on_path {
+                return Some(true);
+            }
+            let opens = (segs.len() == 1 && last == "open")
+                || matches!(last, "read_text" | "read_bytes" | "open") && on_path
+                || matches!(
+                    call.callee.as_str(),
+                    "io.open" | "codecs.open" | "aiofiles.open"
+                );
+            opens.then(mode_writes)
+        }
+        Lang::TypeScript => {
+            let fs = matches!(root, "fs" | "fs/promises");
+            if fs
+                && matches!(
+                    last,
+                    "writeFile"
+                        | "writeFileSync"
+                        | "appendFile"
+                        | "appendFileSync"
+                        | "createWriteStream"
+                )
+                || (root == "bun" && last == "write" && segs.len() == 2)
+            {
+                return Some(true);
+            }
+            let reads =
+                fs && matches!(
+                    last,
+                    "readFileSync" | "readFile" | "createReadStream" | "open" | "openSync"
+                ) || (root == "bun" && last == "file" && segs.len() == 2);
+            reads.then(mode_writes)
+        }
+    }
+}
+
 /// A local file a call writes or reads, by literal path: `(path, writes)`.
 /// What one tool downloads into a file and another reads back is untrusted
 /// input for the reader (the scan links them across tools).
@@ -473,53 +535,13 @@ pub(crate) fn file_access(event: &Event, lang: Lang) -> Option<(String, bool)> {
     let Event::Call(call) = event else {
         return None;
     };
-    let segs = segments(&call.callee);
-    let last = *segs.last()?;
-    let root = segs[0].to_ascii_lowercase();
     let path_at = |i: usize| call.args.get(i).and_then(Arg::text).map(str::to_string);
-    let mode = call
-        .args
-        .get(1)
-        .or_else(|| call.kwarg("mode"))
-        .and_then(Arg::full)
-        .unwrap_or("r");
-    match lang {
-        Lang::Python => {
-            if matches!(last, "urlretrieve") {
-                return path_at(1).map(|p| (p, true));
-            }
-            if matches!(last, "write_text" | "write_bytes") {
-                return path_at(0).map(|p| (p, true));
-            }
-            let open = (segs.len() == 1 && last == "open")
-                || matches!(last, "read_text" | "read_bytes" | "open")
-                    && (segs.len() == 2 || matches!(root.as_str(), "path" | "pathlib" | "io"));
-            open.then(|| path_at(0))
-                .flatten()
-                .map(|p| (p, mode.contains(['w', 'a', 'x'])))
-        }
-        Lang::TypeScript => {
-            let fs = matches!(
-                root.as_str(),
-                "fs" | "fs/promises" | "node:fs" | "node:fs/promises"
-            );
-            if fs
-                && matches!(
-                    last,
-                    "writeFile" | "writeFileSync" | "appendFile" | "createWriteStream"
-                )
-                || (root == "bun" && last == "write")
-            {
-                return path_at(0).map(|p| (p, true));
-            }
-            if fs && matches!(last, "readFile" | "readFileSync" | "createReadStream")
-                || (root == "bun" && last == "file")
-            {
-                return path_at(0).map(|p| (p, false));
-            }
-            None
-        }
+    // urlretrieve(url, PATH) downloads into its second argument.
+    if lang == Lang::Python && call.callee.rsplit('.').next() == Some("urlretrieve") {
+        return path_at(1).map(|p| (p, true));
     }
+    let writes = file_call(call, lang)?;
+    path_at(0).map(|p| (p, writes))
 }
 
 /// Maps one event to the capabilities it shows (usually zero or one).
@@ -749,42 +771,10 @@ fn classify_call(call: &CallSite, lang: Lang) -> Vec<Found> {
         ));
         return out;
     }
-    let file_read = match lang {
-        Lang::Python => {
-            (segs.len() == 1 && last == "open")
-                || matches!(last, "read_text" | "read_bytes" | "open")
-                    && (root == "path" || root == "pathlib" || root == "io")
-                // `NOTES.read_text()`, `SETTINGS.open("rb")` with a path
-                // constant or parameter as receiver (the front end passes it
-                // first): pathlib's verbs.
-                || matches!(last, "read_text" | "read_bytes" | "open")
-                    && segs.len() == 2
-                    && call.args.first().is_some_and(|a| matches!(a, Arg::Str(_) | Arg::Prefix(_) | Arg::Param(_)))
-                || matches!(
-                    call.callee.as_str(),
-                    "io.open" | "codecs.open" | "aiofiles.open"
-                )
-        }
-        Lang::TypeScript => {
-            (matches!(root.as_str(), "fs" | "fs/promises")
-                && matches!(
-                    last,
-                    "readFileSync" | "readFile" | "createReadStream" | "open" | "openSync"
-                ))
-                || (root == "bun" && last == "file" && segs.len() == 2)
-        }
-    };
-    if file_read {
+    if let Some(writes) = file_call(call, lang) {
         // Path("…") is folded into the callee's receiver by the front end:
         // its literal is the first argument of the constructor, which the
         // front end passes as the call's first argument too.
-        let writes = call
-            .args
-            .get(1)
-            .or_else(|| call.kwarg("mode"))
-            .or_else(|| call.kwarg("flag"))
-            .and_then(|m| m.full())
-            .is_some_and(|m| m.contains(['w', 'a', 'x']));
         if writes {
             return out;
         }

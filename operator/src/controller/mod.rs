@@ -22,6 +22,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
+use crate::k8s::governance::CompiledMaximums;
 use crate::k8s::sandbox_pod::DataPlane;
 use crate::k8s::selector::SelectorError;
 use crate::prover::Prover;
@@ -68,6 +69,9 @@ pub struct Context {
     pub data_plane: DataPlane,
     /// How long each sandbox CA is valid.
     pub ca_lifetime: Duration,
+    /// Compiled MaximumPolicies by uid and generation, shared by every
+    /// reconcile (a storm after a tightened maximum compiles it once).
+    pub maximums: CompiledMaximums,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -96,6 +100,7 @@ impl Context {
             ignored_namespaces,
             data_plane,
             ca_lifetime,
+            maximums: CompiledMaximums::default(),
             failures: Mutex::new(HashMap::new()),
         })
     }

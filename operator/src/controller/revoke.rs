@@ -5,6 +5,8 @@
 
 use crate::policy::action::Action;
 use crate::policy::compile::{Limits, Role, compile};
+use std::sync::Arc;
+
 use crate::policy::load::CompiledDocument;
 use crate::policy::matcher::{decide_network, path_is_under};
 use crate::policy::model::PolicyDocument;
@@ -25,7 +27,7 @@ pub struct Revocation {
 /// everything is revoked (fail closed).
 pub fn revoke_until_within(
     policy: &PolicyDocument,
-    maximums: &[(String, CompiledDocument)],
+    maximums: &[(String, Arc<CompiledDocument>)],
     prover: &Prover,
 ) -> Revocation {
     let mut kept = policy.clone();
@@ -164,11 +166,13 @@ mod tests {
     use super::*;
     use crate::policy::load::load_document;
 
-    fn maximum(yaml: &str) -> CompiledDocument {
-        load_document(yaml, &Limits::default())
-            .unwrap()
-            .compile(Role::Maximum, &Limits::default())
-            .unwrap()
+    fn maximum(yaml: &str) -> Arc<CompiledDocument> {
+        Arc::new(
+            load_document(yaml, &Limits::default())
+                .unwrap()
+                .compile(Role::Maximum, &Limits::default())
+                .unwrap(),
+        )
     }
 
     fn policy(yaml: &str) -> PolicyDocument {

@@ -68,6 +68,7 @@ pub async fn governance(
         &ns_labels,
         sandbox.labels(),
         ctx.allow_unmanaged,
+        &ctx.maximums,
     ))
 }
 
@@ -160,7 +161,7 @@ async fn reconcile(
         ),
         Governance::Governed(governing) => {
             let names = governing.iter().map(|g| g.name.clone()).collect();
-            let maximums: Vec<(String, CompiledDocument)> = governing
+            let maximums: Vec<(String, Arc<CompiledDocument>)> = governing
                 .into_iter()
                 .map(|g| (g.name, g.compiled))
                 .collect();

@@ -1,7 +1,8 @@
 //! Which MaximumPolicies govern a sandbox (DESIGN.md §3), compiled. Pure:
 //! the webhook calls it on its caches, the reconcilers on fresh reads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
 
 use kube::{Resource, ResourceExt};
 
@@ -15,8 +16,9 @@ use crate::verdict::Mode;
 pub struct Governing {
     /// Its name.
     pub name: String,
-    /// The compiled ceiling, invariants and budget.
-    pub compiled: CompiledDocument,
+    /// The compiled ceiling, invariants and budget (shared with the
+    /// [`CompiledMaximums`] cache).
+    pub compiled: Arc<CompiledDocument>,
     /// Modes it allows.
     pub allowed_modes: Vec<Mode>,
     /// Its `metadata.generation` as read.
@@ -46,13 +48,87 @@ pub enum Governance {
     Refused(&'static str, String),
 }
 
+/// The outcome of compiling one maximum: the compiled document, or the
+/// reason it does not compile.
+type Compiled = Result<Arc<CompiledDocument>, String>;
+
+/// How many maximums the cache holds before it starts over: far more than
+/// any cluster has, so only a stream of deleted-and-recreated maximums
+/// ever clears it.
+const CACHED_MAXIMUMS: usize = 4096;
+
+/// Compiled MaximumPolicies by uid, reused while `metadata.generation` is
+/// unchanged. The API server bumps the generation on every spec change and
+/// a re-created object gets a new uid, so a hit is always the compiled
+/// form of exactly the spec read. Objects without a uid or generation
+/// (never the case for objects read from the API server) are compiled
+/// every time.
+#[derive(Default)]
+pub struct CompiledMaximums {
+    by_uid: RwLock<HashMap<String, (i64, Compiled)>>,
+}
+
+impl CompiledMaximums {
+    /// The compiled form of `maximum`, from the cache when its uid and
+    /// generation were compiled before.
+    pub fn compile(&self, maximum: &MaximumPolicy) -> Compiled {
+        let meta = maximum.meta();
+        let (Some(uid), Some(generation)) = (meta.uid.as_ref(), meta.generation) else {
+            return compile_maximum(maximum);
+        };
+        if let Some((cached_generation, compiled)) = self
+            .by_uid
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            && *cached_generation == generation
+        {
+            return compiled.clone();
+        }
+        let compiled = compile_maximum(maximum);
+        let mut cache = self.by_uid.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHED_MAXIMUMS {
+            cache.clear();
+        }
+        cache.insert(uid.clone(), (generation, compiled.clone()));
+        compiled
+    }
+
+    /// How many compiled maximums the cache holds.
+    pub fn len(&self) -> usize {
+        self.by_uid.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Compiles a maximum's policy, invariants and budget.
+fn compile_maximum(maximum: &MaximumPolicy) -> Compiled {
+    let loaded = LoadedDocument {
+        kind: DocumentKind::MaximumPolicy,
+        name: Some(maximum.name_any()),
+        policy: maximum.spec.policy.clone(),
+        invariants: maximum.spec.invariants.clone(),
+        budget: maximum.spec.budget,
+        policy_field: "spec.policy",
+    };
+    loaded
+        .compile(Role::Maximum, &Limits::default())
+        .map(Arc::new)
+        .map_err(|reason| reason.to_string())
+}
+
 /// The maximums among `maximums` that govern a sandbox with these labels in
-/// a namespace with these labels, compiled.
+/// a namespace with these labels, compiled (through `cache`).
 pub fn governing_from<'a>(
     maximums: impl IntoIterator<Item = &'a MaximumPolicy>,
     ns_labels: &BTreeMap<String, String>,
     sandbox_labels: &BTreeMap<String, String>,
     allow_unmanaged: bool,
+    cache: &CompiledMaximums,
 ) -> Governance {
     let mut governing = Vec::new();
     for maximum in maximums {
@@ -69,15 +145,7 @@ pub fn governing_from<'a>(
                 );
             }
         }
-        let loaded = LoadedDocument {
-            kind: DocumentKind::MaximumPolicy,
-            name: Some(name.clone()),
-            policy: maximum.spec.policy.clone(),
-            invariants: maximum.spec.invariants.clone(),
-            budget: maximum.spec.budget,
-            policy_field: "spec.policy",
-        };
-        match loaded.compile(Role::Maximum, &Limits::default()) {
+        match cache.compile(maximum) {
             Ok(compiled) => governing.push(Governing {
                 name,
                 compiled,
@@ -160,5 +228,39 @@ mod tests {
             dropped_governance([&by_namespace], (&labelled, &none), (&none, &none)),
             ["team"]
         );
+    }
+
+    #[test]
+    fn compiled_maximums_are_reused_per_uid_and_generation() {
+        let at = |uid: Option<&str>, generation: i64, port: u16| -> MaximumPolicy {
+            let mut m: MaximumPolicy = serde_json::from_value(serde_json::json!({
+                "apiVersion": "agentgate.dev/v1alpha1", "kind": "MaximumPolicy",
+                "metadata": {"name": "ceiling", "generation": generation},
+                "spec": {"policy": {"network": [{"name": "web", "endpoints": [{"host": "**", "ports": [port]}]}]}}
+            }))
+            .unwrap();
+            m.metadata.uid = uid.map(str::to_string);
+            m
+        };
+        let cache = CompiledMaximums::default();
+        let first = cache.compile(&at(Some("u1"), 1, 443)).unwrap();
+        let again = cache.compile(&at(Some("u1"), 1, 443)).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // A new generation (a spec change) is compiled afresh, as is a
+        // re-created object (a new uid).
+        let tightened = cache.compile(&at(Some("u1"), 2, 80)).unwrap();
+        assert!(!Arc::ptr_eq(&first, &tightened));
+        assert_ne!(first.policy, tightened.policy);
+        let recreated = cache.compile(&at(Some("u2"), 2, 80)).unwrap();
+        assert!(!Arc::ptr_eq(&tightened, &recreated));
+        assert_eq!(cache.len(), 2);
+        // Without a uid nothing is cached.
+        cache.compile(&at(None, 1, 443)).unwrap();
+        assert_eq!(cache.len(), 2);
+        // A maximum that does not compile keeps its reason.
+        let mut broken = at(Some("u3"), 1, 443);
+        broken.spec.policy.filesystem.read_only = vec!["relative".into()];
+        assert!(cache.compile(&broken).is_err());
+        assert!(cache.compile(&broken).is_err());
     }
 }

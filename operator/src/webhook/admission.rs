@@ -301,7 +301,7 @@ pub fn review_scan(scan: &AgentScan) -> Answer {
 mod tests {
     use super::*;
     use crate::k8s::crd::{AgentScanSpec, PolicyProposalSpec, PolicyProposalStatus, SandboxRef};
-    use crate::k8s::governance::governing_from;
+    use crate::k8s::governance::{CompiledMaximums, governing_from};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
@@ -345,7 +345,13 @@ spec:
         let prover = Prover::default();
         let max = maximum();
         let wide = sandbox("              - {methods: [POST], path: /repos/acme}");
-        let gov = governing_from([&max], &ml(), &BTreeMap::new(), false);
+        let gov = governing_from(
+            [&max],
+            &ml(),
+            &BTreeMap::new(),
+            false,
+            &CompiledMaximums::default(),
+        );
         let Answer::Deny(message) = review_sandbox(&wide, &gov, &prover, false) else {
             panic!("expected a denial");
         };
@@ -381,12 +387,24 @@ spec:
     fn an_ungoverned_sandbox_is_denied_unless_unmanaged_is_allowed() {
         let prover = Prover::default();
         let max = maximum();
-        let gov = governing_from([&max], &BTreeMap::new(), &BTreeMap::new(), false);
+        let gov = governing_from(
+            [&max],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            false,
+            &CompiledMaximums::default(),
+        );
         let Answer::Deny(message) = review_sandbox(&sandbox(""), &gov, &prover, false) else {
             panic!("expected a denial");
         };
         assert!(message.contains("no MaximumPolicy governs"), "{message}");
-        let gov = governing_from([&max], &BTreeMap::new(), &BTreeMap::new(), true);
+        let gov = governing_from(
+            [&max],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            true,
+            &CompiledMaximums::default(),
+        );
         assert_eq!(
             review_sandbox(&sandbox(""), &gov, &prover, true),
             Answer::allow()

@@ -32,7 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::k8s::access::{access_review, approve_proposals, core_resource};
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
-use crate::k8s::governance::{dropped_governance, governing_from};
+use crate::k8s::governance::{CompiledMaximums, dropped_governance, governing_from};
 use crate::k8s::pod_template::{
     agent_identities, owning_sandbox, pod_service_account, template_escapes,
 };
@@ -72,6 +72,9 @@ pub struct WebhookState {
     /// only its pods borrow their sandbox's proofs and acceptances.
     operator_user: std::sync::OnceLock<String>,
     policies: CompiledPolicies,
+    /// Compiled maximums by uid and generation: an admission compiles only
+    /// a maximum it has not seen at this generation.
+    compiled_maximums: CompiledMaximums,
     /// `--trusted-deployer`: ServiceAccounts that may write sandboxes of
     /// their own namespace.
     trusted_deployers: Vec<String>,
@@ -485,12 +488,14 @@ async fn validate_sandbox(
             }
         };
         let judged = sandbox.clone();
+        let cached = s.clone();
         let proof = s.with_deadline("agentsandbox", move |prover| {
             let governance = governing_from(
                 maximums.iter().map(|m| m.as_ref()),
                 &ns_labels,
                 judged.labels(),
                 allow_unmanaged,
+                &cached.compiled_maximums,
             );
             review_sandbox(&judged, &governance, &prover, allow_unmanaged)
         });
@@ -951,6 +956,7 @@ pub async fn run(
         allow_unmanaged,
         deadline: args.deadline(),
         policies: CompiledPolicies::default(),
+        compiled_maximums: CompiledMaximums::default(),
         trusted_deployers: args.trusted_deployers.clone(),
         data_plane: args.data_plane.data_plane(),
         scan_writers: args.scan_writers.clone(),

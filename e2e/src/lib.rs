@@ -88,7 +88,28 @@ pub struct ControlPlane {
     bin: PathBuf,
     kubeconfig: PathBuf,
     children: Vec<Child>,
+    /// The admin's bearer token; `TOKEN_USERS[i]` has `{token}-{i}`.
+    token: String,
 }
+
+/// Identities besides the admin that hold a static bearer token (name,
+/// groups): a user with no rights at all, the example sandbox's agent, and
+/// the operator's ServiceAccount as the chart installs it.
+pub const TOKEN_USERS: [(&str, &str); 3] = [
+    ("e2e-nobody", ""),
+    (
+        "system:serviceaccount:agents:triage-bot",
+        "system:serviceaccounts,system:serviceaccounts:agents",
+    ),
+    (
+        OPERATOR_USER,
+        "system:serviceaccounts,system:serviceaccounts:agentgate-system",
+    ),
+];
+
+/// The chart's operator ServiceAccount (release `agentgate` in
+/// [`CHART_NAMESPACE`]) as a user name.
+pub const OPERATOR_USER: &str = "system:serviceaccount:agentgate-system:agentgate";
 
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API server is ready.
@@ -112,6 +133,7 @@ impl ControlPlane {
             dir,
             bin,
             children: Vec::new(),
+            token: String::new(),
         };
         plane.boot()?;
         Ok(plane)
@@ -173,11 +195,13 @@ impl ControlPlane {
             &["ec", "-in", &d("sa.key"), "-pubout", "-out", &d("sa.pub")],
         )?;
         let token = format!("e2e-{}-{secure}", std::process::id());
-        std::fs::write(
-            self.dir.join("tokens.csv"),
-            format!("{token},e2e-admin,e2e-admin,\"system:masters\"\n"),
-        )
-        .map_err(|e| failed("writing the token file", e))?;
+        let mut tokens = format!("{token},e2e-admin,e2e-admin,\"system:masters\"\n");
+        for (i, (user, groups)) in TOKEN_USERS.iter().enumerate() {
+            tokens.push_str(&format!("{token}-{i},{user},{user},\"{groups}\"\n"));
+        }
+        std::fs::write(self.dir.join("tokens.csv"), tokens)
+            .map_err(|e| failed("writing the token file", e))?;
+        self.token = token.clone();
 
         let etcd_url = format!("http://127.0.0.1:{etcd_client}");
         self.spawn(
@@ -273,6 +297,17 @@ impl ControlPlane {
     /// The directory holding the kubeconfig, logs and etcd data.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The bearer token of `user` (the admin, or one of [`TOKEN_USERS`]).
+    pub fn token(&self, user: &str) -> Option<String> {
+        if user == "e2e-admin" {
+            return Some(self.token.clone());
+        }
+        TOKEN_USERS
+            .iter()
+            .position(|(name, _)| *name == user)
+            .map(|i| format!("{}-{i}", self.token))
     }
 
     /// The kubeconfig of the admin identity.
@@ -606,23 +641,53 @@ impl ControlPlane {
         Ok((cp, operator, port))
     }
 
-    /// `POST /v1/decide` over TLS on `port`, verifying the server against
-    /// the published CA; returns the JSON answer.
+    /// `POST /v1/decide` over TLS on `port` as the admin, verifying the
+    /// server against the published CA; returns the JSON answer.
     pub fn decide(&self, port: u16, body: &str) -> Result<serde_json::Value, HarnessError> {
-        let output = Command::new("curl")
-            .args(["-sS", "--fail-with-body", "--noproxy", "*", "--cacert"])
+        match self.decide_as(port, body, Some(&self.token))? {
+            (200, answer) => Ok(answer),
+            (status, answer) => Err(failed(
+                "POST /v1/decide",
+                format!("HTTP {status}: {answer}"),
+            )),
+        }
+    }
+
+    /// `POST /v1/decide` with `token` as the bearer token (none: no
+    /// Authorization header); returns the HTTP status and the JSON body.
+    pub fn decide_as(
+        &self,
+        port: u16,
+        body: &str,
+        token: Option<&str>,
+    ) -> Result<(u16, serde_json::Value), HarnessError> {
+        let mut curl = Command::new("curl");
+        curl.args(["-sS", "--noproxy", "*", "--cacert"])
             .arg(self.webhook_ca()?)
             .args(["-H", "content-type: application/json", "--data", body])
+            .args(["-w", "\n%{http_code}"]);
+        if let Some(token) = token {
+            curl.args(["-H", &format!("authorization: Bearer {token}")]);
+        }
+        let output = curl
             .arg(format!("https://127.0.0.1:{port}/v1/decide"))
             .output()
             .map_err(|e| failed("running curl", e))?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (json, status) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
         if !output.status.success() {
             return Err(failed(
                 "POST /v1/decide",
                 String::from_utf8_lossy(&output.stderr),
             ));
         }
-        serde_json::from_slice(&output.stdout).map_err(|e| failed("reading the decide answer", e))
+        let status = status
+            .trim()
+            .parse()
+            .map_err(|e| failed(format!("reading the HTTP status {status:?}"), e))?;
+        let answer = serde_json::from_str(json)
+            .map_err(|e| failed(format!("reading the decide answer {json:?}"), e))?;
+        Ok((status, answer))
     }
 
     /// `agentgate scan examples/agent --image AGENT_IMAGE -o yaml | kubectl

@@ -117,6 +117,67 @@ fn explained_denials_dry_run_and_runtime_decisions() {
         r#"{"sandbox":"nope","namespace":"agents","binary":"/b","host":"h","port":1}"#,
     );
     assert_eq!(unknown["allow"], false);
+
+    // Who may ask: a bearer token the API server accepts (401 otherwise),
+    // and the sandbox's own agent or someone who may get the sandbox (403
+    // otherwise).
+    let question = r#"{"sandbox":"triage-bot","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"method":"GET","path":"/repos/acme/widgets/issues/7"}"#;
+    let ask = |token: Option<&str>| cp.decide_as(port, question, token).unwrap();
+    let (status, answer) = ask(None);
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no bearer token"),
+        "{answer}"
+    );
+    let (status, answer) = ask(Some("not-a-token"));
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        answer["reason"].as_str().unwrap().contains("not valid"),
+        "{answer}"
+    );
+    let nobody = cp.token("e2e-nobody").unwrap();
+    let (status, answer) = ask(Some(&nobody));
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["allow"], false, "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("may not get it"),
+        "{answer}"
+    );
+    let agent = cp.token("system:serviceaccount:agents:triage-bot").unwrap();
+    let (status, answer) = ask(Some(&agent));
+    assert_eq!(
+        (status, &answer["allow"]),
+        (200, &serde_json::json!(true)),
+        "{answer}"
+    );
+    // Granting get on the sandbox lets nobody ask, once the cached denial
+    // (5 s) has lapsed.
+    cp.grant(
+        "read-sandboxes",
+        "--user=e2e-nobody",
+        "get",
+        "agentsandboxes.agentgate.dev",
+    )
+    .unwrap();
+    let started = Instant::now();
+    loop {
+        let (status, answer) = ask(Some(&nobody));
+        if status == 200 {
+            assert_eq!(answer["allow"], true, "{answer}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "still {status} after the grant: {answer}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     drop(operator);
 }
 

@@ -224,7 +224,7 @@ fn up() -> Result<(), String> {
         "  kubectl agentgate export triage-bot -n agents          # the effective policy, for git"
     );
     println!(
-        "  curl -sk https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
+        "  curl -sk -H \"authorization: Bearer $(kubectl create token triage-bot -n agents)\" https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
     );
     println!(
         "  kubectl get asbx issue-responder -n agents -o jsonpath='{{.status.findings}}'   # per-finding state: Severed, by post_comment"

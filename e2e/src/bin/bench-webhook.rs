@@ -192,6 +192,7 @@ fn load(
     bodies: &[String],
     expect: &str,
     rate: &str,
+    bearer: Option<&str>,
 ) -> Result<Vec<f64>, String> {
     let mut config = String::new();
     for (i, body) in bodies.iter().enumerate() {
@@ -207,6 +208,9 @@ fn load(
             ca.display(),
             dir.join(format!("answer-{i}.json")).display()
         );
+        if let Some(token) = bearer {
+            let _ = writeln!(config, "header = \"authorization: Bearer {token}\"");
+        }
     }
     let config_file = dir.join("curl.cfg");
     std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
@@ -288,13 +292,13 @@ fn run() -> Result<(), String> {
         let dir = cp.dir().join(format!("load-{rules}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let distinct: Vec<String> = (0..=requests).map(|v| review(rules, v)).collect();
-        let times = load(&dir, &ca, &url, &distinct, "\"allowed\":true", RATE)?;
+        let times = load(&dir, &ca, &url, &distinct, "\"allowed\":true", RATE, None)?;
         report(
             &format!("admission, {rules} rules, distinct (proved)"),
             &times,
         );
         let same: Vec<String> = (0..=requests).map(|_| review(rules, 0)).collect();
-        let times = load(&dir, &ca, &url, &same, "\"allowed\":true", RATE)?;
+        let times = load(&dir, &ca, &url, &same, "\"allowed\":true", RATE, None)?;
         report(
             &format!("admission, {rules} rules, repeated (cached)"),
             &times,
@@ -324,6 +328,9 @@ fn run() -> Result<(), String> {
         &bodies,
         "\"allow\":true",
         RATE,
+        // The agent asking about its own sandbox.
+        cp.token("system:serviceaccount:agents:triage-bot")
+            .as_deref(),
     )?;
     report("/v1/decide over TLS (HTTP round trip)", &times);
 
@@ -402,6 +409,7 @@ fn run() -> Result<(), String> {
         &bodies,
         "unfixed trifecta finding",
         POD_RATE,
+        None,
     )?;
     report("pod admission, unfixed finding (deny)", &times);
     let dir = cp.dir().join("pods-allow");
@@ -415,7 +423,7 @@ fn run() -> Result<(), String> {
     let bodies: Vec<String> = (0..=pod_requests)
         .map(|v| pod_review("agents", v, &operator_pod))
         .collect();
-    let times = load(&dir, &ca, &url, &bodies, "\"allowed\":true", POD_RATE)?;
+    let times = load(&dir, &ca, &url, &bodies, "\"allowed\":true", POD_RATE, None)?;
     report("pod admission, sandbox pod, severed (allow)", &times);
     drop(operator);
     Ok(())

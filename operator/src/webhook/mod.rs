@@ -1,10 +1,11 @@
 //! The admission webhook and runtime decision endpoint (DESIGN.md §6, §8):
 //! one HTTPS server (axum on hyper, rustls with the ring provider) that
-//! answers from reflector caches. `admission` and `decide` hold the pure
-//! decisions, `certs` the serving certificates, `server` the I/O shell.
+//! answers from reflector caches. `admission`, `decide` and `caller` (who
+//! may ask `/v1/decide`) hold the pure decisions, `certs` the serving certificates, `server` the I/O shell.
 
 pub mod admission;
 pub mod authority;
+pub mod caller;
 pub mod certs;
 pub mod decide;
 pub mod pods;

@@ -7,15 +7,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::header::WWW_AUTHENTICATE;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -48,6 +49,10 @@ use crate::webhook::authority::{
     Requester, agent_writer_refusal, sandbox_writer_refusal, scan_writer_refusal,
     status_writer_refusal,
 };
+use crate::webhook::caller::{
+    ALLOWED_TTL, AUTHENTICATED_TTL, AccessKey, CallerRefusal, DENIED_TTL, REFUSED_TTL, ReviewCache,
+    access_key, bearer_token, is_agent, read_sandbox, token_key,
+};
 use crate::webhook::certs::{CertResolver, Lifetimes, SelfManaged, watch_directory};
 use crate::webhook::decide::{
     CompiledPolicies, DecideRequest, DecideResponse, FindingCitation, cite_finding, decide_action,
@@ -72,6 +77,10 @@ pub struct WebhookState {
     /// only its pods borrow their sandbox's proofs and acceptances.
     operator_user: std::sync::OnceLock<String>,
     policies: CompiledPolicies,
+    /// TokenReview answers for `/v1/decide` callers, by token hash.
+    tokens: ReviewCache<[u8; 32], Result<UserInfo, String>>,
+    /// SubjectAccessReview answers (`get` on an AgentSandbox) for them.
+    sandbox_readers: ReviewCache<AccessKey, bool>,
     /// Compiled maximums by uid and generation: an admission compiles only
     /// a maximum it has not seen at this generation.
     compiled_maximums: CompiledMaximums,
@@ -725,30 +734,167 @@ async fn validate_pod(
     .await
 }
 
+/// `POST /v1/decide`: 401 without a token the API server accepts, 403 for
+/// a caller that is neither the sandbox's agent nor allowed to `get` it,
+/// 400 for a body that is not a request, else the decision.
 async fn decide_endpoint(
     State(state): State<Arc<WebhookState>>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
-) -> (StatusCode, Json<DecideResponse>) {
+) -> axum::response::Response {
+    let count = |outcome: &str| {
+        state
+            .metrics
+            .decisions
+            .get_or_create(&DecisionLabel {
+                decision: outcome.into(),
+            })
+            .inc();
+    };
+    let user = match state.authenticate(&headers).await {
+        Ok(user) => user,
+        Err(refusal) => {
+            count(refusal_label(&refusal));
+            return refused(refusal);
+        }
+    };
     let request: DecideRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
+            count("bad_request");
             return (
                 StatusCode::BAD_REQUEST,
                 Json(DecideResponse::deny(format!(
                     "cannot read the request: {e}"
                 ))),
-            );
+            )
+                .into_response();
         }
     };
+    if let Err(refusal) = state.may_ask(&user, &request).await {
+        tracing::info!(
+            user = user.username.as_deref().unwrap_or_default(),
+            namespace = %request.namespace,
+            sandbox = %request.sandbox,
+            reason = %refusal,
+            "/v1/decide refused"
+        );
+        count(refusal_label(&refusal));
+        return refused(refusal);
+    }
     let response = decide_for(&state, &request);
-    state
-        .metrics
-        .decisions
-        .get_or_create(&DecisionLabel {
-            decision: if response.allow { "allow" } else { "deny" }.into(),
-        })
-        .inc();
-    (StatusCode::OK, Json(response))
+    count(if response.allow { "allow" } else { "deny" });
+    (StatusCode::OK, Json(response)).into_response()
+}
+
+/// The metric label of a refused caller.
+fn refusal_label(refusal: &CallerRefusal) -> &'static str {
+    match refusal {
+        CallerRefusal::Unauthenticated(_) => "unauthenticated",
+        CallerRefusal::Forbidden(_) => "forbidden",
+        CallerRefusal::Unavailable(_) => "unavailable",
+    }
+}
+
+/// The HTTP answer to a refused caller: 401 (with a Bearer challenge), 403
+/// or 503, and a deny with the reason in the body.
+fn refused(refusal: CallerRefusal) -> axum::response::Response {
+    let status = match refusal {
+        CallerRefusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        CallerRefusal::Forbidden(_) => StatusCode::FORBIDDEN,
+        CallerRefusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let body = Json(DecideResponse::deny(refusal.to_string()));
+    if status == StatusCode::UNAUTHORIZED {
+        (
+            status,
+            [(WWW_AUTHENTICATE, "Bearer realm=\"agentgate\"")],
+            body,
+        )
+            .into_response()
+    } else {
+        (status, body).into_response()
+    }
+}
+
+impl WebhookState {
+    /// Who sent the bearer token, by a TokenReview (cached by the token's
+    /// hash for [`AUTHENTICATED_TTL`], refusals for [`REFUSED_TTL`]).
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<UserInfo, CallerRefusal> {
+        let token = bearer_token(headers)?;
+        let key = token_key(token);
+        if let Some(known) = self.tokens.get(&key, Instant::now()) {
+            return known.map_err(CallerRefusal::Unauthenticated);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_string()),
+                audiences: None,
+            },
+            ..TokenReview::default()
+        };
+        let answer = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| CallerRefusal::Unavailable(format!("cannot review the token: {e}")))?;
+        let status = answer.status.unwrap_or_default();
+        let outcome = match (status.authenticated, status.user) {
+            (Some(true), Some(user)) if user.username.as_deref().is_some_and(|u| !u.is_empty()) => {
+                Ok(user)
+            }
+            _ => Err(format!(
+                "the token is not valid: {}",
+                status
+                    .error
+                    .filter(|e| !e.is_empty())
+                    .unwrap_or_else(|| "the API server did not authenticate it".into())
+            )),
+        };
+        let ttl = if outcome.is_ok() {
+            AUTHENTICATED_TTL
+        } else {
+            REFUSED_TTL
+        };
+        self.tokens
+            .insert(key, outcome.clone(), ttl, Instant::now());
+        outcome.map_err(CallerRefusal::Unauthenticated)
+    }
+
+    /// Whether `user` may ask about the request's sandbox: its own agent,
+    /// or a subject that may `get` the AgentSandbox (a SubjectAccessReview,
+    /// cached for [`ALLOWED_TTL`] / [`DENIED_TTL`]).
+    async fn may_ask(&self, user: &UserInfo, request: &DecideRequest) -> Result<(), CallerRefusal> {
+        let key = ObjectRef::new(&request.sandbox).within(&request.namespace);
+        if let Some(sandbox) = self.sandboxes.get(&key)
+            && is_agent(user, agent_identities(&sandbox).iter())
+        {
+            return Ok(());
+        }
+        let cache_key = access_key(user, &request.namespace, &request.sandbox);
+        let allowed = match self.sandbox_readers.get(&cache_key, Instant::now()) {
+            Some(allowed) => allowed,
+            None => {
+                let allowed = self
+                    .may(user, read_sandbox(&request.namespace, &request.sandbox))
+                    .await
+                    .map_err(CallerRefusal::Unavailable)?;
+                let ttl = if allowed { ALLOWED_TTL } else { DENIED_TTL };
+                self.sandbox_readers
+                    .insert(cache_key, allowed, ttl, Instant::now());
+                allowed
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(CallerRefusal::Forbidden(format!(
+                "{:?} is not the agent of agentsandbox {}/{} and may not get it",
+                user.username.as_deref().unwrap_or_default(),
+                request.namespace,
+                request.sandbox
+            )))
+        }
+    }
 }
 
 fn decide_for(state: &WebhookState, request: &DecideRequest) -> DecideResponse {
@@ -956,6 +1102,8 @@ pub async fn run(
         allow_unmanaged,
         deadline: args.deadline(),
         policies: CompiledPolicies::default(),
+        tokens: ReviewCache::default(),
+        sandbox_readers: ReviewCache::default(),
         compiled_maximums: CompiledMaximums::default(),
         trusted_deployers: args.trusted_deployers.clone(),
         data_plane: args.data_plane.data_plane(),

@@ -528,6 +528,34 @@ impl ControlPlane {
 
     /// Starts `agentgate controller` with extra arguments.
     pub fn start_operator_with(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
+        let mut args = vec!["controller", "--metrics-bind-address", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        self.start_agentgate(&self.kubeconfig, &args)
+    }
+
+    /// A kubeconfig for `user` (one of [`TOKEN_USERS`]): the admin's with
+    /// that user's token, written next to it.
+    pub fn kubeconfig_of(&self, user: &str) -> Result<PathBuf, HarnessError> {
+        let token = self
+            .token(user)
+            .ok_or_else(|| failed("a kubeconfig", format!("{user} has no token")))?;
+        let admin = std::fs::read_to_string(&self.kubeconfig)
+            .map_err(|e| failed("reading the kubeconfig", e))?;
+        let path = self
+            .dir
+            .join(format!("kubeconfig-{}", user.replace(':', "_")));
+        std::fs::write(&path, admin.replace(&self.token, &token))
+            .map_err(|e| failed("writing a kubeconfig", e))?;
+        Ok(path)
+    }
+
+    /// Runs `agentgate ARGS` against this control plane with `kubeconfig`,
+    /// logging to a file of its own.
+    pub fn start_agentgate(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+    ) -> Result<Operator, HarnessError> {
         let log = self.dir.join(format!("operator-{}.log", free_port()?));
         let out =
             std::fs::File::create(&log).map_err(|e| failed("creating the operator log", e))?;
@@ -535,10 +563,8 @@ impl ControlPlane {
             .try_clone()
             .map_err(|e| failed("creating the operator log", e))?;
         let child = Command::new(operator_binary()?)
-            .arg("controller")
-            .args(["--metrics-bind-address", "127.0.0.1:0"])
-            .args(extra)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
             .env("AGENTGATE_LOG", "info")
             .stdout(out)
             .stderr(err)
@@ -589,16 +615,34 @@ impl ControlPlane {
 
     /// Starts `agentgate controller` serving the webhook of a chart
     /// installed with [`ControlPlane::install_chart`] on `port`, with
-    /// self-managed certificates for 127.0.0.1, plus `extra` arguments.
+    /// self-managed certificates for 127.0.0.1, plus `extra` arguments. It
+    /// runs as the chart's ServiceAccount ([`OPERATOR_USER`]), so it holds
+    /// exactly the permissions the chart grants.
     pub fn start_webhook_operator(
         &self,
         port: u16,
         extra: &[&str],
     ) -> Result<Operator, HarnessError> {
-        let address = format!("127.0.0.1:{port}");
+        let webhook = self.webhook_args(port);
         let mut args = vec![
+            "controller",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            CHART_NAMESPACE,
+        ];
+        args.extend(webhook.iter().map(String::as_str));
+        args.extend_from_slice(extra);
+        self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)
+    }
+
+    /// The arguments that serve the chart's webhook on `port` (as
+    /// [`ControlPlane::start_webhook_operator`] passes them), for
+    /// `agentgate controller` or `agentgate webhook`.
+    pub fn webhook_args(&self, port: u16) -> Vec<String> {
+        [
             "--webhook-bind-address",
-            &address,
+            &format!("127.0.0.1:{port}"),
             "--tls-secret-namespace",
             CHART_NAMESPACE,
             "--tls-secret-name",
@@ -607,16 +651,14 @@ impl ControlPlane {
             "agentgate",
             "--cert-extra-name",
             "127.0.0.1",
-            "--lease-namespace",
-            CHART_NAMESPACE,
             "--cert-check-interval-ms",
             "500",
             // The chart's default webhook.scanWriters.
             "--scan-writer",
             "group:system:masters",
-        ];
-        args.extend_from_slice(extra);
-        self.start_operator_with(&args)
+        ]
+        .map(str::to_string)
+        .to_vec()
     }
 
     /// A control plane with the chart installed, the operator serving the

@@ -497,3 +497,57 @@ fn rendered_chart_applies_with_server_dry_run() {
         }
     }
 }
+
+/// The chart's matchConditions: while no webhook answers (failurePolicy
+/// Fail), everyone's writes of agentgate kinds are refused, but the
+/// operator's own status writes still land, so commits and revocations
+/// do not wait for the webhook.
+#[test]
+fn the_operators_status_writes_do_not_wait_for_the_webhook() {
+    let cp = ControlPlane::start().unwrap();
+    let port = agentgate_e2e::free_loopback_port().unwrap();
+    cp.install_chart(port, &[]).unwrap();
+    let operator_kubeconfig = cp.kubeconfig_of(agentgate_e2e::OPERATOR_USER).unwrap();
+    let mut args = vec!["webhook", "--metrics-bind-address", "127.0.0.1:0"];
+    let webhook_args = cp.webhook_args(port);
+    args.extend(webhook_args.iter().map(String::as_str));
+    let webhook = cp.start_agentgate(&operator_kubeconfig, &args).unwrap();
+    cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}\n{}", webhook.log()));
+    cp.run(&["apply", "-f", "examples/maximum.yaml"]).unwrap();
+    cp.create_team_namespace().unwrap();
+    cp.wait_webhook("examples/sandbox.yaml", Duration::from_secs(30))
+        .unwrap();
+    cp.run(&["apply", "-f", "examples/sandbox.yaml"]).unwrap();
+    drop(webhook); // killed: nothing answers on the webhook's port now
+
+    let refused = cp
+        .kubectl(&["apply", "-f", "examples/proposals/comment-on-issues.yaml"])
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("failed calling webhook"), "{stderr}");
+
+    // The controller alone (no webhook), as the chart's ServiceAccount.
+    let controller = cp
+        .start_agentgate(
+            &operator_kubeconfig,
+            &[
+                "controller",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--lease-namespace",
+                CHART_NAMESPACE,
+            ],
+        )
+        .unwrap();
+    let revision = cp
+        .wait_revision("agents", "triage-bot", Duration::from_secs(30), |r| r >= 1)
+        .unwrap_or_else(|last| {
+            panic!(
+                "the commit never landed with the webhook down ({last})\n{}",
+                controller.log()
+            )
+        });
+    assert_eq!(revision, 1);
+}

@@ -6,6 +6,7 @@ pub mod conditions;
 pub mod crd;
 pub mod governance;
 pub mod openreports;
+pub mod permissions;
 pub mod pod_template;
 pub mod sandbox_pod;
 pub mod selector;

@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -66,6 +66,10 @@ test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## ev
 
 e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e
+
+FUZZ_SECONDS ?= 600
+fuzz: z3 ## bad input for FUZZ_SECONDS (default 600) per target: admission endpoints and /v1/decide through the router in process, policy load/compile/prove; prints executions and failures
+	$(CARGO) run --release --locked -q -p agentgate-tests --bin fuzz -- --seconds $(FUZZ_SECONDS)
 
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment

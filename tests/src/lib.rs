@@ -1,5 +1,7 @@
 //! Shared helpers for agentgate's integration tests and benchmarks.
 
+pub mod fuzz;
+
 use agentgate::policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate::policy::load::load_document;
 

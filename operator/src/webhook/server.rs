@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::WWW_AUTHENTICATE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
@@ -95,6 +96,30 @@ pub struct WebhookState {
     resolver: Arc<CertResolver>,
 }
 
+/// The webhook's views of the cluster: what it reads on every admission.
+pub struct Caches {
+    /// Every MaximumPolicy.
+    pub maximums: Store<MaximumPolicy>,
+    /// Every Namespace (labels, enforcement mode).
+    pub namespaces: Store<Namespace>,
+    /// Every AgentSandbox.
+    pub sandboxes: Store<AgentSandbox>,
+    /// Every AgentScan.
+    pub scans: Store<AgentScan>,
+}
+
+impl Caches {
+    /// Reflectors of the four kinds, each driven by a task.
+    pub fn watch(client: &Client) -> Caches {
+        Caches {
+            maximums: reflect(Api::all(client.clone())),
+            namespaces: reflect(Api::all(client.clone())),
+            sandboxes: reflect(Api::all(client.clone())),
+            scans: reflect(Api::all(client.clone())),
+        }
+    }
+}
+
 /// Starts a reflector for `K` and returns its store (driven by a task).
 fn reflect<K>(api: Api<K>) -> Store<K>
 where
@@ -119,6 +144,48 @@ where
 }
 
 impl WebhookState {
+    /// The state the handlers share: `caches` for the cluster, `client`
+    /// for reviews (SubjectAccessReview, TokenReview, namespace reads). The
+    /// operator's identity is `args.operator_user` when given, else learnt
+    /// later from a SelfSubjectReview.
+    pub fn new(
+        args: &WebhookArgs,
+        client: Client,
+        prover: Prover,
+        metrics: Arc<Metrics>,
+        allow_unmanaged: bool,
+        caches: Caches,
+        resolver: Arc<CertResolver>,
+    ) -> WebhookState {
+        let operator_user = std::sync::OnceLock::new();
+        if let Some(user) = args.operator_user.clone() {
+            let _ = operator_user.set(user);
+        }
+        WebhookState {
+            maximums: caches.maximums,
+            namespaces: caches.namespaces,
+            sandboxes: caches.sandboxes,
+            scans: caches.scans,
+            analyses: ScanAnalyses::default(),
+            operator_user,
+            client,
+            // No single check may outlive the whole request's deadline.
+            prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),
+            metrics,
+            allow_unmanaged,
+            deadline: args.deadline(),
+            policies: CompiledPolicies::default(),
+            tokens: ReviewCache::default(),
+            sandbox_readers: ReviewCache::default(),
+            compiled_maximums: CompiledMaximums::default(),
+            trusted_deployers: args.trusted_deployers.clone(),
+            data_plane: args.data_plane.data_plane(),
+            scan_writers: args.scan_writers.clone(),
+            listening: AtomicBool::new(false),
+            resolver,
+        }
+    }
+
     async fn ready(&self) -> bool {
         self.listening.load(Ordering::Acquire)
             && self.resolver.is_loaded()
@@ -297,7 +364,21 @@ fn typed<T: DeserializeOwned>(object: &DynamicObject, kind: &str) -> Result<T, S
         .map_err(|e| format!("cannot read the {kind}: {e}"))
 }
 
-type Review = Json<AdmissionReview<DynamicObject>>;
+/// A request body, read whole (up to [`MAX_REVIEW_BYTES`]) and decoded by
+/// [`read_review`], so that garbage gets an AdmissionReview that says why
+/// instead of the framework's plain-text rejection.
+type Review = Result<axum::body::Bytes, BytesRejection>;
+
+/// The largest AdmissionReview read: an object and its old object at the
+/// API server's request limit (3 MiB each), plus the envelope.
+pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
+
+/// The AdmissionReview in a request body, or the refusal to send back: a
+/// body too large or unreadable, not JSON, or not an AdmissionReview.
+fn read_review(body: Review) -> Result<AdmissionReview<DynamicObject>, String> {
+    let bytes = body.map_err(|e| format!("cannot read the request body: {}", e.body_text()))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("not an AdmissionReview: {e}"))
+}
 
 /// The request's object and old object as `T` (a delete has only the old
 /// one); an unreadable one is a denial.
@@ -315,7 +396,7 @@ async fn answer<T, F, Fut>(
     state: &WebhookState,
     kind: &'static str,
     type_name: &'static str,
-    Json(review): Review,
+    review: Review,
     decide: F,
 ) -> Json<AdmissionReview<DynamicObject>>
 where
@@ -324,6 +405,16 @@ where
     Fut: Future<Output = Answer>,
 {
     let started = Instant::now();
+    let review = match read_review(review) {
+        Ok(review) => review,
+        Err(e) => {
+            tracing::warn!(kind, error = %e, "unreadable admission review");
+            state
+                .metrics
+                .admission(kind, false, started.elapsed().as_secs_f64());
+            return Json(AdmissionResponse::invalid(e).into_review());
+        }
+    };
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
         Ok(r) => r,
         Err(e) => {
@@ -740,7 +831,7 @@ async fn validate_pod(
 async fn decide_endpoint(
     State(state): State<Arc<WebhookState>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, BytesRejection>,
 ) -> axum::response::Response {
     let count = |outcome: &str| {
         state
@@ -756,6 +847,20 @@ async fn decide_endpoint(
         Err(refusal) => {
             count(refusal_label(&refusal));
             return refused(refusal);
+        }
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => {
+            count("bad_request");
+            return (
+                e.status(),
+                Json(DecideResponse::deny(format!(
+                    "cannot read the request: {}",
+                    e.body_text()
+                ))),
+            )
+                .into_response();
         }
     };
     let request: DecideRequest = match serde_json::from_slice(&body) {
@@ -1048,6 +1153,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/v1/decide", post(decide_endpoint))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(state)
 }
 
@@ -1088,34 +1194,19 @@ pub async fn run(
             ));
         }
     }
-    let state = Arc::new(WebhookState {
-        maximums: reflect(Api::all(client.clone())),
-        namespaces: reflect(Api::all(client.clone())),
-        sandboxes: reflect(Api::all(client.clone())),
-        scans: reflect(Api::all(client.clone())),
-        analyses: ScanAnalyses::default(),
-        operator_user: std::sync::OnceLock::new(),
+    let caches = Caches::watch(&client);
+    let state = Arc::new(WebhookState::new(
+        &args,
         client,
-        // No single check may outlive the whole request's deadline.
-        prover: prover.with_timeout(prover.options().timeout.min(args.deadline())),
+        prover,
         metrics,
         allow_unmanaged,
-        deadline: args.deadline(),
-        policies: CompiledPolicies::default(),
-        tokens: ReviewCache::default(),
-        sandbox_readers: ReviewCache::default(),
-        compiled_maximums: CompiledMaximums::default(),
-        trusted_deployers: args.trusted_deployers.clone(),
-        data_plane: args.data_plane.data_plane(),
-        scan_writers: args.scan_writers.clone(),
-        listening: AtomicBool::new(false),
-        resolver: resolver.clone(),
-    });
+        caches,
+        resolver.clone(),
+    ));
 
     match args.operator_user.clone() {
-        Some(user) => {
-            let _ = state.operator_user.set(user);
-        }
+        Some(_) => {}
         None => {
             // Learnt from the API server, retried until known; the webhook
             // is not ready (and nobody writes status) until then.

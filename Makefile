@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -81,6 +81,10 @@ bench-operator: z3 control-plane ## proposal creation -> Applied latency and com
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-proposals
 
+bench-scale: z3 control-plane helm ## 1,000 sandboxes in 50 namespaces under 3 ceilings: admission p99, proposal burst commits/s, a tightened ceiling re-verifying all, operator RSS/CPU, idle reconciles (about 20 minutes)
+	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
+	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-scale
+
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
 
@@ -102,6 +106,7 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-scale
 	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
 	AGENTGATE_BENCH_SMOKE=1 ./target/debug/bench-proxy
 

@@ -7,6 +7,7 @@
 //! (or `KUBEBUILDER_ASSETS`); when they cannot be had the harness fails, it
 //! never skips.
 
+pub mod bench;
 pub mod pod_runner;
 
 use std::net::TcpListener;
@@ -478,6 +479,11 @@ impl Operator {
 }
 
 impl Operator {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Leaves the operator running (for `make demo`); returns its pid and log.
     pub fn detach(self) -> (u32, PathBuf) {
         let this = std::mem::ManuallyDrop::new(self);

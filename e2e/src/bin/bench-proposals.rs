@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentgate_e2e::ControlPlane;
+use agentgate_e2e::bench::percentile;
 
 fn proposal(prefix: &str, i: usize) -> String {
     format!(
@@ -34,11 +35,6 @@ spec:
             rules: [{{methods: [POST], path: /repos/acme/{prefix}{i}/issues/*/comments}}]
 "
     )
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 /// Streams `name phase` lines of every proposal change, stamped on arrival.

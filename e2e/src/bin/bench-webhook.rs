@@ -9,9 +9,10 @@
 //! and small policies, same checks; its numbers are not results.
 
 use std::fmt::Write as _;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
+use agentgate_e2e::bench::{load, report};
 use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 const RATE: &str = "20/s";
@@ -174,88 +175,6 @@ fn review(rules: usize, variant: usize) -> String {
         },
     })
     .to_string()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-/// Sends every body to `url` from one curl process at RATE; returns the
-/// per-request seconds (the first request, which pays the TLS handshake, is
-/// dropped). A non-200 answer, an answer without `expect` or a missing
-/// answer is an error.
-fn load(
-    dir: &std::path::Path,
-    ca: &std::path::Path,
-    url: &str,
-    bodies: &[String],
-    expect: &str,
-    rate: &str,
-    bearer: Option<&str>,
-) -> Result<Vec<f64>, String> {
-    let mut config = String::new();
-    for (i, body) in bodies.iter().enumerate() {
-        let file = dir.join(format!("body-{i}.json"));
-        std::fs::write(&file, body).map_err(|e| e.to_string())?;
-        if i > 0 {
-            config.push_str("next\n");
-        }
-        let _ = write!(
-            config,
-            "url = \"{url}\"\ndata-binary = \"@{}\"\nheader = \"content-type: application/json\"\ncacert = \"{}\"\noutput = \"{}\"\nwrite-out = \"%{{http_code}} %{{time_total}}\\n\"\nnoproxy = \"*\"\n",
-            file.display(),
-            ca.display(),
-            dir.join(format!("answer-{i}.json")).display()
-        );
-        if let Some(token) = bearer {
-            let _ = writeln!(config, "header = \"authorization: Bearer {token}\"");
-        }
-    }
-    let config_file = dir.join("curl.cfg");
-    std::fs::write(&config_file, config).map_err(|e| e.to_string())?;
-    let out = Command::new("curl")
-        .args(["-sS", "--rate", rate, "-K"])
-        .arg(&config_file)
-        .output()
-        .map_err(|e| format!("running curl: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("curl: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let mut times = Vec::new();
-    for (i, line) in String::from_utf8_lossy(&out.stdout).lines().enumerate() {
-        let (code, seconds) = line.split_once(' ').ok_or("bad curl output")?;
-        if code != "200" {
-            return Err(format!("request {i}: HTTP {code}"));
-        }
-        let answer = std::fs::read_to_string(dir.join(format!("answer-{i}.json")))
-            .map_err(|e| e.to_string())?;
-        if !answer.contains(expect) {
-            return Err(format!("request {i}: unexpected answer {answer}"));
-        }
-        if i > 0 {
-            times.push(seconds.parse::<f64>().map_err(|e| e.to_string())?);
-        }
-    }
-    if times.len() + 1 != bodies.len() {
-        return Err(format!(
-            "curl answered {} of {} requests",
-            times.len() + 1,
-            bodies.len()
-        ));
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times)
-}
-
-fn report(what: &str, times: &[f64]) {
-    println!(
-        "{what:<44} n={:<4} p50={:>7.2} ms  p99={:>7.2} ms  max={:>7.2} ms",
-        times.len(),
-        percentile(times, 50.0) * 1e3,
-        percentile(times, 99.0) * 1e3,
-        times.last().copied().unwrap_or_default() * 1e3
-    );
 }
 
 fn run() -> Result<(), String> {

@@ -4,17 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
+use crate::k8s::cache::reflect;
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
 use crate::k8s::selector::governs;
@@ -80,18 +80,34 @@ pub fn assess(maximum: &MaximumPolicy, prover: &crate::prover::Prover) -> Assess
     }
 }
 
-async fn governed_count(maximum: &MaximumPolicy, ctx: &Context) -> Result<u32, ControllerError> {
-    let sandboxes: Api<AgentSandbox> = Api::all(ctx.client.clone());
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let labels: BTreeMap<String, BTreeMap<String, String>> = namespaces
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
+/// Watch caches of what the governed count reads. Every sandbox change
+/// (a status write included) triggers a recount of every maximum, so it
+/// reads these instead of listing every sandbox from the API server each
+/// time; the count grants nothing, so a recent view is enough.
+#[derive(Clone)]
+pub struct Views {
+    sandboxes: Store<AgentSandbox>,
+    namespaces: Store<Namespace>,
+}
+
+/// How many sandboxes `maximum` governs, in the cached view.
+async fn governed_count(maximum: &MaximumPolicy, views: &Views) -> Result<u32, ControllerError> {
+    let unsynced = |e| ControllerError::Conflict(format!("the sandbox cache has not synced: {e}"));
+    views.sandboxes.wait_until_ready().await.map_err(unsynced)?;
+    views
+        .namespaces
+        .wait_until_ready()
+        .await
+        .map_err(unsynced)?;
+    let labels: BTreeMap<String, BTreeMap<String, String>> = views
+        .namespaces
+        .state()
+        .iter()
         .map(|ns| (ns.name_any(), ns.labels().clone()))
         .collect();
     let mut count = 0;
     let empty = BTreeMap::new();
-    for sandbox in sandboxes.list(&ListParams::default()).await? {
+    for sandbox in views.sandboxes.state() {
         let ns_labels = sandbox
             .namespace()
             .and_then(|ns| labels.get(&ns))
@@ -106,6 +122,7 @@ async fn governed_count(maximum: &MaximumPolicy, ctx: &Context) -> Result<u32, C
 async fn reconcile(
     maximum: Arc<MaximumPolicy>,
     ctx: Arc<Context>,
+    views: Views,
 ) -> Result<Action, ControllerError> {
     let name = maximum.name_any();
     let prover = ctx.prover.clone();
@@ -144,7 +161,7 @@ async fn reconcile(
             inconsistent,
             unproven,
         } => {
-            match governed_count(&maximum, &ctx).await {
+            match governed_count(&maximum, &views).await {
                 Ok(count) => {
                     status.governed_sandboxes = Some(count);
                     conditions::set(
@@ -224,18 +241,12 @@ async fn reconcile(
         super::publish(&ctx, maximum.as_ref(), "Verify", events).await;
     }
     tracing::info!(maximum = %name, ?assessment, "reconciled");
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // Everything the status depends on is watched; the resync is a safety net.
+    Ok(Action::requeue(super::RESYNC))
 }
 
 fn error_policy(maximum: Arc<MaximumPolicy>, error: &ControllerError, ctx: Arc<Context>) -> Action {
     super::retry_with_backoff("maximumpolicy", maximum.as_ref(), error, &ctx)
-}
-
-async fn counted(
-    maximum: Arc<MaximumPolicy>,
-    ctx: Arc<Context>,
-) -> Result<Action, ControllerError> {
-    super::counted("maximumpolicy", maximum, ctx, reconcile).await
 }
 
 /// Runs the MaximumPolicy controller until shutdown. Sandboxes and
@@ -252,6 +263,14 @@ pub async fn run(ctx: Arc<Context>) {
             .collect::<Vec<_>>()
     };
     let all_for_namespaces = all.clone();
+    let views = Views {
+        sandboxes: reflect(Api::all(ctx.client.clone())),
+        namespaces: reflect(Api::all(ctx.client.clone())),
+    };
+    let counted = move |maximum, ctx| {
+        let views = views.clone();
+        super::counted("maximumpolicy", maximum, ctx, |m, c| reconcile(m, c, views))
+    };
     super::drive(
         controller
             .watches(

@@ -179,6 +179,14 @@ pub fn retry_with_backoff<K: ResourceExt>(
 /// each reconcile may run solver work on a blocking thread.
 pub const CONCURRENCY: u16 = 4;
 
+/// How long a reconciled object waits before it is looked at again when
+/// nothing it watches changes: a safety net for drift nothing watches (a
+/// sandbox's CA Secret deleted by hand), as long as controller-runtime's
+/// default sync period, so that idle reconciles do not grow with the number
+/// of objects. Time-driven work (CA rotation, an acceptance expiring, a
+/// refused pod) asks for its own, earlier requeue.
+pub const RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
+
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "agentgate";
 

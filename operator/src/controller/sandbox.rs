@@ -30,7 +30,7 @@ use crate::controller::{Context, ControllerError, FIELD_MANAGER};
 use crate::k8s::conditions::{self, Status};
 use crate::k8s::crd::{
     AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary, MaximumPolicy,
-    PolicyProposal, Pruned,
+    MaximumRef, PolicyProposal, Pruned,
 };
 use crate::k8s::governance::{Governance, governing_from};
 use crate::k8s::openreports;
@@ -160,7 +160,13 @@ async fn reconcile(
             Vec::new(),
         ),
         Governance::Governed(governing) => {
-            let names = governing.iter().map(|g| g.name.clone()).collect();
+            let names: Vec<MaximumRef> = governing
+                .iter()
+                .map(|g| MaximumRef {
+                    name: g.name.clone(),
+                    generation: g.generation,
+                })
+                .collect();
             let maximums: Vec<(String, Arc<CompiledDocument>)> = governing
                 .into_iter()
                 .map(|g| (g.name, g.compiled))
@@ -191,7 +197,8 @@ async fn reconcile(
         status.effective_policy = Some(effective.clone());
     }
     status.applied_proposals = records;
-    status.governed_by = governed_by;
+    status.governed_by = governed_by.iter().map(|m| m.name.clone()).collect();
+    status.verified_against = governed_by;
     let mut events = Vec::new();
     if !pruned.is_empty() {
         events.push((
@@ -316,6 +323,8 @@ async fn reconcile(
     // Only what is committed reaches the enforcement proxy.
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let ca = sandbox_ca::ensure(&sandbox, owner(&sandbox), ctx.ca_lifetime, &secrets).await?;
+    let requeue = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc())
+        .map_or(requeue, |step| requeue.min(step));
     let bundle = ca_bundle(&ca, time::OffsetDateTime::now_utc());
     apply_config_map(
         &sandbox,
@@ -358,7 +367,7 @@ async fn assess_findings(
     time: &Time,
     ctx: &Context,
 ) -> Duration {
-    let default = Duration::from_secs(300);
+    let default = super::RESYNC;
     let Some(images) = template_images(&sandbox.spec) else {
         status.findings = None;
         status.conditions.retain(|c| c.type_ != "FindingsClear");

@@ -165,6 +165,36 @@ pub fn rotate(
     Ok((ca, changed))
 }
 
+/// How long from `now` until [`rotate`] would change `ca` (publish the next
+/// CA, start signing with it, drop an expired previous one) or a CA in its
+/// bundle expires: when the sandbox must be reconciled again even if
+/// nothing it watches changes. `None` when no step is ahead.
+pub fn next_step(ca: &SandboxCa, lifetime: Duration, now: OffsetDateTime) -> Option<Duration> {
+    let whole = time::Duration::try_from(lifetime).unwrap_or(time::Duration::MAX);
+    let left = remaining(&ca.current.cert_pem, now);
+    let mut steps: Vec<time::Duration> = vec![left];
+    match ca.next.as_ref().and_then(|n| window(&n.cert_pem).ok()) {
+        None => steps.push(left - whole / 3),
+        Some((start, end)) => {
+            let age = now - start;
+            let switch: time::Duration = left - whole / 6;
+            steps.push(switch.max(whole / 6 - age));
+            steps.push(left - LAST_RESORT);
+            steps.push(end - now);
+        }
+    }
+    if let Some(previous) = &ca.previous {
+        steps.push(remaining(previous, now));
+    }
+    steps
+        .into_iter()
+        .filter(|step| step.is_positive())
+        .min()
+        .and_then(|step| Duration::try_from(step).ok())
+        // A second late, so the step is due when the reconcile runs.
+        .map(|step| step + Duration::from_secs(1))
+}
+
 /// The Mozilla roots (webpki-root-certs) as PEM, built once.
 pub fn mozilla_roots_pem() -> &'static str {
     static ROOTS: OnceLock<String> = OnceLock::new();
@@ -303,6 +333,33 @@ mod tests {
         assert_eq!(switched.trusted(at).len(), 1);
         let (pruned, _) = rotate("bot", Some(switched.clone()), lifetime, at).unwrap();
         assert_eq!(pruned.previous, None);
+    }
+
+    #[test]
+    fn the_next_step_is_exactly_when_rotation_changes_something() {
+        let lifetime = DAY * 90;
+        let mut at = OffsetDateTime::now_utc();
+        let (mut ca, _) = rotate("bot", None, lifetime, at).unwrap();
+        let mut steps = 0;
+        while let Some(step) = next_step(&ca, lifetime, at) {
+            let step = time::Duration::try_from(step).unwrap();
+            let early = at + step - time::Duration::seconds(3);
+            let (unchanged, changed) = rotate("bot", Some(ca.clone()), lifetime, early).unwrap();
+            assert!(!changed && unchanged == ca, "step {steps}: changed early");
+            at += step;
+            let (next, changed) = rotate("bot", Some(ca.clone()), lifetime, at).unwrap();
+            assert!(
+                changed || next.trusted(at) != ca.trusted(early),
+                "step {steps}: nothing due at the step"
+            );
+            ca = next;
+            steps += 1;
+            if steps == 4 {
+                break;
+            }
+        }
+        // Publish, switch, drop the expired previous CA, publish again.
+        assert_eq!(steps, 4);
     }
 
     #[test]

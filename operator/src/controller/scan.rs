@@ -2,7 +2,6 @@
 //! scanner's own list is never trusted) and writes them with `Ready`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -92,7 +91,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
         super::publish(&ctx, scan.as_ref(), "Analyze", events).await;
     }
     tracing::info!(scan = %name, findings = status.findings.len(), "reconciled");
-    Ok(Action::requeue(Duration::from_secs(600)))
+    Ok(Action::requeue(super::RESYNC))
 }
 
 fn error_policy(scan: Arc<AgentScan>, error: &ControllerError, ctx: Arc<Context>) -> Action {

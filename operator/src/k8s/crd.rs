@@ -324,6 +324,11 @@ pub struct AgentSandboxStatus {
     /// Names of the governing MaximumPolicies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub governed_by: Vec<String>,
+    /// The governing MaximumPolicies and the generation of each that the
+    /// effective policy was last proved within: after a ceiling changes,
+    /// the sandbox is re-verified once this shows its new generation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verified_against: Vec<MaximumRef>,
     /// Trifecta findings of the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub findings: Option<FindingsSummary>,

@@ -2,6 +2,7 @@
 //! label selectors and conditions. No I/O here; the controllers use these.
 
 pub mod access;
+pub mod cache;
 pub mod conditions;
 pub mod crd;
 pub mod governance;

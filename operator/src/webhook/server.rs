@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -24,15 +23,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::controller::metrics::{DecisionLabel, Metrics};
 use crate::k8s::access::{access_review, approve_proposals, core_resource};
+use crate::k8s::cache::reflect;
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
 use crate::k8s::governance::{CompiledMaximums, dropped_governance, governing_from};
 use crate::k8s::pod_template::{
@@ -118,29 +117,6 @@ impl Caches {
             scans: reflect(Api::all(client.clone())),
         }
     }
-}
-
-/// Starts a reflector for `K` and returns its store (driven by a task).
-fn reflect<K>(api: Api<K>) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    tokio::spawn(async move {
-        stream
-            .for_each(|event| async move {
-                if let Err(e) = event {
-                    tracing::warn!(error = %e, "webhook cache watch failed; retrying");
-                }
-            })
-            .await;
-    });
-    reader
 }
 
 impl WebhookState {

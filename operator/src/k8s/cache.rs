@@ -1,0 +1,34 @@
+//! Watch-driven caches of cluster objects (reflector stores), for readers
+//! that may answer from a recent view: the webhook, and counts that do not
+//! grant anything. Commits never read from here (DESIGN.md §5).
+
+use futures::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+
+/// Starts a reflector for `K` and returns its store (driven by a task that
+/// retries with backoff when the watch fails).
+pub fn reflect<K>(api: Api<K>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        stream
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "cache watch failed; retrying");
+                }
+            })
+            .await;
+    });
+    reader
+}

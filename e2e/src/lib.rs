@@ -8,6 +8,7 @@
 //! never skips.
 
 pub mod pod_runner;
+pub mod race;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -82,12 +83,39 @@ pub fn free_loopback_port() -> Result<u16, HarnessError> {
     free_port()
 }
 
+/// The webhook flags of a chart installed by [`ControlPlane::install_chart`]:
+/// self-managed certificates for 127.0.0.1 in the chart's Secret, checked
+/// every 500 ms.
+const WEBHOOK_FLAGS: &[&str] = &[
+    "--tls-secret-namespace",
+    CHART_NAMESPACE,
+    "--tls-secret-name",
+    "agentgate-webhook-tls",
+    "--webhook-config-name",
+    "agentgate",
+    "--cert-extra-name",
+    "127.0.0.1",
+    "--cert-check-interval-ms",
+    "500",
+    // The chart's default webhook.scanWriters.
+    "--scan-writer",
+    "group:system:masters",
+];
+
 /// A running etcd + kube-apiserver, torn down on drop.
 pub struct ControlPlane {
     dir: PathBuf,
     bin: PathBuf,
     kubeconfig: PathBuf,
-    children: Vec<Child>,
+    children: Vec<Process>,
+}
+
+/// A control-plane process and how it was started, so that it can be
+/// killed and started again the same way (the fault scenarios).
+struct Process {
+    name: String,
+    args: Vec<String>,
+    child: Child,
 }
 
 impl ControlPlane {
@@ -133,12 +161,29 @@ impl ControlPlane {
     }
 
     fn spawn(&mut self, name: &str, args: &[String]) -> Result<(), HarnessError> {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+        let child = self.launch(name, args, false)?;
+        self.children.push(Process {
+            name: name.into(),
+            args: args.to_vec(),
+            child,
+        });
+        Ok(())
+    }
+
+    /// Starts `name` with `args`, its output in `<name>.log` (appended to
+    /// when `append`, so a restarted process keeps its first run's log).
+    fn launch(&self, name: &str, args: &[String], append: bool) -> Result<Child, HarnessError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(self.dir.join(format!("{name}.log")))
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
         let err = log
             .try_clone()
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
-        let child = Command::new(self.bin.join(name))
+        Command::new(self.bin.join(name))
             .args(args)
             // The API server calls webhooks on 127.0.0.1: never through a proxy.
             .env("NO_PROXY", "127.0.0.1,localhost")
@@ -146,9 +191,71 @@ impl ControlPlane {
             .stdout(log)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed(format!("starting {name}"), e))?;
-        self.children.push(child);
+            .map_err(|e| failed(format!("starting {name}"), e))
+    }
+
+    fn process(&mut self, name: &str) -> Result<&mut Process, HarnessError> {
+        self.children
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| failed(format!("finding {name}"), "not started by this harness"))
+    }
+
+    /// SIGKILLs the control-plane process `name` (`etcd` or
+    /// `kube-apiserver`) and reaps it.
+    fn kill_process(&mut self, name: &str) -> Result<(), HarnessError> {
+        let process = self.process(name)?;
+        process
+            .child
+            .kill()
+            .map_err(|e| failed(format!("killing {name}"), e))?;
+        process
+            .child
+            .wait()
+            .map_err(|e| failed(format!("reaping {name}"), e))?;
         Ok(())
+    }
+
+    /// Starts `name` again with the program and arguments of its first
+    /// start (same ports, same data and certificate directories), then
+    /// waits until the API server is ready.
+    fn restart_process(&mut self, name: &str, limit: Duration) -> Result<(), HarnessError> {
+        let args = self.process(name)?.args.clone();
+        if self
+            .process(name)?
+            .child
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            return Err(failed(format!("restarting {name}"), "it is still running"));
+        }
+        let child = self.launch(name, &args, true)?;
+        self.process(name)?.child = child;
+        self.wait_ready(limit)
+    }
+
+    /// SIGKILLs kube-apiserver (etcd keeps running).
+    pub fn kill_apiserver(&mut self) -> Result<(), HarnessError> {
+        self.kill_process("kube-apiserver")
+    }
+
+    /// Starts kube-apiserver again, same ports and arguments, and waits
+    /// until it is ready (at most `limit`).
+    pub fn restart_apiserver(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        self.restart_process("kube-apiserver", limit)
+    }
+
+    /// SIGKILLs etcd (kube-apiserver keeps running, and stops being ready).
+    pub fn kill_etcd(&mut self) -> Result<(), HarnessError> {
+        self.kill_process("etcd")
+    }
+
+    /// Starts etcd again on its data directory and ports, and waits until
+    /// the API server is ready again (at most `limit`).
+    pub fn restart_etcd(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        self.restart_process("etcd", limit)
     }
 
     fn boot(&mut self) -> Result<(), HarnessError> {
@@ -223,11 +330,13 @@ impl ControlPlane {
         self.wait_ready(Duration::from_secs(90))
     }
 
-    fn wait_ready(&mut self, limit: Duration) -> Result<(), HarnessError> {
+    /// Waits until the API server answers `/readyz` (at most `limit`); an
+    /// error, with the logs, when a control-plane process has exited.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), HarnessError> {
         let started = Instant::now();
         while started.elapsed() < limit {
-            for child in &mut self.children {
-                if let Ok(Some(status)) = child.try_wait() {
+            for process in &mut self.children {
+                if let Ok(Some(status)) = process.child.try_wait() {
                     return Err(HarnessError::NotReady(
                         started.elapsed(),
                         format!(
@@ -249,7 +358,9 @@ impl ControlPlane {
         Err(HarnessError::NotReady(limit, self.logs()))
     }
 
-    fn logs(&self) -> String {
+    /// The last lines of the etcd and kube-apiserver logs (for failure
+    /// messages).
+    pub fn logs(&self) -> String {
         let tail = |name: &str| {
             let text =
                 std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
@@ -267,7 +378,7 @@ impl ControlPlane {
     /// demo`); returns their pids.
     pub fn detach(self) -> Vec<u32> {
         let this = std::mem::ManuallyDrop::new(self);
-        this.children.iter().map(Child::id).collect()
+        this.children.iter().map(|p| p.child.id()).collect()
     }
 
     /// The directory holding the kubeconfig, logs and etcd data.
@@ -450,6 +561,57 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, TERM, ...).
+    pub fn signal(&self, signal: &str) -> Result<(), HarnessError> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .map_err(|e| failed(format!("kill -{signal}"), e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(failed(format!("kill -{signal}"), status))
+        }
+    }
+
+    /// Pauses the process (SIGSTOP): it neither runs nor renews its Lease.
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal("STOP")
+    }
+
+    /// Resumes a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal("CONT")
+    }
+
+    /// Its exit status if it has exited, else `None` (never blocks).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or `None`
+    /// when it is still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if started.elapsed() >= limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -493,6 +655,16 @@ impl ControlPlane {
 
     /// Starts `agentgate controller` with extra arguments.
     pub fn start_operator_with(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
+        self.start_agentgate("controller", extra)
+    }
+
+    /// Starts `agentgate SUBCOMMAND` (with a metrics port of its own)
+    /// against this control plane, its output in a log of its own.
+    pub fn start_agentgate(
+        &self,
+        subcommand: &str,
+        extra: &[&str],
+    ) -> Result<Operator, HarnessError> {
         let log = self.dir.join(format!("operator-{}.log", free_port()?));
         let out =
             std::fs::File::create(&log).map_err(|e| failed("creating the operator log", e))?;
@@ -500,7 +672,7 @@ impl ControlPlane {
             .try_clone()
             .map_err(|e| failed("creating the operator log", e))?;
         let child = Command::new(operator_binary()?)
-            .arg("controller")
+            .arg(subcommand)
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
@@ -508,7 +680,7 @@ impl ControlPlane {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed("starting the operator", e))?;
+            .map_err(|e| failed(format!("starting agentgate {subcommand}"), e))?;
         Ok(Operator { child, log })
     }
 
@@ -561,27 +733,22 @@ impl ControlPlane {
         extra: &[&str],
     ) -> Result<Operator, HarnessError> {
         let address = format!("127.0.0.1:{port}");
-        let mut args = vec![
-            "--webhook-bind-address",
-            &address,
-            "--tls-secret-namespace",
-            CHART_NAMESPACE,
-            "--tls-secret-name",
-            "agentgate-webhook-tls",
-            "--webhook-config-name",
-            "agentgate",
-            "--cert-extra-name",
-            "127.0.0.1",
-            "--lease-namespace",
-            CHART_NAMESPACE,
-            "--cert-check-interval-ms",
-            "500",
-            // The chart's default webhook.scanWriters.
-            "--scan-writer",
-            "group:system:masters",
-        ];
+        let mut args = vec!["--webhook-bind-address", &address];
+        args.extend_from_slice(WEBHOOK_FLAGS);
+        args.extend_from_slice(&["--lease-namespace", CHART_NAMESPACE]);
         args.extend_from_slice(extra);
         self.start_operator_with(&args)
+    }
+
+    /// Starts `agentgate webhook` (the webhook alone, no reconcilers) on
+    /// `port` for a chart installed with [`ControlPlane::install_chart`],
+    /// with the flags of [`ControlPlane::start_webhook_operator`].
+    pub fn start_webhook(&self, port: u16, extra: &[&str]) -> Result<Operator, HarnessError> {
+        let address = format!("127.0.0.1:{port}");
+        let mut args = vec!["--webhook-bind-address", &address];
+        args.extend_from_slice(WEBHOOK_FLAGS);
+        args.extend_from_slice(extra);
+        self.start_agentgate("webhook", &args)
     }
 
     /// A control plane with the chart installed, the operator serving the
@@ -896,9 +1063,9 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // API server first, then etcd.
-        for child in self.children.iter_mut().rev() {
-            let _ = child.kill();
-            let _ = child.wait();
+        for process in self.children.iter_mut().rev() {
+            let _ = process.child.kill();
+            let _ = process.child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

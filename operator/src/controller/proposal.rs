@@ -472,6 +472,10 @@ async fn reconcile(
         });
         let revision = next_status.revision;
         next.status = Some(next_status);
+        // Only the leader commits: a replica that lost the Lease while this
+        // reconcile was under way (paused, partitioned) stops here.
+        ctx.fence(&format!("commit of proposal {namespace}/{name}"))
+            .await?;
         match sandboxes
             .replace_status(&sandbox.name_any(), &PostParams::default(), &next)
             .await
@@ -485,6 +489,7 @@ async fn reconcile(
             Err(e) => return Err(e.into()),
         }
         ctx.metrics.commits.inc();
+        tracing::info!(proposal = %name, namespace = %namespace, revision, "committed");
         mark_applied(&mut status, generation, revision);
         let note = format!("{name}: {}", status.reason.clone().unwrap_or_default());
         let notes = vec![(EventType::Normal, "Applied", note)];

@@ -636,16 +636,30 @@ impl ControlPlane {
 
     /// Waits until the four agentgate CRDs are established.
     fn wait_crds_established(&self) -> Result<(), HarnessError> {
-        self.run(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/maximumpolicies.agentgate.dev",
-            "crd/agentsandboxes.agentgate.dev",
-            "crd/policyproposals.agentgate.dev",
-            "crd/agentscans.agentgate.dev",
-        ])?;
-        Ok(())
+        let started = Instant::now();
+        loop {
+            let waited = self.run(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/maximumpolicies.agentgate.dev",
+                "crd/agentsandboxes.agentgate.dev",
+                "crd/policyproposals.agentgate.dev",
+                "crd/agentscans.agentgate.dev",
+            ]);
+            match waited {
+                // kubectl wait gives up at once when it reads a CRD before
+                // the API server has written any condition (a loaded
+                // machine): that is "not yet", so wait again.
+                Err(e)
+                    if e.to_string().contains("accessor error")
+                        && started.elapsed() < Duration::from_secs(60) =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
     }
 
     /// Starts `agentgate controller` against this control plane.

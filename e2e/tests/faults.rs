@@ -267,6 +267,11 @@ fn paused_leader_is_fenced_after_the_follower_takes_over() {
         b.log()
     );
 
+    // The follower may take over before a whole Lease has passed (the
+    // Lease was renewed up to a grace before the pause): pause the leader
+    // longer than its Lease in any case.
+    let long_enough = Duration::from_secs(LEASE_SECONDS) + Duration::from_millis(500);
+    std::thread::sleep(long_enough.saturating_sub(paused.elapsed()));
     // Work for both, then wake the old leader.
     cp.apply_yaml(&proposals("after", 6)).expect("proposals");
     let pause = paused.elapsed();

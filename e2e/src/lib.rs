@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod pod_runner;
+pub mod race;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -83,14 +84,41 @@ pub fn free_loopback_port() -> Result<u16, HarnessError> {
     free_port()
 }
 
+/// The webhook flags of a chart installed by [`ControlPlane::install_chart`]:
+/// self-managed certificates for 127.0.0.1 in the chart's Secret, checked
+/// every 500 ms.
+const WEBHOOK_FLAGS: &[&str] = &[
+    "--tls-secret-namespace",
+    CHART_NAMESPACE,
+    "--tls-secret-name",
+    "agentgate-webhook-tls",
+    "--webhook-config-name",
+    "agentgate",
+    "--cert-extra-name",
+    "127.0.0.1",
+    "--cert-check-interval-ms",
+    "500",
+    // The chart's default webhook.scanWriters.
+    "--scan-writer",
+    "group:system:masters",
+];
+
 /// A running etcd + kube-apiserver, torn down on drop.
 pub struct ControlPlane {
     dir: PathBuf,
     bin: PathBuf,
     kubeconfig: PathBuf,
-    children: Vec<Child>,
+    children: Vec<Process>,
     /// The admin's bearer token; `TOKEN_USERS[i]` has `{token}-{i}`.
     token: String,
+}
+
+/// A control-plane process and how it was started, so that it can be
+/// killed and started again the same way (the fault scenarios).
+struct Process {
+    name: String,
+    args: Vec<String>,
+    child: Child,
 }
 
 /// Identities besides the admin that hold a static bearer token (name,
@@ -156,12 +184,29 @@ impl ControlPlane {
     }
 
     fn spawn(&mut self, name: &str, args: &[String]) -> Result<(), HarnessError> {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+        let child = self.launch(name, args, false)?;
+        self.children.push(Process {
+            name: name.into(),
+            args: args.to_vec(),
+            child,
+        });
+        Ok(())
+    }
+
+    /// Starts `name` with `args`, its output in `<name>.log` (appended to
+    /// when `append`, so a restarted process keeps its first run's log).
+    fn launch(&self, name: &str, args: &[String], append: bool) -> Result<Child, HarnessError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(self.dir.join(format!("{name}.log")))
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
         let err = log
             .try_clone()
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
-        let child = Command::new(self.bin.join(name))
+        Command::new(self.bin.join(name))
             .args(args)
             // The API server calls webhooks on 127.0.0.1: never through a proxy.
             .env("NO_PROXY", "127.0.0.1,localhost")
@@ -169,9 +214,71 @@ impl ControlPlane {
             .stdout(log)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed(format!("starting {name}"), e))?;
-        self.children.push(child);
+            .map_err(|e| failed(format!("starting {name}"), e))
+    }
+
+    fn process(&mut self, name: &str) -> Result<&mut Process, HarnessError> {
+        self.children
+            .iter_mut()
+            .find(|p| p.name == name)
+            .ok_or_else(|| failed(format!("finding {name}"), "not started by this harness"))
+    }
+
+    /// SIGKILLs the control-plane process `name` (`etcd` or
+    /// `kube-apiserver`) and reaps it.
+    fn kill_process(&mut self, name: &str) -> Result<(), HarnessError> {
+        let process = self.process(name)?;
+        process
+            .child
+            .kill()
+            .map_err(|e| failed(format!("killing {name}"), e))?;
+        process
+            .child
+            .wait()
+            .map_err(|e| failed(format!("reaping {name}"), e))?;
         Ok(())
+    }
+
+    /// Starts `name` again with the program and arguments of its first
+    /// start (same ports, same data and certificate directories), then
+    /// waits until the API server is ready.
+    fn restart_process(&mut self, name: &str, limit: Duration) -> Result<(), HarnessError> {
+        let args = self.process(name)?.args.clone();
+        if self
+            .process(name)?
+            .child
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            return Err(failed(format!("restarting {name}"), "it is still running"));
+        }
+        let child = self.launch(name, &args, true)?;
+        self.process(name)?.child = child;
+        self.wait_ready(limit)
+    }
+
+    /// SIGKILLs kube-apiserver (etcd keeps running).
+    pub fn kill_apiserver(&mut self) -> Result<(), HarnessError> {
+        self.kill_process("kube-apiserver")
+    }
+
+    /// Starts kube-apiserver again, same ports and arguments, and waits
+    /// until it is ready (at most `limit`).
+    pub fn restart_apiserver(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        self.restart_process("kube-apiserver", limit)
+    }
+
+    /// SIGKILLs etcd (kube-apiserver keeps running, and stops being ready).
+    pub fn kill_etcd(&mut self) -> Result<(), HarnessError> {
+        self.kill_process("etcd")
+    }
+
+    /// Starts etcd again on its data directory and ports, and waits until
+    /// the API server is ready again (at most `limit`).
+    pub fn restart_etcd(&mut self, limit: Duration) -> Result<(), HarnessError> {
+        self.restart_process("etcd", limit)
     }
 
     fn boot(&mut self) -> Result<(), HarnessError> {
@@ -248,11 +355,13 @@ impl ControlPlane {
         self.wait_ready(Duration::from_secs(90))
     }
 
-    fn wait_ready(&mut self, limit: Duration) -> Result<(), HarnessError> {
+    /// Waits until the API server answers `/readyz` (at most `limit`); an
+    /// error, with the logs, when a control-plane process has exited.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), HarnessError> {
         let started = Instant::now();
         while started.elapsed() < limit {
-            for child in &mut self.children {
-                if let Ok(Some(status)) = child.try_wait() {
+            for process in &mut self.children {
+                if let Ok(Some(status)) = process.child.try_wait() {
                     return Err(HarnessError::NotReady(
                         started.elapsed(),
                         format!(
@@ -274,7 +383,9 @@ impl ControlPlane {
         Err(HarnessError::NotReady(limit, self.logs()))
     }
 
-    fn logs(&self) -> String {
+    /// The last lines of the etcd and kube-apiserver logs (for failure
+    /// messages).
+    pub fn logs(&self) -> String {
         let tail = |name: &str| {
             let text =
                 std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
@@ -292,7 +403,7 @@ impl ControlPlane {
     /// demo`); returns their pids.
     pub fn detach(self) -> Vec<u32> {
         let this = std::mem::ManuallyDrop::new(self);
-        this.children.iter().map(Child::id).collect()
+        this.children.iter().map(|p| p.child.id()).collect()
     }
 
     /// The directory holding the kubeconfig, logs and etcd data.
@@ -479,15 +590,61 @@ impl Operator {
 }
 
 impl Operator {
+    /// Leaves the operator running (for `make demo`); returns its pid and log.
+    pub fn detach(self) -> (u32, PathBuf) {
+        let this = std::mem::ManuallyDrop::new(self);
+        (this.child.id(), this.log.clone())
+    }
+}
+
+impl Operator {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Leaves the operator running (for `make demo`); returns its pid and log.
-    pub fn detach(self) -> (u32, PathBuf) {
-        let this = std::mem::ManuallyDrop::new(self);
-        (this.child.id(), this.log.clone())
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, TERM, ...).
+    pub fn signal(&self, signal: &str) -> Result<(), HarnessError> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .map_err(|e| failed(format!("kill -{signal}"), e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(failed(format!("kill -{signal}"), status))
+        }
+    }
+
+    /// Pauses the process (SIGSTOP): it neither runs nor renews its Lease.
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal("STOP")
+    }
+
+    /// Resumes a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal("CONT")
+    }
+
+    /// Its exit status if it has exited, else `None` (never blocks).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or `None`
+    /// when it is still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if started.elapsed() >= limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -515,16 +672,30 @@ impl ControlPlane {
 
     /// Waits until the four agentgate CRDs are established.
     fn wait_crds_established(&self) -> Result<(), HarnessError> {
-        self.run(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/maximumpolicies.agentgate.dev",
-            "crd/agentsandboxes.agentgate.dev",
-            "crd/policyproposals.agentgate.dev",
-            "crd/agentscans.agentgate.dev",
-        ])?;
-        Ok(())
+        let started = Instant::now();
+        loop {
+            let waited = self.run(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/maximumpolicies.agentgate.dev",
+                "crd/agentsandboxes.agentgate.dev",
+                "crd/policyproposals.agentgate.dev",
+                "crd/agentscans.agentgate.dev",
+            ]);
+            match waited {
+                // kubectl wait gives up at once when it reads a CRD before
+                // the API server has written any condition (a loaded
+                // machine): that is "not yet", so wait again.
+                Err(e)
+                    if e.to_string().contains("accessor error")
+                        && started.elapsed() < Duration::from_secs(60) =>
+                {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
     }
 
     /// Starts `agentgate controller` against this control plane.
@@ -575,7 +746,7 @@ impl ControlPlane {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed("starting the operator", e))?;
+            .map_err(|e| failed(format!("starting agentgate {}", args.join(" ")), e))?;
         Ok(Operator { child, log })
     }
 
@@ -642,29 +813,43 @@ impl ControlPlane {
         self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)
     }
 
+    /// Starts `agentgate controller` alone (no webhook) for a chart
+    /// installed with [`ControlPlane::install_chart`], as the chart's
+    /// ServiceAccount, its Lease in the release namespace, plus `extra`.
+    pub fn start_chart_controller(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
+        let mut args = vec![
+            "controller",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            CHART_NAMESPACE,
+        ];
+        args.extend_from_slice(extra);
+        self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)
+    }
+
     /// The arguments that serve the chart's webhook on `port` (as
     /// [`ControlPlane::start_webhook_operator`] passes them), for
     /// `agentgate controller` or `agentgate webhook`.
     pub fn webhook_args(&self, port: u16) -> Vec<String> {
-        [
-            "--webhook-bind-address",
-            &format!("127.0.0.1:{port}"),
-            "--tls-secret-namespace",
-            CHART_NAMESPACE,
-            "--tls-secret-name",
-            "agentgate-webhook-tls",
-            "--webhook-config-name",
-            "agentgate",
-            "--cert-extra-name",
-            "127.0.0.1",
-            "--cert-check-interval-ms",
-            "500",
-            // The chart's default webhook.scanWriters.
-            "--scan-writer",
-            "group:system:masters",
-        ]
-        .map(str::to_string)
-        .to_vec()
+        let mut args = vec![
+            "--webhook-bind-address".to_string(),
+            format!("127.0.0.1:{port}"),
+        ];
+        args.extend(WEBHOOK_FLAGS.iter().map(|f| f.to_string()));
+        args
+    }
+
+    /// Starts `agentgate webhook` (the webhook alone, no reconcilers) on
+    /// `port` for a chart installed with [`ControlPlane::install_chart`],
+    /// with the flags of [`ControlPlane::start_webhook_operator`].
+    /// Like the operator, it runs as the chart's ServiceAccount.
+    pub fn start_webhook(&self, port: u16, extra: &[&str]) -> Result<Operator, HarnessError> {
+        let webhook = self.webhook_args(port);
+        let mut args = vec!["webhook", "--metrics-bind-address", "127.0.0.1:0"];
+        args.extend(webhook.iter().map(String::as_str));
+        args.extend_from_slice(extra);
+        self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)
     }
 
     /// A control plane with the chart installed, the operator serving the
@@ -1009,9 +1194,9 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // API server first, then etcd.
-        for child in self.children.iter_mut().rev() {
-            let _ = child.kill();
-            let _ = child.wait();
+        for process in self.children.iter_mut().rev() {
+            let _ = process.child.kill();
+            let _ = process.child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -507,11 +507,7 @@ fn the_operators_status_writes_do_not_wait_for_the_webhook() {
     let cp = ControlPlane::start().unwrap();
     let port = agentgate_e2e::free_loopback_port().unwrap();
     cp.install_chart(port, &[]).unwrap();
-    let operator_kubeconfig = cp.kubeconfig_of(agentgate_e2e::OPERATOR_USER).unwrap();
-    let mut args = vec!["webhook", "--metrics-bind-address", "127.0.0.1:0"];
-    let webhook_args = cp.webhook_args(port);
-    args.extend(webhook_args.iter().map(String::as_str));
-    let webhook = cp.start_agentgate(&operator_kubeconfig, &args).unwrap();
+    let webhook = cp.start_webhook(port, &[]).unwrap();
     cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}\n{}", webhook.log()));
     cp.run(&["apply", "-f", "examples/maximum.yaml"]).unwrap();
@@ -529,18 +525,7 @@ fn the_operators_status_writes_do_not_wait_for_the_webhook() {
     assert!(stderr.contains("failed calling webhook"), "{stderr}");
 
     // The controller alone (no webhook), as the chart's ServiceAccount.
-    let controller = cp
-        .start_agentgate(
-            &operator_kubeconfig,
-            &[
-                "controller",
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--lease-namespace",
-                CHART_NAMESPACE,
-            ],
-        )
-        .unwrap();
+    let controller = cp.start_chart_controller(&[]).unwrap();
     let revision = cp
         .wait_revision("agents", "triage-bot", Duration::from_secs(30), |r| r >= 1)
         .unwrap_or_else(|last| {

@@ -2,6 +2,8 @@
 //! `KUBECONFIG` (or the in-cluster service account). With leader election
 //! (the default) only the replica holding the Lease runs them; a replica
 //! that loses the Lease exits, and its restart waits for the Lease again.
+//! Each write that grants authority first checks, on the API server, that
+//! the Lease is still this replica's (`controller::fence`).
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use clap::Args;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
+use crate::controller::fence::{LeaseFence, grace_seconds};
 use crate::controller::metrics::{Metrics, serve};
 use crate::controller::{Context, maximum, proposal, sandbox, scan};
 use crate::prover::{Prover, ProverOptions};
@@ -145,7 +148,7 @@ pub fn run(args: &ControllerArgs) -> u8 {
         );
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");
-            run_controllers(ctx).await;
+            run_controllers(std::sync::Arc::new(ctx)).await;
             return EXIT_WITHIN;
         }
 
@@ -156,11 +159,19 @@ pub fn run(args: &ControllerArgs) -> u8 {
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into());
         let duration = args.lease_duration_seconds.max(2);
+        // Checked before every write that grants authority (fence.rs).
+        let ctx = std::sync::Arc::new(ctx.with_fence(LeaseFence::new(
+            client.clone(),
+            &namespace,
+            &args.lease_name,
+            &me,
+            duration,
+        )));
         let manager = match LeaseManagerBuilder::new(client, &args.lease_name)
             .with_namespace(&namespace)
             .with_identity(&me)
             .with_duration(duration)
-            .with_grace((duration / 3).max(1))
+            .with_grace(grace_seconds(duration))
             .build()
             .await
         {
@@ -191,10 +202,20 @@ pub fn run(args: &ControllerArgs) -> u8 {
                 }
             }
         };
+        // A fence check that finds the Lease held by another replica
+        // (before the lease manager notices, e.g. right after a pause).
+        let mut fenced = match ctx.lease_fence() {
+            Some(fence) => fence.lost(),
+            None => tokio::sync::watch::channel(false).1,
+        };
         let code = tokio::select! {
             _ = run_controllers(ctx) => EXIT_WITHIN,
             _ = lost => {
                 tracing::error!(identity = %me, "lost leadership; exiting so that a restart waits for the Lease");
+                EXIT_LOST_LEADERSHIP
+            }
+            Ok(_) = fenced.wait_for(|lost| *lost) => {
+                tracing::error!(identity = %me, "fenced: a write found the Lease held by another replica; exiting so that a restart waits for the Lease");
                 EXIT_LOST_LEADERSHIP
             }
         };

@@ -2,6 +2,7 @@
 //! prover, verdict) that read and write the API server. Solver work runs on
 //! blocking threads; no Z3 value crosses an `.await`.
 
+pub mod fence;
 pub mod maximum;
 pub mod metrics;
 pub mod proposal;
@@ -48,6 +49,10 @@ pub enum ControllerError {
     /// Certificate material could not be made or read.
     #[error("{0}")]
     Pki(#[from] crate::pki::PkiError),
+    /// The leader fence refused a write: this replica does not (or no
+    /// longer provably) hold the Lease.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 /// Shared state of the reconcilers.
@@ -72,12 +77,16 @@ pub struct Context {
     /// Compiled MaximumPolicies by uid and generation, shared by every
     /// reconcile (a storm after a tightened maximum compiles it once).
     pub maximums: CompiledMaximums,
+    /// The leader fence (with leader election only): checked before every
+    /// write that grants authority.
+    fence: Option<fence::LeaseFence>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
-    /// A context for `client`, reporting Events as `agentgate`.
+    /// A context for `client`, reporting Events as `agentgate`, without a
+    /// leader fence (see [`Context::with_fence`]).
     pub fn new(
         client: Client,
         prover: Prover,
@@ -86,12 +95,12 @@ impl Context {
         ignored_namespaces: BTreeSet<String>,
         data_plane: DataPlane,
         ca_lifetime: Duration,
-    ) -> Arc<Context> {
+    ) -> Context {
         let reporter = Reporter {
             controller: "agentgate".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        Arc::new(Context {
+        Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             prover,
@@ -101,8 +110,32 @@ impl Context {
             data_plane,
             ca_lifetime,
             maximums: CompiledMaximums::default(),
+            fence: None,
             failures: Mutex::new(HashMap::new()),
-        })
+        }
+    }
+
+    /// This context with the leader fence `fence`.
+    pub fn with_fence(self, fence: fence::LeaseFence) -> Context {
+        Context {
+            fence: Some(fence),
+            ..self
+        }
+    }
+
+    /// The leader fence, when there is one.
+    pub fn lease_fence(&self) -> Option<&fence::LeaseFence> {
+        self.fence.as_ref()
+    }
+
+    /// Immediately before a write that grants authority (`what`): `Ok`
+    /// while this replica provably holds the Lease, or when it runs
+    /// without leader election (see [`fence`]).
+    pub async fn fence(&self, what: &str) -> Result<(), ControllerError> {
+        match &self.fence {
+            Some(fence) => fence.check(what).await,
+            None => Ok(()),
+        }
     }
 
     /// Whether objects in `namespace` are outside agentgate's reach (the

@@ -1,9 +1,11 @@
 //! PolicyProposal reconciler: the verdict of DESIGN.md §4 and the commit
-//! protocol of §5. Immediately before a commit the sandbox and the
-//! maximums are read again from the API server and the verdict recomputed
-//! on them; the sandbox status (effectivePolicy, revision + 1,
-//! appliedProposals + name) is written with the sandbox's resourceVersion
-//! as precondition, and only then is the proposal marked Applied. The commit
+//! protocol of §5. The sandbox and the maximums are read from the API
+//! server and the verdict computed on them; right before the commit the
+//! leader fence is checked and the governing maximums are read once more
+//! (any change since the verdict: start over); the sandbox status
+//! (effectivePolicy, revision + 1, appliedProposals + name) is written with
+//! the sandbox's resourceVersion as precondition, and only then is the
+//! proposal marked Applied. The commit
 //! record holds the proposal's uid, generation, change hash and who decided;
 //! a crash between the two writes is repaired on the next reconcile from that
 //! record, never from the name alone. A decision is never taken from a
@@ -33,7 +35,7 @@ use crate::k8s::crd::{
     ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase, PolicyProposal,
     PolicyProposalStatus, ProofRecord,
 };
-use crate::k8s::governance::{Governance, Governing};
+use crate::k8s::governance::{Governance, Governing, fingerprint};
 use crate::k8s::pod_template::agent_identities;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::policy::compose::apply_proposal;
@@ -45,8 +47,18 @@ use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, dec
 struct Outcome {
     status: PolicyProposalStatus,
     event: Option<super::Note>,
-    /// `Some((candidate, decided by))` when the verdict is Apply: commit it.
-    commit: Option<(PolicyDocument, String)>,
+    /// When the verdict is Apply: what to commit.
+    commit: Option<Commit>,
+}
+
+/// A commit the verdict allows.
+struct Commit {
+    /// The sandbox's new effective policy.
+    candidate: PolicyDocument,
+    /// The decision record's `decidedBy`.
+    decided_by: String,
+    /// The maximums it was proved under ([`fingerprint`]).
+    proved_under: Vec<(String, String, i64)>,
 }
 
 /// Who stands behind a proposal: a reviewer's `Approved` condition (the
@@ -216,6 +228,7 @@ async fn evaluate(
             });
         }
     };
+    let proved_under = fingerprint(&governing);
     // Mode: the sandbox's, but never auto where a governing maximum forbids it.
     let all_allow_auto = governing
         .iter()
@@ -306,7 +319,14 @@ async fn evaluate(
         solver_millis: verdict.proofs.iter().map(|p| p.solver_millis).sum(),
     });
     let (event, commit) = match verdict.decision {
-        Decision::Apply => (None, Some((candidate, decided_by))),
+        Decision::Apply => (
+            None,
+            Some(Commit {
+                candidate,
+                decided_by,
+                proved_under,
+            }),
+        ),
         Decision::Ask => {
             status.phase = Some(Phase::AwaitingApproval);
             conditions::set(
@@ -454,7 +474,12 @@ async fn reconcile(
     }
     let outcome = evaluate(&proposal, &sandbox, &ctx).await?;
     let mut status = outcome.status;
-    if let Some((candidate, decided_by)) = outcome.commit {
+    if let Some(Commit {
+        candidate,
+        decided_by,
+        proved_under,
+    }) = outcome.commit
+    {
         // Commit: sandbox status with its resourceVersion as precondition.
         let mut next = sandbox.clone();
         let mut next_status = committed.clone();
@@ -472,6 +497,23 @@ async fn reconcile(
         });
         let revision = next_status.revision;
         next.status = Some(next_status);
+        // Only the leader commits: a replica that lost the Lease while this
+        // reconcile was under way (paused, partitioned) stops here.
+        ctx.fence(&format!("commit of proposal {namespace}/{name}"))
+            .await?;
+        // The maximums, read again right before the write, must be those
+        // the verdict was proved under: one deleted, changed or newly
+        // governing meanwhile (the sandbox's precondition does not see
+        // them) means deciding again.
+        let now_under = match governance(&sandbox, &ctx).await? {
+            Governance::Governed(governing) => Some(fingerprint(&governing)),
+            Governance::Refused(..) => None,
+        };
+        if now_under.as_ref() != Some(&proved_under) {
+            ctx.metrics.commit_conflicts.inc();
+            tracing::info!(proposal = %name, "the governing maximums changed under the commit; starting over");
+            return Ok(Action::requeue(Duration::from_millis(50)));
+        }
         match sandboxes
             .replace_status(&sandbox.name_any(), &PostParams::default(), &next)
             .await
@@ -485,6 +527,7 @@ async fn reconcile(
             Err(e) => return Err(e.into()),
         }
         ctx.metrics.commits.inc();
+        tracing::info!(proposal = %name, namespace = %namespace, revision, "committed");
         mark_applied(&mut status, generation, revision);
         let note = format!("{name}: {}", status.reason.clone().unwrap_or_default());
         let notes = vec![(EventType::Normal, "Applied", note)];

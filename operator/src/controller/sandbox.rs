@@ -296,6 +296,10 @@ async fn reconcile(
     )
     .await;
 
+    // The status and the ConfigMap below grant authority (the proxy
+    // enforces the ConfigMap): only the leader writes them.
+    ctx.fence(&format!("policy of sandbox {namespace}/{name}"))
+        .await?;
     if status != before {
         // The sandbox's resourceVersion is the precondition: a proposal
         // committed meanwhile makes this write fail, and we start over.

@@ -23,6 +23,9 @@ pub struct Governing {
     pub allowed_modes: Vec<Mode>,
     /// Its `metadata.generation` as read.
     pub generation: i64,
+    /// Its `metadata.uid` (a maximum deleted and created again under the
+    /// same name is another maximum).
+    pub uid: String,
     /// `spec.review.fourEyes`.
     pub four_eyes: bool,
 }
@@ -38,6 +41,18 @@ impl Governing {
             four_eyes: self.four_eyes,
         }
     }
+}
+
+/// Which maximums a decision was taken under: each governing maximum's
+/// name, uid and generation, sorted by name. Two reads with the same
+/// fingerprint saw the same ceilings.
+pub fn fingerprint(governing: &[Governing]) -> Vec<(String, String, i64)> {
+    let mut seen: Vec<(String, String, i64)> = governing
+        .iter()
+        .map(|g| (g.name.clone(), g.uid.clone(), g.generation))
+        .collect();
+    seen.sort();
+    seen
 }
 
 /// Which maximums govern a sandbox, or why nothing may be granted.
@@ -151,6 +166,7 @@ pub fn governing_from<'a>(
                 compiled,
                 allowed_modes: maximum.spec.allowed_modes.clone(),
                 generation: maximum.meta().generation.unwrap_or_default(),
+                uid: maximum.uid().unwrap_or_default(),
                 four_eyes: maximum.spec.review.is_some_and(|r| r.four_eyes),
             }),
             Err(reason) => {

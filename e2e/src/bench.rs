@@ -2,7 +2,44 @@
 //! from one curl process, percentiles and report rows.
 
 use std::fmt::Write as _;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use crate::{ControlPlane, assets};
+
+/// Streams the lines of `kubectl get ARGS -w` (e.g. with a jsonpath
+/// output), each stamped when it arrives; the kubectl process ends with
+/// the receiver.
+pub fn watch_lines(
+    cp: &ControlPlane,
+    args: &[&str],
+) -> Result<mpsc::Receiver<(String, Instant)>, String> {
+    let mut child = Command::new(assets().map_err(|e| e.to_string())?.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig())
+        .arg("get")
+        .args(args)
+        .arg("-w")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut child = child;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send((line, Instant::now())).is_err() {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+    Ok(rx)
+}
 
 /// The `p`th percentile of ascending `sorted` (nearest rank).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {

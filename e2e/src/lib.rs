@@ -743,6 +743,8 @@ impl ControlPlane {
             .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("AGENTGATE_LOG", "info")
+            // As the chart's Deployment sets it.
+            .env("MALLOC_ARENA_MAX", "2")
             .stdout(out)
             .stderr(err)
             .spawn()

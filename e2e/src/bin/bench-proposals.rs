@@ -8,13 +8,12 @@
 //! results.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentgate_e2e::ControlPlane;
-use agentgate_e2e::bench::percentile;
+use agentgate_e2e::bench::{percentile, watch_lines};
 
 fn proposal(prefix: &str, i: usize) -> String {
     format!(
@@ -39,31 +38,24 @@ spec:
 
 /// Streams `name phase` lines of every proposal change, stamped on arrival.
 fn watch(cp: &ControlPlane) -> Result<mpsc::Receiver<(String, String, Instant)>, String> {
-    let assets = agentgate_e2e::assets().map_err(|e| e.to_string())?;
-    let mut child = Command::new(assets.join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig())
-        .args([
-            "get",
+    let lines = watch_lines(
+        cp,
+        &[
             "pprop",
             "-n",
             "agents",
-            "-w",
             "-o",
             "jsonpath={.metadata.name} {.status.phase}{\"\\n\"}",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
+        ],
+    )?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _child = child;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        for (line, at) in lines {
             let mut parts = line.split_whitespace();
-            if let (Some(name), Some(phase)) = (parts.next(), parts.next()) {
-                let _ = tx.send((name.to_string(), phase.to_string(), Instant::now()));
+            if let (Some(name), Some(phase)) = (parts.next(), parts.next())
+                && tx.send((name.to_string(), phase.to_string(), at)).is_err()
+            {
+                break;
             }
         }
     });

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -86,8 +87,8 @@ pub fn assess(maximum: &MaximumPolicy, prover: &crate::prover::Prover) -> Assess
 /// time; the count grants nothing, so a recent view is enough.
 #[derive(Clone)]
 pub struct Views {
-    sandboxes: Store<AgentSandbox>,
-    namespaces: Store<Namespace>,
+    sandboxes: Store<PartialObjectMeta<AgentSandbox>>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
 }
 
 /// How many sandboxes `maximum` governs, in the cached view.

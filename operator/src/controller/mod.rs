@@ -80,8 +80,48 @@ pub struct Context {
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
     fence: Option<fence::LeaseFence>,
+    /// What this process last server-side applied to each object it owns
+    /// outright, to skip applying the same content again.
+    pub applied: AppliedObjects,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Owned objects by API path: the hash of the content last applied and the
+/// resourceVersion the API server answered with.
+#[derive(Default)]
+pub struct AppliedObjects {
+    by_path: Mutex<HashMap<String, ([u8; 32], String)>>,
+}
+
+/// Entries kept before the map starts over (far more than the objects of
+/// a cluster's sandboxes; a restart forgets it all anyway).
+const APPLIED_OBJECTS: usize = 100_000;
+
+impl AppliedObjects {
+    /// The resourceVersion of the last apply of `key`, when it applied
+    /// `content`.
+    pub fn unchanged(&self, key: &str, content: &[u8; 32]) -> Option<String> {
+        let map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key)
+            .filter(|(hash, _)| hash == content)
+            .map(|(_, resource_version)| resource_version.clone())
+    }
+
+    /// Records that `key` now holds `content` at `resource_version`.
+    pub fn remember(&self, key: String, content: [u8; 32], resource_version: String) {
+        let mut map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= APPLIED_OBJECTS {
+            map.clear();
+        }
+        map.insert(key, (content, resource_version));
+    }
+}
+
+/// SHA-256 of a JSON value's text.
+pub fn content_hash(value: &serde_json::Value) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(value.to_string().as_bytes()).into()
 }
 
 impl Context {
@@ -110,6 +150,7 @@ impl Context {
             data_plane,
             ca_lifetime,
             maximums: CompiledMaximums::default(),
+            applied: AppliedObjects::default(),
             fence: None,
             failures: Mutex::new(HashMap::new()),
         }
@@ -208,9 +249,12 @@ pub fn retry_with_backoff<K: ResourceExt>(
     Action::requeue(wait)
 }
 
-/// How many objects of one kind are reconciled at once: bounded, since
-/// each reconcile may run solver work on a blocking thread.
-pub const CONCURRENCY: u16 = 4;
+/// How many objects of one kind are reconciled at once. A reconcile spends
+/// most of its time waiting for the API server (a commit makes about ten
+/// requests) and the rest proving on a blocking thread, so more run at once
+/// than there are cores; bounded, since each proof holds solver memory.
+/// Measured with `make bench-scale` (docs/benchmarks.md).
+pub const CONCURRENCY: u16 = 16;
 
 /// How long a reconciled object waits before it is looked at again when
 /// nothing it watches changes: a safety net for drift nothing watches (a
@@ -308,4 +352,25 @@ where
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_applied_object_is_skipped_only_for_the_same_content() {
+        let applied = AppliedObjects::default();
+        let a = content_hash(&serde_json::json!({"data": {"k": "v"}}));
+        let b = content_hash(&serde_json::json!({"data": {"k": "w"}}));
+        let path = "/api/v1/namespaces/n/configmaps/x";
+        assert_eq!(applied.unchanged(path, &a), None);
+        applied.remember(path.into(), a, "7".into());
+        assert_eq!(applied.unchanged(path, &a).as_deref(), Some("7"));
+        assert_eq!(applied.unchanged(path, &b), None);
+        assert_eq!(
+            applied.unchanged("/api/v1/namespaces/n/configmaps/y", &a),
+            None
+        );
+    }
 }

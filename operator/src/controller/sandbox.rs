@@ -584,21 +584,46 @@ async fn apply_config_map(
         Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace),
         &name,
         &patch,
+        ctx,
     )
     .await
 }
 
-/// Server-side applies an object the operator owns outright.
-async fn apply<K>(api: Api<K>, name: &str, patch: &serde_json::Value) -> Result<(), ControllerError>
+/// Server-side applies an object the operator owns outright, unless this
+/// process applied the very same content before and the object has not
+/// changed since (its resourceVersion, read as metadata only, is the one
+/// that apply returned). A no-op apply of a policy ConfigMap (the CA
+/// bundle makes it a few hundred KB) costs the API server far more than
+/// that read, and a re-verification storm would otherwise rewrite every
+/// one of them; anyone else's edit changes the resourceVersion, so drift
+/// is still put right.
+async fn apply<K>(
+    api: Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+    ctx: &Context,
+) -> Result<(), ControllerError>
 where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
+    let key = format!("{}/{}", api.resource_url(), name);
+    let content = super::content_hash(patch);
+    if let Some(resource_version) = ctx.applied.unchanged(&key, &content)
+        && let Some(live) = api.get_metadata_opt(name).await?
+        && live.metadata.resource_version.as_deref() == Some(resource_version.as_str())
+    {
+        return Ok(());
+    }
+    let applied = api
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(patch),
+        )
+        .await?;
+    if let Some(resource_version) = applied.meta().resource_version.clone() {
+        ctx.applied.remember(key, content, resource_version);
+    }
     Ok(())
 }
 
@@ -714,6 +739,7 @@ async fn apply_network_policy(
         Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &namespace),
         &name,
         &patch,
+        ctx,
     )
     .await
 }

@@ -1,6 +1,9 @@
 //! Watch-driven caches of cluster objects (reflector stores), for readers
 //! that may answer from a recent view: the webhook, and counts that do not
-//! grant anything. Commits never read from here (DESIGN.md §5).
+//! grant anything. Commits never read from here (DESIGN.md §5). Cached
+//! objects drop `metadata.managedFields`, which nothing here reads and
+//! which is often the largest part of an object that several field
+//! managers write.
 
 use futures::StreamExt;
 use kube::Resource;
@@ -10,7 +13,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
 /// Starts a reflector for `K` and returns its store (driven by a task that
-/// retries with backoff when the watch fails).
+/// retries with backoff when the watch fails). With
+/// `K = PartialObjectMeta<T>` only the objects' metadata is fetched and
+/// held.
 pub fn reflect<K>(api: Api<K>) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -19,6 +24,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
         .reflect(writer)
         .touched_objects();
     tokio::spawn(async move {

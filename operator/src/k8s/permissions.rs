@@ -127,8 +127,8 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
     cluster(
         "",
         "configmaps",
-        &["list", "watch", "create", "patch"],
-        "the sandbox's policy ConfigMap (server-side apply, which needs create for a new object), watched as owned",
+        &["get", "list", "watch", "create", "patch"],
+        "the sandbox's policy ConfigMap (server-side apply, which needs create for a new object; a metadata get skips applying unchanged content), watched as owned",
     ),
     cluster(
         "",
@@ -139,8 +139,8 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
     cluster(
         "networking.k8s.io",
         "networkpolicies",
-        &["create", "patch"],
-        "each sandbox's egress NetworkPolicy (server-side apply, which needs create for a new object)",
+        &["get", "create", "patch"],
+        "each sandbox's egress NetworkPolicy (server-side apply, which needs create for a new object; a metadata get skips applying unchanged content)",
     ),
     cluster(
         "",

@@ -275,7 +275,8 @@ pub async fn run(ctx: Arc<Context>) {
     super::drive(
         controller
             .watches(
-                Api::<AgentSandbox>::all(ctx.client.clone()),
+                // Only a trigger: metadata is enough, and far smaller.
+                Api::<PartialObjectMeta<AgentSandbox>>::all(ctx.client.clone()),
                 watcher::Config::default(),
                 move |_| all(),
             )

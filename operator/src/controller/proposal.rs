@@ -19,6 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::api::{Api, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -580,7 +581,8 @@ pub async fn run(ctx: Arc<Context>) {
     super::drive(
         controller
             .watches(
-                Api::<AgentSandbox>::all(ctx.client.clone()),
+                // Only names are read: a metadata-only watch is enough.
+                Api::<PartialObjectMeta<AgentSandbox>>::all(ctx.client.clone()),
                 watcher::Config::default(),
                 move |sandbox| {
                     let (name, namespace) = (sandbox.name_any(), sandbox.namespace());

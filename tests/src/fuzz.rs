@@ -345,11 +345,15 @@ pub fn mutate(
                 "PolicyProposal",
             ];
             let kind = kinds[rng.below(kinds.len())];
-            if rng.below(2) == 0 {
-                v["request"]["kind"]["kind"] = json!(kind);
+            // Only where the shape allows it: a stacked mutation may have
+            // made `request` or its `kind` something else.
+            if rng.below(2) == 0
+                && let Some(Value::Object(request_kind)) = v.pointer_mut("/request/kind")
+            {
+                request_kind.insert("kind".into(), json!(kind));
             }
-            if let Some(object) = v["request"].get_mut("object").filter(|o| o.is_object()) {
-                object["kind"] = json!(kind);
+            if let Some(Value::Object(object)) = v.pointer_mut("/request/object") {
+                object.insert("kind".into(), json!(kind));
             }
             (endpoint, v.to_string().into_bytes())
         }

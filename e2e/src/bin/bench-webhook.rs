@@ -264,11 +264,14 @@ fn run() -> Result<(), String> {
     cp.wait_findings_clear("agents", "issue-responder", "True", Duration::from_secs(30))
         .map_err(|last| format!("FindingsClear never True ({last})\n{}", operator.log()))?;
     // The sandbox's pod as the operator creates it: the operator's own
-    // identity (it runs with the control plane's kubeconfig, and the webhook
-    // learns it the same way), the sandbox's name and its agent account
+    // identity (the chart's ServiceAccount, which the webhook learns the
+    // same way), the sandbox's name and its agent account
     // (sandbox-severed.yaml's template names no other).
+    let token = cp
+        .token(agentgate_e2e::OPERATOR_USER)
+        .ok_or("the operator has no token")?;
     let whoami = cp
-        .run(&["auth", "whoami", "-o", "json"])
+        .run(&["auth", "whoami", "-o", "json", &format!("--token={token}")])
         .map_err(|e| e.to_string())?;
     let whoami: serde_json::Value =
         serde_json::from_str(&whoami).map_err(|e| format!("kubectl auth whoami: {e}"))?;

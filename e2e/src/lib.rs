@@ -803,16 +803,9 @@ impl ControlPlane {
         extra: &[&str],
     ) -> Result<Operator, HarnessError> {
         let webhook = self.webhook_args(port);
-        let mut args = vec![
-            "controller",
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-            "--lease-namespace",
-            CHART_NAMESPACE,
-        ];
-        args.extend(webhook.iter().map(String::as_str));
+        let mut args: Vec<&str> = webhook.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
-        self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)
+        self.start_chart_controller(&args)
     }
 
     /// Starts `agentgate controller` alone (no webhook) for a chart
@@ -929,6 +922,21 @@ impl ControlPlane {
     /// apply -f -`: what CI does for the example agent.
     pub fn apply_example_scan(&self) -> Result<String, HarnessError> {
         self.run_stdin(&["apply", "-f", "-"], &scan_example("yaml")?)
+    }
+
+    /// Waits until the operators' Lease `default/agentgate-leader` is held
+    /// by `want`; returns the last holder seen on timeout.
+    pub fn wait_lease_holder(&self, want: &str, limit: Duration) -> Result<String, String> {
+        let args = [
+            "get",
+            "lease",
+            "agentgate-leader",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ];
+        self.wait_for(&args, limit, |s| s == want)
     }
 
     /// [`ControlPlane::wait_for`] that panics on timeout with `what`, the

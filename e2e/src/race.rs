@@ -39,14 +39,11 @@ pub fn run(cp: &ControlPlane, args: &[&str]) -> String {
     cp.run(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `n` proposals named `PREFIX-i` for the sandbox, each a distinct
-/// auto-eligible grant (cost 3, within org-ceiling's budget of 4), as one
-/// multi-document manifest.
-pub fn proposals(prefix: &str, n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            format!(
-                "apiVersion: agentgate.dev/v1alpha1
+/// Proposal `PREFIX-i` for the sandbox, by its agent: a distinct
+/// auto-eligible grant (cost 3, within org-ceiling's budget of 4).
+pub fn proposal(prefix: &str, i: usize) -> String {
+    format!(
+        "apiVersion: agentgate.dev/v1alpha1
 kind: PolicyProposal
 metadata: {{name: {prefix}-{i}, namespace: {NAMESPACE}}}
 spec:
@@ -62,8 +59,13 @@ spec:
             protocol: rest
             rules: [{{methods: [POST], path: /repos/acme/{prefix}{i}/issues/*/comments}}]
 "
-            )
-        })
+    )
+}
+
+/// `n` [`proposal`]s named `PREFIX-i`, as one multi-document manifest.
+pub fn proposals(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| proposal(prefix, i))
         .collect::<Vec<_>>()
         .join("---\n")
 }

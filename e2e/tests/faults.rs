@@ -187,16 +187,7 @@ fn etcd_killed_and_restarted_mid_race() {
 
 /// Waits until the Lease `default/agentgate-leader` is held by `want`.
 fn wait_holder(cp: &ControlPlane, want: &str, ops: &[&Operator]) {
-    let args = [
-        "get",
-        "lease",
-        "agentgate-leader",
-        "-n",
-        "default",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ];
-    cp.wait_for(&args, Duration::from_secs(60), |s| s == want)
+    cp.wait_lease_holder(want, Duration::from_secs(60))
         .unwrap_or_else(|last| {
             panic!(
                 "lease holder: wanted {want:?}, last saw {last:?}\n{}",

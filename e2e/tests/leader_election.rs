@@ -13,23 +13,13 @@ fn run(cp: &ControlPlane, args: &[&str]) {
 }
 
 fn holder(cp: &ControlPlane, want: &str, ops: &[&Operator]) {
-    let args = [
-        "get",
-        "lease",
-        "agentgate-leader",
-        "-n",
-        "default",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ];
-    cp.wait_for(&args, LIMIT, |s| s == want)
-        .unwrap_or_else(|last| {
-            let logs: Vec<String> = ops.iter().map(|o| o.log()).collect();
-            panic!(
-                "lease holder: wanted {want:?}, last saw {last:?}\nlogs:\n{}",
-                logs.join("\n---\n")
-            )
-        });
+    cp.wait_lease_holder(want, LIMIT).unwrap_or_else(|last| {
+        let logs: Vec<String> = ops.iter().map(|o| o.log()).collect();
+        panic!(
+            "lease holder: wanted {want:?}, last saw {last:?}\nlogs:\n{}",
+            logs.join("\n---\n")
+        )
+    });
 }
 
 fn phase(cp: &ControlPlane, name: &str, want: &str, op: &Operator) {

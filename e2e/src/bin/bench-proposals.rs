@@ -14,27 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentgate_e2e::ControlPlane;
 use agentgate_e2e::bench::{percentile, watch_lines};
-
-fn proposal(prefix: &str, i: usize) -> String {
-    format!(
-        "apiVersion: agentgate.dev/v1alpha1
-kind: PolicyProposal
-metadata: {{name: {prefix}-{i}, namespace: agents}}
-spec:
-  sandboxRef: {{name: triage-bot}}
-  requestedBy: system:serviceaccount:agents:triage-bot
-  add:
-    network:
-      - name: {prefix}-{i}
-        binaries: [/usr/bin/gh]
-        endpoints:
-          - host: api.github.com
-            ports: [443]
-            protocol: rest
-            rules: [{{methods: [POST], path: /repos/acme/{prefix}{i}/issues/*/comments}}]
-"
-    )
-}
+use agentgate_e2e::race::{proposal, proposals};
 
 /// Streams `name phase` lines of every proposal change, stamped on arrival.
 fn watch(cp: &ControlPlane) -> Result<mpsc::Receiver<(String, String, Instant)>, String> {
@@ -131,10 +111,7 @@ fn run() -> Result<(), String> {
 
     // Throughput: n created at once.
     let batch: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
-    let yaml = (0..n)
-        .map(|i| proposal("burst", i))
-        .collect::<Vec<_>>()
-        .join("---\n");
+    let yaml = proposals("burst", n);
     let started = Instant::now();
     kubectl(&["create", "-f", "-"], Some(&yaml))?;
     wait_applied(&rx, &batch, &mut seen)?;

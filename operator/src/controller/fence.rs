@@ -3,8 +3,8 @@
 //! stale: a leader paused (SIGSTOP, a long GC-like stall, a frozen VM)
 //! longer than its Lease resumes with reconciles in flight while a
 //! follower already leads. So immediately before each write that grants
-//! authority (a proposal's commit, a sandbox's status and policy
-//! ConfigMap) the reconciler reads the Lease from the API server and goes
+//! authority (a proposal's commit, a sandbox's status, policy ConfigMap
+//! and egress NetworkPolicy) the reconciler reads the Lease from the API server and goes
 //! on only if it is held under its own identity and renewed recently enough
 //! to outlast a margin. Held by anyone else (or nobody): the write is
 //! refused and the process exits with `EXIT_LOST_LEADERSHIP`. Held by us but

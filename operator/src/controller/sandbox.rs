@@ -296,11 +296,11 @@ async fn reconcile(
     )
     .await;
 
-    // The status and the ConfigMap below grant authority (the proxy
-    // enforces the ConfigMap): only the leader writes them.
-    ctx.fence(&format!("policy of sandbox {namespace}/{name}"))
-        .await?;
     if status != before {
+        // The status grants authority: only the leader writes it (the
+        // ConfigMap, which the proxy enforces, is fenced in `apply`).
+        ctx.fence(&format!("status of sandbox {namespace}/{name}"))
+            .await?;
         // The sandbox's resourceVersion is the precondition: a proposal
         // committed meanwhile makes this write fail, and we start over.
         let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -614,6 +614,9 @@ where
     {
         return Ok(());
     }
+    // What the proxy enforces: only the leader writes it, and only a write
+    // is fenced (an unchanged object costs no Lease read).
+    ctx.fence(&key).await?;
     let applied = api
         .patch(
             name,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agentgate::controller::metrics::Metrics;
 use agentgate::k8s::crd::{AgentSandbox, MaximumPolicy};
-use agentgate::policy::compile::{Limits, Role};
+use agentgate::policy::compile::{CompiledPolicy, Limits, Role};
 use agentgate::policy::error::{Reason, ReasonCode};
 use agentgate::policy::load::{DocumentKind, LoadError, load_document};
 use agentgate::prover::{Outcome, Prover, ProverOptions};
@@ -771,10 +771,21 @@ pub fn mutate_yaml(seed: &str, rng: &mut Rng) -> String {
     }
 }
 
+/// The org ceiling (examples/maximum.yaml), compiled: what
+/// [`check_policy`] proves sandboxes against, compiled once per run.
+pub fn org_ceiling() -> CompiledPolicy {
+    let limits = Limits::default();
+    load_document(&repo_file("examples/maximum.yaml"), &limits)
+        .map_err(|e| e.to_string())
+        .and_then(|m| m.compile(Role::Maximum, &limits).map_err(|e| e.to_string()))
+        .map(|compiled| compiled.policy)
+        .unwrap_or_else(|e| panic!("examples/maximum.yaml: {e}"))
+}
+
 /// Loads, compiles and (for a sandbox or candidate against the org
 /// ceiling) proves one document. A refusal must name its field; a proof
 /// that says "exceeds" must carry a counterexample (the prover replays it).
-pub fn check_policy(text: &str, prover: &Prover) -> Result<(), String> {
+pub fn check_policy(text: &str, prover: &Prover, ceiling: &CompiledPolicy) -> Result<(), String> {
     let limits = Limits::default();
     // A reason about the whole document (too large, not a mapping of a
     // known kind) has no field below the root; every other names one.
@@ -809,11 +820,7 @@ pub fn check_policy(text: &str, prover: &Prover) -> Result<(), String> {
         Err(_) => return Ok(()),
     };
     if role == Role::Sandbox {
-        let ceiling = load_document(&repo_file("examples/maximum.yaml"), &limits)
-            .map_err(|e| e.to_string())
-            .and_then(|m| m.compile(Role::Maximum, &limits).map_err(|e| e.to_string()))
-            .map_err(|e| format!("examples/maximum.yaml: {e}"))?;
-        let proof = prover.containment(&compiled.policy, &ceiling.policy);
+        let proof = prover.containment(&compiled.policy, ceiling);
         if let Outcome::Exceeds { counterexample } = &proof.outcome
             && counterexample.to_string().is_empty()
         {

@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use agentgate::prover::Prover;
 use agentgate_tests::fuzz::{
-    MUTATIONS, Mutation, Rng, Webhook, check_policy, decide_seed, mutate, mutate_yaml,
+    MUTATIONS, Mutation, Rng, Webhook, check_policy, decide_seed, mutate, mutate_yaml, org_ceiling,
     policy_seeds, seeds,
 };
 use axum::http::StatusCode;
@@ -137,12 +137,13 @@ fn decide_answers_every_mutation_with_a_decision() {
 #[test]
 fn mutated_policies_load_compile_and_prove_without_panic() {
     let prover = Prover::default();
+    let ceiling = org_ceiling();
     let mut rng = Rng::new(42);
     let mut failures = Vec::new();
     for seed in policy_seeds() {
         for _ in 0..60 {
             let text = mutate_yaml(&seed, &mut rng);
-            match catch_unwind(AssertUnwindSafe(|| check_policy(&text, &prover))) {
+            match catch_unwind(AssertUnwindSafe(|| check_policy(&text, &prover, &ceiling))) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => failures.push(format!(
                     "{e}\n--- input (first 300 bytes):\n{}",

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use agentgate::prover::{Prover, ProverOptions};
 use agentgate_tests::fuzz::{
     ENDPOINTS, MUTATIONS, Mutation, Rng, Webhook, check_policy, decide_seed, mutate, mutate_yaml,
-    policy_seeds, seeds,
+    org_ceiling, policy_seeds, seeds,
 };
 
 fn flag(args: &[String], name: &str) -> Option<u64> {
@@ -73,6 +73,7 @@ fn main() {
     let admission_seeds = seeds();
     let decide = decide_seed();
     let policies = policy_seeds();
+    let ceiling = org_ceiling();
     let prover = Prover::new(ProverOptions {
         timeout: Duration::from_secs(2),
         ..ProverOptions::default()
@@ -108,7 +109,7 @@ fn main() {
         for _ in 0..=rng.below(3) {
             text = mutate_yaml(&text, rng);
         }
-        let outcome = guarded(|| check_policy(&text, &prover));
+        let outcome = guarded(|| check_policy(&text, &prover, &ceiling));
         (text.into_bytes(), outcome)
     })
     .1;

@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -85,6 +85,11 @@ bench-scale: z3 control-plane helm ## 1,000 sandboxes in 50 namespaces under 3 c
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-scale
 
+bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximums in one process, beside 500 separate runs
+	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
+	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
+	./target/release/bench-verify
+
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
 
@@ -104,6 +109,7 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-decide
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-scan
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-verify
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-scale

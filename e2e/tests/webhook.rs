@@ -350,6 +350,98 @@ fn approvals_need_the_verb_and_a_second_person() {
     // The export is a valid sandbox the webhook admits.
     cp.run_stdin(&["apply", "--dry-run=server", "-f", "-"], &manifest)
         .unwrap();
+
+    // The runtime grant becomes a reviewable change to the file in git:
+    // `--diff` shows it without writing, `--into` writes only spec.policy.
+    let repo = std::env::temp_dir().join(format!("agentgate-export-{}", std::process::id()));
+    std::fs::create_dir_all(&repo).unwrap();
+    let file = repo.join("triage-bot.yaml");
+    let original = format!(
+        "{}---\n# kept: a second document\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: notes, namespace: agents}}\n",
+        std::fs::read_to_string(agentgate_e2e::repo_root().join("examples/sandbox.yaml")).unwrap()
+    );
+    std::fs::write(&file, &original).unwrap();
+    let path = file.to_str().unwrap();
+    let out = cp
+        .plugin(&[
+            "export",
+            "triage-bot",
+            "-n",
+            "agents",
+            "--into",
+            path,
+            "--diff",
+        ])
+        .unwrap();
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with('+') && l.contains("github-pulls")),
+        "{diff}"
+    );
+    assert!(
+        !diff
+            .lines()
+            .any(|l| l.starts_with('-') && l.contains("# An agent sandbox")),
+        "{diff}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        original,
+        "--diff wrote the file"
+    );
+    let out = cp
+        .plugin(&["export", "triage-bot", "-n", "agents", "--into", path])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folded = std::fs::read_to_string(&file).unwrap();
+    for kept in [
+        "# An agent sandbox whose declared policy stays inside org-ceiling.",
+        "# kept: a second document",
+        "metadata: {name: notes, namespace: agents}",
+    ] {
+        assert!(folded.contains(kept), "{kept:?} lost:\n{folded}");
+    }
+    assert!(folded.contains("github-pulls"), "{folded}");
+    // And the folded file proves against the live ceilings and namespaces.
+    let verify = |args: &[&str]| {
+        Command::new(agentgate_e2e::operator_binary().unwrap())
+            .arg("verify")
+            .args(args)
+            .env("KUBECONFIG", cp.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let out = verify(&["--cluster", path]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("AgentSandbox agents/triage-bot holds: within MaximumPolicy \"org-ceiling\""),
+        "{text}"
+    );
+    // A proposal whose sandbox is only in the cluster gets the verdict the
+    // operator would give, against the committed policy.
+    let proposal = agentgate_e2e::repo_root().join("examples/proposals/post-anywhere.yaml");
+    let out = verify(&["--cluster", "-o", "json", proposal.to_str().unwrap()]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(json["objects"][0]["verdict"], "Reject", "{json}");
+    assert_eq!(json["objects"][0]["governedBy"][0], "org-ceiling", "{json}");
+    std::fs::remove_dir_all(&repo).unwrap();
     drop(operator);
 }
 

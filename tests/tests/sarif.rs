@@ -197,3 +197,64 @@ fn the_manifest_reads_back_as_the_agent_scan_of_the_graph() {
     let back: Graph = serde_json::from_value(v["spec"]["graph"].clone()).unwrap();
     assert_eq!(back, g);
 }
+
+/// `agentgate verify -o sarif`: one result per object that does not hold,
+/// at its manifest's file and line, valid against the official schema.
+#[test]
+fn verify_sarif_is_valid_and_located_at_the_manifest() {
+    use agentgate::cli::manifests::parse_stream;
+    use agentgate::cli::verify::report::{Summary, sarif as verify_sarif};
+    use agentgate::cli::verify::repository::{Context, classify, judge_all};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut manifests = Vec::new();
+    for file in [
+        "examples/maximum.yaml",
+        "examples/gitops/namespaces.yaml",
+        "examples/sandbox.yaml",
+        "examples/sandbox-outside.yaml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        manifests.extend(parse_stream(file, &text).unwrap());
+    }
+    let graphql = std::fs::read_to_string(root.join("examples/sandbox.yaml"))
+        .unwrap()
+        .replace("protocol: rest", "protocol: graphql")
+        .replace("triage-bot", "graphql-bot");
+    manifests.extend(parse_stream("-", &graphql).unwrap());
+    let repo = classify(manifests, "default").unwrap_or_else(|bad| panic!("{bad:?}"));
+    let prover = agentgate::prover::Prover::new(Default::default());
+    let findings = judge_all(&repo, &Context::default(), &prover);
+    let log = verify_sarif(&Summary {
+        findings: &findings,
+        ignored: 0,
+        millis: 1.0,
+    });
+    let problems = violations(&log);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let results = log["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{log:#}");
+    let exceeds = &results[0];
+    assert_eq!(exceeds["ruleId"], "AG-EXCEEDS");
+    let physical = &exceeds["locations"][0]["physicalLocation"];
+    assert_eq!(
+        physical["artifactLocation"]["uri"],
+        "examples/sandbox-outside.yaml"
+    );
+    assert_eq!(physical["region"]["startLine"], 13);
+    assert_eq!(
+        exceeds["properties"]["counterexample"]["path"],
+        "/repos/acme"
+    );
+    // From stdin: a logical location only.
+    let unsupported = &results[1];
+    assert_eq!(unsupported["ruleId"], "AG-UNSUPPORTED");
+    assert!(
+        unsupported["locations"][0]
+            .get("physicalLocation")
+            .is_none()
+    );
+    assert_eq!(
+        unsupported["locations"][0]["logicalLocations"][0]["fullyQualifiedName"],
+        "AgentSandbox agents/graphql-bot"
+    );
+}

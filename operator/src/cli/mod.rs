@@ -4,7 +4,9 @@
 pub mod controller;
 pub mod crds;
 pub mod diff;
+pub mod export;
 pub mod import;
+pub mod manifests;
 pub mod plugin;
 pub mod scan;
 pub mod verify;

@@ -22,6 +22,7 @@ use serde_json::json;
 use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
 use crate::k8s::conditions;
 use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec, PolicyProposal, review_message_prefix};
+use crate::policy::model::PolicyDocument;
 
 /// The field manager of approvals and denials.
 pub const FIELD_MANAGER: &str = "kubectl-agentgate";
@@ -72,10 +73,19 @@ pub enum PluginCommand {
         /// The proposal.
         name: String,
     },
-    /// Print a sandbox's committed effective policy as an AgentSandbox manifest.
+    /// Print a sandbox's committed effective policy as an AgentSandbox
+    /// manifest, or fold it into the manifest in git (`--into`).
     Export {
         /// The sandbox.
         sandbox: String,
+        /// Rewrite only this file's `spec.policy` of the sandbox, keeping
+        /// every other field, document and comment.
+        #[arg(long, value_name = "FILE")]
+        into: Option<std::path::PathBuf>,
+        /// Print a unified diff instead of writing: against `--into FILE`,
+        /// or without it, from the declared to the effective policy.
+        #[arg(long)]
+        diff: bool,
     },
 }
 
@@ -89,7 +99,7 @@ pub struct Review {
     pub reason: Option<String>,
 }
 
-async fn connect(c: &Connection) -> anyhow::Result<(Client, String)> {
+pub(crate) async fn connect(c: &Connection) -> anyhow::Result<(Client, String)> {
     use anyhow::Context as _;
     let options = KubeConfigOptions {
         context: c.context.clone(),
@@ -156,13 +166,21 @@ async fn run(cli: PluginCli) -> anyhow::Result<u8> {
             print!("{}", explain(&proposal));
             Ok(EXIT_WITHIN)
         }
-        PluginCommand::Export { sandbox } => {
+        PluginCommand::Export {
+            sandbox,
+            into,
+            diff,
+        } => {
             let api: Api<AgentSandbox> = Api::namespaced(client, &namespace);
             let sandbox = api
                 .get(&sandbox)
                 .await
                 .map_err(|e| not_found(e, "agentsandbox", &namespace, &sandbox))?;
-            print!("{}", export(&sandbox)?);
+            match into {
+                None if !diff => print!("{}", export(&sandbox)?),
+                None => print!("{}", export_diff(&sandbox)?),
+                Some(path) => export_into(&sandbox, &path, diff)?,
+            }
             Ok(EXIT_WITHIN)
         }
     }
@@ -355,8 +373,85 @@ pub fn explain(proposal: &PolicyProposal) -> String {
     out
 }
 
+/// The committed effective policy, or why there is none yet.
+fn effective_policy(sandbox: &AgentSandbox) -> anyhow::Result<&PolicyDocument> {
+    sandbox
+        .status
+        .as_ref()
+        .and_then(|s| s.effective_policy.as_ref())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "agentsandbox {} has no committed policy yet",
+                sandbox.name_any()
+            )
+        })
+}
+
+/// `export --diff` without `--into`: the declared policy against the
+/// effective one, as a unified diff of their YAML (what the agent earned
+/// at runtime).
+pub fn export_diff(sandbox: &AgentSandbox) -> anyhow::Result<String> {
+    let effective = serde_saphyr::to_string(effective_policy(sandbox)?)?;
+    let declared = serde_saphyr::to_string(&sandbox.spec.policy)?;
+    let name = format!(
+        "{}/{}/spec.policy",
+        sandbox.namespace().unwrap_or_default(),
+        sandbox.name_any()
+    );
+    let diff = crate::cli::export::unified_diff(&name, &declared, &effective);
+    if diff.is_empty() {
+        eprintln!("the effective policy is the declared one");
+    }
+    Ok(diff)
+}
+
+/// `export --into FILE [--diff]`: fold the effective policy into the file
+/// (written through a temporary file and a rename, so a failure leaves the
+/// old file), or print the diff that would make.
+pub fn export_into(
+    sandbox: &AgentSandbox,
+    path: &std::path::Path,
+    diff: bool,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let effective = effective_policy(sandbox)?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = path.display().to_string();
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let folded =
+        crate::cli::export::fold_policy(&file, &text, &sandbox.name_any(), &namespace, effective)?;
+    let revision = sandbox
+        .status
+        .as_ref()
+        .map(|s| s.revision)
+        .unwrap_or_default();
+    if diff {
+        let diff = crate::cli::export::unified_diff(file.trim_start_matches("./"), &text, &folded);
+        if diff.is_empty() {
+            eprintln!("{file}: already holds the effective policy (revision {revision})");
+        }
+        print!("{diff}");
+        return Ok(());
+    }
+    if folded == text {
+        eprintln!("{file}: already holds the effective policy (revision {revision})");
+        return Ok(());
+    }
+    let temporary = path.with_extension("agentgate-export.tmp");
+    std::fs::write(&temporary, &folded)
+        .with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("replacing {}", path.display()))?;
+    eprintln!(
+        "{file}: spec.policy of agentsandbox {namespace}/{} is now its effective policy (revision {revision})",
+        sandbox.name_any()
+    );
+    Ok(())
+}
+
 /// The sandbox as a manifest whose `spec.policy` is the committed effective
-/// policy; everything the cluster added (status, uid, managed fields) is left out.
+/// policy; everything the cluster added (status, uid, managed fields) is
+/// left out, and a comment names the revision and the proposals it holds.
 pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
     let Some(status) = &sandbox.status else {
         anyhow::bail!(
@@ -414,7 +509,6 @@ pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
 mod tests {
     use super::*;
     use crate::k8s::crd::{AgentSandboxStatus, PolicyProposalStatus, ProofRecord};
-    use crate::policy::model::PolicyDocument;
 
     #[test]
     fn export_replaces_the_declared_policy_with_the_effective_one() {

@@ -116,6 +116,137 @@ async fn source_of(
     })
 }
 
+/// Everything a proposal's verdict depends on, read by the caller.
+pub struct ProposalCase<'a> {
+    /// The proposal.
+    pub proposal: &'a PolicyProposal,
+    /// Its sandbox (mode, agent identities).
+    pub sandbox: &'a AgentSandbox,
+    /// The sandbox's current effective policy.
+    pub current: &'a PolicyDocument,
+    /// The maximums that govern the sandbox.
+    pub governing: &'a [Governing],
+    /// Who stands behind the proposal.
+    pub source: Source,
+    /// Whether ungoverned sandboxes may proceed.
+    pub allow_unmanaged: bool,
+}
+
+/// What [`judge`] found.
+pub enum Judgement {
+    /// Refused before any proof: the change cannot be applied to the
+    /// policy, or is outside the modelled language. One line.
+    Refused(String),
+    /// The verdict of DESIGN.md §4.
+    Decided {
+        /// Apply, Ask or Reject, with its proofs.
+        verdict: Box<crate::verdict::Verdict>,
+        /// The sandbox's policy with the proposal applied.
+        candidate: PolicyDocument,
+        /// Up to the requested number of examples of new authority.
+        new_authority: Vec<crate::policy::action::Action>,
+    },
+}
+
+/// Decides a proposal: applies its change to the current policy, compiles
+/// it, and runs the verdict under the sandbox's mode (never auto where a
+/// governing maximum forbids it, nor for another agent of the namespace).
+/// Pure and blocking (it runs the prover): the reconciler and
+/// `agentgate verify` share it, so a repository check gives the verdict the
+/// operator would.
+pub fn judge(
+    case: &ProposalCase<'_>,
+    prover: &crate::prover::Prover,
+    new_authority_examples: usize,
+) -> Judgement {
+    let ProposalCase {
+        proposal,
+        sandbox,
+        current,
+        governing,
+        source,
+        allow_unmanaged,
+    } = *case;
+    let remove = proposal.spec.removed_rules();
+    let candidate = match apply_proposal(current, proposal.spec.add.as_ref(), remove) {
+        Ok(c) => c,
+        Err(reason) => {
+            return Judgement::Refused(format!(
+                "{}: {}",
+                reason.field.clone().unwrap_or_default(),
+                reason.message
+            ));
+        }
+    };
+    let limits = Limits::default();
+    let compiled_candidate = match compile(&candidate, Role::Sandbox, &limits) {
+        Ok(c) => c,
+        Err(reason) => {
+            return Judgement::Refused(format!(
+                "the proposal is not in the modelled language: {reason}"
+            ));
+        }
+    };
+    let compiled_current = compile(current, Role::Sandbox, &limits).unwrap_or_default();
+    // Δ's own grants, judged on their own in review regions (a copy of an
+    // approved grant is not "nothing new": it outlives the original).
+    let compiled_added = match &proposal.spec.add {
+        None => Default::default(),
+        Some(add) => match compile(add, Role::Sandbox, &limits) {
+            Ok(c) => c,
+            Err(reason) => {
+                return Judgement::Refused(format!(
+                    "spec.add is not in the modelled language: {}",
+                    reason.within("spec.add")
+                ));
+            }
+        },
+    };
+    // Mode: the sandbox's, but never auto where a governing maximum forbids it.
+    let all_allow_auto = governing
+        .iter()
+        .all(|g| g.allowed_modes.contains(&Mode::Auto));
+    // A ServiceAccount that is not this sandbox's agent (another agent of
+    // the namespace) never auto-applies here: its proposals wait.
+    let foreign_agent = proposal.spec.requested_by.as_deref().is_some_and(|r| {
+        r.starts_with("system:serviceaccount:") && !agent_identities(sandbox).contains(r)
+    });
+    let mode = match sandbox.spec.mode {
+        Some(Mode::Auto) if all_allow_auto && !foreign_agent => Mode::Auto,
+        _ => Mode::Ask,
+    };
+    let maximums: Vec<GoverningMaximum<'_>> =
+        governing.iter().map(Governing::as_verdict_input).collect();
+    let verdict = decide(
+        &VerdictInput {
+            maximums: &maximums,
+            current: (current, &compiled_current),
+            candidate: (&candidate, &compiled_candidate),
+            added: &compiled_added,
+            source,
+            mode,
+            allow_unmanaged,
+        },
+        prover,
+    );
+    let new_authority = if new_authority_examples == 0 {
+        Vec::new()
+    } else {
+        prover
+            .new_authority(
+                &compiled_candidate,
+                &compiled_current,
+                new_authority_examples,
+            )
+            .examples
+    };
+    Judgement::Decided {
+        verdict: Box::new(verdict),
+        candidate,
+        new_authority,
+    }
+}
+
 fn terminal(phase: Option<Phase>) -> bool {
     matches!(
         phase,
@@ -156,68 +287,6 @@ async fn evaluate(
             commit: None,
         });
     }
-    let current = sandbox
-        .status
-        .as_ref()
-        .and_then(|s| s.effective_policy.clone())
-        .unwrap_or_default();
-    let remove = proposal.spec.removed_rules();
-    let candidate = match apply_proposal(&current, proposal.spec.add.as_ref(), remove) {
-        Ok(c) => c,
-        Err(reason) => {
-            let event = reject(
-                &mut status,
-                format!(
-                    "{}: {}",
-                    reason.field.clone().unwrap_or_default(),
-                    reason.message
-                ),
-            );
-            return Ok(Outcome {
-                status,
-                event,
-                commit: None,
-            });
-        }
-    };
-    let limits = Limits::default();
-    let compiled_candidate = match compile(&candidate, Role::Sandbox, &limits) {
-        Ok(c) => c,
-        Err(reason) => {
-            let event = reject(
-                &mut status,
-                format!("the proposal is not in the modelled language: {reason}"),
-            );
-            return Ok(Outcome {
-                status,
-                event,
-                commit: None,
-            });
-        }
-    };
-    let compiled_current = compile(&current, Role::Sandbox, &limits).unwrap_or_default();
-    // Δ's own grants, judged on their own in review regions (a copy of an
-    // approved grant is not "nothing new": it outlives the original).
-    let compiled_added = match &proposal.spec.add {
-        None => Default::default(),
-        Some(add) => match compile(add, Role::Sandbox, &limits) {
-            Ok(c) => c,
-            Err(reason) => {
-                let event = reject(
-                    &mut status,
-                    format!(
-                        "spec.add is not in the modelled language: {}",
-                        reason.within("spec.add")
-                    ),
-                );
-                return Ok(Outcome {
-                    status,
-                    event,
-                    commit: None,
-                });
-            }
-        },
-    };
     let governing = match governance(sandbox, ctx).await? {
         Governance::Governed(m) => m,
         Governance::Refused(_, message) => {
@@ -230,10 +299,6 @@ async fn evaluate(
         }
     };
     let proved_under = fingerprint(&governing);
-    // Mode: the sandbox's, but never auto where a governing maximum forbids it.
-    let all_allow_auto = governing
-        .iter()
-        .all(|g| g.allowed_modes.contains(&Mode::Auto));
     let generations: Vec<(String, i64)> = governing
         .iter()
         .map(|g| (g.name.clone(), g.generation))
@@ -242,41 +307,47 @@ async fn evaluate(
         .iter()
         .find_map(|g| g.compiled.budget.map(|b| b.weights))
         .unwrap_or_default();
-    // A ServiceAccount that is not this sandbox's agent (another agent of
-    // the namespace) never auto-applies here: its proposals wait.
-    let foreign_agent = proposal.spec.requested_by.as_deref().is_some_and(|r| {
-        r.starts_with("system:serviceaccount:") && !agent_identities(sandbox).contains(r)
-    });
-    let mode = match sandbox.spec.mode {
-        Some(Mode::Auto) if all_allow_auto && !foreign_agent => Mode::Auto,
-        _ => Mode::Ask,
-    };
     let (source, decided_by) = source_of(proposal, &status, ctx).await?;
+    let current = sandbox
+        .status
+        .as_ref()
+        .and_then(|s| s.effective_policy.clone())
+        .unwrap_or_default();
     let prover = ctx.prover.clone();
     let allow_unmanaged = ctx.allow_unmanaged;
-    let (current_doc, candidate_doc) = (current.clone(), candidate.clone());
-    let (verdict, new_authority) = tokio::task::spawn_blocking(move || {
-        let maximums: Vec<GoverningMaximum<'_>> =
-            governing.iter().map(Governing::as_verdict_input).collect();
-        let verdict = decide(
-            &VerdictInput {
-                maximums: &maximums,
-                current: (&current_doc, &compiled_current),
-                candidate: (&candidate_doc, &compiled_candidate),
-                added: &compiled_added,
+    let (for_judge, sandbox_for_judge, current_for_judge) =
+        (proposal.clone(), sandbox.clone(), current.clone());
+    let judgement = tokio::task::spawn_blocking(move || {
+        judge(
+            &ProposalCase {
+                proposal: &for_judge,
+                sandbox: &sandbox_for_judge,
+                current: &current_for_judge,
+                governing: &governing,
                 source,
-                mode,
                 allow_unmanaged,
             },
             &prover,
-        );
-        let examples = prover
-            .new_authority(&compiled_candidate, &compiled_current, 3)
-            .examples;
-        (verdict, examples)
+            3,
+        )
     })
     .await
     .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let (verdict, candidate, new_authority) = match judgement {
+        Judgement::Refused(reason) => {
+            let event = reject(&mut status, reason);
+            return Ok(Outcome {
+                status,
+                event,
+                commit: None,
+            });
+        }
+        Judgement::Decided {
+            verdict,
+            candidate,
+            new_authority,
+        } => (verdict, candidate, new_authority),
+    };
     let solver_millis: f64 = verdict.proofs.iter().map(|p| p.solver_millis).sum();
     ctx.metrics.solver_seconds.observe(solver_millis / 1000.0);
     ctx.metrics

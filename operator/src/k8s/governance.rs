@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 
 use kube::{Resource, ResourceExt};
 
-use crate::k8s::crd::MaximumPolicy;
+use std::str::FromStr;
+
+use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role};
 use crate::policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
@@ -187,6 +189,84 @@ pub fn governing_from<'a>(
     }
     governing.sort_by(|a, b| a.name.cmp(&b.name));
     Governance::Governed(governing)
+}
+
+/// What refuses a sandbox before any proof: an agent ServiceAccount that is
+/// not a name, an acceptance that can never lapse, or a mode a governing
+/// maximum does not allow. One line, without the sandbox's name. The
+/// webhook refuses such a sandbox; `agentgate verify` reports it.
+pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<String> {
+    let account = &sandbox.spec.agent_service_account;
+    let dns_label = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 253
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if !dns_label(account) {
+        // An empty or malformed name would make the pod run as `default`
+        // and no identity count as the agent's.
+        return Some(format!(
+            "spec.agentServiceAccount {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
+        ));
+    }
+    for (i, accepted) in sandbox.spec.accepted_findings.iter().enumerate() {
+        // An acceptance that could never lapse (or never apply) is refused
+        // rather than silently ignored later.
+        if k8s_openapi::jiff::Timestamp::from_str(&accepted.expires).is_err() {
+            return Some(format!(
+                "spec.acceptedFindings[{i}].expires {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
+                accepted.expires
+            ));
+        }
+    }
+    let mode = sandbox.spec.mode.unwrap_or(Mode::Ask);
+    for g in governing {
+        if !g.allowed_modes.is_empty() && !g.allowed_modes.contains(&mode) {
+            let allowed: Vec<String> = g
+                .allowed_modes
+                .iter()
+                .map(|m| format!("{m:?}").to_lowercase())
+                .collect();
+            return Some(format!(
+                "mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
+                format!("{mode:?}").to_lowercase(),
+                g.name,
+                allowed.join(", ")
+            ));
+        }
+    }
+    None
+}
+
+/// Steps 1-3 of the verdict (containment in every governing maximum, then
+/// their invariants) for a sandbox's declared policy, `compiled`: the
+/// declared policy is both current and candidate, adding nothing, so
+/// `decide` stops before the approval steps. Blocking (runs the prover);
+/// admission and `agentgate verify` share it.
+pub fn prove_declared(
+    sandbox: &AgentSandbox,
+    compiled: &crate::policy::compile::CompiledPolicy,
+    governing: &[Governing],
+    allow_unmanaged: bool,
+    prover: &crate::prover::Prover,
+) -> crate::verdict::Verdict {
+    let maximums: Vec<crate::verdict::GoverningMaximum<'_>> =
+        governing.iter().map(Governing::as_verdict_input).collect();
+    crate::verdict::decide(
+        &crate::verdict::VerdictInput {
+            maximums: &maximums,
+            current: (&sandbox.spec.policy, compiled),
+            candidate: (&sandbox.spec.policy, compiled),
+            added: &crate::policy::compile::CompiledPolicy::default(),
+            source: crate::verdict::Source::Agent,
+            mode: sandbox.spec.mode.unwrap_or(Mode::Ask),
+            allow_unmanaged,
+        },
+        prover,
+    )
 }
 
 /// The labels a governance decision reads: the namespace's and the

@@ -306,7 +306,7 @@ fn annotation_rule() -> Value {
 /// A relative path as a URI reference: SARIF's `uri` must be one, so a file
 /// named `my tools.py` becomes `my%20tools.py`. ':' is encoded too, so a
 /// first segment like `c:` cannot read as a scheme.
-fn uri_reference(path: &str) -> String {
+pub(crate) fn uri_reference(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for byte in path.bytes() {
         let keep = byte.is_ascii_alphanumeric()

@@ -3,20 +3,19 @@
 //! decodes requests, asks SubjectAccessReviews and encodes answers.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use kube::ResourceExt;
 use kube::core::admission::Operation;
 
 use crate::controller::maximum::{Assessment, assess};
 use crate::k8s::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
-use crate::k8s::governance::{Governance, Governing};
+use crate::k8s::governance::{Governance, Governing, prove_declared, sandbox_refusal};
 use crate::k8s::pod_template::template_images;
 use crate::k8s::selector::governs;
 use crate::policy::compile::{Limits, Role, compile};
 use crate::prover::Prover;
 use crate::trifecta::assess::image_digest;
-use crate::verdict::{Decision, GoverningMaximum, Mode, Source, VerdictInput, decide};
+use crate::verdict::Decision;
 use crate::webhook::authority::{ReviewChange, review_change};
 
 /// The webhook's answer to one request.
@@ -53,31 +52,8 @@ pub fn review_sandbox(
         }
         Governance::Governed(g) => g,
     };
-    let account = &sandbox.spec.agent_service_account;
-    let dns_label = |n: &str| {
-        !n.is_empty()
-            && n.len() <= 253
-            && n.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if !dns_label(account) {
-        // An empty or malformed name would make the pod run as `default`
-        // and no identity count as the agent's.
-        return Answer::Deny(format!(
-            "agentsandbox {name:?}: spec.agentServiceAccount {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
-        ));
-    }
-    for (i, accepted) in sandbox.spec.accepted_findings.iter().enumerate() {
-        // An acceptance that could never lapse (or never apply) is refused
-        // here rather than silently ignored later.
-        if k8s_openapi::jiff::Timestamp::from_str(&accepted.expires).is_err() {
-            return Answer::Deny(format!(
-                "agentsandbox {name:?}: spec.acceptedFindings[{i}].expires {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
-                accepted.expires
-            ));
-        }
+    if let Some(refusal) = sandbox_refusal(sandbox, governing) {
+        return Answer::Deny(format!("agentsandbox {name:?}: {refusal}"));
     }
     let compiled = match compile(&sandbox.spec.policy, Role::Sandbox, &Limits::default()) {
         Ok(p) => p,
@@ -88,38 +64,7 @@ pub fn review_sandbox(
             ));
         }
     };
-    let mode = sandbox.spec.mode.unwrap_or(Mode::Ask);
-    for g in governing {
-        if !g.allowed_modes.is_empty() && !g.allowed_modes.contains(&mode) {
-            let allowed: Vec<String> = g
-                .allowed_modes
-                .iter()
-                .map(|m| format!("{m:?}").to_lowercase())
-                .collect();
-            return Answer::Deny(format!(
-                "agentsandbox {name:?}: mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
-                format!("{mode:?}").to_lowercase(),
-                g.name,
-                allowed.join(", ")
-            ));
-        }
-    }
-    let maximums: Vec<GoverningMaximum<'_>> =
-        governing.iter().map(Governing::as_verdict_input).collect();
-    // The declared policy as both current and candidate, adding nothing:
-    // decide() then runs exactly steps 1-3 and stops at step 4.
-    let verdict = decide(
-        &VerdictInput {
-            maximums: &maximums,
-            current: (&sandbox.spec.policy, &compiled),
-            candidate: (&sandbox.spec.policy, &compiled),
-            added: &crate::policy::compile::CompiledPolicy::default(),
-            source: Source::Agent,
-            mode,
-            allow_unmanaged,
-        },
-        prover,
-    );
+    let verdict = prove_declared(sandbox, &compiled, governing, allow_unmanaged, prover);
     match verdict.decision {
         Decision::Reject => Answer::Deny(format!("agentsandbox {name:?} {}", verdict.reason)),
         Decision::Apply | Decision::Ask => Answer::allow(),

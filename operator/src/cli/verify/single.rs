@@ -1,36 +1,19 @@
-//! `agentgate verify`: containment of a candidate in one or more maximums,
-//! plus the maximums' invariants.
+//! `agentgate verify --maximum M... CANDIDATE`: containment of one
+//! candidate (a bare policy or an AgentSandbox) in explicitly named
+//! maximums, whatever their selectors, plus the maximums' invariants.
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use clap::Args;
 use serde_json::json;
 
+use crate::cli::verify::{Format, VerifyArgs};
 use crate::cli::{
-    EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, Output, load_file, timeout,
+    EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, load_file, timeout,
 };
 use crate::policy::action::Action;
 use crate::policy::compile::{Limits, Role};
 use crate::policy::error::Reason;
 use crate::prover::{Outcome, Prover, ProverOptions};
-
-/// Arguments of `verify`.
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// A maximum: bare policy document or MaximumPolicy manifest (repeatable;
-    /// the candidate must be inside each).
-    #[arg(long = "maximum", short = 'm', required = true, value_name = "FILE")]
-    pub maximums: Vec<PathBuf>,
-    /// The candidate: bare policy document or AgentSandbox manifest.
-    #[arg(value_name = "CANDIDATE")]
-    pub candidate: PathBuf,
-    /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value = "text")]
-    pub output: Output,
-    /// Per-check solver timeout in milliseconds.
-    #[arg(long = "timeout-ms", default_value_t = 5000)]
-    pub timeout_ms: u64,
-}
 
 /// What verify found.
 struct Report {
@@ -51,9 +34,9 @@ fn unproven(reason: Reason, maximum: Option<String>) -> Report {
     }
 }
 
-fn check(args: &VerifyArgs) -> Result<Report, String> {
+fn check(args: &VerifyArgs, candidate: &Path) -> Result<Report, String> {
     let limits = Limits::default();
-    let candidate = match load_file(&args.candidate, Role::Sandbox, &limits) {
+    let candidate = match load_file(candidate, Role::Sandbox, &limits) {
         Ok((_, compiled)) => compiled,
         Err(FileProblem::Usage(msg)) => return Err(msg),
         Err(FileProblem::Reason(reason)) => return Ok(unproven(reason, None)),
@@ -158,9 +141,19 @@ fn print_text(report: &Report, maximums: usize) {
     }
 }
 
-/// Runs `verify` and returns the exit code.
+/// Runs the single-candidate form and returns the exit code.
 pub fn run(args: &VerifyArgs) -> u8 {
-    let report = match check(args) {
+    let [candidate] = args.paths.as_slice() else {
+        eprintln!(
+            "agentgate verify: with --maximum, give exactly one candidate file (without --maximum, verify takes files, directories and - and finds the governing maximums itself)"
+        );
+        return EXIT_USAGE;
+    };
+    if !matches!(args.output, Format::Text | Format::Json) {
+        eprintln!("agentgate verify: with --maximum, the output is text or json");
+        return EXIT_USAGE;
+    }
+    let report = match check(args, candidate) {
         Ok(report) => report,
         Err(msg) => {
             eprintln!("agentgate verify: {msg}");
@@ -168,8 +161,8 @@ pub fn run(args: &VerifyArgs) -> u8 {
         }
     };
     match args.output {
-        Output::Text => print_text(&report, args.maximums.len()),
-        Output::Json => {
+        Format::Text | Format::Junit | Format::Sarif => print_text(&report, args.maximums.len()),
+        Format::Json => {
             let value = json!({
                 "result": report.outcome.name(),
                 "maximum": report.maximum,

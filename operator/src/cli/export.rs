@@ -1,0 +1,327 @@
+//! `kubectl agentgate export SANDBOX --into FILE [--diff]`: fold a sandbox's
+//! committed effective policy into the manifest in git, so a grant an agent
+//! earned at runtime becomes a reviewed change. Only the `spec.policy`
+//! node of the matching AgentSandbox is rewritten; every other byte of the
+//! file (other documents, fields, comments, blank lines) stays as it was.
+//! The result is read back and checked before it is used.
+//!
+//! Splicing at the node's source span, rather than re-emitting a parsed
+//! tree, is what keeps the rest of the file byte for byte: the YAML
+//! libraries that keep comments re-emit whole documents and normalise what
+//! they do not model.
+
+use serde_json::Value;
+
+use crate::cli::manifests::{BadInput, Manifest, parse_stream};
+use crate::policy::model::PolicyDocument;
+
+/// Why a policy could not be folded into a file.
+#[derive(Debug, thiserror::Error)]
+pub enum FoldError {
+    /// The file is not readable YAML.
+    #[error(transparent)]
+    BadInput(#[from] BadInput),
+    /// No AgentSandbox of that name (and namespace) in the file.
+    #[error("{file}: no AgentSandbox {name:?}{namespace} in it")]
+    NotFound {
+        /// The file.
+        file: String,
+        /// The sandbox.
+        name: String,
+        /// ` in namespace "x"`, or empty.
+        namespace: String,
+    },
+    /// The sandbox's layout cannot take the policy without reformatting.
+    #[error("{0}")]
+    Layout(String),
+    /// The rewritten file did not read back as intended (a bug; nothing is written).
+    #[error("the rewritten file does not read back as intended: {0}")]
+    Check(String),
+}
+
+/// The document of `manifests` that is the AgentSandbox `name` (in
+/// `namespace`, when the manifest names one).
+fn find<'a>(manifests: &'a [Manifest], name: &str, namespace: &str) -> Option<&'a Manifest> {
+    manifests.iter().find(|m| {
+        m.kind() == "AgentSandbox"
+            && m.name() == name
+            && m.value
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .is_none_or(|ns| ns == namespace)
+    })
+}
+
+/// `yaml` (block YAML at column 0, ending in a newline) indented by `indent`
+/// spaces on every line but the first.
+fn indent_rest(yaml: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut out = String::with_capacity(yaml.len() + 64);
+    for (i, line) in yaml.trim_end_matches('\n').lines().enumerate() {
+        if i > 0 {
+            out.push('\n');
+            if !line.is_empty() {
+                out.push_str(&pad);
+            }
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// Rewrites `text` (the file `file`) so that AgentSandbox `name`'s
+/// `spec.policy` is `policy`, changing nothing else.
+pub fn fold_policy(
+    file: &str,
+    text: &str,
+    name: &str,
+    namespace: &str,
+    policy: &PolicyDocument,
+) -> Result<String, FoldError> {
+    let manifests = parse_stream(file, text)?;
+    let target = find(&manifests, name, namespace).ok_or_else(|| FoldError::NotFound {
+        file: file.to_string(),
+        name: name.to_string(),
+        namespace: format!(" in namespace {namespace:?}"),
+    })?;
+    let yaml = serde_saphyr::to_string(policy).map_err(|e| FoldError::Check(e.to_string()))?;
+    let single_line = yaml.trim_end().lines().count() <= 1;
+    let (range, replacement) = match target.position_of("spec.policy") {
+        // A one-line policy (`{}`) goes on its key's line.
+        Some(node) if single_line && node.key_end.is_some() => (
+            node.key_end.unwrap_or(node.bytes.start)..node.bytes.end,
+            format!(": {}", yaml.trim_end()),
+        ),
+        Some(node) if node.block => (node.bytes.clone(), indent_rest(&yaml, node.column)),
+        Some(node) => {
+            // Flow (`policy: {}`) or empty: the policy goes on the lines
+            // below its key, indented one step further.
+            let indent = node.key_column.unwrap_or(node.column) + 2;
+            let replacement = if single_line {
+                yaml.trim_end().to_string()
+            } else {
+                format!("\n{}{}", " ".repeat(indent), indent_rest(&yaml, indent))
+            };
+            let range = if node.bytes.is_empty() {
+                // `policy:` with nothing after it: the empty scalar sits at
+                // the end of the key's line; keep a space after the colon.
+                let at = node.bytes.start;
+                let replacement = if single_line {
+                    format!(" {replacement}")
+                } else {
+                    replacement
+                };
+                return finish(file, text, at..at, &replacement, name, namespace, policy);
+            } else {
+                node.bytes.clone()
+            };
+            (range, replacement)
+        }
+        None => {
+            let spec = target.position_of("spec").filter(|s| s.block).ok_or_else(|| {
+                FoldError::Layout(format!(
+                    "{file}:{}: AgentSandbox {name:?} has no block-style spec to add spec.policy to",
+                    target.line_of("")
+                ))
+            })?;
+            let indent = spec.column;
+            let block = if single_line {
+                format!("\n{}policy: {}", " ".repeat(indent), yaml.trim_end())
+            } else {
+                format!(
+                    "\n{pad}policy:\n{pad}  {}",
+                    indent_rest(&yaml, indent + 2),
+                    pad = " ".repeat(indent)
+                )
+            };
+            (spec.bytes.end..spec.bytes.end, block)
+        }
+    };
+    finish(file, text, range, &replacement, name, namespace, policy)
+}
+
+/// Applies the splice and checks that the file now reads as the old one
+/// with only the sandbox's `spec.policy` replaced.
+fn finish(
+    file: &str,
+    text: &str,
+    range: std::ops::Range<usize>,
+    replacement: &str,
+    name: &str,
+    namespace: &str,
+    policy: &PolicyDocument,
+) -> Result<String, FoldError> {
+    let mut out = String::with_capacity(text.len() + replacement.len());
+    out.push_str(&text[..range.start]);
+    out.push_str(replacement);
+    out.push_str(&text[range.end..]);
+    let before = parse_stream(file, text)?;
+    let after = parse_stream(file, &out).map_err(|e| FoldError::Check(e.to_string()))?;
+    if before.len() != after.len() {
+        return Err(FoldError::Check("the number of objects changed".into()));
+    }
+    let without_policy = |m: &Manifest| {
+        let mut v = m.value.clone();
+        if m.kind() == "AgentSandbox"
+            && m.name() == name
+            && let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            spec.remove("policy");
+        }
+        v
+    };
+    for (b, a) in before.iter().zip(&after) {
+        if without_policy(b) != without_policy(a) {
+            return Err(FoldError::Check(format!(
+                "object {:?} changed outside spec.policy",
+                a.name()
+            )));
+        }
+    }
+    let target = find(&after, name, namespace)
+        .ok_or_else(|| FoldError::Check("the sandbox is gone".into()))?;
+    let written: PolicyDocument = target
+        .value
+        .pointer("/spec/policy")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| FoldError::Check(e.to_string()))?
+        .unwrap_or_default();
+    if &written != policy {
+        return Err(FoldError::Check(
+            "spec.policy does not read back as the effective policy".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// A unified diff (`--- a/FILE`, `+++ b/FILE`, three lines of context);
+/// empty when nothing changes.
+pub fn unified_diff(file: &str, old: &str, new: &str) -> String {
+    if old == new {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{file}"), &format!("b/{file}"))
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn policy(yaml: &str) -> PolicyDocument {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    const REPO: &str = "\
+# Team ml's agents. Reviewed by @platform.
+apiVersion: v1
+kind: Namespace
+metadata: {name: agents}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata:
+  name: triage-bot   # the issue bot
+  namespace: agents
+spec:
+  mode: auto   # proposals inside the budget apply themselves
+  agentServiceAccount: triage-bot
+  policy:
+    # read issues only
+    network:
+      - name: github-read
+        endpoints:
+          - {host: api.github.com, ports: [443]}
+  podTemplate: {}   # filled by the chart
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: other, namespace: agents}
+spec:
+  agentServiceAccount: other
+";
+
+    #[test]
+    fn only_the_policy_changes_and_comments_stay() {
+        let effective = policy(
+            "network:\n  - name: github-read\n    endpoints:\n      - {host: api.github.com, ports: [443]}\n  - name: github-comment\n    endpoints:\n      - {host: api.github.com, ports: [443]}\n",
+        );
+        let out = fold_policy("repo.yaml", REPO, "triage-bot", "agents", &effective).unwrap();
+        for kept in [
+            "# Team ml's agents. Reviewed by @platform.",
+            "name: triage-bot   # the issue bot",
+            "mode: auto   # proposals inside the budget apply themselves",
+            "podTemplate: {}   # filled by the chart",
+            "    # read issues only\n",
+            "metadata: {name: other, namespace: agents}",
+        ] {
+            assert!(out.contains(kept), "{kept:?} lost:\n{out}");
+        }
+        assert!(out.contains("github-comment"), "{out}");
+        // Everything before the policy is byte for byte the same.
+        let at = REPO.find("    network:").unwrap();
+        assert_eq!(&out[..at], &REPO[..at]);
+        let diff = unified_diff("repo.yaml", REPO, &out);
+        assert!(
+            diff.starts_with("--- a/repo.yaml\n+++ b/repo.yaml\n"),
+            "{diff}"
+        );
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with('+') && l.contains("github-comment")),
+            "{diff}"
+        );
+        assert!(
+            !diff
+                .lines()
+                .any(|l| l.starts_with('-') && l.contains("# the issue bot")),
+            "{diff}"
+        );
+        // Folding the same policy again changes nothing more.
+        let again = fold_policy("repo.yaml", &out, "triage-bot", "agents", &effective).unwrap();
+        assert_eq!(unified_diff("repo.yaml", &out, &again), "");
+    }
+
+    #[test]
+    fn a_sandbox_without_a_policy_gets_one_and_an_empty_policy_fits_on_its_line() {
+        let effective = policy("filesystem:\n  readOnly: [/app]\n");
+        let out = fold_policy("repo.yaml", REPO, "other", "agents", &effective).unwrap();
+        assert!(
+            out.ends_with(
+                "spec:\n  agentServiceAccount: other\n  policy:\n    filesystem:\n      readOnly:\n      - /app\n"
+            ),
+            "{out}"
+        );
+        let empty = fold_policy(
+            "repo.yaml",
+            REPO,
+            "triage-bot",
+            "agents",
+            &PolicyDocument::default(),
+        )
+        .unwrap();
+        assert!(
+            empty.contains("  agentServiceAccount: triage-bot\n  policy: {}\n  podTemplate: {}   # filled by the chart\n"),
+            "{empty}"
+        );
+    }
+
+    #[test]
+    fn a_missing_sandbox_or_namespace_mismatch_is_named() {
+        let effective = PolicyDocument::default();
+        let err = fold_policy("repo.yaml", REPO, "nobody", "agents", &effective).unwrap_err();
+        assert!(
+            err.to_string().contains("no AgentSandbox \"nobody\""),
+            "{err}"
+        );
+        let err = fold_policy("repo.yaml", REPO, "triage-bot", "prod", &effective).unwrap_err();
+        assert!(matches!(err, FoldError::NotFound { .. }), "{err}");
+    }
+}

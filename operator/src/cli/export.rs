@@ -70,7 +70,10 @@ fn indent_rest(yaml: &str, indent: usize) -> String {
 }
 
 /// Rewrites `text` (the file `file`) so that AgentSandbox `name`'s
-/// `spec.policy` is `policy`, changing nothing else.
+/// `spec.policy` is `policy`, changing nothing else. Where the change is
+/// rules added, removed or changed in place and filesystem lists changed,
+/// only those are rewritten (a reviewer sees exactly the grant); otherwise
+/// the whole `spec.policy` node is.
 pub fn fold_policy(
     file: &str,
     text: &str,
@@ -84,6 +87,170 @@ pub fn fold_policy(
         name: name.to_string(),
         namespace: format!(" in namespace {namespace:?}"),
     })?;
+    if let Some(edits) = minimal_edits(target, text, policy) {
+        let mut out = text.to_string();
+        // From the end, so earlier offsets stay valid.
+        let mut edits = edits;
+        edits.sort_by_key(|(range, _)| std::cmp::Reverse(range.start));
+        for (range, replacement) in &edits {
+            out.replace_range(range.clone(), replacement);
+        }
+        // The same read-back check as the whole-node splice; should the
+        // minimal edit not read back exactly, the whole node is replaced.
+        if check(file, text, &out, name, namespace, policy).is_ok() {
+            return Ok(out);
+        }
+    }
+    fold_whole(file, text, target, name, namespace, policy)
+}
+
+/// One scalar in flow style: plain where YAML reads it back as the same
+/// string, else double-quoted (JSON's quoting is valid YAML).
+fn flow_scalar(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '*'))
+        && !value.starts_with(['*', '-', '.'])
+        && serde_saphyr::from_str::<Value>(value).ok() == Some(Value::String(value.to_string()));
+    if plain {
+        value.to_string()
+    } else {
+        serde_json::to_string(value).unwrap_or_else(|_| format!("{value:?}"))
+    }
+}
+
+/// The start of the line holding byte `at`.
+fn line_start(text: &str, at: usize) -> usize {
+    text[..at].rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// The edits that turn the sandbox's written policy into `policy` by
+/// touching only what differs: network rules added at the end, removed, or
+/// changed in place (matched by name, order kept), and filesystem lists
+/// rewritten in their own style. `None` when the change does not have that
+/// shape (a reorder, a section the file does not have yet, flow-style
+/// rules): the caller replaces the whole node instead.
+fn minimal_edits(
+    target: &Manifest,
+    text: &str,
+    policy: &PolicyDocument,
+) -> Option<Vec<(std::ops::Range<usize>, String)>> {
+    let written: PolicyDocument =
+        serde_json::from_value(target.value.pointer("/spec/policy")?.clone()).ok()?;
+    let mut edits = Vec::new();
+    // Filesystem lists.
+    for (old, new, key) in [
+        (
+            &written.filesystem.read_only,
+            &policy.filesystem.read_only,
+            "readOnly",
+        ),
+        (
+            &written.filesystem.read_write,
+            &policy.filesystem.read_write,
+            "readWrite",
+        ),
+    ] {
+        if old == new {
+            continue;
+        }
+        let node = target.position_of(&format!("spec.policy.filesystem.{key}"))?;
+        if new.is_empty() {
+            return None;
+        }
+        let replacement = if node.block {
+            let pad = " ".repeat(node.column);
+            new.iter()
+                .map(|v| format!("- {}", flow_scalar(v)))
+                .collect::<Vec<_>>()
+                .join(&format!("\n{pad}"))
+        } else {
+            format!(
+                "[{}]",
+                new.iter()
+                    .map(|v| flow_scalar(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        edits.push((node.bytes.clone(), replacement));
+    }
+    if written.network == policy.network {
+        return Some(edits);
+    }
+    if written.network.is_empty() || policy.network.is_empty() {
+        return None;
+    }
+    let sequence = target.position_of("spec.policy.network")?;
+    if !sequence.block {
+        return None;
+    }
+    let item = |i: usize| {
+        target
+            .position_of(&format!("spec.policy.network[{i}]"))
+            .filter(|p| p.block)
+    };
+    // The dash's column: items sit two columns to its right.
+    let dash = sequence.column;
+    let mut next_original = 0;
+    let mut appended = Vec::new();
+    let mut kept = vec![false; written.network.len()];
+    for rule in &policy.network {
+        match written.network.iter().position(|r| r.name == rule.name) {
+            Some(i) => {
+                if i < next_original || !appended.is_empty() {
+                    return None; // reordered, or an old rule after a new one
+                }
+                next_original = i + 1;
+                kept[i] = true;
+                if &written.network[i] != rule {
+                    let node = item(i)?;
+                    let yaml = serde_saphyr::to_string(rule).ok()?;
+                    edits.push((node.bytes.clone(), indent_rest(&yaml, node.column)));
+                }
+            }
+            None => appended.push(rule),
+        }
+    }
+    for (i, kept) in kept.iter().enumerate() {
+        if !kept {
+            // The item's lines, from the line of its dash to its last line's end.
+            let node = item(i)?;
+            let start = line_start(text, node.bytes.start);
+            let end = text[node.bytes.end..]
+                .find('\n')
+                .map_or(text.len(), |n| node.bytes.end + n + 1);
+            edits.push((start..end, String::new()));
+        }
+    }
+    if !appended.is_empty() {
+        let last = (0..written.network.len())
+            .rev()
+            .find(|i| kept[*i])
+            .and_then(item)?;
+        let mut block = String::new();
+        for rule in appended {
+            let yaml = serde_saphyr::to_string(rule).ok()?;
+            block.push('\n');
+            block.push_str(&" ".repeat(dash));
+            block.push_str("- ");
+            block.push_str(&indent_rest(&yaml, dash + 2));
+        }
+        edits.push((last.bytes.end..last.bytes.end, block));
+    }
+    Some(edits)
+}
+
+/// Replaces the whole `spec.policy` node of `target` with `policy`.
+fn fold_whole(
+    file: &str,
+    text: &str,
+    target: &Manifest,
+    name: &str,
+    namespace: &str,
+    policy: &PolicyDocument,
+) -> Result<String, FoldError> {
     let yaml = serde_saphyr::to_string(policy).map_err(|e| FoldError::Check(e.to_string()))?;
     let single_line = yaml.trim_end().lines().count() <= 1;
     let (range, replacement) = match target.position_of("spec.policy") {
@@ -140,8 +307,7 @@ pub fn fold_policy(
     finish(file, text, range, &replacement, name, namespace, policy)
 }
 
-/// Applies the splice and checks that the file now reads as the old one
-/// with only the sandbox's `spec.policy` replaced.
+/// Applies the splice and checks the result.
 fn finish(
     file: &str,
     text: &str,
@@ -155,8 +321,22 @@ fn finish(
     out.push_str(&text[..range.start]);
     out.push_str(replacement);
     out.push_str(&text[range.end..]);
+    check(file, text, &out, name, namespace, policy)?;
+    Ok(out)
+}
+
+/// Checks that `out` reads as `text` with only the sandbox's `spec.policy`
+/// replaced by `policy`.
+fn check(
+    file: &str,
+    text: &str,
+    out: &str,
+    name: &str,
+    namespace: &str,
+    policy: &PolicyDocument,
+) -> Result<(), FoldError> {
     let before = parse_stream(file, text)?;
-    let after = parse_stream(file, &out).map_err(|e| FoldError::Check(e.to_string()))?;
+    let after = parse_stream(file, out).map_err(|e| FoldError::Check(e.to_string()))?;
     if before.len() != after.len() {
         return Err(FoldError::Check("the number of objects changed".into()));
     }
@@ -193,7 +373,7 @@ fn finish(
             "spec.policy does not read back as the effective policy".into(),
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A unified diff (`--- a/FILE`, `+++ b/FILE`, three lines of context);
@@ -310,6 +490,72 @@ spec:
         assert!(
             empty.contains("  agentServiceAccount: triage-bot\n  policy: {}\n  podTemplate: {}   # filled by the chart\n"),
             "{empty}"
+        );
+    }
+
+    /// The diff lines that remove (`-`) or add (`+`) text, without headers.
+    fn changed(diff: &str) -> Vec<&str> {
+        diff.lines()
+            .filter(|l| !l.starts_with("---") && !l.starts_with("+++"))
+            .filter(|l| l.starts_with('-') || l.starts_with('+'))
+            .collect()
+    }
+
+    #[test]
+    fn a_granted_rule_is_the_only_change_a_reviewer_sees() {
+        let text = include_str!("../../../examples/sandbox.yaml");
+        let mut effective = policy(
+            text.split("  policy:\n")
+                .nth(1)
+                .unwrap()
+                .lines()
+                .map(|l| l.strip_prefix("    ").unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+        );
+        let pulls: crate::policy::model::NetworkRule = serde_saphyr::from_str(
+            "name: github-pulls\nbinaries: [/usr/bin/gh]\nendpoints:\n  - {host: api.github.com, ports: [443], protocol: rest, path: /repos/acme/*/pulls/**}\n",
+        )
+        .unwrap();
+        effective.network.push(pulls.clone());
+        let out = fold_policy("s.yaml", text, "triage-bot", "agents", &effective).unwrap();
+        let diff = unified_diff("s.yaml", text, &out);
+        let lines = changed(&diff);
+        assert!(lines.iter().all(|l| l.starts_with('+')), "{diff}");
+        assert_eq!(lines[0], "+      - name: github-pulls", "{diff}");
+        // A rule changed in place (proposals never do this: they add and
+        // remove whole rules) is re-emitted, and nothing else.
+        let mut narrowed = effective.clone();
+        narrowed.network[0].binaries = vec!["/usr/bin/gh".into()];
+        let again = fold_policy("s.yaml", &out, "triage-bot", "agents", &narrowed).unwrap();
+        let diff = unified_diff("s.yaml", &out, &again);
+        assert!(
+            !changed(&diff).iter().any(|l| l.contains("github-pulls")),
+            "{diff}"
+        );
+        assert!(changed(&diff).contains(&"+        - /usr/bin/gh"), "{diff}");
+        // A rule withdrawn: exactly its lines go.
+        let mut withdrawn = effective.clone();
+        withdrawn.network.remove(0);
+        let fewer = fold_policy("s.yaml", &out, "triage-bot", "agents", &withdrawn).unwrap();
+        let diff = unified_diff("s.yaml", &out, &fewer);
+        let lines = changed(&diff);
+        assert!(lines.iter().all(|l| l.starts_with('-')), "{diff}");
+        assert!(lines[0].contains("- name: github-read"), "{diff}");
+        assert_eq!(lines.len(), 9, "{diff}");
+        // A filesystem list keeps its flow style.
+        let mut wider = effective.clone();
+        wider.filesystem.read_only.push("/etc/ssl".into());
+        let out2 = fold_policy("s.yaml", &out, "triage-bot", "agents", &wider).unwrap();
+        let diff = unified_diff("s.yaml", &out, &out2);
+        assert_eq!(
+            changed(&diff),
+            [
+                "-      readOnly: [/app]",
+                "+      readOnly: [/app, /etc/ssl]"
+            ],
+            "{diff}"
         );
     }
 

@@ -286,3 +286,22 @@ fn junit_is_xml_with_one_test_case_per_object() {
             .contains("counterexample: POST https://api.github.com:443/repos/acme")
     );
 }
+
+#[test]
+fn a_status_written_into_a_manifest_approves_nothing() {
+    // Only the webhook decides who may set Approved; in a file, anyone can.
+    let approved = format!(
+        "{}status:\n  conditions:\n    - {{type: Approved, status: \"True\", reason: Approved, message: 'approved by \"mallory\"', lastTransitionTime: \"2026-01-01T00:00:00Z\"}}\n",
+        example("examples/proposals/update-pull-requests.yaml")
+    );
+    let input = format!(
+        "{}---\n{approved}",
+        stream(&example("examples/sandbox.yaml"))
+    );
+    let (code, out, err) = verify(&["-"], &input);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("PolicyProposal agents/update-pull-requests ask: needs review"),
+        "{out}"
+    );
+}

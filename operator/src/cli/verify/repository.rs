@@ -17,7 +17,6 @@ use serde_json::Value;
 use crate::cli::manifests::{BadInput, Manifest};
 use crate::controller::maximum::{Assessment, assess};
 use crate::controller::proposal::{Judgement, ProposalCase, judge};
-use crate::k8s::conditions;
 use crate::k8s::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
 use crate::k8s::governance::{CompiledMaximums, Governance, Governing, governing_from};
 use crate::k8s::governance::{prove_declared, sandbox_refusal};
@@ -617,36 +616,22 @@ fn judge_proposal(
         );
         return f;
     };
-    let status = proposal.status.clone().unwrap_or_default();
     let mut f = match refused_governance(f, manifest, governance(sandbox)) {
         Ok(governing) => {
             let mut f = finding(manifest, "PolicyProposal", proposal.namespace());
             f.governed_by = governing.iter().map(|g| g.name.clone()).collect();
-            // Offline, only a reviewer's Approved condition for this
-            // generation is known; a human requester's own approve verb is
-            // not (the operator asks the API server), so such a proposal
-            // shows the agent's verdict here.
-            let approved = status.conditions.iter().any(|c| {
-                c.type_ == "Approved"
-                    && c.status == "True"
-                    && c.observed_generation == proposal.metadata.generation
-            });
-            if conditions::is_true(&status.conditions, "Denied") {
-                f.status = Status::Exceeds;
-                f.decision = Some(Decision::Reject);
-                f.message = "denied by a reviewer".into();
-                return f;
-            }
+            // A manifest's status is whatever its author wrote: the API
+            // server drops it on apply, and only the webhook decides who may
+            // set `Approved`. So a proposal is judged as its requester's
+            // (the agent's) here, never as approved; a human requester's own
+            // approve verb is not known offline either. Such proposals show
+            // Ask where the operator might apply them.
             let case = ProposalCase {
                 proposal,
                 sandbox,
                 current: &current,
                 governing: &governing,
-                source: if approved {
-                    Source::Approved
-                } else {
-                    Source::Agent
-                },
+                source: Source::Agent,
                 allow_unmanaged: ctx.allow_unmanaged,
             };
             match judge(&case, prover, 0) {

@@ -17,9 +17,11 @@ say "4. Inside a broad ceiling, but inside one of its hard invariants too (exit 
 step $bin verify --maximum examples/maximum-egress.yaml examples/candidate-metadata.yaml
 say "5. A surface the model does not cover fails closed, naming the field (exit 3)."
 step $bin verify --maximum examples/maximum.yaml examples/candidate-graphql.yaml
-say "6. What a narrowed request would add, with example actions and its least-privilege cost."
+say "6. A whole GitOps repository: every sandbox against the ceilings whose selectors govern it, each proposal's verdict (exit 1: one proposal would be rejected)."
+step $bin verify examples/maximum.yaml examples/sandbox.yaml examples/gitops examples/proposals
+say "7. What a narrowed request would add, with example actions and its least-privilege cost."
 step $bin diff examples/sandbox.yaml examples/candidate-comment.yaml --weights-from examples/maximum.yaml
-say "7. An OpenShell policy converted into ours (notes on stderr)."
+say "8. An OpenShell policy converted into ours (notes on stderr)."
 step $bin import openshell examples/openshell/policy.yaml --workdir /sandbox
 printf '\nMore: docs/cli.md. Next: make test.\n'
 exit 0

@@ -224,6 +224,9 @@ fn up() -> Result<(), String> {
         "  kubectl agentgate export triage-bot -n agents          # the effective policy, for git"
     );
     println!(
+        "  kubectl agentgate export triage-bot -n agents --into examples/sandbox.yaml --diff   # the approved grant as a change to the file in git"
+    );
+    println!(
         "  curl -sk -H \"authorization: Bearer $(kubectl create token triage-bot -n agents)\" https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
     );
     println!(

@@ -7,7 +7,8 @@
 //! test fails). Good objects must be Current, bad ones Failed, a proposal
 //! awaiting approval InProgress, an object whose new generation the
 //! operator has not yet seen InProgress; and `kubectl wait
-//! --for=condition=Ready` must succeed for a good sandbox.
+//! --for=condition=Ready` must succeed for a good sandbox. Once settled,
+//! nothing is written while nothing changes.
 //!
 //! With `AGENTGATE_CAPTURE_DIR=DIR` the judged objects are also written
 //! there as `<Kind>-<name>.json`: that is how the `live-*.yaml` testdata of
@@ -433,4 +434,26 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
         .run(&["get", "asbx", "triage-bot", "-n", "agents", "-o", "json"])
         .unwrap();
     assert_eq!(judge(&kstatus, &json)[&key].0, "Current", "{json}");
+
+    // The conditions cost no writes of their own: once settled, nothing
+    // is written while nothing changes.
+    let versions = || {
+        cp.run(&[
+            "get",
+            "maxpol,asbx,pprop,ascan",
+            "-A",
+            "-o",
+            "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{\"\\n\"}{end}",
+        ])
+        .unwrap()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let settled = versions();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        versions(),
+        settled,
+        "a status was written while nothing changed\noperator log:\n{}",
+        op.log()
+    );
 }

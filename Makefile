@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane kstatus helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,6 +21,9 @@ z3: ## install the pinned Z3 shared library into .tools/z3
 
 control-plane: ## build (once, cached in ~/.cache/agentgate) kube-apiserver, etcd, kubectl for e2e
 	@bash e2e/hack/install-control-plane.sh >/dev/null
+
+kstatus: ## build (once, cached in ~/.cache/agentgate) the kstatus checker (sigs.k8s.io/cli-utils) the e2e tests judge statuses with
+	@bash e2e/hack/install-kstatus.sh >/dev/null
 
 helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
 	@./hack/install-helm.sh >/dev/null
@@ -57,14 +60,14 @@ lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: disk z3 control-plane helm netns-tools ## every Rust test (unit, property, golden, e2e, proxy processes)
+unit-tests: disk z3 control-plane kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e, proxy processes)
 	@# The golden tests run the real binary, which `cargo test` does not build.
 	$(CARGO) build --locked -p agentgate --bins
 	$(CARGO) test --locked --workspace
 
 test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
-e2e: z3 control-plane ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
+e2e: z3 control-plane kstatus ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
 	$(CARGO) test --locked -p agentgate-e2e
 
 FUZZ_SECONDS ?= 600

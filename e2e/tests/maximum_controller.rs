@@ -69,6 +69,13 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
         &condition("Consistent", "reason"),
         "IntersectsInvariant",
     );
+    // Not in its desired state until a person fixes it (kstatus: Failed).
+    status("egress-ceiling", &condition("Ready", "status"), "False");
+    status(
+        "egress-ceiling",
+        &condition("Stalled", "reason"),
+        "IntersectsInvariant",
+    );
     let args = [
         "get",
         "maxpol",
@@ -125,4 +132,5 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
     );
     status("bad-glob", &condition("Ready", "status"), "False");
     status("bad-glob", &condition("Ready", "reason"), "InvalidPolicy");
+    status("bad-glob", &condition("Stalled", "status"), "True");
 }

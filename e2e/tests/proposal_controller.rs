@@ -161,6 +161,11 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
         "{.status.counterexample.method}",
         |s| s == "POST",
     );
+    // Rejected is final, not Ready: Stalled with the verdict's reason.
+    let stalled = "{.status.conditions[?(@.type==\"Ready\")].status} {.status.conditions[?(@.type==\"Stalled\")].message}";
+    proposal(&cp, &op, "post-anywhere", stalled, |s| {
+        s.starts_with("False exceeds MaximumPolicy \"org-ceiling\"")
+    });
 
     // 3. In the review region: waits; an Approved condition applies it.
     run(

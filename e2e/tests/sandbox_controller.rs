@@ -378,6 +378,15 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         |s| s.contains("network rule \"github-read\""),
     );
     assert!(message.contains("org-ceiling"), "{message}");
+    // Revoked grants: not Ready, Stalled with the same message.
+    sandbox(
+        &cp,
+        &op,
+        "triage-bot",
+        "agents",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.status.conditions[?(@.type==\"Stalled\")].reason}",
+        |s| s == "False Revoked",
+    );
     sandbox(
         &cp,
         &op,

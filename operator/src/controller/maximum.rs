@@ -1,6 +1,7 @@
-//! MaximumPolicy reconciler: validates the ceiling (`Ready`), proves it does
-//! not itself allow anything inside its own invariants (`Consistent`, with
-//! the witness in the message) and counts the sandboxes it governs.
+//! MaximumPolicy reconciler: validates the ceiling, proves it does not
+//! itself allow anything inside its own invariants (`Consistent`, with the
+//! witness in the message), counts the sandboxes it governs and sums it up
+//! in `Ready` (with `Stalled` when it is invalid or inconsistent).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
 use crate::k8s::cache::reflect;
-use crate::k8s::conditions::{self, Status};
+use crate::k8s::conditions::{self, Status, Summary};
 use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
 use crate::k8s::selector::governs;
 use crate::policy::compile::{CompiledRegion, Limits, Role, compile, compile_region};
@@ -136,17 +137,8 @@ async fn reconcile(
     let before = status.clone();
     let now = super::now();
     let mut events = Vec::new();
-    match &assessment {
+    let summary = match &assessment {
         Assessment::Invalid(reason) => {
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::False,
-                "InvalidPolicy",
-                &reason.to_string(),
-                generation,
-                &now,
-            );
             conditions::set(
                 &mut status.conditions,
                 "Consistent",
@@ -157,38 +149,23 @@ async fn reconcile(
                 &now,
             );
             events.push((EventType::Warning, "InvalidPolicy", reason.to_string()));
+            Summary::stalled("InvalidPolicy", reason.to_string())
         }
         Assessment::Valid {
             inconsistent,
             unproven,
         } => {
-            match governed_count(&maximum, &views).await {
+            let counted = match governed_count(&maximum, &views).await {
                 Ok(count) => {
                     status.governed_sandboxes = Some(count);
-                    conditions::set(
-                        &mut status.conditions,
-                        "Ready",
-                        Status::True,
-                        "Validated",
-                        &format!("governs {count} sandbox(es)"),
-                        generation,
-                        &now,
-                    );
+                    Summary::ready("Validated", format!("governs {count} sandbox(es)"))
                 }
                 Err(ControllerError::Selector(e)) => {
-                    conditions::set(
-                        &mut status.conditions,
-                        "Ready",
-                        Status::False,
-                        "InvalidSelector",
-                        &e.to_string(),
-                        generation,
-                        &now,
-                    );
                     events.push((EventType::Warning, "InvalidSelector", e.to_string()));
+                    Summary::stalled("InvalidSelector", e.to_string())
                 }
                 Err(e) => return Err(e),
-            }
+            };
             match (inconsistent, unproven) {
                 (Some((invariant, witness)), _) => {
                     let message =
@@ -202,7 +179,10 @@ async fn reconcile(
                         generation,
                         &now,
                     );
-                    events.push((EventType::Warning, "IntersectsInvariant", message));
+                    events.push((EventType::Warning, "IntersectsInvariant", message.clone()));
+                    // A ceiling that allows what it forbids is not in its
+                    // desired state until a person fixes one or the other.
+                    Summary::stalled("IntersectsInvariant", message)
                 }
                 (None, Some((invariant, reason))) => {
                     let message = format!("invariant {invariant:?} could not be proved: {reason}");
@@ -216,6 +196,9 @@ async fn reconcile(
                         &now,
                     );
                     events.push((EventType::Warning, "Unproven", message));
+                    // Still a ceiling every governed sandbox is proved
+                    // within; Consistent=Unknown says what was not proved.
+                    counted
                 }
                 (None, None) => {
                     conditions::set(
@@ -227,10 +210,12 @@ async fn reconcile(
                         generation,
                         &now,
                     );
+                    counted
                 }
             }
         }
-    }
+    };
+    conditions::summarize(&mut status.conditions, &summary, generation, &now);
     status.observed_generation = generation;
     if status != before {
         super::apply_status(

@@ -30,7 +30,7 @@ use crate::controller::metrics::VerdictLabel;
 use crate::controller::sandbox::governance;
 use crate::controller::{Context, ControllerError};
 use crate::k8s::access::{access_review, approve_proposals};
-use crate::k8s::conditions::{self, Status};
+use crate::k8s::conditions::{self, Summary};
 use crate::k8s::crd::reviewer_in;
 use crate::k8s::crd::{
     ActionRecord, AgentSandbox, AppliedProposal, MaximumPolicy, Phase, PolicyProposal,
@@ -268,12 +268,11 @@ async fn evaluate(
         status.verdict = Some(Decision::Reject);
         status.phase = Some(Phase::Rejected);
         status.reason = Some(reason.clone());
-        conditions::set(
+        // Final: nothing changes without a person (a new proposal, or a
+        // changed sandbox or maximum and the proposal filed again).
+        conditions::summarize(
             &mut status.conditions,
-            "Ready",
-            Status::True,
-            "Rejected",
-            &reason,
+            &Summary::stalled("Rejected", reason.clone()),
             generation,
             &time,
         );
@@ -401,12 +400,9 @@ async fn evaluate(
         ),
         Decision::Ask => {
             status.phase = Some(Phase::AwaitingApproval);
-            conditions::set(
+            conditions::summarize(
                 &mut status.conditions,
-                "Ready",
-                Status::False,
-                "AwaitingApproval",
-                &verdict.reason,
+                &Summary::reconciling("AwaitingApproval", verdict.reason.clone()),
                 generation,
                 &time,
             );
@@ -459,12 +455,12 @@ fn same_but_timing(new: &PolicyProposalStatus, old: Option<&PolicyProposalStatus
 fn mark_applied(status: &mut PolicyProposalStatus, generation: Option<i64>, revision: u64) {
     status.phase = Some(Phase::Applied);
     status.verdict.get_or_insert(Decision::Apply);
-    conditions::set(
+    conditions::summarize(
         &mut status.conditions,
-        "Ready",
-        Status::True,
-        "Applied",
-        &format!("committed as sandbox revision {revision}"),
+        &Summary::ready(
+            "Applied",
+            format!("committed as sandbox revision {revision}"),
+        ),
         generation,
         &super::now(),
     );
@@ -494,17 +490,38 @@ async fn reconcile(
     let generation = proposal.meta().generation;
     let current_status = proposal.status.clone().unwrap_or_default();
     if terminal(current_status.phase) && current_status.observed_generation == generation {
+        // Rejected by a release whose Ready did not follow kstatus
+        // (Ready=True, no Stalled): rewritten once, then left alone.
+        if current_status.phase == Some(Phase::Rejected)
+            && !conditions::is_true(&current_status.conditions, conditions::STALLED)
+        {
+            let mut status = current_status;
+            let reason = status.reason.clone().unwrap_or_default();
+            conditions::summarize(
+                &mut status.conditions,
+                &Summary::stalled("Rejected", reason),
+                generation,
+                &super::now(),
+            );
+            write_proposal_status(&proposal, &status, &ctx).await?;
+        }
         return Ok(Action::await_change());
     }
     let sandboxes: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
     // Read from the API server, not a cache: this is the state we commit on.
     let Some(sandbox) = sandboxes.get_opt(&proposal.spec.sandbox_ref.name).await? else {
         let mut status = current_status;
+        let reason = format!("sandbox {:?} not found", proposal.spec.sandbox_ref.name);
         status.phase = Some(Phase::Pending);
-        status.reason = Some(format!(
-            "sandbox {:?} not found",
-            proposal.spec.sandbox_ref.name
-        ));
+        status.reason = Some(reason.clone());
+        status.observed_generation = generation;
+        // It is decided once the sandbox appears (the watch below).
+        conditions::summarize(
+            &mut status.conditions,
+            &Summary::reconciling("SandboxNotFound", reason),
+            generation,
+            &super::now(),
+        );
         if !same_but_timing(&status, proposal.status.as_ref()) {
             write_proposal_status(&proposal, &status, &ctx).await?;
         }

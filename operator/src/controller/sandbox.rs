@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::sandbox_ca::{self, ca_bundle};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
-use crate::k8s::conditions::{self, Status};
+use crate::k8s::conditions::{self, Status, Summary};
 use crate::k8s::crd::{
     AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary, MaximumPolicy,
     MaximumRef, PolicyProposal, Pruned,
@@ -218,15 +218,6 @@ async fn reconcile(
                 generation,
                 &time,
             );
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::False,
-                reason,
-                message,
-                generation,
-                &time,
-            );
             events.push((EventType::Warning, *reason, message.clone()));
         }
         (None, true) => {
@@ -242,15 +233,6 @@ async fn reconcile(
                 &message,
                 generation,
                 &time,
-            );
-            let ready = format!("revision {}", status.revision);
-            set_ready(
-                &mut status,
-                pod_refusal,
-                &ready,
-                generation,
-                &time,
-                &mut events,
             );
         }
         (None, false) => {
@@ -271,15 +253,6 @@ async fn reconcile(
                 generation,
                 &time,
             );
-            let ready = format!("revision {}, with grants revoked", status.revision);
-            set_ready(
-                &mut status,
-                pod_refusal,
-                &ready,
-                generation,
-                &time,
-                &mut events,
-            );
             events.push((EventType::Warning, "Revoked", message));
         }
     }
@@ -295,6 +268,14 @@ async fn reconcile(
         &ctx,
     )
     .await;
+    // Ready, Reconciling and Stalled, from what was just decided.
+    let summary = summary(&status, pod_refusal);
+    if conditions::summarize(&mut status.conditions, &summary, generation, &time)
+        && let Some((reason, _)) = pod_refusal.filter(|(reason, _)| *reason == summary.reason)
+    {
+        // A template that cannot run: an Event when that becomes the news.
+        events.push((EventType::Warning, reason, summary.message.clone()));
+    }
 
     if status != before {
         // The status grants authority: only the leader writes it (the
@@ -661,44 +642,34 @@ fn pod_plan(
         })
 }
 
-/// `Ready`: `True` with `message` when the policy is committed and the pod
-/// can run; `False` with the pod's refusal otherwise (with an Event when it
-/// changes).
-fn set_ready(
-    status: &mut AgentSandboxStatus,
-    pod_refusal: Option<&(&'static str, String)>,
-    message: &str,
-    generation: Option<i64>,
-    time: &Time,
-    events: &mut Vec<super::Note>,
-) {
-    match pod_refusal {
-        None => {
-            conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::True,
-                "Committed",
-                message,
-                generation,
-                time,
-            );
-        }
-        Some((reason, refusal)) => {
-            let refusal = format!("{message}; {refusal}");
-            if conditions::set(
-                &mut status.conditions,
-                "Ready",
-                Status::False,
-                reason,
-                &refusal,
-                generation,
-                time,
-            ) {
-                events.push((EventType::Warning, reason, refusal));
-            }
-        }
+/// `Ready`, `Reconciling` and `Stalled` of a sandbox (docs/status.md), from
+/// its domain conditions as just set and the template's refusal. In this
+/// order, the first that applies decides: `WithinMaximum=False` (revoked
+/// grants, a refused or unmanaged sandbox) stalls it with that condition's
+/// reason and message, as does a template that cannot run in the enforced
+/// shape (the first fix to make: no scan helps a pod that cannot be
+/// built) and then `FindingsClear=False` (unfixed findings, an unscanned
+/// image: its pods are refused); `FindingsClear=Unknown` (the assessment
+/// failed; retried) is still reconciling; otherwise it is Ready
+/// (`Committed`, at its revision).
+fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&(&'static str, String)>) -> Summary {
+    let revision = format!("revision {}", status.revision);
+    let with = |type_: &str, value: &str| {
+        conditions::get(&status.conditions, type_).filter(|c| c.status == value)
+    };
+    if let Some(within) = with("WithinMaximum", "False") {
+        return Summary::stalled_by(within);
     }
+    if let Some((reason, refusal)) = pod_refusal {
+        return Summary::stalled(reason, format!("{revision}; {refusal}"));
+    }
+    if let Some(findings) = with("FindingsClear", "False") {
+        return Summary::stalled_by(findings);
+    }
+    if let Some(findings) = with("FindingsClear", "Unknown") {
+        return Summary::reconciling(&findings.reason, findings.message.clone());
+    }
+    Summary::ready("Committed", revision)
 }
 
 /// The NetworkPolicy `<sandbox>-egress` (defence in depth behind the
@@ -917,4 +888,85 @@ pub async fn run(ctx: Arc<Context>) {
         ctx,
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::conditions::State;
+
+    fn status(conditions: &[(&str, Status, &str, &str)]) -> AgentSandboxStatus {
+        let mut status = AgentSandboxStatus {
+            revision: 7,
+            ..AgentSandboxStatus::default()
+        };
+        let time = Time(Timestamp::from_second(0).unwrap_or_default());
+        for (type_, value, reason, message) in conditions {
+            conditions::set(
+                &mut status.conditions,
+                type_,
+                *value,
+                reason,
+                message,
+                Some(1),
+                &time,
+            );
+        }
+        status
+    }
+
+    #[test]
+    fn the_first_thing_in_the_way_decides_ready() {
+        let within = ("WithinMaximum", Status::True, "Proved", "proved");
+        let clear = ("FindingsClear", Status::True, "NoUnfixedFindings", "none");
+        let refusal = (
+            "CommandRequired",
+            "no pod is created: add command".to_string(),
+        );
+
+        let good = summary(&status(&[within, clear]), None);
+        assert_eq!(good, Summary::ready("Committed", "revision 7"));
+        // No template: no FindingsClear at all.
+        assert_eq!(summary(&status(&[within]), None), good);
+
+        let revoked = ("WithinMaximum", Status::False, "Revoked", "revoked x");
+        let unfixed = (
+            "FindingsClear",
+            Status::False,
+            "UnfixedFindings",
+            "finding y",
+        );
+        let failed = (
+            "FindingsClear",
+            Status::Unknown,
+            "AssessmentFailed",
+            "cannot list",
+        );
+        assert_eq!(
+            summary(&status(&[revoked, unfixed]), Some(&refusal)),
+            Summary::stalled("Revoked", "revoked x")
+        );
+        assert_eq!(
+            summary(&status(&[within, unfixed]), Some(&refusal)),
+            Summary::stalled(
+                "CommandRequired",
+                "revision 7; no pod is created: add command"
+            ),
+            "the template first: no scan makes it runnable"
+        );
+        assert_eq!(
+            summary(&status(&[within, unfixed]), None),
+            Summary::stalled("UnfixedFindings", "finding y")
+        );
+        assert_eq!(
+            summary(&status(&[within, failed]), Some(&refusal)),
+            Summary::stalled(
+                "CommandRequired",
+                "revision 7; no pod is created: add command"
+            )
+        );
+        let waiting = summary(&status(&[within, failed]), None);
+        assert_eq!(waiting.state, State::Reconciling);
+        assert_eq!(waiting.reason, "AssessmentFailed");
+    }
 }

@@ -1,5 +1,7 @@
 //! AgentScan reconciler: recomputes the findings from the graph (the
-//! scanner's own list is never trusted) and writes them with `Ready`.
+//! scanner's own list is never trusted) and writes them with
+//! `FindingsClear` and `Ready` (with `Stalled` while the image carries
+//! findings or the graph is invalid).
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
-use crate::k8s::conditions::{self, Status};
+use crate::k8s::conditions::{self, Status, Summary};
 use crate::k8s::crd::{AgentScan, AgentScanStatus};
 use crate::trifecta::{Finding, Severity, analyze};
 
@@ -43,7 +45,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     let analysed = tokio::task::spawn_blocking(move || analyze(&graph))
         .await
         .map_err(|e| ControllerError::Prover(e.to_string()))?;
-    match analysed {
+    let summary = match analysed {
         Ok(findings) => {
             let message = summary(&findings);
             if findings != status.findings {
@@ -54,32 +56,49 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
                 };
                 events.push((type_, "Analyzed", message.clone()));
             }
+            let clear = findings.is_empty();
             status.findings = findings;
+            let (value, reason) = if clear {
+                (Status::True, "NoFindings")
+            } else {
+                (Status::False, "TrifectaFindings")
+            };
             conditions::set(
                 &mut status.conditions,
-                "Ready",
-                Status::True,
-                "Analyzed",
+                "FindingsClear",
+                value,
+                reason,
                 &message,
                 generation,
                 &now,
             );
+            if clear {
+                Summary::ready("Analyzed", message)
+            } else {
+                // The image carries a lethal trifecta: until its code
+                // changes (a new scan), each sandbox running it must sever
+                // or accept every finding, and its pods are refused until
+                // they do.
+                Summary::stalled(reason, message)
+            }
         }
         Err(error) => {
             let message = format!("spec.graph.{error}");
             status.findings.clear();
             conditions::set(
                 &mut status.conditions,
-                "Ready",
-                Status::False,
+                "FindingsClear",
+                Status::Unknown,
                 "InvalidGraph",
-                &message,
+                "the graph cannot be analysed",
                 generation,
                 &now,
             );
-            events.push((EventType::Warning, "InvalidGraph", message));
+            events.push((EventType::Warning, "InvalidGraph", message.clone()));
+            Summary::stalled("InvalidGraph", message)
         }
-    }
+    };
+    conditions::summarize(&mut status.conditions, &summary, generation, &now);
     status.observed_generation = generation;
     if status != before {
         super::apply_status(

@@ -147,7 +147,9 @@ fn ask() -> Mode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MaximumPolicyStatus {
-    /// `Ready`, `Consistent` (False when the ceiling intersects its own invariants).
+    /// `Consistent` (False when the ceiling intersects its own invariants),
+    /// `Ready` (True when valid and consistent) and `Stalled` (when not):
+    /// see docs/status.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -332,7 +334,9 @@ pub struct AgentSandboxStatus {
     /// Trifecta findings of the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub findings: Option<FindingsSummary>,
-    /// `Ready`, `WithinMaximum`, `FindingsClear`.
+    /// `WithinMaximum`, `FindingsClear`, `Ready` (True when the committed
+    /// policy is within every maximum and the pod can run) and `Reconciling`
+    /// or `Stalled` when it is not: see docs/status.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -640,7 +644,9 @@ pub struct PolicyProposalStatus {
     /// The proof record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<ProofRecord>,
-    /// `Approved`, `Denied` (set by reviewers), `Ready`.
+    /// `Approved`, `Denied` (set by reviewers), `Ready` (True once
+    /// applied), `Reconciling` (awaiting approval, or its sandbox) and
+    /// `Stalled` (rejected): see docs/status.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -665,6 +671,12 @@ pub struct PolicyProposalStatus {
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -686,7 +698,8 @@ pub struct AgentScanStatus {
     /// Findings recomputed by the operator (the scanner's own list is not trusted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
-    /// `Ready`.
+    /// `FindingsClear`, `Ready` (True when the graph has no findings) and
+    /// `Stalled` (findings, or an invalid graph): see docs/status.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -385,9 +385,35 @@ pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Findi
             &cache,
         ))
     };
-    for (manifest, sandbox) in &repo.sandboxes {
-        findings.push(judge_sandbox(manifest, sandbox, &governance, ctx, prover));
-    }
+    // Sandboxes are independent proofs: spread them over the cores (each
+    // prover check makes its own Z3 context), keeping the input order.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, 8);
+    let chunk = repo.sandboxes.len().div_ceil(workers).max(1);
+    let judged: Vec<Vec<Finding>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = repo
+            .sandboxes
+            .chunks(chunk)
+            .map(|part| {
+                let governance = &governance;
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|(manifest, sandbox)| {
+                            judge_sandbox(manifest, sandbox, governance, ctx, prover)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            // A panic in a worker is a panic here: never a sandbox that
+            // silently goes unjudged.
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    findings.extend(judged.into_iter().flatten());
     for (manifest, proposal) in &repo.proposals {
         let namespace = proposal.namespace().unwrap_or_default();
         let target = &proposal.spec.sandbox_ref.name;
@@ -490,7 +516,7 @@ fn judge_maximum(manifest: &Manifest, maximum: &MaximumPolicy, prover: &Prover) 
 }
 
 /// Governance of a sandbox: the maximums, or why it cannot be known.
-type GovernanceOf<'a> = dyn Fn(&AgentSandbox) -> Result<Governance, String> + 'a;
+type GovernanceOf<'a> = dyn Fn(&AgentSandbox) -> Result<Governance, String> + Sync + 'a;
 
 /// Turns a refused governance into a finding; `None` when governed.
 fn refused_governance(

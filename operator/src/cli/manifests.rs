@@ -174,7 +174,7 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<Vec<Manifest>, BadInput> {
         if path.as_os_str() == "-" {
             files.push(path.clone());
         } else if path.is_dir() {
-            walk(path, &mut files)?;
+            walk(path, &mut files, &mut Vec::new())?;
         } else {
             files.push(path.clone());
         }
@@ -230,8 +230,16 @@ fn read_stdin() -> Result<String, BadInput> {
     String::from_utf8(bytes).map_err(|e| whole_file("-", format!("not UTF-8: {e}")))
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BadInput> {
+/// Collects the manifest files under `dir`. `visiting` holds the canonical
+/// paths of the directories being walked, so a symlink back up the tree is
+/// skipped instead of recursed into forever.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, visiting: &mut Vec<PathBuf>) -> Result<(), BadInput> {
     let name = dir.display().to_string();
+    let canonical = std::fs::canonicalize(dir).map_err(|e| whole_file(&name, e.to_string()))?;
+    if visiting.contains(&canonical) {
+        return Ok(());
+    }
+    visiting.push(canonical);
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| whole_file(&name, e.to_string()))?
         .map(|e| e.map(|e| e.path()))
@@ -247,7 +255,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BadInput> {
             continue;
         }
         if path.is_dir() {
-            walk(&path, out)?;
+            walk(&path, out, visiting)?;
         } else if path
             .extension()
             .and_then(|e| e.to_str())
@@ -256,6 +264,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), BadInput> {
             out.push(path);
         }
     }
+    visiting.pop();
     Ok(())
 }
 
@@ -621,6 +630,8 @@ items:
         )
         .unwrap();
         std::fs::write(dir.join("README.md"), "# not yaml: [\n").unwrap();
+        // A symlink back to the root is not followed forever.
+        std::os::unix::fs::symlink(&dir, dir.join("b/loop")).unwrap();
         let manifests = read_paths(std::slice::from_ref(&dir)).unwrap();
         let names: Vec<&str> = manifests.iter().map(Manifest::name).collect();
         assert_eq!(names, ["one", "two"]);

@@ -226,12 +226,14 @@ assert_kind_count ServiceMonitor 0
 assert_kind_count NetworkPolicy 0
 assert_kind_count Certificate 0
 assert_kind_count Issuer 0
-assert_kind_count ClusterRole 7
+assert_kind_count ClusterRole 8
 assert_in ClusterRole agentgate-controller 'resourceNames: ["agentgate"]'
 assert_in ClusterRole agentgate-controller '"subjectaccessreviews"'
 assert_in ClusterRole agentgate-reviewer "agentgate.dev/aggregate-to-reviewer: \"true\""
 assert_not_in ClusterRole agentgate-reviewer "rules:"
 assert_in ClusterRole agentgate-reviewer-base '"approve"'
+assert_in ClusterRole agentgate-verifier '"namespaces"'
+assert_not_in ClusterRole agentgate-verifier '"get"'
 assert_not_in ClusterRole agentgate-reviewer-base "aggregate-to-admin"
 assert_in ClusterRole agentgate-view 'rbac.authorization.k8s.io/aggregate-to-view: "true"'
 assert_in ClusterRole agentgate-edit 'rbac.authorization.k8s.io/aggregate-to-edit: "true"'

@@ -413,14 +413,28 @@ fn approvals_need_the_verb_and_a_second_person() {
     }
     assert!(folded.contains("github-pulls"), "{folded}");
     // And the folded file proves against the live ceilings and namespaces.
+    // As CI would run it: an identity with only the chart's verifier role.
+    let ci = cp.kubeconfig_of("e2e-nobody").unwrap();
     let verify = |args: &[&str]| {
         Command::new(agentgate_e2e::operator_binary().unwrap())
             .arg("verify")
             .args(args)
-            .env("KUBECONFIG", cp.kubeconfig())
+            .env("KUBECONFIG", &ci)
             .output()
             .unwrap()
     };
+    let out = verify(&["--cluster", path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--cluster: listing namespaces"), "{err}");
+    cp.run(&[
+        "create",
+        "clusterrolebinding",
+        "ci-verifies",
+        "--clusterrole=agentgate-verifier",
+        "--user=e2e-nobody",
+    ])
+    .unwrap();
     let out = verify(&["--cluster", path]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(

@@ -52,7 +52,7 @@ pub struct VerifyArgs {
     #[arg(
         long = "namespace-labels",
         value_name = "FILE",
-        conflicts_with = "maximums"
+        conflicts_with_all = ["maximums", "cluster"]
     )]
     pub namespace_labels: Option<PathBuf>,
     /// Read namespace labels, live MaximumPolicies and live AgentSandboxes

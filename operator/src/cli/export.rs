@@ -81,27 +81,59 @@ pub fn fold_policy(
     namespace: &str,
     policy: &PolicyDocument,
 ) -> Result<String, FoldError> {
-    let manifests = parse_stream(file, text)?;
-    let target = find(&manifests, name, namespace).ok_or_else(|| FoldError::NotFound {
+    let fold = Fold {
+        file,
+        name,
+        namespace,
+        policy,
+        before: parse_stream(file, text)?,
+    };
+    let target = find(&fold.before, name, namespace).ok_or_else(|| FoldError::NotFound {
         file: file.to_string(),
         name: name.to_string(),
         namespace: format!(" in namespace {namespace:?}"),
     })?;
-    if let Some(edits) = minimal_edits(target, text, policy) {
-        let mut out = text.to_string();
+    if let Some(mut edits) = minimal_edits(target, text, policy) {
         // From the end, so earlier offsets stay valid.
-        let mut edits = edits;
         edits.sort_by_key(|(range, _)| std::cmp::Reverse(range.start));
+        let mut out = text.to_string();
         for (range, replacement) in &edits {
             out.replace_range(range.clone(), replacement);
         }
         // The same read-back check as the whole-node splice; should the
         // minimal edit not read back exactly, the whole node is replaced.
-        if check(file, text, &out, name, namespace, policy).is_ok() {
+        if fold.check(&out).is_ok() {
             return Ok(out);
         }
     }
-    fold_whole(file, text, target, name, namespace, policy)
+    let (range, replacement) = fold.whole_node(target)?;
+    let mut out = String::with_capacity(text.len() + replacement.len());
+    out.push_str(&text[..range.start]);
+    out.push_str(&replacement);
+    out.push_str(&text[range.end..]);
+    fold.check(&out)?;
+    Ok(out)
+}
+
+/// One fold: the file's objects as read and the policy to write into them.
+struct Fold<'a> {
+    file: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    policy: &'a PolicyDocument,
+    /// The file's objects before the fold.
+    before: Vec<Manifest>,
+}
+
+/// The policy a manifest has written (an absent one is empty).
+fn written_policy(manifest: &Manifest) -> Result<PolicyDocument, serde_json::Error> {
+    manifest
+        .value
+        .pointer("/spec/policy")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map(Option::unwrap_or_default)
 }
 
 /// One scalar in flow style: plain where YAML reads it back as the same
@@ -136,8 +168,8 @@ fn minimal_edits(
     text: &str,
     policy: &PolicyDocument,
 ) -> Option<Vec<(std::ops::Range<usize>, String)>> {
-    let written: PolicyDocument =
-        serde_json::from_value(target.value.pointer("/spec/policy")?.clone()).ok()?;
+    target.value.pointer("/spec/policy")?;
+    let written = written_policy(target).ok()?;
     let mut edits = Vec::new();
     // Filesystem lists.
     for (old, new, key) in [
@@ -242,138 +274,88 @@ fn minimal_edits(
     Some(edits)
 }
 
-/// Replaces the whole `spec.policy` node of `target` with `policy`.
-fn fold_whole(
-    file: &str,
-    text: &str,
-    target: &Manifest,
-    name: &str,
-    namespace: &str,
-    policy: &PolicyDocument,
-) -> Result<String, FoldError> {
-    let yaml = serde_saphyr::to_string(policy).map_err(|e| FoldError::Check(e.to_string()))?;
-    let single_line = yaml.trim_end().lines().count() <= 1;
-    let (range, replacement) = match target.position_of("spec.policy") {
-        // A one-line policy (`{}`) goes on its key's line.
-        Some(node) if single_line && node.key_end.is_some() => (
-            node.key_end.unwrap_or(node.bytes.start)..node.bytes.end,
-            format!(": {}", yaml.trim_end()),
-        ),
-        Some(node) if node.block => (node.bytes.clone(), indent_rest(&yaml, node.column)),
-        Some(node) => {
-            // Flow (`policy: {}`) or empty: the policy goes on the lines
-            // below its key, indented one step further.
-            let indent = node.key_column.unwrap_or(node.column) + 2;
-            let replacement = if single_line {
-                yaml.trim_end().to_string()
-            } else {
-                format!("\n{}{}", " ".repeat(indent), indent_rest(&yaml, indent))
-            };
-            let range = if node.bytes.is_empty() {
-                // `policy:` with nothing after it: the empty scalar sits at
-                // the end of the key's line; keep a space after the colon.
-                let at = node.bytes.start;
-                let replacement = if single_line {
-                    format!(" {replacement}")
-                } else {
-                    replacement
-                };
-                return finish(file, text, at..at, &replacement, name, namespace, policy);
-            } else {
-                node.bytes.clone()
-            };
-            (range, replacement)
+impl Fold<'_> {
+    /// The splice that replaces the whole `spec.policy` node of `target`
+    /// (or adds one to its spec).
+    fn whole_node(&self, target: &Manifest) -> Result<(std::ops::Range<usize>, String), FoldError> {
+        let yaml =
+            serde_saphyr::to_string(self.policy).map_err(|e| FoldError::Check(e.to_string()))?;
+        let single_line = yaml.trim_end().lines().count() <= 1;
+        if let Some(node) = target.position_of("spec.policy") {
+            return Ok(match node.key_end.filter(|_| single_line) {
+                // A one-line policy (`{}`) goes on its key's line.
+                Some(key_end) => (key_end..node.bytes.end, format!(": {}", yaml.trim_end())),
+                None if node.block => (node.bytes.clone(), indent_rest(&yaml, node.column)),
+                // Flow (`policy: {}`) or empty (`policy:`, an empty scalar
+                // at the end of the key's line): the policy goes on the
+                // lines below its key, indented one step further.
+                None => {
+                    let indent = node.key_column.unwrap_or(node.column) + 2;
+                    (
+                        node.bytes.clone(),
+                        format!("\n{}{}", " ".repeat(indent), indent_rest(&yaml, indent)),
+                    )
+                }
+            });
         }
-        None => {
-            let spec = target.position_of("spec").filter(|s| s.block).ok_or_else(|| {
+        let spec = target
+            .position_of("spec")
+            .filter(|s| s.block)
+            .ok_or_else(|| {
                 FoldError::Layout(format!(
-                    "{file}:{}: AgentSandbox {name:?} has no block-style spec to add spec.policy to",
-                    target.line_of("")
+                    "{}:{}: AgentSandbox {:?} has no block-style spec to add spec.policy to",
+                    self.file,
+                    target.line_of(""),
+                    self.name
                 ))
             })?;
-            let indent = spec.column;
-            let block = if single_line {
-                format!("\n{}policy: {}", " ".repeat(indent), yaml.trim_end())
-            } else {
-                format!(
-                    "\n{pad}policy:\n{pad}  {}",
-                    indent_rest(&yaml, indent + 2),
-                    pad = " ".repeat(indent)
-                )
-            };
-            (spec.bytes.end..spec.bytes.end, block)
-        }
-    };
-    finish(file, text, range, &replacement, name, namespace, policy)
-}
+        let pad = " ".repeat(spec.column);
+        let block = if single_line {
+            format!("\n{pad}policy: {}", yaml.trim_end())
+        } else {
+            format!(
+                "\n{pad}policy:\n{pad}  {}",
+                indent_rest(&yaml, spec.column + 2)
+            )
+        };
+        Ok((spec.bytes.end..spec.bytes.end, block))
+    }
 
-/// Applies the splice and checks the result.
-fn finish(
-    file: &str,
-    text: &str,
-    range: std::ops::Range<usize>,
-    replacement: &str,
-    name: &str,
-    namespace: &str,
-    policy: &PolicyDocument,
-) -> Result<String, FoldError> {
-    let mut out = String::with_capacity(text.len() + replacement.len());
-    out.push_str(&text[..range.start]);
-    out.push_str(replacement);
-    out.push_str(&text[range.end..]);
-    check(file, text, &out, name, namespace, policy)?;
-    Ok(out)
-}
-
-/// Checks that `out` reads as `text` with only the sandbox's `spec.policy`
-/// replaced by `policy`.
-fn check(
-    file: &str,
-    text: &str,
-    out: &str,
-    name: &str,
-    namespace: &str,
-    policy: &PolicyDocument,
-) -> Result<(), FoldError> {
-    let before = parse_stream(file, text)?;
-    let after = parse_stream(file, out).map_err(|e| FoldError::Check(e.to_string()))?;
-    if before.len() != after.len() {
-        return Err(FoldError::Check("the number of objects changed".into()));
-    }
-    let without_policy = |m: &Manifest| {
-        let mut v = m.value.clone();
-        if m.kind() == "AgentSandbox"
-            && m.name() == name
-            && let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut)
-        {
-            spec.remove("policy");
+    /// Checks that `out` reads as the file did with only the sandbox's
+    /// `spec.policy` replaced by the policy.
+    fn check(&self, out: &str) -> Result<(), FoldError> {
+        let after = parse_stream(self.file, out).map_err(|e| FoldError::Check(e.to_string()))?;
+        if self.before.len() != after.len() {
+            return Err(FoldError::Check("the number of objects changed".into()));
         }
-        v
-    };
-    for (b, a) in before.iter().zip(&after) {
-        if without_policy(b) != without_policy(a) {
-            return Err(FoldError::Check(format!(
-                "object {:?} changed outside spec.policy",
-                a.name()
-            )));
+        let without_policy = |m: &Manifest| {
+            let mut v = m.value.clone();
+            if m.kind() == "AgentSandbox"
+                && m.name() == self.name
+                && let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("policy");
+            }
+            v
+        };
+        for (b, a) in self.before.iter().zip(&after) {
+            if without_policy(b) != without_policy(a) {
+                return Err(FoldError::Check(format!(
+                    "object {:?} changed outside spec.policy",
+                    a.name()
+                )));
+            }
         }
+        let target = find(&after, self.name, self.namespace)
+            .ok_or_else(|| FoldError::Check("the sandbox is gone".into()))?;
+        let written = written_policy(target).map_err(|e| FoldError::Check(e.to_string()))?;
+        if &written != self.policy {
+            return Err(FoldError::Check(
+                "spec.policy does not read back as the effective policy".into(),
+            ));
+        }
+        Ok(())
     }
-    let target = find(&after, name, namespace)
-        .ok_or_else(|| FoldError::Check("the sandbox is gone".into()))?;
-    let written: PolicyDocument = target
-        .value
-        .pointer("/spec/policy")
-        .cloned()
-        .map(serde_json::from_value)
-        .transpose()
-        .map_err(|e| FoldError::Check(e.to_string()))?
-        .unwrap_or_default();
-    if &written != policy {
-        return Err(FoldError::Check(
-            "spec.policy does not read back as the effective policy".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// A unified diff (`--- a/FILE`, `+++ b/FILE`, three lines of context);

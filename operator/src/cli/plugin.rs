@@ -21,7 +21,9 @@ use serde_json::json;
 
 use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
 use crate::k8s::conditions;
-use crate::k8s::crd::{AgentSandbox, AgentSandboxSpec, PolicyProposal, review_message_prefix};
+use crate::k8s::crd::{
+    AgentSandbox, AgentSandboxSpec, AgentSandboxStatus, PolicyProposal, review_message_prefix,
+};
 use crate::policy::model::PolicyDocument;
 
 /// The field manager of approvals and denials.
@@ -373,12 +375,13 @@ pub fn explain(proposal: &PolicyProposal) -> String {
     out
 }
 
-/// The committed effective policy, or why there is none yet.
-fn effective_policy(sandbox: &AgentSandbox) -> anyhow::Result<&PolicyDocument> {
+/// The sandbox's status and its committed effective policy, or why there
+/// is none yet.
+fn committed(sandbox: &AgentSandbox) -> anyhow::Result<(&AgentSandboxStatus, &PolicyDocument)> {
     sandbox
         .status
         .as_ref()
-        .and_then(|s| s.effective_policy.as_ref())
+        .and_then(|s| Some((s, s.effective_policy.as_ref()?)))
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "agentsandbox {} has no committed policy yet",
@@ -391,7 +394,7 @@ fn effective_policy(sandbox: &AgentSandbox) -> anyhow::Result<&PolicyDocument> {
 /// effective one, as a unified diff of their YAML (what the agent earned
 /// at runtime).
 pub fn export_diff(sandbox: &AgentSandbox) -> anyhow::Result<String> {
-    let effective = serde_saphyr::to_string(effective_policy(sandbox)?)?;
+    let effective = serde_saphyr::to_string(committed(sandbox)?.1)?;
     let declared = serde_saphyr::to_string(&sandbox.spec.policy)?;
     let name = format!(
         "{}/{}/spec.policy",
@@ -414,18 +417,14 @@ pub fn export_into(
     diff: bool,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let effective = effective_policy(sandbox)?;
+    let (status, effective) = committed(sandbox)?;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let file = path.display().to_string();
     let namespace = sandbox.namespace().unwrap_or_default();
     let folded =
         crate::cli::export::fold_policy(&file, &text, &sandbox.name_any(), &namespace, effective)?;
-    let revision = sandbox
-        .status
-        .as_ref()
-        .map(|s| s.revision)
-        .unwrap_or_default();
+    let revision = status.revision;
     if diff {
         let diff = crate::cli::export::unified_diff(file.trim_start_matches("./"), &text, &folded);
         if diff.is_empty() {
@@ -453,18 +452,7 @@ pub fn export_into(
 /// policy; everything the cluster added (status, uid, managed fields) is
 /// left out, and a comment names the revision and the proposals it holds.
 pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
-    let Some(status) = &sandbox.status else {
-        anyhow::bail!(
-            "agentsandbox {} has no committed policy yet",
-            sandbox.name_any()
-        );
-    };
-    let Some(effective) = &status.effective_policy else {
-        anyhow::bail!(
-            "agentsandbox {} has no committed policy yet",
-            sandbox.name_any()
-        );
-    };
+    let (status, effective) = committed(sandbox)?;
     let annotations: std::collections::BTreeMap<String, String> = sandbox
         .annotations()
         .iter()

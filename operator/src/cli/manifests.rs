@@ -181,16 +181,19 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<Vec<Manifest>, BadInput> {
     }
     let mut manifests = Vec::new();
     for file in files {
-        let (name, text) = if file.as_os_str() == "-" {
-            ("-".to_string(), read_stdin()?)
+        if file.as_os_str() == "-" {
+            manifests.extend(parse_stream("-", &read_stdin()?)?);
         } else {
-            let name = file.display().to_string();
-            let text = read_file(&file, &name)?;
-            (name, text)
-        };
-        manifests.extend(parse_stream(&name, &text)?);
+            manifests.extend(read_file_manifests(&file)?);
+        }
     }
     Ok(manifests)
+}
+
+/// Reads the manifests of one file (size-limited, UTF-8).
+pub fn read_file_manifests(path: &Path) -> Result<Vec<Manifest>, BadInput> {
+    let name = path.display().to_string();
+    parse_stream(&name, &read_file(path, &name)?)
 }
 
 fn whole_file(file: &str, message: impl Into<String>) -> BadInput {
@@ -301,9 +304,8 @@ fn join(parent: &str, key: &str) -> String {
 /// Indexes the documents of a stream by their events.
 fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
     let mut documents = Vec::new();
+    // The open collections, innermost last: their byte ranges still grow.
     let mut stack: Vec<Frame> = Vec::new();
-    // Open nodes: (path, index into `by_path` entry) whose end is still growing.
-    let mut open: Vec<String> = Vec::new();
     let mut current: Option<Document> = None;
     let byte = |s: &Span, start: bool| {
         let m = if start { s.start } else { s.end };
@@ -326,7 +328,6 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
                     positions: Positions::default(),
                 });
                 stack.clear();
-                open.clear();
             }
             Event::DocumentEnd => {
                 if let Some(mut doc) = current.take() {
@@ -364,7 +365,7 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
                                 _ => None,
                             };
                             if matches!(event, Event::Scalar(..) | Event::Alias(..)) {
-                                extend(&mut doc.positions, &open, byte(&span, false));
+                                extend(&mut doc.positions, &stack, byte(&span, false));
                                 continue;
                             }
                             (None, None, None)
@@ -384,7 +385,7 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
                 );
                 let start = byte(&span, true);
                 let end = byte(&span, false);
-                extend(&mut doc.positions, &open, end);
+                extend(&mut doc.positions, &stack, end);
                 let path_for_children = path.clone().unwrap_or_else(|| "?".into());
                 if let Some(p) = &path {
                     doc.positions.by_path.insert(
@@ -406,14 +407,12 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
                             key: None,
                             expect_key: true,
                         });
-                        open.push(path.unwrap_or_default());
                     }
                     Event::SequenceStart(..) => {
                         stack.push(Frame::Sequence {
                             path: path_for_children,
                             next: 0,
                         });
-                        open.push(path.unwrap_or_default());
                     }
                     _ => {}
                 }
@@ -421,10 +420,9 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
             Event::MappingEnd | Event::SequenceEnd => {
                 let flow = span.end.byte_offset() != span.start.byte_offset();
                 if flow && let Some(doc) = current.as_mut() {
-                    extend(&mut doc.positions, &open, byte(&span, false));
+                    extend(&mut doc.positions, &stack, byte(&span, false));
                 }
                 stack.pop();
-                open.pop();
             }
             _ => {}
         }
@@ -433,8 +431,9 @@ fn index(name: &str, text: &str) -> Result<Vec<Document>, BadInput> {
 }
 
 /// Grows the byte range of every open collection to `end`.
-fn extend(positions: &mut Positions, open: &[String], end: usize) {
-    for path in open {
+fn extend(positions: &mut Positions, open: &[Frame], end: usize) {
+    for frame in open {
+        let (Frame::Mapping { path, .. } | Frame::Sequence { path, .. }) = frame;
         if let Some(p) = positions.by_path.get_mut(path)
             && p.bytes.end < end
         {

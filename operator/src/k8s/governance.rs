@@ -191,11 +191,20 @@ pub fn governing_from<'a>(
     Governance::Governed(governing)
 }
 
+/// Why a sandbox is refused before any proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The field at fault (`spec.agentServiceAccount`, `spec.mode`, ...).
+    pub field: String,
+    /// One line, starting with the field, without the sandbox's name.
+    pub message: String,
+}
+
 /// What refuses a sandbox before any proof: an agent ServiceAccount that is
 /// not a name, an acceptance that can never lapse, or a mode a governing
-/// maximum does not allow. One line, without the sandbox's name. The
-/// webhook refuses such a sandbox; `agentgate verify` reports it.
-pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<String> {
+/// maximum does not allow. The webhook refuses such a sandbox;
+/// `agentgate verify` reports it at the field.
+pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<Refusal> {
     let account = &sandbox.spec.agent_service_account;
     let dns_label = |n: &str| {
         !n.is_empty()
@@ -208,18 +217,26 @@ pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Optio
     if !dns_label(account) {
         // An empty or malformed name would make the pod run as `default`
         // and no identity count as the agent's.
-        return Some(format!(
-            "spec.agentServiceAccount {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
-        ));
+        let field = "spec.agentServiceAccount".to_string();
+        return Some(Refusal {
+            message: format!(
+                "{field} {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
+            ),
+            field,
+        });
     }
     for (i, accepted) in sandbox.spec.accepted_findings.iter().enumerate() {
         // An acceptance that could never lapse (or never apply) is refused
         // rather than silently ignored later.
         if k8s_openapi::jiff::Timestamp::from_str(&accepted.expires).is_err() {
-            return Some(format!(
-                "spec.acceptedFindings[{i}].expires {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
-                accepted.expires
-            ));
+            let field = format!("spec.acceptedFindings[{i}].expires");
+            return Some(Refusal {
+                message: format!(
+                    "{field} {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
+                    accepted.expires
+                ),
+                field,
+            });
         }
     }
     let mode = sandbox.spec.mode.unwrap_or(Mode::Ask);
@@ -230,12 +247,15 @@ pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Optio
                 .iter()
                 .map(|m| format!("{m:?}").to_lowercase())
                 .collect();
-            return Some(format!(
-                "mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
-                format!("{mode:?}").to_lowercase(),
-                g.name,
-                allowed.join(", ")
-            ));
+            return Some(Refusal {
+                field: "spec.mode".into(),
+                message: format!(
+                    "mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
+                    format!("{mode:?}").to_lowercase(),
+                    g.name,
+                    allowed.join(", ")
+                ),
+            });
         }
     }
     None

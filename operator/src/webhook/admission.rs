@@ -53,7 +53,7 @@ pub fn review_sandbox(
         Governance::Governed(g) => g,
     };
     if let Some(refusal) = sandbox_refusal(sandbox, governing) {
-        return Answer::Deny(format!("agentsandbox {name:?}: {refusal}"));
+        return Answer::Deny(format!("agentsandbox {name:?}: {}", refusal.message));
     }
     let compiled = match compile(&sandbox.spec.policy, Role::Sandbox, &Limits::default()) {
         Ok(p) => p,

@@ -16,10 +16,12 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 
-use crate::cli::manifests::{BadInput, parse_stream, read_paths};
+use crate::cli::manifests::{BadInput, read_file_manifests, read_paths};
 use crate::cli::{EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, timeout};
 use crate::prover::{Prover, ProverOptions};
-use repository::{Context, NamespaceLabels, Status, classify, judge_all};
+use repository::{
+    Context, NamespaceLabels, Status, classify, judge_all, namespace_labels, with_name_label,
+};
 
 /// Output format of verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -149,32 +151,11 @@ pub fn run(args: &VerifyArgs) -> u8 {
 /// Reads `--namespace-labels`: Namespace manifests (or a List of them), or
 /// one mapping of namespace name to labels.
 pub fn namespace_labels_file(path: &std::path::Path) -> Result<NamespaceLabels, BadInput> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| BadInput {
-        file: name.clone(),
-        line: 0,
-        field: None,
-        message: e.to_string(),
-    })?;
-    let manifests = parse_stream(&name, &text)?;
     let mut labels = NamespaceLabels::new();
-    for manifest in &manifests {
+    for manifest in &read_file_manifests(path)? {
         if manifest.kind() == "Namespace" {
-            let mut these: std::collections::BTreeMap<String, String> = match manifest
-                .value
-                .pointer("/metadata/labels")
-                .cloned()
-                .map(serde_json::from_value)
-                .transpose()
-            {
-                Ok(l) => l.unwrap_or_default(),
-                Err(e) => return Err(manifest.bad("metadata.labels", e.to_string())),
-            };
-            if manifest.name().is_empty() {
-                return Err(manifest.bad("metadata.name", "every Namespace needs a name"));
-            }
-            these.insert("kubernetes.io/metadata.name".into(), manifest.name().into());
-            labels.insert(manifest.name().to_string(), these);
+            let (name, these) = namespace_labels(manifest)?;
+            labels.insert(name, these);
         } else if manifest.kind().is_empty() && manifest.base.is_empty() {
             let map: NamespaceLabels =
                 serde_json::from_value(manifest.value.clone()).map_err(|e| {
@@ -185,8 +166,8 @@ pub fn namespace_labels_file(path: &std::path::Path) -> Result<NamespaceLabels, 
                         ),
                     )
                 })?;
-            for (ns, mut these) in map {
-                these.insert("kubernetes.io/metadata.name".into(), ns.clone());
+            for (ns, these) in map {
+                let these = with_name_label(&ns, these);
                 labels.insert(ns, these);
             }
         } else {

@@ -135,7 +135,7 @@ fn finding_json(f: &Finding) -> Value {
 
 /// `{"result", "summary", "objects": [...]}` (shape in docs/cli.md).
 pub fn json(summary: &Summary<'_>) -> Value {
-    let count = |s: Status| summary.findings.iter().filter(|f| f.status == s).count();
+    let count = |s: Status| summary.count(s);
     json!({
         "result": summary.worst().name(),
         "summary": {
@@ -175,7 +175,7 @@ fn xml_text(text: &str) -> String {
 /// namespace/name), `<failure>` for exceeds, `<error>` for unsupported and
 /// inconclusive.
 pub fn junit(summary: &Summary<'_>) -> String {
-    let count = |s: Status| summary.findings.iter().filter(|f| f.status == s).count();
+    let count = |s: Status| summary.count(s);
     let failures = count(Status::Exceeds);
     let errors = count(Status::Unsupported) + count(Status::Inconclusive);
     let seconds = summary.millis / 1000.0;

@@ -162,6 +162,29 @@ fn typed<T: DeserializeOwned>(manifest: &Manifest) -> Result<T, BadInput> {
     })
 }
 
+/// `labels` as selectors see them in namespace `name`: with the
+/// `kubernetes.io/metadata.name` label the API server sets on every Namespace.
+pub fn with_name_label(
+    name: &str,
+    mut labels: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    labels.insert(NAMESPACE_NAME_LABEL.into(), name.to_string());
+    labels
+}
+
+/// A Namespace manifest's name and labels (with [`with_name_label`]).
+pub fn namespace_labels(
+    manifest: &Manifest,
+) -> Result<(String, BTreeMap<String, String>), BadInput> {
+    let ns: Namespace = typed(manifest)?;
+    let name = ns.name_any();
+    if name.is_empty() {
+        return Err(manifest.bad("metadata.name", "every Namespace needs a name"));
+    }
+    let labels = with_name_label(&name, ns.metadata.labels.unwrap_or_default());
+    Ok((name, labels))
+}
+
 /// Picks out the kinds verify judges and reads them typed. Every document
 /// that cannot be read is reported (all of them, not just the first).
 pub fn classify(
@@ -224,11 +247,9 @@ pub fn classify(
         }
         seen.insert(key, here.clone());
         match kind.as_str() {
-            "Namespace" => match typed::<Namespace>(&manifest) {
-                Ok(ns) => {
-                    let mut labels = ns.metadata.labels.clone().unwrap_or_default();
-                    labels.insert(NAMESPACE_NAME_LABEL.into(), ns.name_any());
-                    repo.namespaces.insert(ns.name_any(), labels);
+            "Namespace" => match namespace_labels(&manifest) {
+                Ok((name, labels)) => {
+                    repo.namespaces.insert(name, labels);
                 }
                 Err(e) => bad.push(e),
             },
@@ -314,14 +335,9 @@ fn granting_field(
 ) -> Option<String> {
     match action {
         Action::Network(a) => {
-            let rule = compiled.rules.iter().find(|rule| {
-                let single = CompiledPolicy {
-                    filesystem: Default::default(),
-                    rules: vec![(*rule).clone()],
-                };
-                decide_network(&single, a).allow
-            })?;
-            let i = policy.network.iter().position(|r| r.name == rule.name)?;
+            // The runtime matcher names the rule that allows it.
+            let rule = decide_network(compiled, a).rule?;
+            let i = policy.network.iter().position(|r| r.name == rule)?;
             Some(format!("spec.policy.network[{i}]"))
         }
         Action::Filesystem(f) => {
@@ -354,6 +370,12 @@ pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Findi
     for (manifest, maximum) in &repo.maximums {
         findings.push(judge_maximum(manifest, maximum, prover));
     }
+    let selects_namespaces = maximums.values().any(|m| {
+        m.spec
+            .selector
+            .as_ref()
+            .is_some_and(|s| s.namespace_selector.is_some())
+    });
     let governance = |sandbox: &AgentSandbox| -> Result<Governance, String> {
         let namespace = sandbox.namespace().unwrap_or_default();
         let labels = match repo
@@ -363,24 +385,18 @@ pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Findi
         {
             Some(labels) => labels.clone(),
             None => {
-                let selects_namespaces = maximums.values().any(|m| {
-                    m.spec
-                        .selector
-                        .as_ref()
-                        .is_some_and(|s| s.namespace_selector.is_some())
-                });
                 if selects_namespaces && !ctx.namespaces_complete {
                     return Err(format!(
                         "the labels of namespace {namespace:?} are unknown, and a MaximumPolicy selects by namespace: add its Namespace manifest, --namespace-labels FILE or --cluster"
                     ));
                 }
-                BTreeMap::from([(NAMESPACE_NAME_LABEL.to_string(), namespace.clone())])
+                with_name_label(&namespace, BTreeMap::new())
             }
         };
         Ok(governing_from(
             maximums.values().copied(),
             &labels,
-            &sandbox.labels().clone(),
+            sandbox.labels(),
             ctx.allow_unmanaged,
             &cache,
         ))
@@ -518,7 +534,8 @@ fn judge_maximum(manifest: &Manifest, maximum: &MaximumPolicy, prover: &Prover) 
 /// Governance of a sandbox: the maximums, or why it cannot be known.
 type GovernanceOf<'a> = dyn Fn(&AgentSandbox) -> Result<Governance, String> + Sync + 'a;
 
-/// Turns a refused governance into a finding; `None` when governed.
+/// The governing maximums, or the finding that governance was refused or
+/// could not be known.
 fn refused_governance(
     f: Finding,
     manifest: &Manifest,
@@ -564,14 +581,9 @@ fn judge_sandbox(
     let mut f = f;
     f.governed_by = governing.iter().map(|g| g.name.clone()).collect();
     if let Some(refusal) = sandbox_refusal(sandbox, &governing) {
-        let field = refusal
-            .split_whitespace()
-            .next()
-            .filter(|w| w.starts_with("spec."))
-            .map(str::to_string);
-        let mut f = f.at(manifest, field.or_else(|| Some("spec.mode".into())));
+        let mut f = f.at(manifest, Some(refusal.field));
         f.status = Status::Exceeds;
-        f.message = refusal;
+        f.message = refusal.message;
         return f;
     }
     let compiled = match compile(&sandbox.spec.policy, Role::Sandbox, &Limits::default()) {
@@ -642,65 +654,62 @@ fn judge_proposal(
         );
         return f;
     };
-    let mut f = match refused_governance(f, manifest, governance(sandbox)) {
-        Ok(governing) => {
-            let mut f = finding(manifest, "PolicyProposal", proposal.namespace());
-            f.governed_by = governing.iter().map(|g| g.name.clone()).collect();
-            // A manifest's status is whatever its author wrote: the API
-            // server drops it on apply, and only the webhook decides who may
-            // set `Approved`. So a proposal is judged as its requester's
-            // (the agent's) here, never as approved; a human requester's own
-            // approve verb is not known offline either. Such proposals show
-            // Ask where the operator might apply them.
-            let case = ProposalCase {
-                proposal,
-                sandbox,
-                current: &current,
-                governing: &governing,
-                source: Source::Agent,
-                allow_unmanaged: ctx.allow_unmanaged,
-            };
-            match judge(&case, prover, 0) {
-                Judgement::Refused(reason) => {
-                    let mut f = f.at(manifest, Some("spec".into()));
-                    f.status = Status::Exceeds;
-                    f.decision = Some(Decision::Reject);
-                    f.message = reason;
-                    f
-                }
-                Judgement::Decided { verdict, .. } => {
-                    f.solver_millis = verdict.proofs.iter().map(|p| p.solver_millis).sum();
-                    f.decision = Some(verdict.decision);
-                    f.maximum = verdict.maximum.clone();
-                    f.invariant = verdict.invariant.clone();
-                    f.counterexample = verdict.counterexample.clone();
-                    f.message = verdict.reason.clone();
-                    match (verdict.decision, verdict.code) {
-                        (Decision::Reject, Some(code)) => {
-                            let reason = Reason {
-                                code,
-                                field: None,
-                                message: verdict.reason,
-                            };
-                            let message = f.message.clone();
-                            return f
-                                .unproven(manifest, reason, message)
-                                .at(manifest, Some("spec.add".into()));
-                        }
-                        (Decision::Reject, None) => {
-                            f.status = Status::Exceeds;
-                            return f.at(manifest, Some("spec.add".into()));
-                        }
-                        _ => {}
-                    }
-                    f
-                }
-            }
+    // Whatever stops a proposal before its verdict rejects it.
+    let governing = match refused_governance(f.clone(), manifest, governance(sandbox)) {
+        Ok(g) => g,
+        Err(refused) => {
+            let mut f = *refused;
+            f.decision = Some(Decision::Reject);
+            return f;
         }
-        Err(f) => *f,
     };
-    if f.status != Status::Holds && f.decision.is_none() {
-        f.decision = Some(Decision::Reject);
+    let mut f = f;
+    f.governed_by = governing.iter().map(|g| g.name.clone()).collect();
+    // A manifest's status is whatever its author wrote: the API server
+    // drops it on apply, and only the webhook decides who may set
+    // `Approved`. So a proposal is judged as its requester's (the agent's)
+    // here, never as approved; a human requester's own approve verb is not
+    // known offline either. Such proposals show Ask where the operator
+    // might apply them.
+    let case = ProposalCase {
+        proposal,
+        sandbox,
+        current: &current,
+        governing: &governing,
+        source: Source::Agent,
+        allow_unmanaged: ctx.allow_unmanaged,
+    };
+    let verdict = match judge(&case, prover, 0) {
+        Judgement::Refused(reason) => {
+            let mut f = f.at(manifest, Some("spec".into()));
+            f.status = Status::Exceeds;
+            f.decision = Some(Decision::Reject);
+            f.message = reason;
+            return f;
+        }
+        Judgement::Decided { verdict, .. } => verdict,
+    };
+    f.solver_millis = verdict.proofs.iter().map(|p| p.solver_millis).sum();
+    f.decision = Some(verdict.decision);
+    f.maximum = verdict.maximum;
+    f.invariant = verdict.invariant;
+    f.counterexample = verdict.counterexample;
+    f.message = verdict.reason;
+    match (verdict.decision, verdict.code) {
+        (Decision::Reject, Some(code)) => {
+            let reason = Reason {
+                code,
+                field: None,
+                message: f.message.clone(),
+            };
+            let message = f.message.clone();
+            f.unproven(manifest, reason, message)
+                .at(manifest, Some("spec.add".into()))
+        }
+        (Decision::Reject, None) => {
+            f.status = Status::Exceeds;
+            f.at(manifest, Some("spec.add".into()))
+        }
+        _ => f,
     }
-    f
 }

@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane kstatus helm netns-tools chart build exec-static dist dist-check image image-check sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,8 +44,12 @@ dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binar
 image: build netns-tools ## dist/agentgate-<version>.oci.tar: the OCI image (all four binaries, libz3, nft, user 65532), built without a container engine
 	@./hack/image.sh target/release target/release/agentgate-exec dist
 
-image-check: netns-tools ## build the image from the dev binaries and the static agentgate-exec, unpack its layers, run every binary there under chroot (part of make test)
+image-check: netns-tools ## build the image from the dev binaries and the static agentgate-exec, unpack its layers, run every binary there under chroot; the same for the agent and pause images (part of make test)
 	@./hack/test-image.sh
+	@./hack/test-agent-image.sh
+
+agent-image: ## dist/triage-bot-demo.oci.tar: the demo/e2e agent image ghcr.io/acme/triage-bot:demo (bash, curl, python3, coreutils; user 1000) for `ctr images import`; prints its path and manifest digest
+	@./hack/agent-image.sh dist
 
 dist-check: ## pack the dev binaries and the static agentgate-exec like make dist, unpack elsewhere, run each there (part of make test)
 	@./hack/test-dist.sh

@@ -14,6 +14,7 @@
 # User 65532:65532; the operator's Deployment and the sandbox Pods set their
 # own uids (agentgate-init runs as root with NET_ADMIN, the proxy as 1337).
 #
+# hack/oci-pack.sh writes the layer, config, manifest and index.
 # Usage: image.sh BIN_DIR EXEC_BIN OUT_DIR   (as dist.sh)
 # GZIP_LEVEL (default 9) trades size for time; make test uses 1.
 set -euo pipefail
@@ -81,36 +82,21 @@ created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
 revision="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
 source_url="https://github.com/agentgate-dev/agentgate"
 
-layout="$stage/layout"
-mkdir -p "$layout/blobs/sha256"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
-  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
-  -C "$rootfs" -cf "$stage/layer.tar" .
-diff_id="$(sha256sum "$stage/layer.tar" | cut -d' ' -f1)"
-gzip -n "-$level" -c "$stage/layer.tar" >"$stage/layer.tar.gz"
-layer_digest="$(sha256sum "$stage/layer.tar.gz" | cut -d' ' -f1)"
-layer_size="$(stat -c %s "$stage/layer.tar.gz")"
-mv "$stage/layer.tar.gz" "$layout/blobs/sha256/$layer_digest"
-
-annotations="\"org.opencontainers.image.title\":\"agentgate\",\"org.opencontainers.image.description\":\"agentgate operator, CLI and sandbox data plane (agentgate-proxy, agentgate-exec)\",\"org.opencontainers.image.version\":\"$version\",\"org.opencontainers.image.revision\":\"$revision\",\"org.opencontainers.image.created\":\"$created\",\"org.opencontainers.image.source\":\"$source_url\",\"org.opencontainers.image.licenses\":\"Apache-2.0\""
-config="{\"architecture\":\"amd64\",\"os\":\"linux\",\"created\":\"$created\",\"config\":{\"User\":\"65532:65532\",\"Env\":[\"PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"],\"Entrypoint\":[\"/usr/local/bin/agentgate\"],\"WorkingDir\":\"/\",\"Labels\":{$annotations}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$diff_id\"]},\"history\":[{\"created\":\"$created\",\"created_by\":\"hack/image.sh\"}]}"
-printf '%s' "$config" >"$stage/config.json"
-config_digest="$(sha256sum "$stage/config.json" | cut -d' ' -f1)"
-config_size="$(stat -c %s "$stage/config.json")"
-mv "$stage/config.json" "$layout/blobs/sha256/$config_digest"
-
-manifest="{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"sha256:$config_digest\",\"size\":$config_size},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$layer_digest\",\"size\":$layer_size}],\"annotations\":{$annotations}}"
-printf '%s' "$manifest" >"$stage/manifest.json"
-manifest_digest="$(sha256sum "$stage/manifest.json" | cut -d' ' -f1)"
-manifest_size="$(stat -c %s "$stage/manifest.json")"
-mv "$stage/manifest.json" "$layout/blobs/sha256/$manifest_digest"
-
-printf '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"%s","io.containerd.image.name":"ghcr.io/agentgate-dev/agentgate:%s"},"platform":{"architecture":"amd64","os":"linux"}}]}' \
-  "$manifest_digest" "$manifest_size" "$version" "$version" >"$layout/index.json"
-
-mkdir -p "$out_dir"
+labels=(
+  "org.opencontainers.image.title=agentgate"
+  "org.opencontainers.image.description=agentgate operator, CLI and sandbox data plane (agentgate-proxy, agentgate-exec)"
+  "org.opencontainers.image.version=$version"
+  "org.opencontainers.image.revision=$revision"
+  "org.opencontainers.image.created=$created"
+  "org.opencontainers.image.source=$source_url"
+  "org.opencontainers.image.licenses=Apache-2.0"
+)
 out="$out_dir/agentgate-$version.oci.tar"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$layout" -cf "$out" .
-log "packed $(du -h "$out" | cut -f1) into $out (manifest sha256:$manifest_digest)"
+packed="$(GZIP_LEVEL="$level" "$root/hack/oci-pack.sh" "$rootfs" "$out" \
+  --name "ghcr.io/agentgate-dev/agentgate:$version" --ref "$version" --epoch "$epoch" \
+  --user 65532:65532 --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --entrypoint /usr/local/bin/agentgate --workdir / \
+  "${labels[@]/#/--label=}" --created-by hack/image.sh)"
+manifest_digest="$(printf '%s\n' "$packed" | sed -n 2p)"
+log "packed $(du -h "$out" | cut -f1) into $out (manifest $manifest_digest)"
 printf '%s\n' "$out"

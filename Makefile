@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
 
-.PHONY: help disk z3 control-plane kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,6 +21,10 @@ z3: ## install the pinned Z3 shared library into .tools/z3
 
 control-plane: ## build (once, cached in ~/.cache/agentgate) kube-apiserver, etcd, kubectl for e2e
 	@bash e2e/hack/install-control-plane.sh >/dev/null
+
+node: ## build, once, cached, kubelet, kube-proxy, scheduler, controller-manager, containerd, runc, CNI plugins for the real-node e2e
+	@bash e2e/hack/install-node.sh >/dev/null
+	@bash e2e/hack/check-node.sh
 
 kstatus: ## build (once, cached in ~/.cache/agentgate) the kstatus checker (sigs.k8s.io/cli-utils) the e2e tests judge statuses with
 	@bash e2e/hack/install-kstatus.sh >/dev/null

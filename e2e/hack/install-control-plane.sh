@@ -17,26 +17,25 @@
 #      - kubectl: the Cloud SDK's kubectl.1.33 if present (the machines carry it),
 #        else built from k8s.io/kubernetes/cmd/kubectl like kube-apiserver.
 #      A stamp file marks a complete install; later runs only check it.
+#      KUBE_VERSION and the build helpers live in lib-kube-build.sh, shared
+#      with install-kube-node.sh (kubelet & co., same version, same bin dir).
 #
 # Never skips: if a binary cannot be had, it says which and exits non-zero.
 # Needs: go (>= the go line of the modules, else GOTOOLCHAIN=auto is used),
 # access to the Go module proxy, flock (util-linux).
 set -euo pipefail
 
-# Pinned: matches the k8s-openapi `v1_33` feature of the Rust crates.
-KUBE_VERSION="v1.33.13"
+# KUBE_VERSION (pinned there, shared with install-kube-node.sh), log, die and
+# the build helpers.
+# shellcheck source=e2e/hack/lib-kube-build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-kube-build.sh"
+
 # Newest etcd 3.5.x on the Go proxy when pinned (Kubernetes 1.33 itself pins 3.5.21).
 ETCD_VERSION="v3.5.35"
 # Used when present and a 1.33 client; otherwise kubectl is built too.
 GCLOUD_KUBECTL="${AGENTGATE_GCLOUD_KUBECTL:-/usr/lib/google-cloud-sdk/bin/kubectl.1.33}"
 # Bump when the layout or build recipe changes, to force a rebuild.
 RECIPE=1
-
-kube_minor="${KUBE_VERSION#v1.}"; kube_minor="${kube_minor%%.*}"   # 33
-staging_version="v0.${KUBE_VERSION#v1.}"                          # v0.33.13
-
-log() { printf 'install-control-plane: %s\n' "$*" >&2; }
-die() { printf 'install-control-plane: ERROR: %s\n' "$*" >&2; exit 1; }
 
 have_all() {
   local dir="$1" b
@@ -72,12 +71,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all "$bin"; then
 fi
 
 # --- slow path: one installer at a time ------------------------------------
-mkdir -p "$bin" "$root/logs"
-exec 9>"$root/.lock"
-if ! flock -n 9; then
-  log "another install is running in $root; waiting for it"
-  flock 9
-fi
+mkdir -p "$bin"
+kb_lock
 # It may have finished the job while we waited.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all "$bin"; then
   printf '%s\n' "$bin"
@@ -90,100 +85,12 @@ command -v go >/dev/null 2>&1 || die "go is not on PATH; it is needed to build k
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/agentgate-control-plane.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
-export CGO_ENABLED=0
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
-export GOTOOLCHAIN=local
-export GOWORK=off
+kb_go_env
 
-# run_go LOG ARGS...: runs `go ARGS` in the current directory, output appended
-# to LOG. If a module needs a newer Go than the local toolchain, retries once
-# with GOTOOLCHAIN=auto (which fetches that toolchain from the Go proxy).
-run_go() {
-  local logf="$1"; shift
-  printf '\n$ go %s\n' "$*" >>"$logf"
-  if go "$@" >>"$logf" 2>&1; then return 0; fi
-  if [ "$GOTOOLCHAIN" = local ] && grep -q 'requires go >=' <<<"$(tail -n 20 "$logf")"; then
-    log "a module needs a newer Go than $(go env GOVERSION); retrying with GOTOOLCHAIN=auto"
-    export GOTOOLCHAIN=auto
-    printf '\n$ GOTOOLCHAIN=auto go %s\n' "$*" >>"$logf"
-    go "$@" >>"$logf" 2>&1 && return 0
-  fi
-  return 1
-}
-
-fail_build() { # fail_build WHAT LOG
-  log "---- last lines of $2 ----"
-  tail -n 40 "$2" >&2 || true
-  die "could not build $1 (full log: $2)"
-}
-
-# Never `cmd | grep -q` under pipefail: grep exits at the first match, the
-# writer may die of SIGPIPE, and the check fails at random ("built etcd does
-# not report 3.5.35: etcd Version: 3.5.35"). Capture the output, then match.
-output_of() { "$@" 2>/dev/null || true; }
-apiserver_ok() { grep -qx "Kubernetes $KUBE_VERSION" <<<"$(output_of "$bin/kube-apiserver" --version)"; }
+apiserver_ok() { kube_version_ok "$bin/kube-apiserver"; }
 etcd_ok() { grep -qx "etcd Version: ${ETCD_VERSION#v}" <<<"$(output_of "$bin/etcd" --version)"; }
 kubectl_ok() { # kubectl_ok PATH: client minor must equal the apiserver's
   grep -q "\"gitVersion\": *\"v1\\.${kube_minor}\\." <<<"$(output_of "$1" version --client -o json)"
-}
-
-# The throwaway module for k8s.io/kubernetes binaries, created on first use.
-kube_mod=""
-prepare_kube_module() {
-  [ -z "$kube_mod" ] || return 0
-  local logf="$root/logs/kubernetes-module.log" gomod replaces=() m
-  : >"$logf"
-  kube_mod="$tmp/kubernetes"
-  mkdir -p "$kube_mod"
-  cd "$kube_mod"
-  log "resolving k8s.io/kubernetes@$KUBE_VERSION (log: $logf)"
-  run_go "$logf" mod init agentgate.invalid/control-plane-build || fail_build "the k8s.io/kubernetes build module" "$logf"
-  local json
-  # -json reports a failure on stdout, so keep that for the log too.
-  if ! json="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" 2>>"$logf")"; then
-    printf '%s\n' "$json" >>"$logf"
-    fail_build "k8s.io/kubernetes@$KUBE_VERSION (download)" "$logf"
-  fi
-  gomod="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-  [ -f "$gomod" ] || fail_build "k8s.io/kubernetes@$KUBE_VERSION (no go.mod in download output)" "$logf"
-  # Every `X => ./staging/src/X` in its replace block, single-line or grouped.
-  while read -r m; do
-    replaces+=("-replace=$m=$m@$staging_version")
-  done < <(awk '
-      /^replace[[:space:]]*\($/ { inblock = 1; next }
-      inblock && /^\)/          { inblock = 0; next }
-      inblock && $2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }
-      /^replace[[:space:]]/ && $3 == "=>" && $4 ~ /^\.\/staging\// { print $2 }
-    ' "$gomod")
-  [ "${#replaces[@]}" -gt 0 ] || fail_build "k8s.io/kubernetes@$KUBE_VERSION (found no staging replace directives in $gomod)" "$logf"
-  log "replacing ${#replaces[@]} staging modules with their $staging_version releases"
-  run_go "$logf" mod edit "-require=k8s.io/kubernetes@$KUBE_VERSION" "${replaces[@]}" \
-    || fail_build "the k8s.io/kubernetes build module" "$logf"
-  # Mirror what hack/lib/version.sh stamps, so `--version` and kubectl's skew
-  # checks see the real version.
-  local info date pkg
-  info="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Info": "\(.*\)",\{0,1\}$/\1/p')"
-  date="$(sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' "$info" 2>/dev/null || true)"
-  date="${date:-1970-01-01T00:00:00Z}"
-  kube_ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    kube_ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor"
-    kube_ldflags+=" -X $pkg.gitTreeState=archive -X $pkg.buildDate=$date"
-  done
-}
-
-build_kube_cmd() { # build_kube_cmd NAME
-  local name="$1" logf="$root/logs/$1.log" start
-  prepare_kube_module
-  : >"$logf"
-  cd "$kube_mod"
-  log "building $name $KUBE_VERSION from k8s.io/kubernetes (takes several minutes; log: $logf)"
-  start=$SECONDS
-  run_go "$logf" get "k8s.io/kubernetes/cmd/$name@$KUBE_VERSION" || fail_build "$name $KUBE_VERSION" "$logf"
-  run_go "$logf" build -trimpath -ldflags "$kube_ldflags" -o "$bin/.$name.tmp" "k8s.io/kubernetes/cmd/$name" \
-    || fail_build "$name $KUBE_VERSION" "$logf"
-  mv -f "$bin/.$name.tmp" "$bin/$name"
-  log "built $name in $((SECONDS - start))s ($(du -h "$bin/$name" | cut -f1))"
 }
 
 # --- kube-apiserver ----------------------------------------------------------

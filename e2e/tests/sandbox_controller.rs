@@ -278,7 +278,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         .unwrap();
     assert_eq!(
         shape.trim(),
-        r#"true agentgate-init agentgate-proxy Always ["/agentgate/bin/agentgate-exec","--policy","/agentgate/policy/policy.yaml","--proxy-uid","1337","--","/app/agent"]"#
+        r#"true agentgate-init agentgate-proxy Always ["/agentgate/bin/agentgate-exec","--policy","/agentgate/policy/policy.yaml","--policy-mount","/agentgate/policy","--proxy-uid","1337","--","/app/agent"]"#
     );
     let secret = cp
         .run(&[

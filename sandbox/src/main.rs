@@ -1,13 +1,14 @@
-//! `agentgate-exec --policy FILE [--best-effort] -- COMMAND [ARGS]...`:
-//! restrict this process's files to the policy with Landlock, then exec
-//! COMMAND, whose exit code and output are then its own.
+//! `agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort]
+//! [--proxy-uid UID] -- COMMAND [ARGS]...`: restrict this process's files
+//! to the policy with Landlock, then exec COMMAND, whose exit code and
+//! output are then its own.
 //!
 //! Exit codes of its own: 2 for usage or an invalid policy (nothing is
 //! executed), 126 when the restriction cannot be applied or COMMAND cannot
 //! be executed, 127 when COMMAND is not found.
 //!
 //! Hand-parsed arguments, not clap: the binary is linked statically into
-//! every agent image and its whole interface is two flags and `--`.
+//! every agent image and its whole interface is four flags and `--`.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -17,11 +18,13 @@ use std::process::{Command, ExitCode};
 use agentgate_sandbox::{Grant, grants, load_policy, may_execute, restrict_self};
 use landlock::RulesetStatus;
 
-const USAGE: &str =
-    "usage: agentgate-exec --policy FILE [--best-effort] [--proxy-uid UID] -- COMMAND [ARGS]...";
+const USAGE: &str = "usage: agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort] [--proxy-uid UID] -- COMMAND [ARGS]...";
 
 struct Args {
     policy: PathBuf,
+    /// The directory the policy is mounted in (the Pod's ConfigMap
+    /// volume), readable beyond the policy's own grants.
+    policy_mount: Option<PathBuf>,
     best_effort: bool,
     proxy_uid: Option<u32>,
     command: Vec<OsString>,
@@ -29,6 +32,7 @@ struct Args {
 
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
     let mut policy = None;
+    let mut policy_mount = None;
     let mut best_effort = false;
     let mut proxy_uid = None;
     let uid = |value: Option<OsString>| -> Result<u32, String> {
@@ -44,6 +48,14 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
             Some(flag) if flag.starts_with("--policy=") => {
                 policy = Some(PathBuf::from(&flag["--policy=".len()..]))
             }
+            Some("--policy-mount") => {
+                let dir = args.next().ok_or("--policy-mount needs a DIR")?;
+                set_mount(&mut policy_mount, PathBuf::from(dir))?
+            }
+            Some(flag) if flag.starts_with("--policy-mount=") => set_mount(
+                &mut policy_mount,
+                PathBuf::from(&flag["--policy-mount=".len()..]),
+            )?,
             Some("--best-effort") => best_effort = true,
             Some("--proxy-uid") => proxy_uid = Some(uid(args.next())?),
             Some(flag) if flag.starts_with("--proxy-uid=") => {
@@ -59,8 +71,12 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                     return Err("no COMMAND after --".into());
                 }
                 let policy = policy.ok_or("--policy FILE is required")?;
+                if let Some(dir) = &policy_mount {
+                    check_mount(&policy, dir)?;
+                }
                 return Ok(Args {
                     policy,
+                    policy_mount,
                     best_effort,
                     proxy_uid,
                     command,
@@ -70,6 +86,35 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
         }
     }
     Err("missing -- COMMAND".into())
+}
+
+fn set_mount(slot: &mut Option<PathBuf>, dir: PathBuf) -> Result<(), String> {
+    if dir.as_os_str().is_empty() {
+        return Err("--policy-mount needs a DIR".into());
+    }
+    if slot.replace(dir).is_some() {
+        // One policy, one mount: a second would grant something else.
+        return Err("--policy-mount given twice".into());
+    }
+    Ok(())
+}
+
+/// `--policy-mount` names the directory the policy is mounted in, so the
+/// policy must lie beneath it (compared as written: in a ConfigMap volume
+/// the file is a symlink out of the mount into `..data`). `..` is refused
+/// in both, since a lexical comparison cannot see through it.
+fn check_mount(policy: &Path, dir: &Path) -> Result<(), String> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (policy, dir) = (absolute(policy), absolute(dir));
+    let dotdot = |p: &Path| p.components().any(|c| c == std::path::Component::ParentDir);
+    if dotdot(&policy) || dotdot(&dir) || policy == dir || !policy.starts_with(&dir) {
+        return Err(format!(
+            "--policy {} is not beneath --policy-mount {} (no ..): the mount is the directory the policy is mounted in",
+            policy.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// The real, effective, saved and filesystem uids of this process, from
@@ -152,14 +197,17 @@ fn main() -> ExitCode {
         );
     }
     let mut grants = grants(&policy);
-    // The policy's own directory (the pod's /agentgate/policy: the policy,
-    // findings.json and the CA bundle every TLS client needs) is readable,
-    // outside the model (POLICY-SEMANTICS.md §7).
-    // The directory as named, not canonicalised: in a ConfigMap volume the
-    // file is a symlink into a `..<timestamp>` directory that the next
-    // update deletes, while the mount point itself stays.
-    let absolute = std::path::absolute(&args.policy).unwrap_or_else(|_| args.policy.clone());
-    if let Some(dir) = absolute.parent() {
+    // Only when asked: the policy mount (the pod's /agentgate/policy: the
+    // policy, findings.json and the CA bundle every TLS client needs) is
+    // readable, outside the model (POLICY-SEMANTICS.md §7). Without the
+    // flag nothing is added, not even the policy file: it was read above,
+    // before the restriction, and nothing under it reads it again.
+    // The mount as named, not canonicalised: the kubelet swaps `..data` to
+    // a fresh `..<timestamp>` directory on every update and deletes the
+    // old one, so a rule on the resolved path would go stale, while
+    // everything new appears beneath the mount point.
+    if let Some(dir) = &args.policy_mount {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         grants.push((dir.display().to_string(), Grant::Read));
     }
     let restriction = match restrict_self(&grants, args.best_effort) {

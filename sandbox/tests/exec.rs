@@ -57,8 +57,8 @@ impl Tree {
         };
         let mut ro: Vec<String> = SYSTEM.iter().map(|s| s.to_string()).collect();
         ro.extend(read_only.iter().cloned());
-        // Beside the tree, not in it: the policy's own directory is always
-        // readable (POLICY-SEMANTICS.md §7).
+        // Beside the tree, not in it: a test that names the policy's
+        // directory with --policy-mount opens it, and only it.
         let dir = self.policy_dir();
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join(format!("policy-{}.yaml", rand_suffix()));
@@ -106,8 +106,20 @@ fn probe(name: &str, command: &str) -> String {
     format!("if {command} >/dev/null 2>&1; then echo '{name} ok'; else echo '{name} denied'; fi\n")
 }
 
+/// Runs `script` under `policy` with `--policy-mount dir`.
+fn exec_mounted(policy: &Path, dir: &Path, script: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+        .arg("--policy")
+        .arg(policy)
+        .arg("--policy-mount")
+        .arg(dir)
+        .args(["--", "/bin/sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
 #[test]
-fn the_policy_directory_is_readable_and_the_proxy_uid_refused() {
+fn the_policy_mount_is_readable_only_when_named_and_the_proxy_uid_refused() {
     let t = Tree::new("trust");
     let policy = t.policy(&[], &[]);
     let bundle = t.policy_dir().join("ca-bundle.pem");
@@ -118,16 +130,44 @@ fn the_policy_directory_is_readable_and_the_proxy_uid_refused() {
             "bundle-write",
             &format!("sh -c 'echo x >> {}'", bundle.display()),
         ),
+        probe("policy-read", &format!("cat {}", policy.display())),
         probe("tree-read", &format!("cat {}", t.path("secret"))),
     ]
     .concat();
+    // Without the flag, the directory holding --policy is no grant: run as
+    // `--policy ./policy.yaml` in a project, it would open the project.
     let out = exec(&policy, &script);
     assert_eq!(
         stdout(&out),
-        "bundle-read ok\nbundle-write denied\ntree-read denied\n",
+        "bundle-read denied\nbundle-write denied\npolicy-read denied\ntree-read denied\n",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = exec_mounted(&policy, &t.policy_dir(), &script);
+    assert_eq!(
+        stdout(&out),
+        "bundle-read ok\nbundle-write denied\npolicy-read ok\ntree-read denied\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The mount must hold the policy: anything else is a usage error and
+    // nothing runs.
+    let marker = t.path("rw/marker");
+    for mount in [t.root.join("ro"), t.policy_dir().join("..")] {
+        let out = exec_mounted(&policy, &mount, &format!("touch {marker}"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{mount:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is not beneath --policy-mount"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!Path::new(&marker).exists());
     // Running as the proxy's uid would take the agent's connections out of
     // the redirect: refused before anything runs.
     let uid = std::fs::metadata("/proc/self").unwrap();
@@ -161,56 +201,75 @@ fn the_policy_directory_is_readable_and_the_proxy_uid_refused() {
     );
 }
 
-/// The ConfigMap volume's layout: every key a symlink through `..data`
-/// into a timestamped directory, swapped (and the old one deleted) on
-/// each update. The policy directory stays readable across a swap.
+/// The ConfigMap volume's layout, as the kubelet's atomic writer keeps it:
+/// every key a symlink through `..data` into a timestamped directory; an
+/// update writes a new directory, renames a fresh `..data` symlink over
+/// the old one and deletes the old directory. The grant is on the mount,
+/// so what appears beneath it stays readable across the swap.
 #[test]
-fn the_policy_directory_stays_readable_across_a_config_map_update() {
+fn the_policy_mount_stays_readable_across_a_config_map_update() {
+    use std::io::{BufRead, Read};
     let t = Tree::new("configmap");
     let dir = t.policy_dir();
-    let version = |n: u32| {
-        let v = dir.join(format!("..v{n}"));
+    let version = |n: u32, keys: &[&str]| {
+        let v = dir.join(format!("..2026_01_01_00_00_0{n}.{n}"));
         std::fs::create_dir_all(&v).unwrap();
         std::fs::write(
             v.join("policy.yaml"),
             "filesystem:\n  readOnly: [/usr, /bin, /lib, /lib64, /etc]\n",
         )
         .unwrap();
-        std::fs::write(v.join("ca-bundle.pem"), format!("bundle {n}\n")).unwrap();
+        for key in keys {
+            std::fs::write(v.join(key), format!("{key} {n}\n")).unwrap();
+        }
         let link = dir.join("..data_tmp");
-        std::os::unix::fs::symlink(format!("..v{n}"), &link).unwrap();
+        std::os::unix::fs::symlink(v.file_name().unwrap(), &link).unwrap();
         std::fs::rename(&link, dir.join("..data")).unwrap();
+        v
     };
-    version(1);
+    let first = version(1, &["ca-bundle.pem"]);
     for key in ["policy.yaml", "ca-bundle.pem"] {
         std::os::unix::fs::symlink(format!("..data/{key}"), dir.join(key)).unwrap();
     }
     let bundle = dir.join("ca-bundle.pem");
+    let findings = dir.join("findings.json");
     let marker = dir.join("swapped");
-    let child = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
         .arg("--policy")
         .arg(dir.join("policy.yaml"))
+        .arg("--policy-mount")
+        .arg(&dir)
         .args(["--", "/bin/sh", "-c"])
         .arg(format!(
-            "cat {b}; while [ ! -e {m} ]; do sleep 0.05; done; cat {b}",
+            "cat {b}; while [ ! -e {m} ]; do sleep 0.05; done; cat {b} {f}",
             b = bundle.display(),
+            f = findings.display(),
             m = marker.display()
         ))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    version(2);
-    std::fs::remove_dir_all(dir.join("..v1")).unwrap();
+    // The agent has read the first version (under Landlock) before the swap.
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut before = String::new();
+    lines.read_line(&mut before).unwrap();
+    // The update: a new directory with a key that was not there before,
+    // `..data` renamed over, the old directory gone.
+    version(2, &["ca-bundle.pem", "findings.json"]);
+    std::os::unix::fs::symlink("..data/findings.json", &findings).unwrap();
+    std::fs::remove_dir_all(first).unwrap();
     std::fs::write(&marker, "").unwrap();
+    let mut after = String::new();
+    lines.read_to_string(&mut after).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(
-        stdout(&out),
-        "bundle 1\nbundle 2\n",
+        (before.as_str(), after.as_str()),
+        ("ca-bundle.pem 1\n", "ca-bundle.pem 2\nfindings.json 2\n"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(out.status.success());
 }
 
 #[test]

@@ -102,12 +102,18 @@ pub fn network_policy_name(sandbox: &str) -> String {
     format!("{sandbox}-egress")
 }
 
-/// `agentgate-exec`'s arguments before the agent's own command.
+/// `agentgate-exec`'s arguments before the agent's own command. The
+/// policy volume's mount is named explicitly: `agentgate-exec` adds no
+/// read grant of its own beyond the policy's, and the agent needs the CA
+/// bundle there (the grant is on the mount point, which survives the
+/// kubelet's `..data` swaps).
 pub fn exec_prefix() -> Vec<String> {
     [
         EXEC_PATH,
         "--policy",
         POLICY_FILE,
+        "--policy-mount",
+        POLICY_DIR,
         "--proxy-uid",
         &PROXY_UID.to_string(),
         "--",
@@ -737,7 +743,7 @@ mod tests {
         let agent = &pod.containers[0];
         assert_eq!(
             agent.command.as_ref().unwrap().join(" "),
-            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --proxy-uid 1337 -- /usr/local/bin/agent"
+            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --policy-mount /agentgate/policy --proxy-uid 1337 -- /usr/local/bin/agent"
         );
         assert_eq!(agent.args, Some(vec!["--serve".to_string()]));
         let env: Vec<(String, String)> = agent

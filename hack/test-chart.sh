@@ -17,6 +17,9 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chart="$repo/charts/agentgate"
 release=agentgate
 namespace=agentgate-system
+# Chart.yaml's kubeVersion is >=1.29; without a cluster helm assumes v1.20.
+# The e2e control plane's version.
+kube_version=1.33.0
 
 log() { printf 'test-chart: %s\n' "$*" >&2; }
 die() { printf 'test-chart: FAIL: %s\n' "$*" >&2; exit 1; }
@@ -56,13 +59,13 @@ out=""
 run_case() {
   case_name="$1"; shift
   log "case '$case_name': helm lint --strict $*"
-  if ! "$helm" lint --strict --namespace "$namespace" "$chart" "$@" >"$work/lint.log" 2>&1; then
+  if ! "$helm" lint --strict --namespace "$namespace" --kube-version "$kube_version" "$chart" "$@" >"$work/lint.log" 2>&1; then
     cat "$work/lint.log" >&2
     die "case '$case_name': helm lint --strict failed"
   fi
   out="$work/$(printf '%s' "$case_name" | tr -c 'A-Za-z0-9_-' '_').yaml"
   log "case '$case_name': helm template"
-  if ! "$helm" template "$release" "$chart" --namespace "$namespace" "$@" >"$out" 2>"$work/template.log"; then
+  if ! "$helm" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" "$@" >"$out" 2>"$work/template.log"; then
     cat "$work/template.log" >&2
     die "case '$case_name': helm template failed"
   fi
@@ -74,7 +77,7 @@ run_case() {
 expect_refused() {
   local name="$1" pattern="$2"; shift 2
   log "case '$name': expecting helm template to refuse"
-  if "$helm" template "$release" "$chart" --namespace "$namespace" "$@" >/dev/null 2>"$work/refused.log"; then
+  if "$helm" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" "$@" >/dev/null 2>"$work/refused.log"; then
     die "case '$name': helm template accepted values it should refuse: $*"
   fi
   grep -Eq -- "$pattern" "$work/refused.log" \
@@ -362,13 +365,15 @@ expect_refused unknown-value 'additional properties|additionalProperties|not all
 expect_refused bad-failure-policy 'failurePolicy' --set webhook.failurePolicy=Maybe
 expect_refused http-url 'webhook.url|url' --set webhook.url=http://127.0.0.1:9443
 expect_refused bad-trusted-deployer 'trustedDeployers' --set-json 'webhook.trustedDeployers=["alice"]'
+# Native sidecars, matchConditions and the CRDs' CEL rules: 1.29 or later.
+expect_refused kubernetes-too-old 'requires kubeVersion' --kube-version 1.28.9
 expect_refused issuerRef-without-name 'issuerRef' --set webhook.certManager.enabled=true --set webhook.certManager.issuerRef.kind=ClusterIssuer
 
 if [ -n "$render_dir" ]; then
   mkdir -p "$render_dir"
   dest="$render_dir/default.yaml"
   log "rendering defaults with webhook.url=https://127.0.0.1:9443 to $dest"
-  "$helm" template "$release" "$chart" --namespace "$namespace" \
+  "$helm" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" \
     --set webhook.url=https://127.0.0.1:9443 >"$dest.tmp" \
     || die "helm template for --render-dir failed"
   mv "$dest.tmp" "$dest"

@@ -566,12 +566,16 @@ fn rendered_chart_applies_with_server_dry_run() {
         vec!["webhook.url=https://127.0.0.1:9443"],
         vec!["networkPolicy.enabled=true", "rbac.aggregateToAdmin=true"],
     ] {
+        // Chart.yaml requires Kubernetes 1.29+; `helm template` assumes 1.20
+        // unless told (the control plane's version).
         let mut args = vec![
             "template",
             "agentgate",
             "charts/agentgate",
             "--namespace",
             CHART_NAMESPACE,
+            "--kube-version",
+            "1.33.0",
         ];
         for s in &sets {
             args.extend(["--set", s]);

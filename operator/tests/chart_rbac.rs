@@ -39,8 +39,10 @@ fn helm() -> PathBuf {
 /// The chart's rendered documents with `values`.
 fn render(values: &[&str]) -> Vec<Value> {
     let mut helm = Command::new(helm());
+    // Chart.yaml requires Kubernetes 1.29+; without a cluster helm assumes 1.20.
     helm.args(["template", RELEASE, "charts/agentgate", "--namespace"])
         .arg("agentgate-system")
+        .args(["--kube-version", "1.33.0"])
         .current_dir(repo());
     for value in values {
         helm.args(["--set", value]);

@@ -259,6 +259,10 @@ assert_in Role agentgate-controller '"secrets"'
 assert_in ClusterRole agentgate-controller 'resources: ["secrets"]' 1
 assert_in ClusterRole agentgate-controller 'verbs: ["get", "create", "update"]' 1
 assert_in ClusterRole agentgate-controller 'resources: ["networkpolicies"]' 1
+# Each sandbox's agent ServiceAccount: created when missing, never updated
+# or deleted (the same verbs as pods: get, list, watch, create).
+assert_in ClusterRole agentgate-controller 'resources: ["serviceaccounts"]' 1
+assert_in ClusterRole agentgate-controller 'verbs: ["get", "list", "watch", "create"]' 2
 
 run_case cert-manager --set webhook.certManager.enabled=true
 common_checks

@@ -2,6 +2,7 @@
 //! prover, verdict) that read and write the API server. Solver work runs on
 //! blocking threads; no Z3 value crosses an `.await`.
 
+pub mod agent_account;
 pub mod fence;
 pub mod maximum;
 pub mod metrics;

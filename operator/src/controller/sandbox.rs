@@ -2,7 +2,8 @@
 //! effective policy inside each (revoking, rule by rule, whatever is not),
 //! and materialises the result: `status.effectivePolicy`, `revision`,
 //! `governedBy`, the `WithinMaximum`/`Ready` conditions, the `<name>-policy`
-//! ConfigMap for the in-pod enforcement proxy, the agent Pod from
+//! ConfigMap for the in-pod enforcement proxy, the agent's ServiceAccount
+//! when it is missing, the agent Pod from
 //! `spec.template`, the trifecta findings of its images (`status.findings`,
 //! `FindingsClear`), and Events. It never writes `spec`.
 
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -24,6 +25,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::controller::agent_account;
 use crate::controller::revoke::{Revocation, revoke_until_within};
 use crate::controller::sandbox_ca::{self, ca_bundle};
 use crate::controller::{Context, ControllerError, FIELD_MANAGER};
@@ -277,7 +279,8 @@ async fn reconcile(
         events.push((EventType::Warning, reason, summary.message.clone()));
     }
 
-    if status != before {
+    let status_changed = status != before;
+    if status_changed {
         // The status grants authority: only the leader writes it (the
         // ConfigMap, which the proxy enforces, is fenced in `apply`).
         ctx.fence(&format!("status of sandbox {namespace}/{name}"))
@@ -321,6 +324,10 @@ async fn reconcile(
     )
     .await?;
     apply_network_policy(&sandbox, &effective, &ctx).await?;
+    // With or without a Pod: the account is also the agent's identity for
+    // proposals (`kubectl create token`).
+    let account = owned_metadata(&sandbox, &sandbox.spec.agent_service_account);
+    agent_account::ensure(&sandbox, account, &ctx, status_changed).await?;
     let Ok(Some(pod_spec)) = pod_plan else {
         return Ok(Action::requeue(requeue));
     };
@@ -829,6 +836,11 @@ pub async fn run(ctx: Arc<Context>) {
             // admission) at once, not at the next periodic reconcile.
             .owns(
                 Api::<Pod>::all(ctx.client.clone()),
+                watcher::Config::default().labels(SANDBOX_LABEL),
+            )
+            // A deleted agent ServiceAccount is created again at once.
+            .owns(
+                Api::<ServiceAccount>::all(ctx.client.clone()),
                 watcher::Config::default().labels(SANDBOX_LABEL),
             )
             .watches(

@@ -200,21 +200,25 @@ pub struct Refusal {
     pub message: String,
 }
 
+/// Whether `name` can name a ServiceAccount (a DNS subdomain: lowercase
+/// letters, digits, `-` and `.`, alphanumeric at both ends, at most 253).
+pub fn is_service_account_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
 /// What refuses a sandbox before any proof: an agent ServiceAccount that is
 /// not a name, an acceptance that can never lapse, or a mode a governing
 /// maximum does not allow. The webhook refuses such a sandbox;
 /// `agentgate verify` reports it at the field.
 pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<Refusal> {
     let account = &sandbox.spec.agent_service_account;
-    let dns_label = |n: &str| {
-        !n.is_empty()
-            && n.len() <= 253
-            && n.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if !dns_label(account) {
+    if !is_service_account_name(account) {
         // An empty or malformed name would make the pod run as `default`
         // and no identity count as the agent's.
         let field = "spec.agentServiceAccount".to_string();

@@ -116,7 +116,7 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
         "agentgate.dev",
         "agentsandboxes/finalizers",
         &["update"],
-        "not called: the OwnerReferencesPermissionEnforcement admission plugin asks it of whoever sets blockOwnerDeletion on a sandbox's Pod, ConfigMap, Secret or NetworkPolicy",
+        "not called: the OwnerReferencesPermissionEnforcement admission plugin asks it of whoever sets blockOwnerDeletion on a sandbox's Pod, ConfigMap, Secret, NetworkPolicy or ServiceAccount",
     ),
     cluster(
         "",
@@ -135,6 +135,12 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
         "secrets",
         &["get", "create", "update"],
         "each sandbox's CA Secret <sandbox>-ca, read and rotated by name (no list or watch)",
+    ),
+    cluster(
+        "",
+        "serviceaccounts",
+        &["get", "list", "watch", "create"],
+        "each sandbox's agentServiceAccount, created when missing and owned by the sandbox (a metadata get decides; never update or delete: one it did not create is used as is, and the garbage collector removes its own), watched as owned",
     ),
     cluster(
         "networking.k8s.io",

@@ -399,3 +399,186 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         !s.contains("api.github.com")
     });
 }
+
+/// Sandboxes naming a missing account, an account someone made, the same
+/// account as another sandbox, and the namespace's `default`.
+const ACCOUNTS: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: fresh, namespace: agents}
+spec:
+  agentServiceAccount: labeller
+  policy:
+    filesystem: {readOnly: [/app]}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: borrower, namespace: agents}
+spec:
+  agentServiceAccount: deployer
+  policy:
+    filesystem: {readOnly: [/app]}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: defaulted, namespace: agents}
+spec:
+  agentServiceAccount: default
+  template:
+    spec:
+      containers: [{name: agent, image: ghcr.io/acme/bot@sha256:0000000000000000000000000000000000000000000000000000000000000000, command: [/app/agent]}]
+  policy:
+    filesystem: {readOnly: [/app]}
+";
+
+/// The same account as `fresh`, applied once `fresh` owns it.
+const SECOND: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: second, namespace: agents}
+spec:
+  agentServiceAccount: labeller
+  policy:
+    filesystem: {readOnly: [/app]}
+";
+
+/// The agent's ServiceAccount exists because the operator (as the chart's
+/// ServiceAccount, so with exactly the chart's RBAC) creates it, owned by
+/// the sandbox; an account it did not create (someone's deployer, another
+/// sandbox's) is never changed. No controller-manager runs here, so the
+/// namespace has no `default` account, and the operator does not make one.
+#[test]
+fn the_agent_service_account_is_created_owned_and_never_taken_over() {
+    let (cp, op, _port) = ControlPlane::with_webhook(&[]).expect("chart, operator and webhook");
+    let account = |name: &str, output: &str| {
+        cp.run(&["get", "serviceaccount", name, "-n", "agents", "-o", output])
+            .expect("kubectl get serviceaccount")
+            .trim()
+            .to_string()
+    };
+    apply(
+        &cp,
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: deployer, namespace: agents, labels: {team: ci}}\n",
+    );
+    let theirs =
+        "jsonpath={.metadata.resourceVersion} {.metadata.labels} {.metadata.ownerReferences}";
+    let before = account("deployer", theirs);
+    apply(&cp, ACCOUNTS);
+
+    let owner = wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "serviceaccount",
+            "labeller",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[*].kind} {.metadata.ownerReferences[*].name} {.metadata.ownerReferences[*].uid} {.metadata.ownerReferences[*].controller} {.metadata.ownerReferences[*].blockOwnerDeletion}",
+        ],
+        |s| !s.is_empty(),
+        "ServiceAccount labeller",
+    );
+    let uid = cp
+        .run(&[
+            "get",
+            "asbx",
+            "fresh",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .unwrap();
+    assert_eq!(
+        owner,
+        format!("fresh AgentSandbox fresh {} true true", uid.trim())
+    );
+
+    // The account someone made is used as is: the Event says so, and not a
+    // byte of it changed.
+    let events = |reason: &str| {
+        wait(
+            &cp,
+            &op,
+            &[
+                "get",
+                "events",
+                "-n",
+                "agents",
+                "--field-selector",
+                &format!("reason={reason}"),
+                "-o",
+                "jsonpath={.items[*].involvedObject.name}",
+            ],
+            |s| !s.trim().is_empty(),
+            &format!("a {reason} Event"),
+        )
+    };
+    assert_eq!(events("ServiceAccountNotOwned"), "borrower");
+    assert_eq!(account("deployer", theirs), before);
+    assert!(before.contains(r#"{"team":"ci"}"#), "{before}");
+
+    // Another sandbox naming the same account does not take it over.
+    apply(&cp, SECOND);
+    assert_eq!(events("ServiceAccountOwnedElsewhere"), "second");
+    let owners = "jsonpath={.metadata.ownerReferences[*].name} {.metadata.ownerReferences[*].uid}";
+    assert_eq!(account("labeller", owners), format!("fresh {}", uid.trim()));
+
+    // `default` is the ServiceAccount controller's: no account is made for
+    // it. Its Pod is tried after the account is decided (and refused here:
+    // the image is not scanned), so once either shows, the decision is made.
+    let tried = || {
+        let pod = cp
+            .kubectl(&["get", "pod", "defaulted", "-n", "agents"])
+            .unwrap();
+        let refused = cp
+            .run(&[
+                "get",
+                "events",
+                "-n",
+                "agents",
+                "--field-selector",
+                "involvedObject.name=defaulted,reason=PodRefused",
+                "-o",
+                "name",
+            ])
+            .unwrap();
+        pod.status.success() || !refused.trim().is_empty()
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !tried() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the defaulted sandbox's Pod was never tried:\n{}",
+            op.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let missing = cp
+        .kubectl(&["get", "serviceaccount", "default", "-n", "agents"])
+        .unwrap();
+    assert!(!missing.status.success(), "a default account was made");
+
+    // Its own account, deleted, is created again at once (it is watched).
+    let first = account("labeller", "jsonpath={.metadata.uid}");
+    run(
+        &cp,
+        &["delete", "serviceaccount", "labeller", "-n", "agents"],
+    );
+    let again = wait(
+        &cp,
+        &op,
+        &[
+            "get",
+            "serviceaccount",
+            "labeller",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.uid} {.metadata.ownerReferences[*].name}",
+        ],
+        |s| !s.is_empty() && !s.starts_with(&first),
+        "ServiceAccount labeller again",
+    );
+    assert!(again.ends_with(" fresh"), "{again}");
+}

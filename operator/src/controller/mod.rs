@@ -283,7 +283,7 @@ where
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(event_note(note)),
             action: action.into(),
             secondary: None,
         };
@@ -291,6 +291,26 @@ where
             tracing::warn!(object = ?reference.name, reason, error = %e, "could not publish an event");
         }
     }
+}
+
+/// The most an Event's note may hold (the API server refuses a longer one,
+/// and the Event is lost).
+pub const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// `note` cut to [`EVENT_NOTE_LIMIT`] bytes on a character boundary, ending
+/// in `…` when cut: a long refusal (every field of a pod's shape) still
+/// reaches `kubectl describe`, and the status keeps the whole message.
+pub fn event_note(mut note: String) -> String {
+    if note.len() <= EVENT_NOTE_LIMIT {
+        return note;
+    }
+    let mut end = EVENT_NOTE_LIMIT - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push('…');
+    note
 }
 
 /// Runs a configured controller until shutdown (SIGINT/SIGTERM), with the
@@ -358,6 +378,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_event_note_is_cut_on_a_character_boundary() {
+        assert_eq!(event_note("short".into()), "short");
+        let exact = "x".repeat(EVENT_NOTE_LIMIT);
+        assert_eq!(event_note(exact.clone()), exact);
+        // 'é' is two bytes: the cut must not split one.
+        let long = "é".repeat(EVENT_NOTE_LIMIT);
+        let cut = event_note(long);
+        assert!(cut.len() <= EVENT_NOTE_LIMIT, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
 
     #[test]
     fn an_applied_object_is_skipped_only_for_the_same_content() {

@@ -21,7 +21,9 @@
 //!   startup probe's HTTP GET answers 200, then the regular containers.
 //!
 //! The runner mounts a tmpfs over `/agentgate` inside each container's
-//! mount namespace, so it creates that (empty) directory on the host once.
+//! mount namespace, so it creates that (empty) directory on the host once,
+//! and so the ServiceAccount token's directory, which the data plane's
+//! containers cover with an empty volume.
 //! Anything it does not model (a `valueFrom` variable, an exec probe, a
 //! volume type other than the three above) is an error, never ignored.
 
@@ -333,6 +335,10 @@ impl PodRunner {
         let io = |e: std::io::Error| failed("preparing the pod directory", e);
         std::fs::create_dir_all(dir.join("logs")).map_err(io)?;
         std::fs::create_dir_all("/agentgate").map_err(io)?;
+        // The data plane's containers mount an empty directory over the
+        // ServiceAccount token's path (the kubelet would create it in the
+        // container's root): the mount point has to exist here.
+        std::fs::create_dir_all("/var/run/secrets/kubernetes.io/serviceaccount").map_err(io)?;
         let resolv = dir.join("resolv.conf");
         std::fs::write(&resolv, resolv_conf).map_err(io)?;
         std::fs::write(dir.join("pod.json"), pod.to_string()).map_err(io)?;

@@ -49,6 +49,14 @@ pub const BIN_VOLUME: &str = "agentgate-bin";
 pub const POLICY_VOLUME: &str = "agentgate-policy";
 /// The `<sandbox>-ca` Secret: the sandbox CA and its key (proxy only).
 pub const CA_VOLUME: &str = "agentgate-ca";
+/// An empty, read-only directory over the ServiceAccount token's path in the
+/// data plane's containers: the API server's ServiceAccount admission
+/// injects the agent's API token into every container that has no mount
+/// there, and neither `agentgate-init` nor the proxy needs the agent's
+/// identity (nor may a stored Pod's data plane differ from the built one).
+pub const TOKEN_SHIELD_VOLUME: &str = "agentgate-no-token";
+/// Where the ServiceAccount admission plugin mounts the API token.
+pub const SERVICE_ACCOUNT_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Everything the data plane mounts lives below this directory.
 pub const MOUNT_ROOT: &str = "/agentgate";
 /// Where `agentgate-exec` is copied.
@@ -174,10 +182,13 @@ pub fn init_container(data_plane: &DataPlane) -> Container {
             capabilities: Some(capabilities(&["NET_ADMIN", "NET_RAW"])),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            read_only: None,
-            ..mount(BIN_VOLUME, BIN_DIR)
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                read_only: None,
+                ..mount(BIN_VOLUME, BIN_DIR)
+            },
+            mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
+        ]),
         ..Container::default()
     }
 }
@@ -186,6 +197,13 @@ pub fn init_container(data_plane: &DataPlane) -> Container {
 /// SYS_PTRACE only (reading other uids' `/proc/PID/fd` to tell which
 /// binary connected), started before the agent and probed on `/readyz`, so
 /// no agent container starts before a valid policy is loaded.
+///
+/// A runtime gives a non-root process none of its container's capabilities
+/// across exec (Kubernetes sets no ambient capabilities), so the image's
+/// `agentgate-proxy` carries `cap_sys_ptrace=p` as a file capability (it
+/// raises it itself), and `allowPrivilegeEscalation` is true here:
+/// `no_new_privs` would void it. The bounding set (SYS_PTRACE alone) bounds
+/// whatever a file in the image could grant.
 pub fn proxy_container(data_plane: &DataPlane) -> Container {
     Container {
         name: string(PROXY_CONTAINER),
@@ -206,7 +224,7 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
             run_as_user: Some(PROXY_UID),
             run_as_group: Some(PROXY_UID),
             run_as_non_root: Some(true),
-            allow_privilege_escalation: Some(false),
+            allow_privilege_escalation: Some(true),
             read_only_root_filesystem: Some(true),
             capabilities: Some(capabilities(&["SYS_PTRACE"])),
             ..SecurityContext::default()
@@ -233,17 +251,24 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
         volume_mounts: Some(vec![
             mount(POLICY_VOLUME, POLICY_DIR),
             mount(CA_VOLUME, CA_DIR),
+            mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
         ]),
         ..Container::default()
     }
 }
 
 /// The data plane's volumes: the emptyDir for `agentgate-exec`, the policy
-/// ConfigMap and the CA Secret.
+/// ConfigMap, the CA Secret and the empty directory shielding the data
+/// plane from the agent's API token.
 pub fn volumes(sandbox: &str) -> Vec<Volume> {
     vec![
         Volume {
             name: string(BIN_VOLUME),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        Volume {
+            name: string(TOKEN_SHIELD_VOLUME),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
@@ -762,7 +787,7 @@ mod tests {
             context.capabilities.as_ref().unwrap().add,
             Some(vec!["NET_BIND_SERVICE".to_string()])
         );
-        assert_eq!(pod.volumes.as_ref().unwrap().len(), 4);
+        assert_eq!(pod.volumes.as_ref().unwrap().len(), 5);
         // Only the proxy mounts the CA key.
         let mounts_ca = |c: &Container| {
             c.volume_mounts
@@ -789,6 +814,58 @@ mod tests {
         assert!(shape_problems(&stored, "bot", &data_plane()).is_empty());
         assert!(is_data_plane_container(&init[0], &data_plane()));
         assert!(!is_data_plane_container(agent, &data_plane()));
+    }
+
+    /// What the API server's ServiceAccount admission does to a Pod: the
+    /// token volume, mounted into every container with no mount at the
+    /// token's path.
+    fn with_service_account_token(mut pod: PodSpec) -> PodSpec {
+        let token = VolumeMount {
+            name: "kube-api-access-x7k2p".into(),
+            mount_path: SERVICE_ACCOUNT_TOKEN_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        };
+        let inject = |c: &mut Container| {
+            let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+            if !mounts
+                .iter()
+                .any(|m| m.mount_path == SERVICE_ACCOUNT_TOKEN_DIR)
+            {
+                mounts.push(token.clone());
+            }
+        };
+        pod.init_containers.iter_mut().flatten().for_each(inject);
+        pod.containers.iter_mut().for_each(inject);
+        pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: "kube-api-access-x7k2p".into(),
+            projected: Some(Default::default()),
+            ..Volume::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn the_agents_token_reaches_the_agent_only_and_keeps_the_shape() {
+        let spec = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let built = enforced_pod_spec("bot", &spec, &data_plane()).unwrap();
+        let stored = with_service_account_token(built);
+        assert_eq!(
+            shape_problems(&stored, "bot", &data_plane()),
+            Vec::<String>::new()
+        );
+        let has_token = |c: &Container| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name.starts_with("kube-api-access-"))
+        };
+        let init = stored.init_containers.as_ref().unwrap();
+        assert!(!has_token(&init[0]) && !has_token(&init[1]));
+        assert!(has_token(&stored.containers[0]));
+        assert!(is_data_plane_container(&init[1], &data_plane()));
     }
 
     #[test]
@@ -888,6 +965,7 @@ mod tests {
                 "spec.shareProcessNamespace",
                 "spec.initContainers[0]",
                 "spec.initContainers[1]",
+                "spec.volumes:",
                 "spec.volumes:",
                 "spec.volumes:",
                 "spec.volumes:",

@@ -29,7 +29,7 @@ version="$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$root/Cargo.toml" | sed -n 1
 level="${GZIP_LEVEL:-9}"
 nft="$(command -v nft || true)"
 [ -n "$nft" ] || nft=/usr/sbin/nft
-[ -x "$nft" ] || "$root/hack/install-netns-tools.sh" >&2
+{ [ -x "$nft" ] && command -v setcap >/dev/null; } || "$root/hack/install-netns-tools.sh" >&2
 [ -x "$nft" ] || die "nft is missing (hack/install-netns-tools.sh installs Debian's nftables)"
 
 stage="$(mktemp -d)"
@@ -76,6 +76,15 @@ printf 'root:x:0:\nagentgate-proxy:x:1337:\nnonroot:x:65532:\n' >"$rootfs/etc/gr
 mkdir -p "$rootfs/home/nonroot"
 chmod 1777 "$rootfs/tmp"
 chmod 0755 "$rootfs/usr/local/bin"/* "$rootfs/usr/sbin/nft"
+# The proxy runs as uid 1337 with CAP_SYS_PTRACE (to read which binary owns
+# a connection). A container runtime hands a non-root process no added
+# capability across its exec (Kubernetes sets no ambient capabilities), so
+# the binary carries it as a permitted-only file capability, which it raises
+# itself (an effective bit would make the kernel refuse to exec it in
+# agentgate-init, whose bounding set lacks it); the container's bounding set
+# (SYS_PTRACE alone) caps what it can ever hold (docs/sandbox.md).
+setcap cap_sys_ptrace=p "$rootfs/usr/local/bin/agentgate-proxy" \
+  || die "setcap on agentgate-proxy failed (hack/install-netns-tools.sh installs libcap2-bin)"
 
 epoch="${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)}"
 created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"

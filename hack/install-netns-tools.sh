@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Provides what the proxy's transparent-mode test, the pod runner and the
 # image check need (`make test`):
-# nft (Debian's nftables), unshare, nsenter and setpriv (util-linux), mount, ip (iproute2),
+# nft (Debian's nftables), setcap/getcap (libcap2-bin: the image's proxy
+# binary carries a file capability), unshare, nsenter and setpriv
+# (util-linux), mount, ip (iproute2),
 # curl and python3. Installs missing Debian packages with apt-get, once;
 # later runs only check. Never skips: if something cannot be had, it says so
 # and exits non-zero, and the test would fail the same way.
@@ -10,7 +12,7 @@ set -euo pipefail
 log() { printf 'install-netns-tools: %s\n' "$*" >&2; }
 die() { printf 'install-netns-tools: ERROR: %s\n' "$*" >&2; exit 1; }
 
-declare -A package=([nft]=nftables [unshare]=util-linux [setpriv]=util-linux [nsenter]=util-linux [mount]=mount [ip]=iproute2 [curl]=curl)
+declare -A package=([nft]=nftables [setcap]=libcap2-bin [getcap]=libcap2-bin [unshare]=util-linux [setpriv]=util-linux [nsenter]=util-linux [mount]=mount [ip]=iproute2 [curl]=curl)
 missing=()
 for tool in "${!package[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
@@ -27,7 +29,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $sudo apt-get update -qq >&2 || die "apt-get update failed"
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
 fi
-for tool in nft unshare setpriv nsenter mount ip curl python3; do
+for tool in nft setcap getcap unshare setpriv nsenter mount ip curl python3; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is still missing"
 done
 # Network namespaces need root (or CAP_SYS_ADMIN); say so here, not mid-test.

@@ -122,8 +122,11 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage" "${tmp:-}"' EXIT
 layout="$stage/layout"
 mkdir -p "$layout/blobs/sha256"
+# File capabilities (security.capability) travel in the layer; no other
+# extended attribute does (they would make the layer depend on the host).
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
   --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  --xattrs --xattrs-include=security.capability \
   -C "$rootfs" -cf "$stage/layer.tar" .
 diff_id="$(sha256sum "$stage/layer.tar" | cut -d' ' -f1)"
 gzip -n "-$level" -c "$stage/layer.tar" >"$stage/layer.tar.gz"

@@ -38,7 +38,7 @@ for layer in $layers; do
   check "$layer"
   want="$(echo "$diff_ids" | cut -d' ' -f$((i + 1)))"
   [ "sha256:$(gzip -dc "$(blob "$layer")" | sha256sum | cut -d' ' -f1)" = "$want" ] || die "layer $layer does not match diff_id $want"
-  tar -C "$work/rootfs" -xzf "$(blob "$layer")"
+  tar -C "$work/rootfs" --xattrs --xattrs-include=security.capability -xzf "$(blob "$layer")"
   i=$((i + 1))
 done
 r="$work/rootfs"
@@ -49,6 +49,10 @@ for b in agentgate kubectl-agentgate agentgate-proxy agentgate-exec; do
   as_user "/usr/local/bin/$b" --version >/dev/null || die "$b --version failed inside the image"
 done
 as_user /usr/sbin/nft --version >/dev/null || die "nft does not run inside the image"
+# The proxy's file capability, as a runtime unpacks the layer: its one way
+# to CAP_SYS_PTRACE as uid 1337 (docs/sandbox.md).
+caps="$(getcap "$r/usr/local/bin/agentgate-proxy")"
+case "$caps" in *"cap_sys_ptrace=p"*) ;; *) die "agentgate-proxy lacks its file capability cap_sys_ptrace=p: ${caps:-none}" ;; esac
 mkdir -p "$r/tmp/examples"
 cp "$root/examples/maximum.yaml" "$root/examples/candidate-exceeds.yaml" "$r/tmp/examples/"
 set +e
@@ -63,4 +67,4 @@ out="$(as_user /usr/local/bin/agentgate-exec --policy /tmp/policy.yaml --proxy-u
 printf 'nameserver 10.96.0.10\n' >"$r/tmp/resolv.conf"
 as_user /usr/local/bin/agentgate-proxy init-net --print --resolv-conf /tmp/resolv.conf | grep -c "redirect to :15001" >/dev/null \
   || die "init-net --print failed inside the image"
-echo "test-image: $(basename "$archive") unpacks and runs: --version of every binary, nft, verify, agentgate-exec, init-net"
+echo "test-image: $(basename "$archive") unpacks and runs: --version of every binary, nft, the proxy's file capability, verify, agentgate-exec, init-net"

@@ -21,6 +21,31 @@ pub enum IdentityMode {
     None,
 }
 
+/// Whether this process can look into other uids' processes: makes
+/// CAP_SYS_PTRACE effective when it is only permitted, and says whether it
+/// is effective now. Call it before any thread starts (capabilities are per
+/// thread; threads started later inherit them).
+///
+/// In the sandbox Pod the proxy runs as uid 1337, and a container runtime
+/// passes a non-root process none of its container's capabilities across
+/// exec. The image's binary therefore carries CAP_SYS_PTRACE as a
+/// *permitted-only* file capability (`cap_sys_ptrace=p`), raised here: with
+/// the effective bit set instead, the kernel would refuse to exec the same
+/// binary as `agentgate-init`, whose bounding set lacks the capability.
+pub fn raise_ptrace() -> std::io::Result<bool> {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut sets = capabilities(None)?;
+    if sets.effective.contains(CapabilitySet::SYS_PTRACE) {
+        return Ok(true);
+    }
+    if !sets.permitted.contains(CapabilitySet::SYS_PTRACE) {
+        return Ok(false);
+    }
+    sets.effective |= CapabilitySet::SYS_PTRACE;
+    set_capabilities(None, sets)?;
+    Ok(true)
+}
+
 /// Finds the one executable whose process holds the client end of a TCP
 /// connection: the socket whose local address is `client` and whose remote
 /// address is `server` (the proxy's own address for explicit connections,

@@ -193,6 +193,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
+    // Before any thread: capabilities are per thread.
+    match agentgate_proxy::identity::raise_ptrace() {
+        Ok(true) => tracing::info!("binary identity: CAP_SYS_PTRACE is effective"),
+        Ok(false) => tracing::warn!(
+            "binary identity: no CAP_SYS_PTRACE; connections by other uids' processes are judged as by an unknown binary"
+        ),
+        Err(e) => tracing::warn!(error = %e, "binary identity: could not raise CAP_SYS_PTRACE"),
+    }
     // clap enforces these; the Options exist only so `init-net` can skip them.
     let (Some(policy), Some(listen), Some(ca_cert), Some(ca_key)) =
         (args.policy, args.listen, args.ca_cert, args.ca_key)

@@ -7,10 +7,11 @@
 # go.mod has no replace directives) into
 #   ${AGENTGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentgate}/node/runc-<version>/bin
 # runc needs cgo (libcontainer/nsenter is C, run before the Go runtime starts),
-# so this build has CGO_ENABLED=1 and needs a C compiler. Build tags are empty:
-# upstream's default adds `seccomp`, which needs libseccomp's headers and
-# library; without it runc refuses seccomp profiles, which the e2e pods
-# do not set (kubelet's default is Unconfined).
+# so this build has CGO_ENABLED=1 and needs a C compiler. Built with the
+# `seccomp` tag, as upstream's release is: the chart's Pods ask for the
+# RuntimeDefault profile, and a runc without seccomp refuses every such Pod
+# ("seccomp: config provided but seccomp not supported"). That needs
+# libseccomp's headers (Debian's libseccomp-dev, installed here when missing).
 # A stamp file marks a complete install; later runs only check it.
 #
 # Never skips: if it cannot be had, it says why and exits non-zero.
@@ -20,9 +21,9 @@ set -euo pipefail
 # Pinned: the 1.3 line containerd 2.2 is tested with (its
 # script/setup/runc-version says v1.3.6); 1.3.0 is known to build here.
 RUNC_VERSION="v1.3.0"
-RUNC_TAGS=""
+RUNC_TAGS="seccomp"
 # Bump when the layout or build recipe changes, to force a rebuild.
-RECIPE=1
+RECIPE=2
 
 # shellcheck source=e2e/hack/lib-kube-build.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib-kube-build.sh"
@@ -52,6 +53,11 @@ kb_go_env
 export CGO_ENABLED=1
 cc="$(go env CC)"
 command -v "${cc%% *}" >/dev/null 2>&1 || die "runc needs cgo, and the C compiler '$cc' (go env CC) is not on PATH"
+if ! pkg-config --exists libseccomp 2>/dev/null; then
+  log "installing libseccomp-dev and pkg-config (apt-get) for runc's seccomp support"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libseccomp-dev pkg-config; } >&2 \
+    || die "could not install libseccomp-dev (runc's seccomp support needs its headers)"
+fi
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/agentgate-runc.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 

@@ -8,7 +8,9 @@
 //! never skips.
 
 pub mod bench;
+pub mod node;
 pub mod pod_runner;
+pub mod probe;
 pub mod race;
 
 use std::net::TcpListener;
@@ -111,12 +113,16 @@ pub struct ControlPlane {
     children: Vec<Process>,
     /// The admin's bearer token; `TOKEN_USERS[i]` has `{token}-{i}`.
     token: String,
+    /// The real node, when started with [`ControlPlane::start_with_node`]:
+    /// every process then runs in its network namespace.
+    node: Option<node::Node>,
 }
 
 /// A control-plane process and how it was started, so that it can be
 /// killed and started again the same way (the fault scenarios).
 struct Process {
     name: String,
+    program: PathBuf,
     args: Vec<String>,
     child: Child,
 }
@@ -163,6 +169,7 @@ impl ControlPlane {
             bin,
             children: Vec::new(),
             token: String::new(),
+            node: None,
         };
         plane.boot()?;
         Ok(plane)
@@ -183,19 +190,39 @@ impl ControlPlane {
         }
     }
 
+    /// Starts the control-plane binary `name` with `args`.
     fn spawn(&mut self, name: &str, args: &[String]) -> Result<(), HarnessError> {
-        let child = self.launch(name, args, false)?;
+        self.spawn_program(name, self.bin.join(name), args)
+    }
+
+    /// Starts `program` with `args` as the process `name` (on the node,
+    /// inside its network namespace).
+    fn spawn_program(
+        &mut self,
+        name: &str,
+        program: impl Into<PathBuf>,
+        args: &[String],
+    ) -> Result<(), HarnessError> {
+        let program = program.into();
+        let child = self.launch(name, &program, args, false)?;
         self.children.push(Process {
             name: name.into(),
+            program,
             args: args.to_vec(),
             child,
         });
         Ok(())
     }
 
-    /// Starts `name` with `args`, its output in `<name>.log` (appended to
-    /// when `append`, so a restarted process keeps its first run's log).
-    fn launch(&self, name: &str, args: &[String], append: bool) -> Result<Child, HarnessError> {
+    /// Starts `program` with `args`, its output in `<name>.log` (appended
+    /// to when `append`, so a restarted process keeps its first run's log).
+    fn launch(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        append: bool,
+    ) -> Result<Child, HarnessError> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
@@ -206,7 +233,18 @@ impl ControlPlane {
         let err = log
             .try_clone()
             .map_err(|e| failed(format!("creating the {name} log"), e))?;
-        Command::new(self.bin.join(name))
+        let mut command = match &self.node {
+            // nsenter enters the network namespace and execs the program
+            // (no fork), so the child is the program itself.
+            Some(node) => node.command(program),
+            None => Command::new(program),
+        };
+        if self.node.is_some() {
+            // containerd finds its shim, the kubelet its mount helpers.
+            let path = std::env::var("PATH").unwrap_or_default();
+            command.env("PATH", format!("{}:{path}", self.bin.display()));
+        }
+        command
             .args(args)
             // The API server calls webhooks on 127.0.0.1: never through a proxy.
             .env("NO_PROXY", "127.0.0.1,localhost")
@@ -243,7 +281,10 @@ impl ControlPlane {
     /// start (same ports, same data and certificate directories), then
     /// waits until the API server is ready.
     fn restart_process(&mut self, name: &str, limit: Duration) -> Result<(), HarnessError> {
-        let args = self.process(name)?.args.clone();
+        let (program, args) = {
+            let process = self.process(name)?;
+            (process.program.clone(), process.args.clone())
+        };
         if self
             .process(name)?
             .child
@@ -254,7 +295,7 @@ impl ControlPlane {
         {
             return Err(failed(format!("restarting {name}"), "it is still running"));
         }
-        let child = self.launch(name, &args, true)?;
+        let child = self.launch(name, &program, &args, true)?;
         self.process(name)?.child = child;
         self.wait_ready(limit)
     }
@@ -371,7 +412,13 @@ impl ControlPlane {
                     ));
                 }
             }
-            if self.dir.join("certs/apiserver.crt").exists()
+            // The CA the kubeconfig names: the API server's self-signed
+            // certificate, or the node's PKI.
+            let ca = match self.node {
+                Some(_) => self.dir.join("pki/ca.crt"),
+                None => self.dir.join("certs/apiserver.crt"),
+            };
+            if ca.exists()
                 && self
                     .kubectl(&["get", "--raw", "/readyz"])
                     .is_ok_and(|o| o.status.success())
@@ -401,9 +448,16 @@ impl ControlPlane {
 
     /// Leaves the processes running and the files in place (for `make
     /// demo`); returns their pids.
+    /// With a node, its state is written next to the kubeconfig for
+    /// [`node::tear_down_detached`], and the namespace holder's pid is last.
     pub fn detach(self) -> Vec<u32> {
         let this = std::mem::ManuallyDrop::new(self);
-        this.children.iter().map(|p| p.child.id()).collect()
+        let mut pids: Vec<u32> = this.children.iter().map(|p| p.child.id()).collect();
+        if let Some(node) = &this.node {
+            node.write_state();
+            pids.push(node.holder_pid());
+        }
+        pids
     }
 
     /// The directory holding the kubeconfig, logs and etcd data.
@@ -1203,11 +1257,15 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        // The node's workloads and processes first (nothing may restart a
+        // container while the rest goes down).
+        let node = self.stop_node();
         // API server first, then etcd.
         for process in self.children.iter_mut().rev() {
             let _ = process.child.kill();
             let _ = process.child.wait();
         }
+        drop(node);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -1218,15 +1276,14 @@ pub const AGENT_IMAGE: &str = "ghcr.io/acme/triage-bot@sha256:4f1c9a7e2b6d8053c1
 
 /// `agentgate scan examples/agent --image AGENT_IMAGE -o OUTPUT`; stdout.
 pub fn scan_example(output: &str) -> Result<String, HarnessError> {
+    scan_example_as(AGENT_IMAGE, output)
+}
+
+/// `agentgate scan examples/agent --image IMAGE -o OUTPUT`; stdout (the
+/// real node's agent image has a digest of its own).
+pub fn scan_example_as(image: &str, output: &str) -> Result<String, HarnessError> {
     let out = Command::new(operator_binary()?)
-        .args([
-            "scan",
-            "examples/agent",
-            "--image",
-            AGENT_IMAGE,
-            "-o",
-            output,
-        ])
+        .args(["scan", "examples/agent", "--image", image, "-o", output])
         .current_dir(repo_root())
         .output()
         .map_err(|e| failed("running agentgate scan", e))?;

@@ -1,0 +1,220 @@
+//! The probing agent of the enforced-pod scenarios, and how its log is
+//! read: whether it runs under the pod runner or on the real node, the same
+//! script tries every way out of the sandbox once per round and prints one
+//! `PROBE` line, so both suites assert the same things.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::pod_runner::UPSTREAM_IP;
+
+/// The agent: a loop of probes, one `PROBE` line per round, and the body of
+/// the first refusal of each kind before the first round's line.
+///
+/// - `get`/`post`: through `HTTP_PROXY` (curl, a GET the policy grants and a
+///   POST it does not);
+/// - `dget`/`dpost`: the same, ignoring the proxy (redirected by nftables);
+/// - `ip`: straight to the upstream's address, a host no rule names;
+/// - `github`: a POST to the trifecta finding's sink, through TLS
+///   interception with the sandbox CA from the pod's bundle;
+/// - `bget`: the granted GET by bash, which the rule (curl only) excludes;
+/// - `udp`: a datagram to a non-DNS port; `inside`/`outside`: writes inside
+///   and outside `readWrite`.
+pub fn agent_script() -> String {
+    format!(
+        r#"#!/bin/bash
+n=0
+while true; do
+  n=$((n+1))
+  t=$(date +%s.%N)
+  code() {{ curl -s -o "$1" -w '%{{http_code}}' --max-time 5 "${{@:2}}" 2>/dev/null; }}
+  get=$(code /dev/null http://api.example.test:8080/repos/acme/x)
+  post=$(code /tmp/post.body -X POST -d x http://api.example.test:8080/repos/acme/x)
+  dget=$(code /dev/null --noproxy '*' http://api.example.test:8080/repos/acme/x)
+  dpost=$(code /tmp/dpost.body --noproxy '*' -X POST -d x http://api.example.test:8080/repos/acme/x)
+  ip=$(code /tmp/ip.body --noproxy '*' http://{UPSTREAM_IP}:8080/repos/acme/x)
+  github=$(code /tmp/github.body -X POST -d '{{}}' https://api.github.com/repos/acme/widgets/issues/1/comments)
+  bget=$(bash -c 'exec 3<>/dev/tcp/api.example.test/8080; printf "GET /repos/acme/x HTTP/1.1\r\nHost: api.example.test:8080\r\nConnection: close\r\n\r\n" >&3; head -1 <&3 | cut -d" " -f2' 2>/dev/null)
+  if bash -c "echo x > /dev/udp/{UPSTREAM_IP}/9999" 2>/dev/null; then udp=sent; else udp=dropped; fi
+  if echo x > /tmp/inside 2>/dev/null; then inside=ok; else inside=denied; fi
+  outside=$( {{ echo x > /dev/shm/agentgate-probe; }} 2>&1 && echo ok)
+  if [ $n = 1 ]; then
+    echo "OUTSIDE $outside"
+    echo "BODY post $(tr -d '\n' < /tmp/post.body)"
+    echo "BODY dpost $(tr -d '\n' < /tmp/dpost.body)"
+    echo "BODY ip $(tr -d '\n' < /tmp/ip.body)"
+    echo "BODY github $(tr -d '\n' < /tmp/github.body)"
+  fi
+  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost ip=$ip bget=$bget github=$github udp=$udp inside=$inside"
+  sleep 0.1
+done
+"#
+    )
+}
+
+/// One round of the agent's probes.
+pub struct Probe {
+    /// When the round started (seconds since the epoch, the pod's clock).
+    pub started: f64,
+    /// `name → value` of the round's line.
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Probe {
+    /// A field's value (empty when the line lacks it).
+    pub fn field(&self, name: &str) -> String {
+        self.fields.get(name).cloned().unwrap_or_default()
+    }
+}
+
+/// Every complete `PROBE` line of `log`.
+pub fn probes(log: &str) -> Vec<Probe> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix("PROBE "))
+        // A line still being written is not a probe yet.
+        .filter(|l| l.contains(" inside="))
+        .map(|l| {
+            let fields: BTreeMap<String, String> = l
+                .split(' ')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let started = fields.get("t").and_then(|t| t.parse().ok()).unwrap_or(0.0);
+            Probe { started, fields }
+        })
+        .collect()
+}
+
+/// The text after `prefix` on the first line that starts with it (the
+/// first round's `OUTSIDE` and `BODY` lines).
+pub fn line_after(log: &str, prefix: &str) -> String {
+    log.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Seconds since the epoch.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Waits (at most `limit`) until a probe that started after `since` has
+/// `field == want` in the log `read` returns; the seconds from `since` to
+/// that probe's start, or the log's tail.
+pub fn first_after(
+    read: impl Fn() -> String,
+    since: f64,
+    field: &str,
+    want: &str,
+    limit: Duration,
+) -> Result<f64, String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let log = read();
+        if let Some(p) = probes(&log)
+            .into_iter()
+            .find(|p| p.started >= since && p.fields.get(field).map(String::as_str) == Some(want))
+        {
+            return Ok(p.started - since);
+        }
+        if Instant::now() > deadline {
+            return Err(tail(&log, 40));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The mean seconds between rounds, and whether the rounds are one
+/// process's (numbered without a gap: the agent was never restarted).
+pub fn rounds(probes: &[Probe]) -> (f64, bool) {
+    let gaps: Vec<f64> = probes
+        .windows(2)
+        .map(|w| w[1].started - w[0].started)
+        .collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len().max(1) as f64;
+    let numbers: Vec<u64> = probes
+        .iter()
+        .filter_map(|p| p.fields.get("n").and_then(|n| n.parse().ok()))
+        .collect();
+    let unbroken = numbers.len() == probes.len() && numbers.windows(2).all(|w| w[0] + 1 == w[1]);
+    (mean, unbroken)
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Checks the agent's first round against the policy both suites commit
+/// (examples of it in e2e/tests/enforced_pod.rs): what is granted passes,
+/// everything else is refused with the reason, the finding's sink cites the
+/// finding. The first mismatch, described.
+pub fn check_first_round(log: &str) -> Result<(), String> {
+    let first = probes(log)
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the agent has not finished a round".to_string())?;
+    let expect = |field: &str, want: &str, what: &str| {
+        let got = first.field(field);
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{what}: {field}={got:?}, wanted {want:?}"))
+        }
+    };
+    expect("get", "200", "allowed GET through HTTP_PROXY")?;
+    expect("post", "403", "POST outside the policy")?;
+    expect("dget", "200", "direct GET, redirected")?;
+    expect("dpost", "403", "direct POST, redirected and judged")?;
+    expect(
+        "ip",
+        "403",
+        "a direct connection to an address no rule names",
+    )?;
+    expect(
+        "bget",
+        "403",
+        "the same GET by bash, not curl: the proxy (uid 1337, SYS_PTRACE only) tells the binaries apart",
+    )?;
+    expect("udp", "dropped", "UDP to a non-DNS port")?;
+    expect("inside", "ok", "a write inside readWrite")?;
+    expect(
+        "github",
+        "403",
+        "the intercepted POST to the finding's sink",
+    )?;
+    let outside = line_after(log, "OUTSIDE ");
+    if !outside.contains("Permission denied") {
+        return Err(format!("a write outside readWrite is EACCES: {outside:?}"));
+    }
+    let body = |kind: &str| -> Result<serde_json::Value, String> {
+        serde_json::from_str(&line_after(log, &format!("BODY {kind} ")))
+            .map_err(|e| format!("the {kind} refusal's body is not JSON: {e}"))
+    };
+    for kind in ["post", "dpost", "ip"] {
+        let body = body(kind)?;
+        if body["decision"] != "deny" || body["reason"].as_str().unwrap_or_default().is_empty() {
+            return Err(format!("the {kind} refusal carries no reason: {body}"));
+        }
+    }
+    for kind in ["post", "dpost"] {
+        let body = body(kind)?;
+        if !body["reason"].as_str().unwrap_or_default().contains("POST") {
+            return Err(format!("the reason names what was refused: {body}"));
+        }
+    }
+    // Refused through TLS interception (curl trusted the sandbox CA from
+    // the pod's bundle) and cited.
+    let github = body("github")?;
+    if github["finding"]["id"] != "AG-TRIFECTA" || github["finding"]["node"] != "post_comment" {
+        return Err(format!(
+            "the sink's refusal does not cite the finding: {github}"
+        ));
+    }
+    Ok(())
+}

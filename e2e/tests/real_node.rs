@@ -1,0 +1,623 @@
+//! The product on a real node (docs/testing.md): kube-apiserver with its
+//! default admission plugins, kube-controller-manager, kube-scheduler, a
+//! kubelet with containerd and runc, kube-proxy. The chart is installed
+//! from the image archive this tree builds, so the operator and its webhook
+//! run as the chart's Pods, and the sandbox Pod the operator creates is run
+//! by the kubelet: the init container installs nftables in the pod's own
+//! network namespace, the proxy is a native sidecar, the agent runs under
+//! `agentgate-exec`.
+//!
+//! One cluster serves every scenario, in order (a node takes a minute to
+//! boot):
+//! 1. the node is real: Ready, ServiceAccounts and their CA published by
+//!    the controller-manager, the operator's Pods scheduled and running;
+//! 2. the enforced pod: granted requests pass, everything else is refused
+//!    with the reason (a direct connection to an IP, another binary, UDP,
+//!    a write outside the grant), a proposal reaches the running agent
+//!    without a restart, a tightened ceiling takes it away again;
+//!    the sandbox CA rotated under the running agent (a CA a day from its
+//!    end: the next minted, published and signing) without a restart;
+//! 3. a Pod claiming the sandbox without its enforced shape is refused;
+//! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
+//!    of a proposal burst: no commit lost or doubled;
+//! 5. deleting the AgentSandbox deletes its Pod, ConfigMap, Secret,
+//!    NetworkPolicy and ServiceAccount (the garbage collector, for real).
+//!
+//! Needs root, cgroup v1, overlayfs, nftables and the node's binaries
+//! (`make node`); without them the test fails, it never skips.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use agentgate_e2e::node::{Images, NODE_NAME, build_images};
+use agentgate_e2e::probe::{self, now, probes, tail};
+use agentgate_e2e::race::{self, NAMESPACE, SANDBOX};
+use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, operator_binary, scan_example_as};
+
+const CEILING: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: MaximumPolicy
+metadata: {name: node-ceiling}
+spec:
+  selector:
+    namespaceSelector: {matchLabels: {team: node}}
+  allowedModes: [ask, auto]
+  defaultMode: auto
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: example
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET, POST], path: \"/repos/**\"}]}
+      - name: github
+        endpoints:
+          - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
+";
+
+/// The sandbox: its agent runs the probe script with the image's bash.
+fn sandbox(image: &str) -> String {
+    let script = serde_json::to_string(&probe::agent_script()).unwrap();
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: node, labels: {{team: node}}}}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {{name: node-bot, namespace: node}}
+spec:
+  mode: auto
+  agentServiceAccount: node-bot
+  template:
+    spec:
+      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+      volumes: [{{name: work, emptyDir: {{}}}}]
+      containers:
+        - name: agent
+          image: {image}
+          imagePullPolicy: Never
+          command: [/bin/bash, -c, {script}]
+          volumeMounts: [{{name: work, mountPath: /tmp}}]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: example-read
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+      - name: github-read
+        endpoints:
+          - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+"
+    )
+}
+
+const PROPOSAL: &str = "apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {name: example-write, namespace: node}
+spec:
+  sandboxRef: {name: node-bot}
+  rationale: write back to the example API
+  requestedBy: e2e-admin
+  add:
+    network:
+      - name: example-write
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: \"/repos/**\"}]}
+";
+
+/// What a failure message wants: the Pods, recent events, the operator
+/// Pods' and the kubelet's logs.
+fn report(cp: &ControlPlane) -> String {
+    let pods = cp
+        .run(&["get", "pods", "-A", "-o", "wide"])
+        .unwrap_or_default();
+    let events = cp
+        .run(&["get", "events", "-A", "--sort-by=.lastTimestamp"])
+        .map(|e| tail(&e, 25))
+        .unwrap_or_default();
+    format!(
+        "--- pods\n{pods}\n--- events\n{events}\n--- operator\n{}\n--- kubelet\n{}",
+        cp.chart_logs(30),
+        cp.log_tail("kubelet", 20)
+    )
+}
+
+/// The images imported and the chart installed from them.
+fn install(cp: &ControlPlane) -> Images {
+    let bin_dir = operator_binary().unwrap();
+    let images = build_images(bin_dir.parent().unwrap()).unwrap();
+    cp.install_chart_on_node(&images, &[])
+        .unwrap_or_else(|e| panic!("{e}\n{}", report(cp)));
+    images
+}
+
+/// Scenario 1: what only a real control plane and node provide.
+fn node_is_real(cp: &ControlPlane) {
+    let nodes = cp
+        .run(&["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"])
+        .unwrap();
+    assert_eq!(nodes, NODE_NAME);
+    cp.run(&["create", "namespace", "node-probe"]).unwrap();
+    for (kind, name) in [
+        ("serviceaccount", "default"),
+        ("configmap", "kube-root-ca.crt"),
+    ] {
+        cp.wait_for(
+            &["get", kind, name, "-n", "node-probe", "-o", "name"],
+            Duration::from_secs(60),
+            |s| !s.is_empty(),
+        )
+        .unwrap_or_else(|_| panic!("the controller-manager never created {kind} {name}"));
+    }
+    // A ServiceAccount token, signed by the API server (the demo's hint).
+    let token = cp
+        .run(&["create", "token", "default", "-n", "node-probe"])
+        .unwrap();
+    assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
+}
+
+/// The operator's Pods: scheduled onto the node and running from the
+/// imported image.
+fn operator_pods_run(cp: &ControlPlane) {
+    let pods = cp
+        .run(&[
+            "get",
+            "pods",
+            "-n",
+            CHART_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=agentgate",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].imageID}{\"\\n\"}{end}",
+        ])
+        .unwrap();
+    let lines: Vec<&str> = pods.lines().collect();
+    assert_eq!(lines.len(), 2, "the chart's two replicas: {pods}");
+    for line in lines {
+        assert!(
+            line.starts_with(&format!("{NODE_NAME} Running ")) && line.contains("sha256:"),
+            "an operator Pod on the node, running the imported image: {line}"
+        );
+    }
+}
+
+fn agent_log(cp: &ControlPlane) -> String {
+    cp.container_log("node", "node-bot", "agent")
+}
+
+fn restarts(cp: &ControlPlane, pod: &str, namespace: &str) -> String {
+    cp.run(&[
+        "get",
+        "pod",
+        pod,
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={range .status.initContainerStatuses[*]}{.name}={.restartCount} {end}{range .status.containerStatuses[*]}{.name}={.restartCount} {end}",
+    ])
+    .unwrap_or_default()
+}
+
+/// Scenario 2: the sandbox Pod, run by the kubelet, enforces the committed
+/// policy; returns the seconds from the proposal to the running agent's
+/// first allowed POST.
+fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
+    cp.apply_yaml(CEILING).unwrap();
+    cp.run_stdin(
+        &["apply", "-f", "-"],
+        &scan_example_as(&images.agent_image, "yaml").unwrap(),
+    )
+    .unwrap();
+    let manifest = sandbox(&images.agent_image);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = cp.apply_yaml(&manifest) {
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox was never admitted: {e}\n{}",
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    cp.wait_pod_ready("node", "node-bot", Duration::from_secs(180))
+        .unwrap_or_else(|last| {
+            let previous = cp
+                .kubectl(&["logs", "node-bot", "-n", "node", "-c", "agentgate-init", "--previous"])
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            panic!(
+                "the sandbox Pod never became Ready ({last:?})\ninit:\n{}{previous}\nproxy:\n{}\n{}",
+                cp.container_log("node", "node-bot", "agentgate-init"),
+                cp.container_log("node", "node-bot", "agentgate-proxy"),
+                report(cp)
+            )
+        });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while probes(&agent_log(cp)).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never probed:\n{}\n{}",
+            agent_log(cp),
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let log = agent_log(cp);
+    let context = || {
+        let proxy = cp.container_log("node", "node-bot", "agentgate-proxy");
+        let init = cp.container_log("node", "node-bot", "agentgate-init");
+        format!(
+            "agent:\n{}\nproxy:\n{}\ninit:\n{init}\n{}",
+            tail(&agent_log(cp), 30),
+            tail(&proxy, 30),
+            report(cp)
+        )
+    };
+    if let Err(e) = probe::check_first_round(&log) {
+        panic!("{e}\n{}", context());
+    }
+
+    let limit = Duration::from_secs(90);
+    let applied_at = now();
+    cp.apply_yaml(PROPOSAL).unwrap();
+    let gained = probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit)
+        .unwrap_or_else(|_| panic!("the approved POST never reached the agent\n{}", context()));
+    let tightened_at = now();
+    cp.apply_yaml(&CEILING.replace("methods: [GET, POST]", "methods: [GET]"))
+        .unwrap();
+    let revoked = probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
+        .unwrap_or_else(|_| {
+            panic!(
+                "the tightened ceiling never reached the agent\n{}",
+                context()
+            )
+        });
+    let rounds = probes(&agent_log(cp));
+    let (period, unbroken) = probe::rounds(&rounds);
+    assert!(
+        unbroken,
+        "one agent process, never restarted\n{}",
+        context()
+    );
+    assert_eq!(
+        restarts(cp, "node-bot", "node"),
+        "agentgate-init=0 agentgate-proxy=0 agent=0 ",
+        "no container restarted\n{}",
+        context()
+    );
+    // The ConfigMap changed twice since the first round: the CA bundle is
+    // still readable under Landlock, so interception still works.
+    assert_eq!(
+        rounds.last().map(|p| p.field("github")).unwrap_or_default(),
+        "403",
+        "after the ConfigMap updates\n{}",
+        context()
+    );
+    println!(
+        "real node: proposal applied → running agent allowed in {gained:.2} s; ceiling tightened → refused in {revoked:.2} s (kubelet syncFrequency {} s, probe rounds of ~{period:.2} s)",
+        agentgate_e2e::node::KUBELET_SYNC_SECONDS
+    );
+    gained
+}
+
+/// A CA as the operator mints them, with one day of its ten left.
+fn expiring_ca() -> (String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, "node-bot sandbox CA (expiring)");
+    params.distinguished_name = name;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(9);
+    params.not_after = now + time::Duration::days(1);
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// `text` without whitespace.
+fn squeeze(text: &str) -> String {
+    text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+fn secret_field(cp: &ControlPlane, field: &str) -> String {
+    cp.run(&[
+        "get",
+        "secret",
+        "node-bot-ca",
+        "-n",
+        "node",
+        "-o",
+        &format!("jsonpath={{.data.{}}}", field.replace('.', "\\.")),
+    ])
+    .unwrap_or_default()
+}
+
+/// Scenario 2b: the sandbox CA rotated under the running agent. The CA is
+/// replaced by one with a day left, so the operator mints the next at once
+/// and, that close to the end, signs with it at once too (the scheduled
+/// path, a third and a sixth before expiry, is the same code with a year
+/// between its steps). The proxy and the agent's bundle follow through
+/// their volumes; the agent is never restarted and intercepted TLS works
+/// with the new CA. Returns the seconds until it did.
+fn ca_rotation(cp: &ControlPlane) -> f64 {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (cert, key) = expiring_ca();
+    let patch = serde_json::json!({"data": {"tls.crt": b64(&cert), "tls.key": b64(&key)}});
+    let replaced_at = now();
+    cp.run(&[
+        "patch",
+        "secret",
+        "node-bot-ca",
+        "-n",
+        "node",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ])
+    .unwrap();
+    // The operator reads the Secret when it reconciles the sandbox, which it
+    // schedules for the CA's next step (a year off): nudge it now.
+    cp.run(&[
+        "annotate",
+        "asbx",
+        "node-bot",
+        "-n",
+        "node",
+        "--overwrite",
+        &format!("e2e.agentgate.dev/ca-replaced={replaced_at}"),
+    ])
+    .unwrap();
+    cp.wait_for(
+        &[
+            "get",
+            "secret",
+            "node-bot-ca",
+            "-n",
+            "node",
+            "-o",
+            "jsonpath={.data.previous\\.crt}",
+        ],
+        Duration::from_secs(60),
+        |previous| previous == b64(&cert),
+    )
+    .unwrap_or_else(|last| {
+        panic!(
+            "the operator never rotated the expiring CA (previous.crt {last:?})\n{}",
+            report(cp)
+        )
+    });
+    let current = secret_field(cp, "tls.crt");
+    assert_ne!(current, b64(&cert), "a new CA signs");
+    let new_ca = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(current.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    // The bundle is the ConfigMap's, written in the same reconcile.
+    cp.wait_for(
+        &[
+            "get",
+            "configmap",
+            "node-bot-policy",
+            "-n",
+            "node",
+            "-o",
+            "jsonpath={.data.ca-bundle\\.pem}",
+        ],
+        Duration::from_secs(30),
+        // Compared without line breaks: PEM writers differ in them.
+        |bundle| squeeze(bundle).contains(&squeeze(&new_ca)),
+    )
+    .unwrap_or_else(|_| panic!("the pod's bundle never trusted the new CA\n{}", report(cp)));
+    // After the kubelet has refreshed both volumes, interception works
+    // with the new CA: a round that started two sync periods later.
+    let settled = now() + 2.0 * agentgate_e2e::node::KUBELET_SYNC_SECONDS as f64;
+    let waited = probe::first_after(
+        || agent_log(cp),
+        settled,
+        "github",
+        "403",
+        Duration::from_secs(90),
+    )
+    .unwrap_or_else(|log| {
+        panic!(
+            "intercepted TLS never worked with the new CA:\n{log}\n{}",
+            report(cp)
+        )
+    });
+    assert_eq!(
+        restarts(cp, "node-bot", "node"),
+        "agentgate-init=0 agentgate-proxy=0 agent=0 ",
+        "no container restarted for the rotation"
+    );
+    let (_, unbroken) = probe::rounds(&probes(&agent_log(cp)));
+    assert!(unbroken, "one agent process through the rotation");
+    settled + waited - replaced_at
+}
+
+/// Scenario 3: a Pod that claims the sandbox but lacks its data plane.
+fn unconfined_pod_refused(cp: &ControlPlane, images: &Images) {
+    let pod = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: borrowed, namespace: node, labels: {{agentgate.dev/sandbox: node-bot}}}}
+spec:
+  serviceAccountName: node-bot
+  containers: [{{name: agent, image: \"{}\", command: [/bin/sleep, \"60\"]}}]
+",
+        images.agent_image
+    );
+    let out = cp.kubectl_stdin(&["apply", "-f", "-"], &pod).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("pods.agentgate.dev"),
+        "a Pod claiming the sandbox without its enforced shape was admitted: {stderr}"
+    );
+}
+
+/// The leader's operator Pod, by the Lease it holds.
+fn leader_pod(cp: &ControlPlane) -> String {
+    cp.run(&[
+        "get",
+        "lease",
+        "agentgate-leader",
+        "-n",
+        CHART_NAMESPACE,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+/// Scenario 4: the leader's container SIGKILLed by the runtime while 20
+/// proposals race.
+fn operator_killed_mid_burst(cp: &ControlPlane) {
+    let logs = || report(cp);
+    cp.create_team_namespace().unwrap();
+    race::run(
+        cp,
+        &[
+            "apply",
+            "-f",
+            "examples/maximum.yaml",
+            "-f",
+            "examples/sandbox.yaml",
+        ],
+    );
+    // The webhook checks requestedBy against the requester: the agent
+    // proposes, with the chart's agentgate-agent role.
+    cp.run(&[
+        "create",
+        "rolebinding",
+        "agent-proposes",
+        "-n",
+        NAMESPACE,
+        "--clusterrole=agentgate-agent",
+        &format!("--serviceaccount={NAMESPACE}:{SANDBOX}"),
+    ])
+    .unwrap();
+    let before = race::wait_committed(cp, &logs);
+    let commits = race::record_commits(cp);
+    let agent = format!("system:serviceaccount:{NAMESPACE}:{SANDBOX}");
+    cp.run_stdin(
+        &["apply", "-f", "-", "--as", &agent],
+        &race::proposals("burst", 20),
+    )
+    .unwrap_or_else(|e| panic!("the agent's proposals: {e}"));
+    race::wait_applied(cp, 2, &logs);
+    let leader = leader_pod(cp);
+    let container = cp
+        .run(&[
+            "get",
+            "pod",
+            &leader,
+            "-n",
+            CHART_NAMESPACE,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].containerID}",
+        ])
+        .unwrap_or_else(|e| panic!("the leader {leader:?} is no Pod: {e}\n{}", logs()));
+    let id = container.trim().trim_start_matches("containerd://");
+    let applied_at_kill = race::applied_count(cp);
+    cp.ctr(&["tasks", "kill", "--signal", "SIGKILL", id])
+        .unwrap_or_else(|e| panic!("killing the leader's container: {e}"));
+    assert!(
+        applied_at_kill < 20,
+        "the burst was over before the leader was killed: nothing was tested"
+    );
+    let phases = race::wait_decided(cp, 20, &logs);
+    assert!(
+        phases.values().all(|p| p == "Applied"),
+        "every proposal is within org-ceiling: {phases:?}\n{}",
+        logs()
+    );
+    assert_eq!(race::committed_once(cp, &logs).len(), 20);
+    cp.wait_revision(NAMESPACE, SANDBOX, race::LIMIT, |r| r >= before + 20)
+        .unwrap_or_else(|last| panic!("revision {last}, wanted {}\n{}", before + 20, logs()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        race::revision(cp),
+        before + 20,
+        "exactly one revision per commit"
+    );
+    race::verify_committed(cp, &logs);
+    commits.check();
+    let restarted = restarts(cp, &leader, CHART_NAMESPACE);
+    assert!(
+        !restarted.contains("=0 "),
+        "the kubelet restarted the killed container: {restarted}"
+    );
+    eprintln!(
+        "real node: leader Pod {leader} SIGKILLed with {applied_at_kill}/20 applied; all 20 committed once; restarts: {restarted}"
+    );
+}
+
+/// Scenario 5: the sandbox's owned objects go with it.
+fn deletion_collects_everything(cp: &ControlPlane) {
+    cp.run(&["delete", "asbx", "node-bot", "-n", "node", "--wait=false"])
+        .unwrap();
+    for (kind, name) in [
+        ("pod", "node-bot"),
+        ("configmap", "node-bot-policy"),
+        ("secret", "node-bot-ca"),
+        ("networkpolicy", "node-bot-egress"),
+        ("serviceaccount", "node-bot"),
+    ] {
+        cp.wait_for(
+            &[
+                "get",
+                kind,
+                "-n",
+                "node",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+            Duration::from_secs(120),
+            |names| !names.split_whitespace().any(|n| n == name),
+        )
+        .unwrap_or_else(|left| {
+            panic!(
+                "{kind} {name} outlived its AgentSandbox ({left:?})\n{}",
+                report(cp)
+            )
+        });
+    }
+}
+
+#[test]
+fn the_product_on_a_real_node() {
+    let started = Instant::now();
+    let cp = ControlPlane::start_with_node().unwrap_or_else(|e| panic!("{e}"));
+    let booted = started.elapsed();
+    node_is_real(&cp);
+    let images = install(&cp);
+    operator_pods_run(&cp);
+    let installed = started.elapsed();
+    enforced_pod(&cp, &images);
+    let rotated = ca_rotation(&cp);
+    eprintln!(
+        "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"
+    );
+    unconfined_pod_refused(&cp, &images);
+    operator_killed_mid_burst(&cp);
+    deletion_collects_everything(&cp);
+    eprintln!(
+        "real node: booted in {:.1} s, chart running {:.1} s, all scenarios {:.1} s",
+        booted.as_secs_f64(),
+        installed.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}

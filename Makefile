@@ -68,14 +68,16 @@ lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-unit-tests: disk z3 control-plane kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e, proxy processes)
-	@# The golden tests run the real binary, which `cargo test` does not build.
-	$(CARGO) build --locked -p agentgate --bins
+unit-tests: disk z3 control-plane node kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes)
+	@# The golden tests run the real binary, which `cargo test` does not build;
+	@# the real-node test packs the image from these binaries.
+	$(CARGO) build --locked -p agentgate --bins -p agentgate-proxy
 	$(CARGO) test --locked --workspace
 
 test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
-e2e: z3 control-plane kstatus ## only the end-to-end tests (real etcd + kube-apiserver + kubectl)
+e2e: z3 control-plane node kstatus helm netns-tools ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
+	$(CARGO) build --locked -p agentgate --bins -p agentgate-proxy
 	$(CARGO) test --locked -p agentgate-e2e
 
 FUZZ_SECONDS ?= 600
@@ -127,12 +129,12 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
 	AGENTGATE_BENCH_SMOKE=1 ./target/debug/bench-proxy
 
-demo: z3 control-plane helm netns-tools ## local control plane + operator + examples/ + an enforcing sandbox Pod, left running (stop: make demo-down)
-	$(CARGO) build --locked -q -p agentgate --bins -p agentgate-proxy -p agentgate-sandbox
-	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- up
+demo: build control-plane node helm netns-tools ## a local cluster with a real node, the chart installed from make image's image, examples/, an enforcing sandbox Pod run by the kubelet, left running (stop: make demo-down)
+	@# Release, like the image it installs (hack/image.sh from target/release).
+	$(CARGO) run --release --locked -q -p agentgate-e2e --bin agentgate-demo -- up
 
 demo-down: ## stop what make demo started
-	$(CARGO) run --locked -q -p agentgate-e2e --bin agentgate-demo -- down
+	$(CARGO) run --release --locked -q -p agentgate-e2e --bin agentgate-demo -- down
 
 demo-cli: build ## the CLI on examples/: verify, diff with its cost, import openshell
 	@./hack/demo.sh

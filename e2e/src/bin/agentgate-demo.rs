@@ -1,22 +1,26 @@
-//! `make demo` / `make demo-down`: a local control plane with the operator
-//! and the examples, left running for you to explore.
+//! `make demo` / `make demo-down`: a local cluster with a real node, the
+//! chart installed from the image this tree builds, and the examples, left
+//! running for you to explore.
 //!
-//! `agentgate-demo up` starts etcd, kube-apiserver and `agentgate
-//! controller`, applies examples/ (a MaximumPolicy with a review region and
-//! an invariant, a sandbox, three proposals), waits for their verdicts,
-//! prints them; then scans examples/agent, applies the AgentScan, shows the
-//! agent's pod refused with the trifecta witness and admitted once the
-//! policy severs the sink; then runs a sandbox's Pod with the pod runner
-//! (as root: network and mount namespaces) and shows its agent refused by
-//! the proxy with the reason, and allowed once a reviewer approves its
-//! proposal; prints the KUBECONFIG path and exits, leaving the control
-//! plane and the operator running. `agentgate-demo down` stops them and removes the files.
+//! `agentgate-demo up` starts the control plane and a node (kubelet,
+//! containerd, runc, kube-proxy; e2e/src/node.rs), imports the agentgate and
+//! agent images, `helm install`s the chart (the operator and its webhook
+//! run as the chart's Pods), applies examples/ (a MaximumPolicy with a
+//! review region and an invariant, a sandbox, three proposals), waits for
+//! their verdicts, prints them; then scans examples/agent, applies the
+//! AgentScan, shows the agent's pod refused with the trifecta witness and
+//! admitted once the policy severs the sink; then a sandbox's Pod, run by
+//! the kubelet, whose agent is refused by the proxy with the reason and
+//! allowed once a reviewer approves its proposal; prints the KUBECONFIG
+//! path and exits, leaving everything running. `agentgate-demo down` stops
+//! it and removes the files.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane, free_loopback_port};
+use agentgate_e2e::node::{Images, build_images, tear_down_detached};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane};
 
 fn state_dir() -> PathBuf {
     std::env::temp_dir().join("agentgate-demo")
@@ -42,6 +46,8 @@ fn down() -> ExitCode {
     for pid in pids.split_whitespace().filter(|p| alive(p)) {
         let _ = Command::new("kill").args(["-9", pid]).status();
     }
+    // The node's containers, shims, mounts, cgroups and veth.
+    tear_down_detached(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     println!("demo stopped");
     ExitCode::SUCCESS
@@ -64,18 +70,18 @@ fn up() -> Result<(), String> {
         return Ok(());
     }
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("starting etcd and kube-apiserver ...");
-    let cp = ControlPlane::start_in(dir.clone()).map_err(|e| e.to_string())?;
-    let port = free_loopback_port().map_err(|e| e.to_string())?;
-    eprintln!("helm install agentgate charts/agentgate (webhook at https://127.0.0.1:{port}) ...");
-    cp.install_chart(port, &[]).map_err(|e| e.to_string())?;
-    cp.create_team_namespace().map_err(|e| e.to_string())?;
-    eprintln!("starting agentgate controller with its webhook ...");
-    let operator = cp
-        .start_webhook_operator(port, &[])
+    let release = agentgate_e2e::operator_binary().map_err(|e| e.to_string())?;
+    let bin_dir = release
+        .parent()
+        .ok_or("the agentgate binary has no directory")?;
+    eprintln!("packing the images from {} ...", bin_dir.display());
+    let images = build_images(bin_dir).map_err(|e| e.to_string())?;
+    eprintln!("starting the control plane and the node (kubelet, containerd, kube-proxy) ...");
+    let cp = ControlPlane::start_with_node_in(dir.clone()).map_err(|e| e.to_string())?;
+    eprintln!("helm install agentgate charts/agentgate (images imported into the node) ...");
+    cp.install_chart_on_node(&images, &[])
         .map_err(|e| e.to_string())?;
-    cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
-        .map_err(|e| format!("{e}\n{}", operator.log()))?;
+    cp.create_team_namespace().map_err(|e| e.to_string())?;
     // The agent's identity may propose (the chart's agentgate-agent role); alice reviews (the chart's
     // reviewer rules; in a cluster, bind the aggregated agentgate-reviewer).
     kubectl(
@@ -112,7 +118,7 @@ fn up() -> Result<(), String> {
         .map_err(|last| {
             format!(
                 "the sandbox was not committed (last: {last:?})\n{}",
-                operator.log()
+                cp.chart_logs(40)
             )
         })?;
     kubectl(
@@ -134,7 +140,7 @@ fn up() -> Result<(), String> {
             .map_err(|last| {
                 format!(
                     "{name} did not reach {phase} (last: {last:?})\n{}",
-                    operator.log()
+                    cp.chart_logs(40)
                 )
             })?;
     }
@@ -186,13 +192,11 @@ fn up() -> Result<(), String> {
         ],
     )?;
 
-    trifecta(&cp, &operator)?;
-    enforcement(&cp, &operator)?;
+    trifecta(&cp)?;
+    enforcement(&cp, &images)?;
 
     let kubeconfig = cp.kubeconfig().display().to_string();
-    let (operator_pid, log) = operator.detach();
-    let mut pids = cp.detach();
-    pids.push(operator_pid);
+    let pids = cp.detach();
     std::fs::write(
         dir.join("pids"),
         pids.iter()
@@ -227,7 +231,13 @@ fn up() -> Result<(), String> {
         "  kubectl agentgate export triage-bot -n agents --into examples/sandbox.yaml --diff   # the approved grant as a change to the file in git"
     );
     println!(
-        "  curl -sk -H \"authorization: Bearer $(kubectl create token triage-bot -n agents)\" https://127.0.0.1:{port}/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
+        "  kubectl port-forward -n agentgate-system svc/agentgate-webhook 9443:443 >/dev/null &   # the webhook Service, from this shell"
+    );
+    println!(
+        "  curl -sk -H \"authorization: Bearer $(kubectl create token triage-bot -n agents)\" https://127.0.0.1:9443/v1/decide -d '{{\"sandbox\":\"triage-bot\",\"namespace\":\"agents\",\"binary\":\"/usr/local/bin/agent\",\"host\":\"api.github.com\",\"port\":443,\"method\":\"DELETE\",\"path\":\"/repos/acme/x\"}}'"
+    );
+    println!(
+        "  kubectl logs -f labeller -n sandboxed -c agent          # the sandboxed agent, run by the kubelet"
     );
     println!(
         "  kubectl get asbx issue-responder -n agents -o jsonpath='{{.status.findings}}'   # per-finding state: Severed, by post_comment"
@@ -235,14 +245,18 @@ fn up() -> Result<(), String> {
     println!(
         "  agentgate scan examples/agent -o sarif                 # the same findings as SARIF code flows"
     );
-    println!("Operator log: {}", log.display());
+    println!("Operator logs: kubectl logs -n agentgate-system -l app.kubernetes.io/name=agentgate");
+    println!(
+        "Node logs (kubelet, containerd, kube-apiserver, ...): {}/*.log",
+        state_dir().display()
+    );
     println!("Stop it with: make demo-down");
     Ok(())
 }
 
 /// The trifecta part: scan, apply the AgentScan, a refused pod with the
 /// witness, the policy severing the sink, the pod admitted.
-fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(), String> {
+fn trifecta(cp: &ControlPlane) -> Result<(), String> {
     let scan = |output: &str| agentgate_e2e::scan_example(output).map_err(|e| e.to_string());
     println!(
         "\n\x1b[1m# The agent in examples/agent: untrusted issue text, a private customer database, posting comments\x1b[0m\n$ agentgate scan examples/agent --image {AGENT_IMAGE}"
@@ -268,7 +282,12 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
         Duration::from_secs(30),
         |s| !s.is_empty(),
     )
-    .map_err(|last| format!("the scan was never analysed ({last:?})\n{}", operator.log()))?;
+    .map_err(|last| {
+        format!(
+            "the scan was never analysed ({last:?})\n{}",
+            cp.chart_logs(40)
+        )
+    })?;
     println!(
         "\n\x1b[1m# A pod running that image in an enforced namespace: refused with both witness paths and the minimal fix\x1b[0m\n$ kubectl run bot -n enforced --image={AGENT_IMAGE}"
     );
@@ -288,7 +307,12 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
     print!("{}", String::from_utf8_lossy(&refused.stderr));
     let condition = |cp: &ControlPlane, want: &str| {
         cp.wait_findings_clear("agents", "issue-responder", want, Duration::from_secs(60))
-            .map_err(|last| format!("FindingsClear never {want} ({last:?})\n{}", operator.log()))
+            .map_err(|last| {
+                format!(
+                    "FindingsClear never {want} ({last:?})\n{}",
+                    cp.chart_logs(40)
+                )
+            })
     };
     println!(
         "\n\x1b[1m# A sandbox running the image with every leg open: FindingsClear=False, its pod refused\x1b[0m\n$ kubectl apply -f examples/agent/sandbox.yaml"
@@ -325,12 +349,15 @@ fn trifecta(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(),
         .map_err(|last| {
             format!(
                 "the severed sandbox's pod was not created ({last:?})\n{}",
-                operator.log()
+                cp.chart_logs(40)
             )
         })?;
     print!(
         "$ kubectl get pod issue-responder -n agents\n{}",
         kubectl(cp, &["get", "pod", "issue-responder", "-n", "agents"])?
+    );
+    println!(
+        "(admitted; the example's image digest is illustrative, so the kubelet has nothing to run: the sandbox below runs a real image)"
     );
     Ok(())
 }
@@ -369,7 +396,8 @@ spec:
       containers:
         - name: agent
           image: IMAGE
-          command: [/srv/agent]
+          imagePullPolicy: Never
+          command: [/bin/bash, -c, SCRIPT]
           volumeMounts: [{name: work, mountPath: /tmp}]
   policy:
     filesystem:
@@ -405,28 +433,25 @@ while true; do
 done
 "#;
 
-/// The enforcement part: the sandbox's Pod, run by the pod runner; its
-/// agent refused by the proxy, then allowed once alice approves.
-fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<(), String> {
-    use agentgate_e2e::pod_runner::{DNS_IP, PodRunner, example_images, example_network};
+/// The enforcement part: the sandbox's Pod, run by the kubelet; its agent
+/// refused by the proxy, then allowed once alice approves.
+fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
     println!(
         "\n\x1b[1m# The sandbox's Pod enforces what was proved: an init container installs the redirect, the agentgate-proxy sidecar judges every request, agentgate-exec wraps the agent\x1b[0m"
     );
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next().unwrap_or("").to_string())
-        });
-    if uid.as_deref() != Some("0") {
-        println!(
-            "NOT SHOWN: running the Pod needs root (network and mount namespaces, nftables); run make demo as root to see the agent refused and then allowed"
-        );
-        return Ok(());
-    }
-    cp.apply_yaml(&DEMO_SANDBOX.replace("IMAGE", AGENT_IMAGE))
+    let script = serde_json::to_string(DEMO_AGENT).map_err(|e| e.to_string())?;
+    // The agent image is scanned like any other (pods of sandboxes run
+    // scanned images only); this sandbox's policy severs its finding.
+    let scan =
+        agentgate_e2e::scan_example_as(&images.agent_image, "yaml").map_err(|e| e.to_string())?;
+    cp.run_stdin(&["apply", "-f", "-"], &scan)
         .map_err(|e| e.to_string())?;
+    cp.apply_yaml(
+        &DEMO_SANDBOX
+            .replace("IMAGE", &images.agent_image)
+            .replace("SCRIPT", &script),
+    )
+    .map_err(|e| e.to_string())?;
     for (name, role, subject) in [
         (
             "labeller-proposes",
@@ -448,15 +473,22 @@ fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<
             ],
         )?;
     }
-    cp.wait_pod("sandboxed", "labeller", Duration::from_secs(60))
+    cp.wait_pod_ready("sandboxed", "labeller", Duration::from_secs(180))
         .map_err(|last| {
             format!(
-                "the labeller's Pod was not created ({last:?})\n{}",
-                operator.log()
+                "the labeller's Pod never became Ready ({last:?})\n{}",
+                cp.chart_logs(40)
             )
         })?;
     print!(
-        "$ kubectl get pod labeller -n sandboxed -o jsonpath='{{.spec.initContainers[*].name}} | {{.spec.containers[0].command}}'\n{}\n",
+        "$ kubectl get pod labeller -n sandboxed -o wide\n{}",
+        kubectl(
+            cp,
+            &["get", "pod", "labeller", "-n", "sandboxed", "-o", "wide"]
+        )?
+    );
+    print!(
+        "$ kubectl get pod labeller -n sandboxed -o jsonpath='{{.spec.initContainers[*].name}} | {{.spec.containers[0].command[0]}}'\n{}\n",
         kubectl(
             cp,
             &[
@@ -466,50 +498,35 @@ fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<
                 "-n",
                 "sandboxed",
                 "-o",
-                "jsonpath={.spec.initContainers[*].name} | {.spec.containers[0].command}"
+                "jsonpath={.spec.initContainers[*].name} | {.spec.containers[0].command[0]}"
             ],
         )?
     );
-    let dir = state_dir().join("pod-runner");
-    let images = example_images(&dir, AGENT_IMAGE, DEMO_AGENT).map_err(|e| e.to_string())?;
-    let netns = example_network(&dir).map_err(|e| e.to_string())?;
-    println!(
-        "(no kubelet here: the pod runner runs the stored Pod's containers as processes, in a network namespace of their own)"
-    );
-    let runner = PodRunner::start(
-        &cp.kubectl_handle(),
-        &netns,
-        "sandboxed",
-        "labeller",
-        &images,
-        &format!("nameserver {DNS_IP}\n"),
-    )
-    .map_err(|e| e.to_string())?;
-    let line_with =
-        |runner: &PodRunner, needle: &str, after: usize| -> Result<(usize, String), String> {
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let log = runner.log("agent");
-                if let Some((i, line)) = log
-                    .lines()
-                    .enumerate()
-                    .skip(after)
-                    .find(|(_, l)| l.contains(needle))
-                {
-                    return Ok((i, line.to_string()));
-                }
-                if std::time::Instant::now() > deadline {
-                    return Err(format!(
-                        "the agent never printed {needle:?}:\n{log}\nproxy:\n{}",
-                        runner.log("agentgate-proxy")
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(100));
+    let agent_log = || cp.container_log("sandboxed", "labeller", "agent");
+    let line_with = |needle: &str, after: usize| -> Result<(usize, String), String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let log = agent_log();
+            if let Some((i, line)) = log
+                .lines()
+                .enumerate()
+                .skip(after)
+                .find(|(_, l)| l.contains(needle))
+            {
+                return Ok((i, line.to_string()));
             }
-        };
-    let (seen, refused) = line_with(&runner, "-> 403", 0)?;
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "the agent never printed {needle:?}:\n{log}\nproxy:\n{}",
+                    cp.container_log("sandboxed", "labeller", "agentgate-proxy")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let (seen, refused) = line_with("-> 403", 0)?;
     println!(
-        "\x1b[1m# The agent labels an issue; its policy grants GET only, so the proxy refuses, with the reason\x1b[0m\nagent: {refused}"
+        "\x1b[1m# The agent labels an issue; its policy grants GET only, so the proxy refuses, with the reason\x1b[0m\n$ kubectl logs labeller -n sandboxed -c agent\n{refused}"
     );
     println!(
         "\n\x1b[1m# The agent asks for the grant; the sandbox is in ask mode, so a reviewer decides\x1b[0m\n$ kubectl apply -f label-issues.yaml --as system:serviceaccount:sandboxed:labeller"
@@ -537,12 +554,13 @@ fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<
     .map_err(|last| {
         format!(
             "label-issues never awaited approval ({last:?})\n{}",
-            operator.log()
+            cp.chart_logs(40)
         )
     })?;
     println!(
         "$ kubectl agentgate approve label-issues -n sandboxed --as alice --reason 'labels are harmless'"
     );
+    let approved_at = std::time::Instant::now();
     let approved = cp
         .plugin(&[
             "approve",
@@ -563,13 +581,11 @@ fn enforcement(cp: &ControlPlane, operator: &agentgate_e2e::Operator) -> Result<
     if !approved.status.success() {
         return Err("alice's approval was refused".into());
     }
-    let (_, allowed) = line_with(&runner, "-> 200", seen)?;
+    let (_, allowed) = line_with("-> 200", seen)?;
     println!(
-        "\x1b[1m# Committed, and the running agent is allowed (no restart: the proxy re-reads the policy)\x1b[0m\nagent: {allowed}"
+        "\x1b[1m# Committed, and the running agent is allowed {:.1} s after the approval (no restart: the kubelet refreshes the policy volume, the proxy re-reads it)\x1b[0m\n{allowed}",
+        approved_at.elapsed().as_secs_f64()
     );
-    drop(runner);
-    drop(netns);
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -46,27 +46,29 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Runs an install script of the repository (its progress on stderr) and
+/// returns the path it prints last: where what it installed is.
+pub(crate) fn installed_path(script: &str) -> Result<PathBuf, HarnessError> {
+    let output = Command::new("bash")
+        .arg(repo_root().join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| failed(format!("running {script}"), e))?;
+    if !output.status.success() {
+        return Err(failed(script, format!("exited with {}", output.status)));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .lines()
+        .last()
+        .ok_or_else(|| failed(script, "printed no path"))?;
+    Ok(PathBuf::from(path.trim()))
+}
+
 /// The directory with kube-apiserver, etcd and kubectl (installing or
 /// building them once if needed).
 pub fn assets() -> Result<PathBuf, HarnessError> {
-    let script = repo_root().join("e2e/hack/install-control-plane.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| failed(format!("running {}", script.display()), e))?;
-    if !output.status.success() {
-        return Err(failed(
-            "install-control-plane.sh",
-            format!("exited with {}", output.status),
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
-        .lines()
-        .last()
-        .ok_or_else(|| failed("install-control-plane.sh", "printed no directory"))?;
-    Ok(PathBuf::from(dir.trim()))
+    installed_path("e2e/hack/install-control-plane.sh")
 }
 
 fn free_port() -> Result<u16, HarnessError> {
@@ -566,20 +568,7 @@ pub fn plugin_binary() -> Result<PathBuf, HarnessError> {
 /// helm, built once from its Go module by hack/install-helm.sh (cached
 /// outside the repository; never skipped: failing to get it is an error).
 pub fn helm_binary() -> Result<PathBuf, HarnessError> {
-    let output = Command::new("bash")
-        .arg(repo_root().join("hack/install-helm.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| failed("running hack/install-helm.sh", e))?;
-    if !output.status.success() {
-        return Err(failed("hack/install-helm.sh", "could not provide helm"));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = stdout
-        .lines()
-        .last()
-        .ok_or_else(|| failed("install-helm.sh", "printed no path"))?;
-    Ok(PathBuf::from(path.trim()))
+    installed_path("hack/install-helm.sh")
 }
 
 fn built_binary(name: &str) -> Result<PathBuf, HarnessError> {

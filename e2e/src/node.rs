@@ -168,28 +168,12 @@ fn run_checked(what: &str, command: &mut Command) -> Result<String, HarnessError
 /// The directory holding every node binary (e2e/hack/install-node.sh builds
 /// them once into the cache; a missing piece is an error, never a skip).
 pub fn node_assets() -> Result<PathBuf, HarnessError> {
-    let script = repo_root().join("e2e/hack/install-node.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| failed(format!("running {}", script.display()), e))?;
-    if !output.status.success() {
-        return Err(failed(
-            "e2e/hack/install-node.sh",
-            format!("exited with {}", output.status),
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout
-        .lines()
-        .last()
-        .ok_or_else(|| failed("install-node.sh", "printed no directory"))?;
+    let dir = crate::installed_path("e2e/hack/install-node.sh")?;
     run_checked(
         "e2e/hack/check-node.sh",
         Command::new("bash").arg(repo_root().join("e2e/hack/check-node.sh")),
     )?;
-    Ok(PathBuf::from(dir.trim()))
+    Ok(dir)
 }
 
 /// Runs a script from the repository and returns the last line it printed

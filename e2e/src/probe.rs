@@ -218,3 +218,93 @@ pub fn check_first_round(log: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The ceiling of the enforced-pod scenarios, `<namespace>-ceiling`,
+/// governing namespaces labelled `team=<namespace>`: GET and POST to the
+/// example API, GET to GitHub. `tightened` leaves the example API GET only.
+pub fn ceiling(namespace: &str, tightened: bool) -> String {
+    let methods = if tightened { "[GET]" } else { "[GET, POST]" };
+    format!(
+        "apiVersion: agentgate.dev/v1alpha1
+kind: MaximumPolicy
+metadata: {{name: {namespace}-ceiling}}
+spec:
+  selector:
+    namespaceSelector: {{matchLabels: {{team: {namespace}}}}}
+  allowedModes: [ask, auto]
+  defaultMode: auto
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: example
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: {methods}, path: \"/repos/**\"}}]}}
+      - name: github
+        endpoints:
+          - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+"
+    )
+}
+
+/// Namespace `<namespace>` (team `<namespace>`) and its sandbox
+/// `<namespace>-bot`, whose agent container runs `image` with `command` (a
+/// YAML flow sequence) as uid 1000: the example API by curl only and GET
+/// only, GitHub GET, `/tmp` writable.
+pub fn sandbox(namespace: &str, image: &str, pull_policy: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}, labels: {{team: {namespace}}}}}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {{name: {namespace}-bot, namespace: {namespace}}}
+spec:
+  mode: auto
+  agentServiceAccount: {namespace}-bot
+  template:
+    spec:
+      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+      volumes: [{{name: work, emptyDir: {{}}}}]
+      containers:
+        - name: agent
+          image: {image}
+          imagePullPolicy: {pull_policy}
+          command: {command}
+          volumeMounts: [{{name: work, mountPath: /tmp}}]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
+      readWrite: [/tmp]
+    network:
+      - name: example-read
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+      - name: github-read
+        endpoints:
+          - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+"
+    )
+}
+
+/// The proposal granting `<namespace>-bot` POST to the example API.
+pub fn write_proposal(namespace: &str) -> String {
+    format!(
+        "apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {{name: example-write, namespace: {namespace}}}
+spec:
+  sandboxRef: {{name: {namespace}-bot}}
+  rationale: write back to the example API
+  requestedBy: e2e-admin
+  add:
+    network:
+      - name: example-write
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [POST], path: \"/repos/**\"}}]}}
+"
+    )
+}

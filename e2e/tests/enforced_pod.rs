@@ -23,74 +23,6 @@ use agentgate_e2e::pod_runner::{DNS_IP, PodRunner, example_images, example_netwo
 use agentgate_e2e::probe::{self, now, probes, tail};
 use agentgate_e2e::{AGENT_IMAGE, ControlPlane};
 
-const CEILING: &str = "apiVersion: agentgate.dev/v1alpha1
-kind: MaximumPolicy
-metadata: {name: runner-ceiling}
-spec:
-  selector:
-    namespaceSelector: {matchLabels: {team: runner}}
-  allowedModes: [ask, auto]
-  defaultMode: auto
-  policy:
-    filesystem:
-      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
-      readWrite: [/tmp]
-    network:
-      - name: example
-        endpoints:
-          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET, POST], path: \"/repos/**\"}]}
-      - name: github
-        endpoints:
-          - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
-";
-
-const SANDBOX: &str = "apiVersion: v1
-kind: Namespace
-metadata: {name: runner, labels: {team: runner}}
----
-apiVersion: agentgate.dev/v1alpha1
-kind: AgentSandbox
-metadata: {name: runner-bot, namespace: runner}
-spec:
-  mode: auto
-  agentServiceAccount: runner-bot
-  template:
-    spec:
-      securityContext: {runAsUser: 1000, runAsGroup: 1000}
-      volumes: [{name: work, emptyDir: {}}]
-      containers:
-        - name: agent
-          image: IMAGE
-          command: [/srv/agent]
-          volumeMounts: [{name: work, mountPath: /tmp}]
-  policy:
-    filesystem:
-      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
-      readWrite: [/tmp]
-    network:
-      - name: example-read
-        binaries: [/usr/bin/curl]
-        endpoints:
-          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
-      - name: github-read
-        endpoints:
-          - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
-";
-
-const PROPOSAL: &str = "apiVersion: agentgate.dev/v1alpha1
-kind: PolicyProposal
-metadata: {name: example-write, namespace: runner}
-spec:
-  sandboxRef: {name: runner-bot}
-  rationale: write back to the example API
-  requestedBy: e2e-admin
-  add:
-    network:
-      - name: example-write
-        endpoints:
-          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: \"/repos/**\"}]}
-";
-
 /// Waits until a probe that started after `since` has `field == want`;
 /// returns the seconds from `since` to that probe's start.
 fn first_after(runner: &PodRunner, since: f64, field: &str, want: &str) -> f64 {
@@ -112,9 +44,9 @@ fn first_after(runner: &PodRunner, since: f64, field: &str, want: &str) -> f64 {
 #[test]
 fn the_sandbox_pod_enforces_the_committed_policy() {
     let (cp, operator, _port) = ControlPlane::with_webhook(&[]).unwrap();
-    cp.apply_yaml(CEILING).unwrap();
+    cp.apply_yaml(&probe::ceiling("runner", false)).unwrap();
     cp.apply_example_scan().unwrap();
-    let sandbox = SANDBOX.replace("IMAGE", AGENT_IMAGE);
+    let sandbox = probe::sandbox("runner", AGENT_IMAGE, "IfNotPresent", "[/srv/agent]");
     // The webhook answers from its caches: retry until they hold the ceiling.
     let deadline = Instant::now() + Duration::from_secs(30);
     while let Err(e) = cp.apply_yaml(&sandbox) {
@@ -177,11 +109,10 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     // Scenario 2: a proposal reaches the running agent, a tightened
     // maximum takes it away; the agent is never restarted.
     let applied_at = now();
-    cp.apply_yaml(PROPOSAL).unwrap();
+    cp.apply_yaml(&probe::write_proposal("runner")).unwrap();
     let gained = first_after(&runner, applied_at, "post", "200");
     let tightened_at = now();
-    cp.apply_yaml(&CEILING.replace("methods: [GET, POST]", "methods: [GET]"))
-        .unwrap();
+    cp.apply_yaml(&probe::ceiling("runner", true)).unwrap();
     let revoked = first_after(&runner, tightened_at, "post", "403");
     assert_eq!(
         runner.wait_exit("agent", Duration::ZERO),

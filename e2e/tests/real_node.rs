@@ -34,80 +34,16 @@ use agentgate_e2e::probe::{self, now, probes, tail};
 use agentgate_e2e::race::{self, NAMESPACE, SANDBOX};
 use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, operator_binary, scan_example_as};
 
-const CEILING: &str = "apiVersion: agentgate.dev/v1alpha1
-kind: MaximumPolicy
-metadata: {name: node-ceiling}
-spec:
-  selector:
-    namespaceSelector: {matchLabels: {team: node}}
-  allowedModes: [ask, auto]
-  defaultMode: auto
-  policy:
-    filesystem:
-      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
-      readWrite: [/tmp]
-    network:
-      - name: example
-        endpoints:
-          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET, POST], path: \"/repos/**\"}]}
-      - name: github
-        endpoints:
-          - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: \"/repos/**\"}]}
-";
-
 /// The sandbox: its agent runs the probe script with the image's bash.
 fn sandbox(image: &str) -> String {
     let script = serde_json::to_string(&probe::agent_script()).unwrap();
-    format!(
-        "apiVersion: v1
-kind: Namespace
-metadata: {{name: node, labels: {{team: node}}}}
----
-apiVersion: agentgate.dev/v1alpha1
-kind: AgentSandbox
-metadata: {{name: node-bot, namespace: node}}
-spec:
-  mode: auto
-  agentServiceAccount: node-bot
-  template:
-    spec:
-      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
-      volumes: [{{name: work, emptyDir: {{}}}}]
-      containers:
-        - name: agent
-          image: {image}
-          imagePullPolicy: Never
-          command: [/bin/bash, -c, {script}]
-          volumeMounts: [{{name: work, mountPath: /tmp}}]
-  policy:
-    filesystem:
-      readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
-      readWrite: [/tmp]
-    network:
-      - name: example-read
-        binaries: [/usr/bin/curl]
-        endpoints:
-          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
-      - name: github-read
-        endpoints:
-          - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
-"
+    probe::sandbox(
+        "node",
+        image,
+        "Never",
+        &format!("[/bin/bash, -c, {script}]"),
     )
 }
-
-const PROPOSAL: &str = "apiVersion: agentgate.dev/v1alpha1
-kind: PolicyProposal
-metadata: {name: example-write, namespace: node}
-spec:
-  sandboxRef: {name: node-bot}
-  rationale: write back to the example API
-  requestedBy: e2e-admin
-  add:
-    network:
-      - name: example-write
-        endpoints:
-          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: \"/repos/**\"}]}
-";
 
 /// What a failure message wants: the Pods, recent events, the operator
 /// Pods' and the kubelet's logs.
@@ -206,7 +142,7 @@ fn restarts(cp: &ControlPlane, pod: &str, namespace: &str) -> String {
 /// policy; returns the seconds from the proposal to the running agent's
 /// first allowed POST.
 fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
-    cp.apply_yaml(CEILING).unwrap();
+    cp.apply_yaml(&probe::ceiling("node", false)).unwrap();
     cp.run_stdin(
         &["apply", "-f", "-"],
         &scan_example_as(&images.agent_image, "yaml").unwrap(),
@@ -262,12 +198,11 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
 
     let limit = Duration::from_secs(90);
     let applied_at = now();
-    cp.apply_yaml(PROPOSAL).unwrap();
+    cp.apply_yaml(&probe::write_proposal("node")).unwrap();
     let gained = probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit)
         .unwrap_or_else(|_| panic!("the approved POST never reached the agent\n{}", context()));
     let tightened_at = now();
-    cp.apply_yaml(&CEILING.replace("methods: [GET, POST]", "methods: [GET]"))
-        .unwrap();
+    cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
     let revoked = probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
         .unwrap_or_else(|_| {
             panic!(

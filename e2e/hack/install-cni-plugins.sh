@@ -28,26 +28,7 @@ bin="$root/bin"
 stamp="$bin/.installed"
 spec="recipe=$RECIPE cni-plugins=$CNI_PLUGINS_VERSION plugins=${PLUGINS[*]##*/}"
 
-have_all() {
-  local p
-  for p in "${PLUGINS[@]}"; do
-    [ -x "$bin/${p##*/}" ] || return 1
-  done
-}
-installed() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all; }
-
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-
-mkdir -p "$bin"
-kb_lock
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-rm -f "$stamp"
+kb_reuse_or_lock "${PLUGINS[@]##*/}"
 
 kb_what="the CNI plugins $CNI_PLUGINS_VERSION"
 kb_go_env

@@ -37,26 +37,7 @@ stamp="$bin/.installed"
 spec="recipe=$RECIPE containerd=$CONTAINERD_VERSION tags=$CONTAINERD_TAGS"
 BINARIES=(containerd containerd-shim-runc-v2 ctr)
 
-have_all() {
-  local b
-  for b in "${BINARIES[@]}"; do
-    [ -x "$bin/$b" ] || return 1
-  done
-}
-installed() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all; }
-
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-
-mkdir -p "$bin"
-kb_lock
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-rm -f "$stamp"
+kb_reuse_or_lock "${BINARIES[@]}"
 
 kb_what="containerd $CONTAINERD_VERSION"
 kb_go_env

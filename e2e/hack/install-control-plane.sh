@@ -59,26 +59,14 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
 fi
 
 # --- 2. cache fast path -----------------------------------------------------
-cache_root="${AGENTGATE_CACHE:-${XDG_CACHE_HOME:-${HOME:?HOME is not set}/.cache}/agentgate}"
-root="$cache_root/k8s/$KUBE_VERSION"
+root="$(kb_cache_root)/k8s/$KUBE_VERSION"
 bin="$root/bin"
 stamp="$bin/.installed"
 spec="recipe=$RECIPE kube=$KUBE_VERSION etcd=$ETCD_VERSION"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all "$bin"; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-
-# --- slow path: one installer at a time ------------------------------------
-mkdir -p "$bin"
-kb_lock
-# It may have finished the job while we waited.
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all "$bin"; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-rm -f "$stamp"
+# The fast path, else one installer at a time (it may have finished the
+# job while we waited).
+kb_reuse_or_lock kube-apiserver etcd kubectl
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH; it is needed to build kube-apiserver $KUBE_VERSION and etcd $ETCD_VERSION (or set KUBEBUILDER_ASSETS)"
 

@@ -28,27 +28,7 @@ bin="$root/bin"
 stamp="$bin/.installed-node"
 spec="recipe=$RECIPE kube=$KUBE_VERSION node=${BINARIES[*]}"
 
-have_all() {
-  local b
-  for b in "${BINARIES[@]}"; do
-    [ -x "$bin/$b" ] || return 1
-  done
-}
-installed() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && have_all; }
-
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-
-mkdir -p "$bin"
-kb_lock
-# It may have finished the job while we waited.
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-rm -f "$stamp"
+kb_reuse_or_lock "${BINARIES[@]}"
 
 kb_what="${BINARIES[*]} $KUBE_VERSION"
 kb_go_env

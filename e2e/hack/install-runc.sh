@@ -33,20 +33,7 @@ bin="$root/bin"
 stamp="$bin/.installed"
 spec="recipe=$RECIPE runc=$RUNC_VERSION tags=$RUNC_TAGS"
 
-installed() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] && [ -x "$bin/runc" ]; }
-
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-
-mkdir -p "$bin"
-kb_lock
-if installed; then
-  printf '%s\n' "$bin"
-  exit 0
-fi
-rm -f "$stamp"
+kb_reuse_or_lock runc
 
 kb_what="runc $RUNC_VERSION"
 kb_go_env

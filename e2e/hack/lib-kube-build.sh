@@ -44,6 +44,32 @@ kb_lock() {
   fi
 }
 
+# kb_installed FILE...: $stamp says $spec and every FILE is executable in $bin.
+kb_installed() {
+  local f
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$spec" ] || return 1
+  for f in "$@"; do
+    [ -x "$bin/$f" ] || return 1
+  done
+}
+
+# kb_reuse_or_lock FILE...: prints $bin and exits when it already holds the
+# install of $spec; otherwise takes the lock, checks again (another
+# installer may have finished while we waited) and clears the stamp.
+kb_reuse_or_lock() {
+  if kb_installed "$@"; then
+    printf '%s\n' "$bin"
+    exit 0
+  fi
+  mkdir -p "$bin"
+  kb_lock
+  if kb_installed "$@"; then
+    printf '%s\n' "$bin"
+    exit 0
+  fi
+  rm -f "$stamp"
+}
+
 # Never `cmd | grep -q` under pipefail: grep exits at the first match, the
 # writer may die of SIGPIPE, and the check fails at random ("built etcd does
 # not report 3.5.35: etcd Version: 3.5.35"). Capture the output, then match.

@@ -46,20 +46,45 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Runs an install script of the repository (its progress on stderr) and
-/// returns the path it prints last: where what it installed is.
-pub(crate) fn installed_path(script: &str) -> Result<PathBuf, HarnessError> {
-    let output = Command::new("bash")
-        .arg(repo_root().join(script))
-        .stderr(Stdio::inherit())
+/// Runs `command`; its stdout, or an error naming `what` with everything
+/// it printed.
+pub(crate) fn run_checked(what: &str, command: &mut Command) -> Result<String, HarnessError> {
+    let output = command
         .output()
-        .map_err(|e| failed(format!("running {script}"), e))?;
-    if !output.status.success() {
-        return Err(failed(script, format!("exited with {}", output.status)));
+        .map_err(|e| failed(format!("running {what}"), e))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(failed(
+            what.to_string(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        ))
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let path = stdout
-        .lines()
+}
+
+/// Runs a script of the repository with `args` (its progress on stderr)
+/// and returns the lines it printed on stdout.
+pub fn script_output(script: &str, args: &[&str]) -> Result<Vec<String>, HarnessError> {
+    let out = run_checked(
+        script,
+        Command::new("bash")
+            .arg(repo_root().join(script))
+            .args(args)
+            .current_dir(repo_root())
+            .stderr(Stdio::inherit()),
+    )?;
+    Ok(out.lines().map(str::to_string).collect())
+}
+
+/// Runs an install script of the repository and returns the path it
+/// prints last: where what it installed is.
+pub(crate) fn installed_path(script: &str) -> Result<PathBuf, HarnessError> {
+    let lines = script_output(script, &[])?;
+    let path = lines
         .last()
         .ok_or_else(|| failed(script, "printed no path"))?;
     Ok(PathBuf::from(path.trim()))
@@ -178,18 +203,8 @@ impl ControlPlane {
     }
 
     fn run_tool(&self, program: &str, args: &[&str]) -> Result<(), HarnessError> {
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .map_err(|e| failed(format!("running {program}"), e))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(failed(
-                format!("{program} {}", args.join(" ")),
-                String::from_utf8_lossy(&output.stderr),
-            ))
-        }
+        let what = format!("{program} {}", args.join(" "));
+        run_checked(&what, Command::new(program).args(args)).map(|_| ())
     }
 
     /// Starts the control-plane binary `name` with `args`.

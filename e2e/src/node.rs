@@ -36,7 +36,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::pod_runner::{DNS_IP, UPSTREAM_IP};
-use crate::{ControlPlane, HarnessError, TOKEN_USERS, failed, repo_root};
+use crate::{
+    ControlPlane, HarnessError, TOKEN_USERS, failed, repo_root, run_checked, script_output,
+};
 
 /// The node's name (its kubelet's `--hostname-override`).
 pub const NODE_NAME: &str = "agentgate-node";
@@ -147,24 +149,6 @@ const CGROUP_CONTROLLERS: [&str; 9] = [
     "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",
 ];
 
-fn run_checked(what: &str, command: &mut Command) -> Result<String, HarnessError> {
-    let output = command
-        .output()
-        .map_err(|e| failed(format!("running {what}"), e))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(failed(
-            what.to_string(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ),
-        ))
-    }
-}
-
 /// The directory holding every node binary (e2e/hack/install-node.sh builds
 /// them once into the cache; a missing piece is an error, never a skip).
 pub fn node_assets() -> Result<PathBuf, HarnessError> {
@@ -174,20 +158,6 @@ pub fn node_assets() -> Result<PathBuf, HarnessError> {
         Command::new("bash").arg(repo_root().join("e2e/hack/check-node.sh")),
     )?;
     Ok(dir)
-}
-
-/// Runs a script from the repository and returns the last line it printed
-/// (the image builders print the archive's path last).
-pub fn script_output(script: &str, args: &[&str]) -> Result<Vec<String>, HarnessError> {
-    let out = run_checked(
-        script,
-        Command::new("bash")
-            .arg(repo_root().join(script))
-            .args(args)
-            .current_dir(repo_root())
-            .stderr(Stdio::inherit()),
-    )?;
-    Ok(out.lines().map(str::to_string).collect())
 }
 
 impl Node {

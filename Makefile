@@ -1,5 +1,8 @@
 # agentgate — see README.md. Every target installs what it needs, idempotently.
 SHELL := /bin/bash
+# Every recipe line fails on its first failing command, an unset variable or
+# a failing stage of a pipeline, not only on its last command's status.
+.SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -7,8 +10,15 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 ifeq ($(CI),true)
 export CARGO_INCREMENTAL := 0
 endif
+# Where cargo writes: CARGO_TARGET_DIR when it is set, as cargo reads it.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+RELEASE_DIR := $(TARGET_DIR)/release
+# The dev binaries the golden, packaging and end-to-end tests run: agentgate,
+# kubectl-agentgate, agentgate-proxy and agentgate-exec (cargo test builds
+# another package's binaries only for that package's own tests).
+DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -38,15 +48,19 @@ netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transpa
 chart: helm ## helm lint and helm template of charts/agentgate over several value sets
 	@./hack/test-chart.sh
 
-build: z3 exec-static ## release binaries into target/release/ (agentgate, kubectl-agentgate, agentgate-proxy, static agentgate-exec)
+build: z3 ## release binaries into target/release/ (agentgate, kubectl-agentgate, agentgate-proxy, static agentgate-exec)
 	$(CARGO) build --release --locked -p agentgate -p agentgate-proxy
-	cp "$$(./hack/check-static-exec.sh | tail -n 1)" target/release/agentgate-exec
+	@# The static agentgate-exec, built and checked once; its path is the
+	@# script's only stdout, and a failing script fails here.
+	exec_bin="$$(./hack/check-static-exec.sh)"; \
+	  cp "$$exec_bin" $(RELEASE_DIR)/.agentgate-exec.tmp; \
+	  mv -f $(RELEASE_DIR)/.agentgate-exec.tmp $(RELEASE_DIR)/agentgate-exec
 
-dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binaries, finding lib/ beside them) and lib/libz3
-	@./hack/dist.sh target/release target/release/agentgate-exec dist
+dist: build ## dist/agentgate-<version>-linux-amd64.tar.gz: bin/ (all four binaries, debug sections stripped, finding lib/ beside them) and lib/libz3
+	@./hack/dist.sh $(RELEASE_DIR) $(RELEASE_DIR)/agentgate-exec dist
 
 image: build netns-tools ## dist/agentgate-<version>.oci.tar: the OCI image (all four binaries, libz3, nft, user 65532), built without a container engine
-	@./hack/image.sh target/release target/release/agentgate-exec dist
+	@./hack/image.sh $(RELEASE_DIR) $(RELEASE_DIR)/agentgate-exec dist
 
 image-check: netns-tools ## build the image from the dev binaries and the static agentgate-exec, unpack its layers, run every binary there under chroot; the same for the agent and pause images (part of make test)
 	@./hack/test-image.sh
@@ -62,23 +76,43 @@ exec-static: ## agentgate-exec as a static binary, checked to link nothing dynam
 	@./hack/check-static-exec.sh >/dev/null
 
 sizes: build ## print the release binaries' sizes and whether each links Z3 (docs/benchmarks.md)
-	@./hack/binary-sizes.sh target/release/agentgate target/release/kubectl-agentgate target/release/agentgate-proxy target/release/agentgate-exec
+	@./hack/binary-sizes.sh $(addprefix $(RELEASE_DIR)/,agentgate kubectl-agentgate agentgate-proxy agentgate-exec)
 
 lint: disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
-unit-tests: disk z3 control-plane node kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes)
-	@# The golden tests run the real binary, which `cargo test` does not build;
-	@# the real-node test packs the image from these binaries.
-	$(CARGO) build --locked -p agentgate --bins -p agentgate-proxy
-	$(CARGO) test --locked --workspace
+# The everyday loop: needs only Z3. The tests it leaves out need root, network
+# namespaces, apt packages, helm or a control plane: the e2e crate, and the
+# #[ignore = "..."] tests, which make test runs (--include-ignored) and which
+# say what they need (tests/README.md).
+check: z3 ## the everyday loop, a few minutes warm: fmt check, clippy, and every unit, property and golden test that needs only Z3 (tests/README.md)
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	@# Also builds the binaries the golden tests run: cargo builds a package's
+	@# binaries for its own integration tests (agentgate's: operator/tests/).
+	@# No separate cargo build: without the tests' features (the policy
+	@# crate's `testing`) it would compile the operator crate a second time.
+	$(CARGO) test --locked --workspace --exclude agentgate-e2e
+
+unit-tests: disk z3 control-plane node kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
+	@# The golden tests run agentgate's binaries, the pod runner and the
+	@# real-node test run and pack all four: built explicitly, whichever
+	@# packages have integration tests (for which cargo test builds them).
+	$(CARGO) build --locked $(DEV_BINS)
+	@# --include-ignored: the tests make check leaves out (they need root,
+	@# network namespaces or helm) run here; nothing is skipped.
+	$(CARGO) test --locked --workspace -- --include-ignored
 
 test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
-e2e: z3 control-plane node kstatus helm netns-tools ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
-	$(CARGO) build --locked -p agentgate --bins -p agentgate-proxy
-	$(CARGO) test --locked -p agentgate-e2e
+e2e: z3 exec-static control-plane node kstatus helm netns-tools ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
+	@# What the suites run: the operator and plugin, the proxy and
+	@# agentgate-exec (the pod runner copies these), the static agentgate-exec
+	@# (exec-static) and, from them, the node's images (packed by the test
+	@# through e2e/hack/node-images.sh, cached).
+	$(CARGO) build --locked $(DEV_BINS)
+	$(CARGO) test --locked -p agentgate-e2e -- --include-ignored
 
 FUZZ_SECONDS ?= 600
 fuzz: z3 ## bad input for FUZZ_SECONDS (default 600) per target: admission endpoints and /v1/decide through the router in process, policy load/compile/prove; prints executions and failures
@@ -101,7 +135,7 @@ bench-scale: z3 control-plane helm ## 1,000 sandboxes in 50 namespaces under 3 c
 bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximums in one process, beside 500 separate runs
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
-	./target/release/bench-verify
+	$(RELEASE_DIR)/bench-verify
 
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
@@ -113,7 +147,7 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 
 bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost
 	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
-	./target/release/bench-proxy
+	$(RELEASE_DIR)/bench-proxy
 
 bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; fails when one no longer works
 	@# Dev profile, reusing the test build; the e2e benchmarks run target/debug/agentgate.
@@ -127,7 +161,7 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-scale
 	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
-	AGENTGATE_BENCH_SMOKE=1 ./target/debug/bench-proxy
+	AGENTGATE_BENCH_SMOKE=1 $(TARGET_DIR)/debug/bench-proxy
 
 demo: build control-plane node helm netns-tools ## a local cluster with a real node, the chart installed from make image's image, examples/, an enforcing sandbox Pod run by the kubelet, left running (stop: make demo-down)
 	@# Release, like the image it installs (hack/image.sh from target/release).
@@ -141,8 +175,15 @@ demo-cli: build ## the CLI on examples/: verify, diff with its cost, import open
 
 crds: z3 ## regenerate crds/agentgate.yaml (and the chart's copy) from the Rust types
 	@mkdir -p crds
-	$(CARGO) run --locked -q -p agentgate --bin agentgate -- crds > crds/agentgate.yaml
-	cp crds/agentgate.yaml charts/agentgate/files/crds.yaml
+	@# Each file is written beside itself, then renamed into place: a failed
+	@# build leaves both as they were.
+	@tmp=crds/.agentgate.yaml.tmp chart_tmp=charts/agentgate/files/.crds.yaml.tmp; \
+	  trap 'rm -f "$$tmp" "$$chart_tmp"' EXIT; \
+	  $(CARGO) run --locked -q -p agentgate --bin agentgate -- crds >"$$tmp"; \
+	  test -s "$$tmp"; \
+	  cp "$$tmp" "$$chart_tmp"; \
+	  mv -f "$$chart_tmp" charts/agentgate/files/crds.yaml; \
+	  mv -f "$$tmp" crds/agentgate.yaml
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -3,9 +3,10 @@
 # `make test`. Without it a full disk shows up minutes later as an rlib that
 # "failed to build archive" in the middle of the dependency build.
 #
-# A clean `make test` writes about 2.3 GB to target/; a cold tool cache adds
-# about 5 GB of Go module and build cache for the control plane and helm, but
-# only once. AGENTGATE_MIN_FREE_GB overrides the threshold (0 turns it off).
+# A clean `make test` writes about 3.3 GB to target/ (the figure README.md
+# records); a cold tool cache adds about 5 GB of Go module and build cache for
+# the control plane, the node and helm, but only once. AGENTGATE_MIN_FREE_GB
+# overrides the threshold (0 turns it off).
 set -euo pipefail
 
 min_gb="${AGENTGATE_MIN_FREE_GB:-4}"
@@ -25,7 +26,7 @@ case "$free_kb" in
 esac
 free_gb=$((free_kb / 1024 / 1024))
 if [ "$free_gb" -lt "$min_gb" ]; then
-  printf 'check-disk: ERROR: %s GB free on the disk of %s, make test needs %s GB (target/ takes about 2.3 GB); free space (e.g. `make clean`) or set AGENTGATE_MIN_FREE_GB\n' \
+  printf 'check-disk: ERROR: %s GB free on the disk of %s, make test needs %s GB (a clean target/ takes about 3.3 GB); free space (e.g. `make clean`) or set AGENTGATE_MIN_FREE_GB\n' \
     "$free_gb" "$target" "$min_gb" >&2
   exit 1
 fi

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# `make demo`: the proof core on examples/, as a new user would try it.
+# `make demo-cli`: the proof core on examples/, as a new user would try it.
 # Every command is also documented (and tested) in docs/cli.md.
+# No `set -e`: half the steps exit non-zero on purpose, and each prints it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=./target/release/agentgate
+# The release build `make build` wrote (CARGO_TARGET_DIR, as cargo reads it).
+release="${CARGO_TARGET_DIR:-target}/release"
+bin="$release/agentgate"
+[ -x "$bin" ] || { printf 'demo: %s is missing (make build)\n' "$bin" >&2; exit 1; }
 say() { printf '\n\033[1;34m# %s\033[0m\n' "$*"; }
-step() { printf '\033[1m$ %s\033[0m\n' "${*/#.\/target\/release\//}"; "$@"; printf '(exit %s)\n' "$?"; }
+step() { printf '\033[1m$ %s\033[0m\n' "${*/#"$release"\//}"; "$@"; printf '(exit %s)\n' "$?"; }
 
 say "1. The sandbox's declared policy is proved inside the org ceiling (exit 0)."
 step $bin verify --maximum examples/maximum.yaml examples/sandbox.yaml

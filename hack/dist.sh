@@ -4,7 +4,10 @@
 #   lib/libz3.so.<version>
 # Every binary gets RUNPATH $ORIGIN/../lib (patchelf), so `agentgate verify`
 # runs wherever the archive is unpacked (a CI job, a laptop), with no
-# LD_LIBRARY_PATH. Usage: dist.sh BIN_DIR EXEC_BIN OUT_DIR
+# LD_LIBRARY_PATH. Binaries are stripped of debug sections, as in the image
+# (hack/image.sh packs from this archive): the line tables are most of each
+# file and only a debugger reads them; the symbols stay, so a panic's
+# backtrace still names its functions. Usage: dist.sh BIN_DIR EXEC_BIN OUT_DIR
 #   BIN_DIR  where agentgate, kubectl-agentgate, agentgate-proxy are (target/release)
 #   EXEC_BIN the agentgate-exec to ship (the static one for a release)
 #   OUT_DIR  where dist/agentgate-<version>-linux-amd64.tar.gz goes
@@ -39,7 +42,9 @@ done
 [ -x "$exec_bin" ] || die "$exec_bin is missing (make exec-static)"
 cp "$exec_bin" "$stage/$name/bin/agentgate-exec"
 cp "$z3" "$stage/$name/lib/"
+command -v strip >/dev/null 2>&1 || die "strip is missing (binutils)"
 for b in "$stage/$name"/bin/*; do
+  strip --strip-debug "$b" || die "strip --strip-debug $(basename "$b") failed"
   # Only binaries that load libraries get a RUNPATH. A static-pie binary
   # (agentgate-exec) has a dynamic section but no NEEDED entry, and
   # rewriting it with patchelf corrupts it.
@@ -48,6 +53,12 @@ for b in "$stage/$name"/bin/*; do
   fi
 done
 mkdir -p "$out_dir"
-tar -C "$stage" -czf "$out_dir/$name.tar.gz" "$name"
-log "packed $(du -h "$out_dir/$name.tar.gz" | cut -f1) into $out_dir/$name.tar.gz"
+# Packed in the stage, then renamed into place: a failed or interrupted run
+# never leaves a truncated archive under the real name.
+tar -C "$stage" -czf "$stage/$name.tar.gz" "$name"
+tmp="$(mktemp "$out_dir/.$name.XXXXXX")"
+mv "$stage/$name.tar.gz" "$tmp"
+chmod 0644 "$tmp"
+mv -f "$tmp" "$out_dir/$name.tar.gz"
+log "packed $(du -h "$out_dir/$name.tar.gz" | cut -f1) into $out_dir/$name.tar.gz ($(du -sh --apparent-size "$stage/$name" | cut -f1) unpacked)"
 printf '%s\n' "$out_dir/$name.tar.gz"

@@ -10,7 +10,7 @@
 #   /usr/sbin/nft                       (agentgate-proxy init-net runs it)
 #   every shared library those need, at the path ldd resolves, and the loader
 #   /etc/passwd, /etc/group             (root, agentgate-proxy 1337, nonroot 65532)
-# Binaries are stripped of debug sections (symbols stay).
+# Binaries are stripped of debug sections (symbols stay): dist.sh strips them.
 # User 65532:65532; the operator's Deployment and the sandbox Pods set their
 # own uids (agentgate-init runs as root with NET_ADMIN, the proxy as 1337).
 #
@@ -39,11 +39,6 @@ rootfs="$stage/rootfs"
 mkdir -p "$rootfs/usr/local" "$rootfs/usr/sbin" "$rootfs/etc" "$rootfs/tmp" "$rootfs/proc" "$rootfs/dev" "$rootfs/agentgate"
 tar -C "$rootfs/usr/local" --strip-components=1 -xzf "$archive"
 cp "$nft" "$rootfs/usr/sbin/nft"
-# Line tables are for a debugger, not a container: keep the symbols (panic
-# backtraces still name functions), drop the debug sections.
-for b in "$rootfs"/usr/local/bin/*; do
-  strip --strip-debug "$b"
-done
 
 # Shared libraries, at the paths the loader resolves on this (Debian) build
 # host; the image's glibc is the one the binaries were linked against.

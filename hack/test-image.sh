@@ -8,6 +8,9 @@ set -euo pipefail
 die() { printf 'test-image: ERROR: %s\n' "$*" >&2; exit 1; }
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ "$(id -u)" = 0 ] || die "chroot needs root"
+# The dev binaries, where cargo put them (CARGO_TARGET_DIR, as cargo reads it).
+target="${CARGO_TARGET_DIR:-$root/target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 work="$(mktemp -d)"
 # A runtime mounts /proc in every container; the loader needs it for the
 # binaries' $ORIGIN RUNPATH (/proc/self/exe).
@@ -16,8 +19,8 @@ if [ $# -ge 1 ]; then
   archive="$1"   # an archive already built, e.g. make image's
 else
   # The static agentgate-exec, as a release ships it.
-  static_exec="$(cd "$root" && ./hack/check-static-exec.sh | tail -n 1)"
-  archive="$(GZIP_LEVEL=1 "$root/hack/image.sh" "$root/target/debug" "$root/$static_exec" "$work/out" | tail -n 1)"
+  static_exec="$("$root/hack/check-static-exec.sh")"
+  archive="$(GZIP_LEVEL=1 "$root/hack/image.sh" "$target/debug" "$static_exec" "$work/out" | tail -n 1)"
 fi
 mkdir "$work/layout" "$work/rootfs"
 tar -C "$work/layout" -xf "$archive"

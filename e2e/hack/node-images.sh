@@ -22,11 +22,11 @@ done
 out="$root/target/node-images/$(basename "$bin_dir")"
 mkdir -p "$out"
 cd "$root"
-static_exec="$(./hack/check-static-exec.sh | tail -n 1)"
+static_exec="$(./hack/check-static-exec.sh)"
 # Debug binaries are large: fast compression, the archive never leaves the machine.
 level=1
 [ "$(basename "$bin_dir")" = release ] && level=9
-agentgate="$(GZIP_LEVEL=$level ./hack/image.sh "$bin_dir" "$root/$static_exec" "$out" | tail -n 1)"
+agentgate="$(GZIP_LEVEL=$level ./hack/image.sh "$bin_dir" "$static_exec" "$out" | tail -n 1)"
 [ -f "$agentgate" ] || die "hack/image.sh wrote no archive"
 agent="$(./hack/agent-image.sh "$out" | tail -n 2)"
 archive="$(printf '%s\n' "$agent" | sed -n 1p)"

@@ -1,8 +1,8 @@
-//! The race of issue 3 (20 proposals for one sandbox at once) and the
+//! The proposal race (20 proposals for one sandbox at once) and the
 //! checks every race and fault scenario ends with: no proposal lost (each
 //! reaches a final phase), none applied twice (each Applied proposal is in
 //! `status.appliedProposals` once, and the revision rises by exactly one per
-//! commit as a watch sees it), and the invariant of DESIGN.md §5: every
+//! commit as a watch sees it), and the invariant of docs/design.md §5: every
 //! sandbox's committed effective policy proved by `agentgate verify` inside
 //! every MaximumPolicy that governs it now.
 #![allow(clippy::panic)] // assertions: a panic is a failed test, with its message
@@ -262,7 +262,7 @@ fn selects(selector: Option<&Value>, labels: &Value) -> bool {
         .is_none_or(|want| want.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
-/// The invariant of DESIGN.md §5, checked with the real CLI: for every
+/// The invariant of docs/design.md §5, checked with the real CLI: for every
 /// sandbox, the maximums that govern it now (evaluated here from their
 /// selectors, and compared with `status.governedBy`), and `agentgate verify
 /// --maximum M... EFFECTIVE` on its committed effective policy. A sandbox

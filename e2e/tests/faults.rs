@@ -1,6 +1,6 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
-//! Issue 13, "Faults": the control plane and the operator's own processes
-//! fail under load, and the commit protocol of DESIGN.md §5 still holds.
+//! Faults: the control plane and the operator's own processes
+//! fail under load, and the commit protocol of docs/design.md §5 still holds.
 //!
 //! 1. kube-apiserver SIGKILLed and restarted in the middle of a 20-proposal race;
 //! 2. etcd SIGKILLed and restarted (same data directory) in the middle of one;

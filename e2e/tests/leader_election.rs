@@ -1,5 +1,5 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
-//! Issue 3, scenario 7: with two operator replicas only the Lease holder
+//! Leader election: with two operator replicas only the Lease holder
 //! reconciles and commits; when it dies the other takes over.
 
 use std::time::Duration;

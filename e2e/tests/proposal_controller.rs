@@ -1,6 +1,6 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
 //! PolicyProposals through the verified commit path, against a real API
-//! server (issue 3 scenarios 1, 2, 3 and 8): applied automatically inside
+//! server: applied automatically inside
 //! the auto-eligible region, rejected with a counterexample outside the
 //! maximum, waiting for approval in a review region and applied after an
 //! Approved condition, and rejected with its reason code on an unmodelled

@@ -1,5 +1,5 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test code: a panic is a failed test
-//! Issue 3, scenarios 5 and 6: 20 proposals for one sandbox created at once
+//! The race: 20 proposals for one sandbox created at once
 //! while the maximum is tightened halfway (and, in the second test, the
 //! operator killed in the middle and restarted). At the end: every proposal
 //! is decided, each applied one is committed exactly once, and the
@@ -45,7 +45,7 @@ fn converged(cp: &ControlPlane, logs: &dyn Fn() -> String) {
         "race outcome: {} applied, {rejected} rejected, revision {revision}",
         listed.len()
     );
-    // The invariant of DESIGN.md §5, proved by the same prover CI runs.
+    // The invariant of docs/design.md §5, proved by the same prover CI runs.
     verify_committed(cp, logs);
 }
 

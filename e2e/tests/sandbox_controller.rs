@@ -2,7 +2,7 @@
 //! The AgentSandbox reconciler against a real API server: the effective
 //! policy is proved inside every governing maximum, what is not is revoked
 //! and named, the ConfigMap for the enforcement proxy follows, and a
-//! tightened maximum revokes a committed grant (issue 3, scenario 4).
+//! tightened maximum revokes a committed grant.
 
 use std::time::Duration;
 
@@ -268,7 +268,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         "the agent Pod",
     );
     assert_eq!(owner, "podded AgentSandbox");
-    // ... in the enforced shape of DESIGN.md §10, with its CA, CA bundle
+    // ... in the enforced shape of docs/design.md §10, with its CA, CA bundle
     // and NetworkPolicy.
     let shape = cp
         .run(&[
@@ -366,7 +366,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         );
     }
 
-    // Scenario 4: the maximum is tightened; the committed grant is revoked
+    // The maximum is tightened; the committed grant is revoked
     // and WithinMaximum=False names it.
     apply(&cp, TIGHTENED);
     let message = sandbox(

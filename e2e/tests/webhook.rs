@@ -47,7 +47,7 @@ fn decide(cp: &ControlPlane, port: u16, body: &str) -> serde_json::Value {
 fn explained_denials_dry_run_and_runtime_decisions() {
     let (cp, operator, port) = setup(&[]);
 
-    // Scenario 1: outside the maximum, refused with the counterexample.
+    // Outside the maximum: refused with the counterexample.
     assert_refused(
         cp.kubectl_stdin(&["apply", "-f", "-"], OUTSIDE).unwrap(),
         r#"agentsandbox "bot" exceeds MaximumPolicy "org-ceiling": POST https://api.github.com:443/repos/acme by /usr/bin/gh"#,
@@ -88,7 +88,7 @@ fn explained_denials_dry_run_and_runtime_decisions() {
         .unwrap();
     assert_refused(scan, "not pinned by digest");
 
-    // Scenario 5: /v1/decide on the committed policy.
+    // /v1/decide on the committed policy.
     cp.wait_revision("agents", "triage-bot", Duration::from_secs(30), |r| r >= 1)
         .unwrap_or_else(|last| panic!("never committed ({last})\n{}", operator.log()));
     let allow = decide(
@@ -531,7 +531,7 @@ fn rotation_under_load_and_failing_closed() {
         "{metrics}"
     );
 
-    // Scenario 4: webhook gone, agentgate objects are refused, kube-system is not affected.
+    // Webhook gone: agentgate objects are refused, kube-system is not affected.
     drop(operator);
     assert_refused(
         cp.kubectl(&["apply", "--dry-run=server", "-f", "examples/sandbox.yaml"])

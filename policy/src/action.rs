@@ -1,4 +1,4 @@
-//! Concrete actions (POLICY-SEMANTICS.md §1) and their canonical forms.
+//! Concrete actions (docs/policy-semantics.md §1) and their canonical forms.
 
 use std::fmt;
 
@@ -193,7 +193,7 @@ pub fn check_request_path(value: &str) -> Result<(), CanonicalError> {
 }
 
 /// The `path` of a `rest` action for a request target's path (without its
-/// query), as POLICY-SEMANTICS.md §7 says: percent-escapes of `/`, `.`, `\`
+/// query), as docs/policy-semantics.md §7 says: percent-escapes of `/`, `.`, `\`
 /// and `%` are refused because a server may decode them into a different
 /// path than the one judged; escapes of other unreserved characters
 /// (letters, digits, `-`, `_`, `~`) are decoded; the result must be

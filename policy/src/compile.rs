@@ -18,7 +18,7 @@ pub enum Role {
     Sandbox,
 }
 
-/// Size limits (POLICY-SEMANTICS.md §6).
+/// Size limits (docs/policy-semantics.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Network rules per policy.
@@ -468,7 +468,7 @@ pub fn compile_region(region: &Region, field: &str) -> Result<CompiledRegion, Re
 }
 
 impl CompiledPolicy {
-    /// The auto-eligible view of a maximum (DESIGN.md §4 step 7): the same
+    /// The auto-eligible view of a maximum (docs/design.md §4 step 7): the same
     /// policy with the allow part of every review-required endpoint removed.
     /// Deny entries stay, so the view is never larger than the maximum.
     pub fn auto_eligible_view(&self) -> CompiledPolicy {

@@ -1,5 +1,5 @@
 //! Composition of policies: a proposal's `add` and `remove` applied to the
-//! current effective policy give the candidate of DESIGN.md §4. Pure; the
+//! current effective policy give the candidate of docs/design.md §4. Pure; the
 //! reconciler and the webhook both use it.
 
 use crate::error::{Reason, ReasonCode};

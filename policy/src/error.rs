@@ -1,4 +1,4 @@
-//! Reason codes (POLICY-SEMANTICS.md §5) and policy errors that carry them.
+//! Reason codes (docs/policy-semantics.md §5) and policy errors that carry them.
 
 use std::fmt;
 

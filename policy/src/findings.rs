@@ -1,5 +1,5 @@
 //! Trifecta findings as the data plane reads them: the operator writes
-//! `findings.json` next to the policy (DESIGN.md §10), each finding with the
+//! `findings.json` next to the policy (docs/design.md §10), each finding with the
 //! network regions its tools would reach, so a refusal can say which static
 //! finding predicted it without the analysis (or Z3) in the data plane.
 
@@ -36,7 +36,7 @@ pub struct NodeRegion {
     pub region: Region,
 }
 
-/// The static finding a runtime deny belongs to (DESIGN.md §8).
+/// The static finding a runtime deny belongs to (docs/design.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FindingCitation {
     /// Finding id, e.g. `AG-TRIFECTA`.

@@ -1,4 +1,4 @@
-//! Glob patterns of POLICY-SEMANTICS.md §3: parsing, validation and concrete
+//! Glob patterns of docs/policy-semantics.md §3: parsing, validation and concrete
 //! matching.
 //!
 //! Two independent views of a glob live here on purpose:

@@ -4,7 +4,7 @@
 //! matched in full by `matcher`, in policy order, so an indexed decision is
 //! the unindexed one (a property test checks it).
 //!
-//! Host globs have wildcards only in their first label (POLICY-SEMANTICS.md
+//! Host globs have wildcards only in their first label (docs/policy-semantics.md
 //! §3), so each glob is keyed by what follows its first label:
 //! - a literal host by itself;
 //! - a first label with `*` (one label) by the rest: a host is looked up by

@@ -1,4 +1,4 @@
-//! The policy language (POLICY-SEMANTICS.md): documents, globs, validation,
+//! The policy language (docs/policy-semantics.md): documents, globs, validation,
 //! compilation and the runtime matcher. Pure logic, no I/O: the operator
 //! proves with it, and the data plane (`agentgate-proxy`, `agentgate-exec`)
 //! enforces with it, so both read policies the same way.

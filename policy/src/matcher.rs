@@ -1,5 +1,5 @@
 //! The runtime matcher: evaluates concrete actions against a compiled policy
-//! exactly as POLICY-SEMANTICS.md §4 says. No solver; this is what the
+//! exactly as docs/policy-semantics.md §4 says. No solver; this is what the
 //! enforcement side runs, and what every prover counterexample is replayed
 //! through.
 
@@ -21,7 +21,7 @@ pub struct Decision {
 }
 
 /// Who opened a connection, as far as the runtime can tell
-/// (POLICY-SEMANTICS.md §7).
+/// (docs/policy-semantics.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller<'a> {
     /// The realpath of the one executable that owns the socket.
@@ -93,7 +93,7 @@ pub fn endpoint_denies(rule: &CompiledRule, e: &CompiledEndpoint, a: &NetworkAct
 }
 
 /// What an enforcement point does with a new connection to (host, port)
-/// before it has seen any request (DESIGN.md §10).
+/// before it has seen any request (docs/design.md §10).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectionDecision {
     /// No endpoint could allow any action on (caller, host, port).

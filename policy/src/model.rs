@@ -1,4 +1,4 @@
-//! The policy document of POLICY-SEMANTICS.md §2 as serde/schemars types.
+//! The policy document of docs/policy-semantics.md §2 as serde/schemars types.
 //! These are the shapes people write (and, later, the CRD schemas); they are
 //! checked and compiled into [`crate::CompiledPolicy`] before use.
 
@@ -214,7 +214,7 @@ pub struct Invariant {
     pub region: Region,
 }
 
-/// Weights of the least-privilege cost of a new grant (DESIGN.md §3).
+/// Weights of the least-privilege cost of a new grant (docs/design.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CostWeights {

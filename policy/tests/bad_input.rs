@@ -1,4 +1,4 @@
-//! Bad input through load and compile (issue 13, "bad input"): nothing
+//! Bad input through load and compile: nothing
 //! panics, every refusal names where it is, and the documented limits
 //! (`compile::Limits`: 4 MiB of input, 1,024 rules, …) refuse oversized
 //! documents with `resource_limit` instead of working on them.

@@ -1,5 +1,5 @@
 //! The proxy's decisions, as pure functions over a policy snapshot: how a
-//! connection or a request becomes an action of POLICY-SEMANTICS.md §7, and
+//! connection or a request becomes an action of docs/policy-semantics.md §7, and
 //! what a refusal says. No I/O, so the property tests can compare it with
 //! the matcher directly; every verdict comes from `agentgate_policy::matcher`.
 

@@ -1,11 +1,11 @@
-//! Which binary opened a connection (DESIGN.md §10): the client socket's
+//! Which binary opened a connection (docs/design.md §10): the client socket's
 //! inode (one exact `sock_diag` netlink query by its addresses; reading
 //! `/proc/net/tcp{,6}` instead when netlink is unavailable, which costs
 //! milliseconds once a namespace holds thousands of sockets, TIME_WAIT
 //! included), the processes holding it from `/proc/*/fd`, and their
 //! executables. Exactly one executable, or unknown.
 //! Unknown is never an error: the matcher then grants only rules without
-//! `binaries` (POLICY-SEMANTICS.md §7).
+//! `binaries` (docs/policy-semantics.md §7).
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,5 +1,5 @@
 #![warn(missing_docs)]
-//! agentgate-proxy: the sandbox's egress proxy (DESIGN.md §10). It judges
+//! agentgate-proxy: the sandbox's egress proxy (docs/design.md §10). It judges
 //! every connection and every HTTP request of an agent's processes by the
 //! committed effective policy, with the same matcher the operator's proofs
 //! are replayed through, and enforces the verdict. See docs/proxy.md.

@@ -1,5 +1,5 @@
 //! `agentgate-proxy init-net`: the nftables rules that make the proxy the
-//! only way out of a sandbox's network namespace (DESIGN.md §10). Every TCP
+//! only way out of a sandbox's network namespace (docs/design.md §10). Every TCP
 //! connection from a uid other than the proxy's to a non-loopback address is
 //! redirected to the transparent port; UDP is dropped except DNS to the
 //! resolvers of resolv.conf; the proxy's own uid passes untouched.

@@ -320,7 +320,21 @@ fn a_revocation_between_connect_and_the_first_byte_closes_the_tunnel() {
         let hr = &h;
         let client =
             s.spawn(move || hr.python(&raw, &upstream_ca, &[before_tls.as_str(), "GET /x"]));
-        std::thread::sleep(Duration::from_millis(1000));
+        // The revocation must come after the CONNECT was allowed: wait for
+        // that decision (a fixed sleep lost the race on a busy machine).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !h
+            .get_metrics_path("/metrics")
+            .1
+            .contains(r#"agentgate_proxy_decisions_total{decision="allow",stage="connect""#)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the CONNECT was never allowed: {}",
+                h.proxy_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let before = h.generation();
         h.write_policy("network: []\n");
         h.wait_generation_after(before);

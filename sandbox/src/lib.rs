@@ -1,9 +1,9 @@
 #![warn(missing_docs)]
-//! The filesystem half of the data plane (DESIGN.md §10): `agentgate-exec`
+//! The filesystem half of the data plane (docs/design.md §10): `agentgate-exec`
 //! turns a policy's `filesystem` section into Landlock rules, restricts
 //! itself (and so every process it starts) and execs the agent's command.
 //! Landlock works on the hierarchy the kernel resolves, so a symlink or
-//! `..` cannot lead out of a grant (POLICY-SEMANTICS.md §7).
+//! `..` cannot lead out of a grant (docs/policy-semantics.md §7).
 
 use std::path::Path;
 

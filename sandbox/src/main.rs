@@ -199,7 +199,7 @@ fn main() -> ExitCode {
     let mut grants = grants(&policy);
     // Only when asked: the policy mount (the pod's /agentgate/policy: the
     // policy, findings.json and the CA bundle every TLS client needs) is
-    // readable, outside the model (POLICY-SEMANTICS.md §7). Without the
+    // readable, outside the model (docs/policy-semantics.md §7). Without the
     // flag nothing is added, not even the policy file: it was read above,
     // before the restriction, and nothing under it reads it again.
     // The mount as named, not canonicalised: the kubelet swaps `..data` to

@@ -3,7 +3,7 @@
 //! the agent would run unconfined). And a differential property test: on
 //! random filesystem sections over a small tree, every read and write a
 //! child process attempts succeeds exactly when the policy matcher
-//! (POLICY-SEMANTICS.md §4) allows it.
+//! (docs/policy-semantics.md §4) allows it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};

@@ -10,15 +10,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentgate::controller::metrics::Metrics;
-use agentgate::k8s::crd::{AgentSandbox, MaximumPolicy};
-use agentgate::policy::compile::{CompiledPolicy, Limits, Role};
-use agentgate::policy::error::{Reason, ReasonCode};
-use agentgate::policy::load::{DocumentKind, LoadError, load_document};
-use agentgate::prover::{Outcome, Prover, ProverOptions};
+use agentgate::metrics::Metrics;
 use agentgate::webhook::WebhookArgs;
 use agentgate::webhook::certs::CertResolver;
 use agentgate::webhook::server::{Caches, WebhookState, router};
+use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy};
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role};
+use agentgate_policy::error::{Reason, ReasonCode};
+use agentgate_policy::load::{DocumentKind, LoadError, load_document};
+use agentgate_prover::{Outcome, Prover, ProverOptions};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};
@@ -507,8 +507,15 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// Builds the router and its state.
+    /// Builds the router and its state: no scans, no scan writers.
     pub fn new() -> Webhook {
+        Webhook::with_scans(Vec::new(), &[])
+    }
+
+    /// The same router, with `scans` in its cache and `scan_writers` (as
+    /// `--scan-writer`, e.g. the chart's default `group:system:masters`)
+    /// trusted to write scans.
+    pub fn with_scans(scans: Vec<AgentScan>, scan_writers: &[&str]) -> Webhook {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -516,13 +523,15 @@ impl Webhook {
             .unwrap_or_else(|e| panic!("a tokio runtime: {e}"));
         let router = runtime.block_on(async {
             let client = kube::Client::new(tower::service_fn(fake_api_server), "default");
-            let flags = WebhookFlags::parse_from([
-                "fuzz",
-                "--operator-user",
-                "system:serviceaccount:agentgate-system:agentgate",
-                "--admission-deadline-ms",
-                "2000",
-            ]);
+            let mut args = vec![
+                "fuzz".to_string(),
+                "--operator-user".to_string(),
+                "system:serviceaccount:agentgate-system:agentgate".to_string(),
+                "--admission-deadline-ms".to_string(),
+                "2000".to_string(),
+            ];
+            args.extend(scan_writers.iter().map(|w| format!("--scan-writer={w}")));
+            let flags = WebhookFlags::parse_from(args);
             let maximum: MaximumPolicy = serde_json::from_value(yaml("examples/maximum.yaml"))
                 .unwrap_or_else(|e| panic!("examples/maximum.yaml: {e}"));
             let mut sandbox: AgentSandbox = serde_json::from_value(yaml("examples/sandbox.yaml"))
@@ -539,7 +548,7 @@ impl Webhook {
                     namespace("enforced", json!({"agentgate.dev/enforce": "enforce"})),
                 ]),
                 sandboxes: store_of(vec![sandbox]),
-                scans: store_of(Vec::new()),
+                scans: store_of(scans),
             };
             let state = WebhookState::new(
                 &flags.webhook,

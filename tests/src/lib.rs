@@ -2,8 +2,8 @@
 
 pub mod fuzz;
 
-use agentgate::policy::compile::{CompiledPolicy, Limits, Role, compile};
-use agentgate::policy::load::load_document;
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
+use agentgate_policy::load::load_document;
 
 /// Compiles a policy from YAML text; panics with the reason on failure
 /// (test inputs are fixed and known to be valid).

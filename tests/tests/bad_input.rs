@@ -8,7 +8,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use agentgate::prover::Prover;
+use agentgate_prover::Prover;
 use agentgate_tests::fuzz::{
     MUTATIONS, Mutation, Rng, Webhook, check_policy, decide_seed, mutate, mutate_yaml, org_ceiling,
     policy_seeds, seeds,

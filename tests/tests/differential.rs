@@ -8,15 +8,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agentgate::policy::action::{Action, Layer, NetworkAction};
-use agentgate::policy::compile::{
+use agentgate::webhook::decide::{DecideRequest, decide_action};
+use agentgate_policy::action::{Action, Layer, NetworkAction};
+use agentgate_policy::compile::{
     CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
 };
-use agentgate::policy::matcher::{allows, region_contains};
-use agentgate::policy::model::{PolicyDocument, Region};
-use agentgate::prover::{Outcome, Prover, ProverOptions};
-use agentgate::webhook::decide::{DecideRequest, decide_action};
+use agentgate_policy::load::CompiledInvariant;
+use agentgate_policy::matcher::{allows, region_contains};
+use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{HOST_GLOBS, PATH_GLOBS, PORTS, document, strings, universe};
+use agentgate_prover::verdict::{
+    Evidence, GoverningMaximum, Mode, Source, Step, VerdictInput, decide, first_escape,
+    revoke_until_within,
+};
+use agentgate_prover::{Outcome, Prover, ProverOptions};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 
@@ -31,8 +36,17 @@ fn prover() -> Prover {
 /// Pairs (C, M): independent; M = C plus allow-only rules (so C ⊆ M); or M = C
 /// with one rule replaced (often a near miss).
 fn pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
-    (document(), document(), 0u8..3).prop_map(|(c, other, how)| match how {
-        0 => (c, other, false),
+    (document(), document(), 0u8..3).prop_map(|(c, other, how)| {
+        let (m, contained) = maximum_around(&c, other, how);
+        (c, m, contained)
+    })
+}
+
+/// A maximum M for C, built from `other` as `how` says (see [`pair`]), and
+/// whether C ⊆ M by construction.
+fn maximum_around(c: &PolicyDocument, other: PolicyDocument, how: u8) -> (PolicyDocument, bool) {
+    match how {
+        0 => (other, false),
         1 => {
             let mut m = c.clone();
             for (i, mut r) in other.network.into_iter().enumerate() {
@@ -44,7 +58,7 @@ fn pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
             }
             m.filesystem.read_only.extend(other.filesystem.read_only);
             m.filesystem.read_write.extend(other.filesystem.read_write);
-            (c, m, true)
+            (m, true)
         }
         _ => {
             let mut m = c.clone();
@@ -53,9 +67,29 @@ fn pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
             {
                 slot.endpoints = new.endpoints;
             }
-            (c, m, false)
+            (m, false)
         }
-    })
+    }
+}
+
+/// A random network region over the alphabet (an absent dimension is
+/// unconstrained).
+fn region() -> impl Strategy<Value = Region> {
+    (
+        proptest::option::of(strings(HOST_GLOBS, 2)),
+        proptest::option::of(strings(PATH_GLOBS, 2)),
+        proptest::option::of(strings(&["GET", "POST", "DELETE"], 2)),
+        proptest::option::of(subsequence(PORTS, 1..=2)),
+        proptest::option::of(subsequence(&[Layer::L4, Layer::Rest], 1..=2)),
+    )
+        .prop_map(|(hosts, paths, methods, ports, layers)| Region {
+            binaries: None,
+            hosts: hosts.filter(|h| !h.is_empty()),
+            ports,
+            layers,
+            methods: methods.filter(|m| !m.is_empty()),
+            paths: paths.filter(|p| !p.is_empty()),
+        })
 }
 
 fn compiled(doc: &PolicyDocument) -> CompiledPolicy {
@@ -110,23 +144,8 @@ proptest! {
 
     /// Intersection with a random region agrees with the matcher.
     #[test]
-    fn intersection_agrees_with_matcher(
-        (c, _, _) in pair(),
-        hosts in proptest::option::of(strings(HOST_GLOBS, 2)),
-        paths in proptest::option::of(strings(PATH_GLOBS, 2)),
-        methods in proptest::option::of(strings(&["GET", "POST", "DELETE"], 2)),
-        ports in proptest::option::of(subsequence(PORTS, 1..=2)),
-        layers in proptest::option::of(subsequence(&[Layer::L4, Layer::Rest], 1..=2)),
-    ) {
+    fn intersection_agrees_with_matcher((c, _, _) in pair(), region in region()) {
         let c = compiled(&c);
-        let region = Region {
-            binaries: None,
-            hosts: hosts.filter(|h| !h.is_empty()),
-            ports,
-            layers,
-            methods: methods.filter(|m| !m.is_empty()),
-            paths: paths.filter(|p| !p.is_empty()),
-        };
         let region: CompiledRegion = compile_region(&region, "region").unwrap();
         let proof = prover().intersection(&c, &region);
         let inside = |a: &Action| matches!(a, Action::Network(n) if region_contains(&region, n)) && allows(&c, a);
@@ -200,6 +219,147 @@ proptest! {
                 prop_assert_eq!(counterexample, &Action::Network(action.clone()));
             }
             other => prop_assert!(false, "unexpected {:?}", other),
+        }
+    }
+}
+
+/// Why an invariant exists, or none: most generated invariants carry one,
+/// so a path that dropped it would differ.
+const INVARIANT_REASONS: &[&str] = &["credentials theft", "exfiltration"];
+
+/// A maximum's ceiling and its invariants (region, reason).
+type MaximumDraft = (PolicyDocument, Vec<(Region, Option<&'static str>)>);
+
+/// A policy and 1–3 governing maximums around it (each built as [`pair`]
+/// builds M), each with up to 2 invariants over random regions.
+type Governed = (PolicyDocument, Vec<MaximumDraft>);
+
+fn governed() -> impl Strategy<Value = Governed> {
+    let invariant = (
+        region(),
+        proptest::option::weighted(0.7, select(INVARIANT_REASONS)),
+    );
+    let maximum = (
+        document(),
+        0u8..3,
+        proptest::collection::vec(invariant, 0..=2),
+    );
+    (document(), proptest::collection::vec(maximum, 1..=3)).prop_map(|(c, maximums)| {
+        let maximums = maximums
+            .into_iter()
+            .map(|(other, how, invariants)| (maximum_around(&c, other, how).0, invariants))
+            .collect();
+        (c, maximums)
+    })
+}
+
+/// The maximums of [`governed`], compiled: name, ceiling, invariants.
+fn ceilings(maximums: &[MaximumDraft]) -> Vec<(String, CompiledPolicy, Vec<CompiledInvariant>)> {
+    maximums
+        .iter()
+        .enumerate()
+        .map(|(i, (m, invariants))| {
+            let invariants = invariants
+                .iter()
+                .enumerate()
+                .map(|(k, (region, reason))| CompiledInvariant {
+                    name: format!("i{k}"),
+                    reason: reason.map(str::to_string),
+                    region: compile_region(region, "region").unwrap(),
+                })
+                .collect();
+            (format!("m{i}"), compiled(m), invariants)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Admission (`decide`, steps 2–3) and revocation name the same first
+    /// escape with the same reason, or both none; its counterexample
+    /// replays in the runtime matcher; revocation takes out what allows it,
+    /// and what it keeps, admission admits.
+    #[test]
+    fn admission_and_revocation_name_the_same_first_escape((policy, maximums) in governed()) {
+        // A sandbox policy may not name a broad host such as `**`.
+        let committed = compile(&policy, Role::Sandbox, &Limits::default());
+        prop_assume!(committed.is_ok());
+        let committed = committed.unwrap();
+        let ceilings = ceilings(&maximums);
+        let governing: Vec<GoverningMaximum<'_>> = ceilings
+            .iter()
+            .map(|(name, policy, invariants)| GoverningMaximum {
+                name,
+                policy,
+                invariants,
+                budget: None,
+                four_eyes: false,
+            })
+            .collect();
+        // Two solver runs of one question may find different witnesses
+        // (signature sets are explored in hash order), so both paths share
+        // one answer cache: what is compared is which questions they ask,
+        // in which order, and how they word the answers.
+        let prover = Prover::default();
+        let admitted = decide(
+            &VerdictInput {
+                maximums: &governing,
+                current: (&policy, &committed),
+                candidate: (&policy, &committed),
+                added: &CompiledPolicy::default(),
+                source: Source::Agent,
+                mode: Mode::Ask,
+                allow_unmanaged: false,
+            },
+            &prover,
+        );
+        let revocation = revoke_until_within(&policy, &governing, &prover);
+        let kept = compile(&revocation.kept, Role::Sandbox, &Limits::default()).unwrap();
+
+        match admitted.step {
+            Step::Containment | Step::Invariant => {
+                let first = revocation.revoked.first();
+                prop_assert_eq!(first.map(|(_, why)| why), Some(&admitted.reason));
+                let name = admitted.maximum.as_deref().unwrap();
+                let (_, ceiling, invariants) = ceilings.iter().find(|(n, _, _)| n == name).unwrap();
+                match &admitted.counterexample {
+                    Some(action) => {
+                        prop_assert!(allows(&committed, action), "the policy does not allow {}", action);
+                        if admitted.step == Step::Containment {
+                            prop_assert!(!allows(ceiling, action), "{} allows {}", name, action);
+                        } else {
+                            let invariant = admitted.invariant.as_deref().unwrap();
+                            let inv = invariants.iter().find(|i| i.name == invariant).unwrap();
+                            let inside = matches!(action, Action::Network(n) if region_contains(&inv.region, n));
+                            prop_assert!(inside, "{} is outside invariant {}", action, invariant);
+                        }
+                        prop_assert!(!allows(&kept, action), "revocation kept {}", action);
+                    }
+                    None => {
+                        prop_assert!(admitted.code.is_some());
+                        prop_assert_eq!(
+                            &revocation.revoked,
+                            &vec![("the whole policy".to_string(), admitted.reason.clone())]
+                        );
+                    }
+                }
+            }
+            _ => {
+                prop_assert_eq!(&revocation.revoked, &Vec::<(String, String)>::new());
+                prop_assert_eq!(&revocation.kept, &policy);
+            }
+        }
+        let left = first_escape(&kept, &governing, &prover, &mut Vec::new());
+        prop_assert!(left.is_none(), "revocation kept an escape: {:?}", left);
+        // The escape search the two share reads the prover's answers as
+        // the verdict reports them.
+        if let Some(escape) = first_escape(&committed, &governing, &prover, &mut Vec::new()) {
+            prop_assert_eq!(&escape.reason, &admitted.reason);
+            prop_assert_eq!(escape.evidence, match &admitted.counterexample {
+                Some(action) => Evidence::Counterexample(action.clone()),
+                None => Evidence::Unproved(admitted.code.unwrap()),
+            });
         }
     }
 }

@@ -14,9 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentgate::trifecta::analysis::{Finding, analyze, has_trifecta};
-use agentgate::trifecta::graph::{Graph, LLM};
-use agentgate::trifecta::scan::scan_path;
+use agentgate_trifecta::analysis::{Finding, analyze, has_trifecta};
+use agentgate_trifecta::graph::{Graph, LLM};
+use agentgate_trifecta::scan::scan_path;
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]

@@ -5,10 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agentgate::trifecta::report::{
+use agentgate_trifecta::report::{
     Note, NoteLevel, ScanReport, agent_scan_manifest, sarif, scan_name,
 };
-use agentgate::trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation, analyze};
+use agentgate_trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation, analyze};
 use serde_json::{Value, json};
 
 const SCHEMA: &str = include_str!("../schemas/sarif-2.1.0.json");
@@ -222,7 +222,7 @@ fn verify_sarif_is_valid_and_located_at_the_manifest() {
         .replace("triage-bot", "graphql-bot");
     manifests.extend(parse_stream("-", &graphql).unwrap());
     let repo = classify(manifests, "default").unwrap_or_else(|bad| panic!("{bad:?}"));
-    let prover = agentgate::prover::Prover::new(Default::default());
+    let prover = agentgate_prover::Prover::new(Default::default());
     let findings = judge_all(&repo, &Context::default(), &prover);
     let log = verify_sarif(&Summary {
         findings: &findings,

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentgate::trifecta::analysis::analyze;
-use agentgate::trifecta::graph::{EdgeKind, Effect, LLM, NodeKind};
-use agentgate::trifecta::scan::{Scan, scan_path};
+use agentgate_trifecta::analysis::analyze;
+use agentgate_trifecta::graph::{EdgeKind, Effect, LLM, NodeKind};
+use agentgate_trifecta::scan::{Scan, scan_path};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]

@@ -1,4 +1,4 @@
-//! Conformance suite for /work/shared/POLICY-SEMANTICS.md (§2–§6).
+//! Conformance suite for docs/policy-semantics.md (§2–§6).
 //!
 //! Every rule of §3 (globs), §4 (what a rule allows) and §5 (the prover's
 //! questions and answers) has at least one test named after it that fails if
@@ -16,17 +16,19 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use agentgate::policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
-use agentgate::policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
-use agentgate::policy::error::{Reason, ReasonCode};
-use agentgate::policy::glob::{Glob, GlobKind};
-use agentgate::policy::load::{LoadError, load_document};
-use agentgate::policy::matcher::{
+use agentgate_policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
+use agentgate_policy::error::{Reason, ReasonCode};
+use agentgate_policy::glob::{Glob, GlobKind};
+use agentgate_policy::load::{LoadError, load_document};
+use agentgate_policy::matcher::{
     allows_filesystem, allows_network, decide_network, region_contains,
 };
-use agentgate::policy::model::{PolicyDocument, Region};
-use agentgate::prover::{Outcome, Prover, ProverOptions};
-use agentgate::verdict::{Decision, GoverningMaximum, Mode, Source, Step, VerdictInput, decide};
+use agentgate_policy::model::{PolicyDocument, Region};
+use agentgate_prover::verdict::{
+    Decision, GoverningMaximum, Mode, Source, Step, VerdictInput, decide,
+};
+use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::policy;
 use serde_json::json;
 
@@ -1560,7 +1562,7 @@ fn s5_new_authority_within_a_ceiling() {
     );
 }
 
-fn region(r: Region) -> agentgate::policy::compile::CompiledRegion {
+fn region(r: Region) -> agentgate_policy::compile::CompiledRegion {
     compile_region(&r, "match").unwrap()
 }
 

@@ -1,4 +1,4 @@
-//! Property tests of the trifecta core (DESIGN.md §1): lattice laws, order
+//! Property tests of the trifecta core (docs/design.md §1): lattice laws, order
 //! independence of label propagation, witness validity, agreement of the
 //! fixpoint with the path query, and minimality of the vertex cut (checked
 //! by brute force on small random graphs).
@@ -7,9 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agentgate::trifecta::analysis::{analyze, finding_at, has_trifecta};
-use agentgate::trifecta::lattice::{propagate, propagate_in_order};
-use agentgate::trifecta::{
+use agentgate_trifecta::analysis::{analyze, finding_at, has_trifecta};
+use agentgate_trifecta::lattice::{propagate, propagate_in_order};
+use agentgate_trifecta::{
     Capability, Channel, Confidentiality, Edge, EdgeKind, Effect, Graph, Integrity, LLM, Label,
     Node, NodeKind, SourceLocation,
 };
@@ -175,7 +175,7 @@ proptest! {
         for (from, successors) in indexed.successors.iter().enumerate() {
             prop_assert!(indexed.node(from).intrinsic_label().flows_to(labels[from]));
             for &(to, kind) in successors {
-                let carried = agentgate::trifecta::lattice::transfer(labels[from], kind);
+                let carried = agentgate_trifecta::lattice::transfer(labels[from], kind);
                 prop_assert!(carried.flows_to(labels[to]));
             }
         }
@@ -225,7 +225,7 @@ proptest! {
             let sink = g.node(&finding.sink).unwrap();
             for hop in &finding.data.path[..finding.data.path.len() - 1] {
                 let node = g.node(&hop.node).unwrap();
-                prop_assert!(!agentgate::trifecta::analysis::declassifies_for(
+                prop_assert!(!agentgate_trifecta::analysis::declassifies_for(
                     node,
                     &sink.egress_channels()
                 ));
@@ -275,7 +275,7 @@ proptest! {
 
 /// Every witness is a path of the graph from a proper source to the sink,
 /// with the right edge kinds.
-fn check_witnesses(g: &Graph, finding: &agentgate::trifecta::Finding) {
+fn check_witnesses(g: &Graph, finding: &agentgate_trifecta::Finding) {
     let has_edge = |from: &str, to: &str, kinds: &[EdgeKind]| {
         g.edges
             .iter()
@@ -309,10 +309,10 @@ fn check_witnesses(g: &Graph, finding: &agentgate::trifecta::Finding) {
     }
 }
 
-/// The example of DESIGN.md §6, end to end through the analysis.
+/// The example of docs/design.md §6, end to end through the analysis.
 #[test]
 fn the_design_example_names_its_witnesses_and_fix() {
-    let mut g = agentgate::trifecta::fixtures::mail_agent();
+    let mut g = agentgate_trifecta::fixtures::mail_agent();
     let findings = analyze(&g).unwrap();
     assert_eq!(findings.len(), 1);
     let f = &findings[0];
@@ -322,7 +322,7 @@ fn the_design_example_names_its_witnesses_and_fix() {
          data: query_customers → __llm__ → send_email (db.py:10)"
     );
     assert_eq!(f.fix(), "restrict tool send_email");
-    assert_eq!(f.severity, agentgate::trifecta::Severity::High);
+    assert_eq!(f.severity, agentgate_trifecta::Severity::High);
 
     // A load-bearing sink moves the fix to a half cut.
     g.nodes[3].load_bearing = true;
@@ -338,6 +338,6 @@ fn the_design_example_names_its_witnesses_and_fix() {
     }
     assert_eq!(
         analyze(&g).unwrap()[0].severity,
-        agentgate::trifecta::Severity::Medium
+        agentgate_trifecta::Severity::Medium
     );
 }

@@ -1,4 +1,4 @@
-//! Operator benchmark (issue 3): time from PolicyProposal creation to
+//! Operator benchmark: time from PolicyProposal creation to
 //! `Applied` (p50/p99) over 100 proposals created one after another, and
 //! commits per second for 100 proposals created at once, on the local
 //! control plane with the real operator. Prints numbers; asserts nothing

@@ -1,4 +1,4 @@
-//! Scale benchmark (issue 13), on the local control plane with the chart
+//! Scale benchmark, on the local control plane with the chart
 //! installed and the operator (controllers and webhook, as the chart's
 //! ServiceAccount) running as one process:
 //!

@@ -1,4 +1,4 @@
-//! Webhook benchmark (issues 4 and 5): AgentSandbox admission latency over
+//! Webhook benchmark: AgentSandbox admission latency over
 //! TLS on loopback, for 10- and 100-rule policies under a 100-rule ceiling,
 //! `/v1/decide` latency per call, and pod admission at 500 requests/s. The load comes from a separate process
 //! (curl, one reused TLS connection, `--rate` for a steady request rate)

@@ -12,10 +12,10 @@ use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::fence::{LeaseFence, grace_seconds};
-use crate::controller::metrics::{Metrics, serve};
 use crate::controller::{Context, maximum, proposal, sandbox, scan};
-use crate::prover::{Prover, ProverOptions};
+use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};
+use agentgate_prover::{Prover, ProverOptions};
 
 /// Exit code when leadership is lost (crash-only: the Deployment restarts us).
 pub const EXIT_LOST_LEADERSHIP: u8 = 4;

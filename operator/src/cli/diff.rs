@@ -7,10 +7,10 @@ use clap::Args;
 use serde_json::json;
 
 use crate::cli::{EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, Output, load_file, timeout};
-use crate::policy::compile::{Limits, Role};
-use crate::policy::model::CostWeights;
-use crate::prover::budget::delta_cost;
-use crate::prover::{Prover, ProverOptions};
+use agentgate_policy::compile::{Limits, Role};
+use agentgate_policy::model::CostWeights;
+use agentgate_prover::budget::delta_cost;
+use agentgate_prover::{Prover, ProverOptions};
 
 /// Arguments of `diff`.
 #[derive(Debug, Args)]

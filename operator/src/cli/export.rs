@@ -13,7 +13,7 @@
 use serde_json::Value;
 
 use crate::cli::manifests::{BadInput, Manifest, parse_stream};
-use crate::policy::model::PolicyDocument;
+use agentgate_policy::model::PolicyDocument;
 
 /// Why a policy could not be folded into a file.
 #[derive(Debug, thiserror::Error)]
@@ -496,7 +496,7 @@ spec:
                 .join("\n")
                 .as_str(),
         );
-        let pulls: crate::policy::model::NetworkRule = serde_saphyr::from_str(
+        let pulls: agentgate_policy::model::NetworkRule = serde_saphyr::from_str(
             "name: github-pulls\nbinaries: [/usr/bin/gh]\nendpoints:\n  - {host: api.github.com, ports: [443], protocol: rest, path: /repos/acme/*/pulls/**}\n",
         )
         .unwrap();

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::cli::{EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN};
-use crate::policy::compile::{Limits, Role, compile};
-use crate::policy::load::LoadError;
-use crate::policy::load::parse_yaml;
-use crate::policy::openshell::import;
+use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::load::LoadError;
+use agentgate_policy::load::parse_yaml;
+use agentgate_policy::openshell::import;
 
 /// Formats an import can print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,5 +1,5 @@
 //! The `agentgate` command line. Each subcommand is a thin shell around the
-//! pure core; exit codes follow POLICY-SEMANTICS.md §5.
+//! pure core; exit codes follow docs/policy-semantics.md §5.
 
 pub mod controller;
 pub mod crds;
@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::policy::compile::{Limits, Role};
-use crate::policy::error::Reason;
-use crate::policy::load::{CompiledDocument, LoadError, LoadedDocument, load_document};
+use agentgate_policy::compile::{Limits, Role};
+use agentgate_policy::error::Reason;
+use agentgate_policy::load::{CompiledDocument, LoadError, LoadedDocument, load_document};
 
 /// Exit code: proved within / success.
 pub const EXIT_WITHIN: u8 = 0;

@@ -20,11 +20,11 @@ use kube::{Client, Config, ResourceExt};
 use serde_json::json;
 
 use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
-use crate::k8s::conditions;
-use crate::k8s::crd::{
+use agentgate_api::conditions;
+use agentgate_api::crd::{
     AgentSandbox, AgentSandboxSpec, AgentSandboxStatus, PolicyProposal, review_message_prefix,
 };
-use crate::policy::model::PolicyDocument;
+use agentgate_policy::model::PolicyDocument;
 
 /// The field manager of approvals and denials.
 pub const FIELD_MANAGER: &str = "kubectl-agentgate";
@@ -496,7 +496,7 @@ pub fn export(sandbox: &AgentSandbox) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::crd::{AgentSandboxStatus, PolicyProposalStatus, ProofRecord};
+    use agentgate_api::crd::{AgentSandboxStatus, PolicyProposalStatus, ProofRecord};
 
     #[test]
     fn export_replaces_the_declared_policy_with_the_effective_one() {
@@ -510,7 +510,7 @@ mod tests {
         sandbox.status = Some(AgentSandboxStatus {
             effective_policy: Some(effective.clone()),
             revision: 3,
-            applied_proposals: vec![crate::k8s::crd::AppliedProposal {
+            applied_proposals: vec![agentgate_api::crd::AppliedProposal {
                 name: "p1".into(),
                 uid: "u1".into(),
                 generation: Some(1),
@@ -541,7 +541,7 @@ mod tests {
         .unwrap();
         assert!(explain(&p).contains("not evaluated yet"));
         p.status = Some(PolicyProposalStatus {
-            verdict: Some(crate::verdict::Decision::Reject),
+            verdict: Some(agentgate_api::verdict::Decision::Reject),
             reason: Some("exceeds MaximumPolicy \"org-ceiling\"".into()),
             cost: Some(7),
             proof: Some(ProofRecord {

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
-use crate::trifecta::analyze;
-use crate::trifecta::report::{ScanReport, agent_scan_manifest, json, sarif, scan_name, text};
-use crate::trifecta::scan::scan_path;
+use agentgate_trifecta::analyze;
+use agentgate_trifecta::report::{ScanReport, agent_scan_manifest, json, sarif, scan_name, text};
+use agentgate_trifecta::scan::scan_path;
 
 /// Output of `scan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
-use crate::controller::metrics::{Metrics, serve};
-use crate::prover::{Prover, ProverOptions};
+use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};
+use agentgate_prover::{Prover, ProverOptions};
 
 /// The default HTTPS address of the webhook.
 pub const DEFAULT_WEBHOOK_ADDRESS: &str = "0.0.0.0:9443";

@@ -17,9 +17,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use crate::controller::{Context, ControllerError, FIELD_MANAGER, Note, publish};
-use crate::k8s::crd::AgentSandbox;
-use crate::k8s::governance::is_service_account_name;
+use crate::FIELD_MANAGER;
+use crate::controller::{Context, ControllerError, Note, publish};
+use agentgate_api::crd::AgentSandbox;
+use agentgate_governance::governing::is_service_account_name;
 
 /// The account every namespace gets from the ServiceAccount controller.
 const NAMESPACE_DEFAULT: &str = "default";

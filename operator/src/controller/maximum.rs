@@ -17,70 +17,10 @@ use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
 use crate::k8s::cache::reflect;
-use crate::k8s::conditions::{self, Status, Summary};
-use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
-use crate::k8s::selector::governs;
-use crate::policy::compile::{CompiledRegion, Limits, Role, compile, compile_region};
-use crate::policy::error::Reason;
-use crate::prover::Outcome;
-
-/// What the pure checks found about one ceiling.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Assessment {
-    /// The policy or an invariant does not compile.
-    Invalid(Reason),
-    /// It compiles; `inconsistent` names the first invariant it intersects
-    /// and the witness, `unproven` an invariant that could not be decided.
-    Valid {
-        /// `(invariant, witness)` of the first intersection found.
-        inconsistent: Option<(String, String)>,
-        /// `(invariant, reason)` of an undecided invariant.
-        unproven: Option<(String, Reason)>,
-    },
-}
-
-/// Validates a ceiling and proves it against its own invariants (blocking:
-/// call from a blocking thread).
-pub fn assess(maximum: &MaximumPolicy, prover: &crate::prover::Prover) -> Assessment {
-    let limits = Limits::default();
-    let policy = match compile(&maximum.spec.policy, Role::Maximum, &limits) {
-        Ok(p) => p,
-        Err(reason) => return Assessment::Invalid(reason.within("spec.policy")),
-    };
-    let regions: Result<Vec<(String, CompiledRegion)>, Reason> = maximum
-        .spec
-        .invariants
-        .iter()
-        .enumerate()
-        .map(|(i, inv)| {
-            compile_region(&inv.region, &format!("spec.invariants[{i}].match"))
-                .map(|r| (inv.name.clone(), r))
-        })
-        .collect();
-    let regions = match regions {
-        Ok(r) => r,
-        Err(reason) => return Assessment::Invalid(reason),
-    };
-    let mut unproven = None;
-    for (name, region) in &regions {
-        match prover.intersection(&policy, region).outcome {
-            Outcome::Within => {}
-            Outcome::Exceeds { counterexample } => {
-                return Assessment::Valid {
-                    inconsistent: Some((name.clone(), counterexample.to_string())),
-                    unproven,
-                };
-            }
-            Outcome::Unsupported { reason } | Outcome::Inconclusive { reason } => {
-                unproven.get_or_insert((name.clone(), reason));
-            }
-        }
-    }
-    Assessment::Valid {
-        inconsistent: None,
-        unproven,
-    }
-}
+use agentgate_api::conditions::{self, Status, Summary};
+use agentgate_api::crd::{AgentSandbox, MaximumPolicy};
+use agentgate_governance::maximum::{Assessment, assess};
+use agentgate_governance::selector::governs;
 
 /// Watch caches of what the governed count reads. Every sandbox change
 /// (a status write included) triggers a recount of every maximum, so it

@@ -5,7 +5,6 @@
 pub mod agent_account;
 pub mod fence;
 pub mod maximum;
-pub mod metrics;
 pub mod proposal;
 pub mod revoke;
 pub mod sandbox;
@@ -18,16 +17,19 @@ use std::time::Duration;
 
 use std::future::Future;
 
+use crate::FIELD_MANAGER;
+use crate::metrics;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::k8s::governance::CompiledMaximums;
-use crate::k8s::sandbox_pod::DataPlane;
-use crate::k8s::selector::SelectorError;
-use crate::prover::Prover;
+use agentgate_governance::governing::CompiledMaximums;
+use agentgate_governance::sandbox_pod::DataPlane;
+use agentgate_governance::selector::SelectorError;
+use agentgate_prover::Prover;
 
 /// Why a reconcile failed (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -264,9 +266,6 @@ pub const CONCURRENCY: u16 = 16;
 /// of objects. Time-driven work (CA rotation, an acceptance expiring, a
 /// refused pod) asks for its own, earlier requeue.
 pub const RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
-
-/// The field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "agentgate";
 
 /// One Event to publish: type, reason (CamelCase) and the note.
 pub type Note = (EventType, &'static str, String);

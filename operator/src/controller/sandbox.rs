@@ -25,29 +25,32 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::FIELD_MANAGER;
 use crate::controller::agent_account;
-use crate::controller::revoke::{Revocation, revoke_until_within};
+use crate::controller::revoke::{revoke, revoked_message};
 use crate::controller::sandbox_ca::{self, ca_bundle};
-use crate::controller::{Context, ControllerError, FIELD_MANAGER};
-use crate::k8s::conditions::{self, Status, Summary};
-use crate::k8s::crd::{
-    AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary, MaximumPolicy,
-    MaximumRef, PolicyProposal, Pruned,
+use crate::controller::{Context, ControllerError};
+use agentgate_api::conditions::{self, Status, Summary};
+use agentgate_api::crd::SANDBOX_LABEL;
+use agentgate_api::crd::{
+    AcceptedFinding, AgentSandbox, AgentSandboxStatus, AgentScan, AppliedProposal, FindingsSummary,
+    MaximumPolicy, MaximumRef, PolicyProposal, Pruned,
 };
-use crate::k8s::governance::{Governance, governing_from};
-use crate::k8s::openreports;
-use crate::k8s::pod_template::{
-    SANDBOX_LABEL, owning_sandbox, pod_service_account, template_escapes, template_images,
+use agentgate_api::openreports;
+use agentgate_governance::findings::{assess_sandbox, findings_condition, next_expiry};
+use agentgate_governance::governing::{Governance, governing_from};
+use agentgate_governance::pod_template::{
+    owning_sandbox, pod_service_account, template_escapes, template_images,
 };
-use crate::k8s::sandbox_pod::{
+use agentgate_governance::sandbox_pod::{
     DataPlane, enforced_pod_spec, network_policy_name, policy_config_map_name, shape_problems,
 };
-use crate::policy::compile::{Limits, Role, compile};
-use crate::policy::compose::apply_proposal;
-use crate::policy::findings::FindingRegions;
-use crate::policy::load::CompiledDocument;
-use crate::policy::model::PolicyDocument;
-use crate::trifecta::assess::{assess_sandbox, findings_condition, image_digest, next_expiry};
+use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::compose::apply_proposal;
+use agentgate_policy::findings::FindingRegions;
+use agentgate_policy::model::PolicyDocument;
+use agentgate_prover::verdict::Revocation;
+use agentgate_trifecta::image::image_digest;
 
 /// Reads every MaximumPolicy and the sandbox's namespace from the API
 /// server and returns the governing maximums, compiled.
@@ -75,65 +78,130 @@ pub async fn governance(
 }
 
 /// The declared policy with the committed proposals (in commit order) on
-/// top, the commit records as they now stand, and one line per record
-/// pruned now. A record grants only while its live proposal has the
-/// recorded uid and change hash: a proposal deleted, or re-created under
-/// the same name, loses its grant (nothing is ever taken from the
-/// proposal's own status). A pruned record's removals keep applying, so
-/// withdrawing a narrowing never widens, until the sandbox's declared spec
-/// changes (a person declared the policy anew); then the record goes.
+/// top, as [`stack_proposals`] builds it.
+#[derive(Debug, Clone, PartialEq)]
+struct StackedPolicy {
+    /// What is to be proved: the declared policy, the grants of every
+    /// commit that still holds, less the removals of every commit record.
+    policy: PolicyDocument,
+    /// The commit records as they now stand.
+    records: Vec<AppliedProposal>,
+    /// The grants this reconcile drops.
+    pruned: Vec<PrunedGrant>,
+}
+
+/// A committed proposal whose grant is dropped now, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PrunedGrant {
+    /// The proposal's name.
+    proposal: String,
+    /// Why its grant no longer holds.
+    reason: String,
+}
+
+/// Reads the live proposals of the sandbox's commit records and stacks
+/// them on the declared policy ([`stack_proposals`]).
 async fn with_applied_proposals(
     sandbox: &AgentSandbox,
     ctx: &Context,
-) -> Result<(PolicyDocument, Vec<AppliedProposal>, Vec<String>), ControllerError> {
-    let mut policy = sandbox.spec.policy.clone();
+) -> Result<StackedPolicy, ControllerError> {
+    let live = live_proposals(sandbox, ctx).await?;
+    let stacked = stack_proposals(sandbox, &live);
+    for grant in &stacked.pruned {
+        tracing::warn!(sandbox = %sandbox.name_any(), proposal = %grant.proposal, reason = %grant.reason, "committed proposal pruned; its grant is dropped");
+    }
+    Ok(stacked)
+}
+
+/// The PolicyProposals, by name, that the sandbox's commit records not yet
+/// pruned name, as they are now (a deleted one is absent).
+async fn live_proposals(
+    sandbox: &AgentSandbox,
+    ctx: &Context,
+) -> Result<BTreeMap<String, PolicyProposal>, ControllerError> {
+    let names: std::collections::BTreeSet<&str> = sandbox
+        .status
+        .iter()
+        .flat_map(|s| s.applied_proposals.iter())
+        .filter(|record| record.pruned.is_none())
+        .map(|record| record.name.as_str())
+        .collect();
+    let mut live = BTreeMap::new();
+    if names.is_empty() {
+        return Ok(live);
+    }
+    let proposals: Api<PolicyProposal> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    for name in names {
+        if let Some(proposal) = proposals.get_opt(name).await? {
+            live.insert(name.to_string(), proposal);
+        }
+    }
+    Ok(live)
+}
+
+/// The declared policy with the committed proposals (in commit order) on
+/// top, the commit records as they now stand, and the records pruned now.
+/// A record grants only while its live proposal (in `live`, by name) has
+/// the recorded uid and change hash: a proposal deleted, or re-created
+/// under the same name, loses its grant (nothing is ever taken from the
+/// proposal's own status). A pruned record's removals keep applying, so
+/// withdrawing a narrowing never widens, until the sandbox's declared spec
+/// changes (a person declared the policy anew); then the record goes.
+fn stack_proposals(
+    sandbox: &AgentSandbox,
+    live: &BTreeMap<String, PolicyProposal>,
+) -> StackedPolicy {
+    let mut stacked = StackedPolicy {
+        policy: sandbox.spec.policy.clone(),
+        records: Vec::new(),
+        pruned: Vec::new(),
+    };
     let applied = sandbox
         .status
         .as_ref()
         .map(|s| s.applied_proposals.clone())
         .unwrap_or_default();
-    let (mut kept, mut pruned) = (Vec::new(), Vec::new());
-    if applied.is_empty() {
-        return Ok((policy, kept, pruned));
-    }
     let generation = sandbox.meta().generation;
-    let proposals: Api<PolicyProposal> =
-        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
     for mut record in applied {
         if let Some(done) = &record.pruned {
             if done.sandbox_generation == generation {
-                without_rules(&mut policy, &record.removed);
-                kept.push(record);
+                without_rules(&mut stacked.policy, &record.removed);
+                stacked.records.push(record);
             }
             continue;
         }
-        let live = proposals.get_opt(&record.name).await?;
-        let outcome = live.filter(|p| record.matches(p)).map(|proposal| {
-            apply_proposal(
-                &policy,
-                proposal.spec.add.as_ref(),
-                proposal.spec.removed_rules(),
-            )
-        });
+        let outcome = live
+            .get(&record.name)
+            .filter(|p| record.matches(p))
+            .map(|proposal| {
+                apply_proposal(
+                    &stacked.policy,
+                    proposal.spec.add.as_ref(),
+                    proposal.spec.removed_rules(),
+                )
+            });
         let reason = match outcome {
             Some(Ok(next)) => {
-                policy = next;
-                kept.push(record);
+                stacked.policy = next;
+                stacked.records.push(record);
                 continue;
             }
             Some(Err(reason)) => format!("no longer applies: {reason}"),
             None => "deleted, re-created or changed since it was committed".to_string(),
         };
-        tracing::warn!(sandbox = %sandbox.name_any(), proposal = %record.name, %reason, "committed proposal pruned; its grant is dropped");
-        pruned.push(format!("{} ({reason})", record.name));
-        without_rules(&mut policy, &record.removed);
+        stacked.pruned.push(PrunedGrant {
+            proposal: record.name.clone(),
+            reason: reason.clone(),
+        });
+        without_rules(&mut stacked.policy, &record.removed);
         record.pruned = Some(Pruned {
             reason,
             sandbox_generation: generation,
         });
-        kept.push(record);
+        stacked.records.push(record);
     }
-    Ok((policy, kept, pruned))
+    stacked
 }
 
 /// Removes the network rules named in `removed` (those still there).
@@ -141,6 +209,406 @@ fn without_rules(policy: &mut PolicyDocument, removed: &[String]) {
     policy.network.retain(|rule| !removed.contains(&rule.name));
 }
 
+/// What proving the stacked policy within the governing maximums found.
+#[derive(Debug, Clone, PartialEq)]
+struct Verification {
+    /// What may be committed: the stacked policy less whatever was revoked
+    /// (nothing at all when the sandbox is refused).
+    effective: PolicyDocument,
+    /// The governing maximums, at the generation proved within.
+    governed_by: Vec<MaximumRef>,
+    /// What `WithinMaximum` says.
+    within: Within,
+}
+
+/// How the effective policy stands against the governing maximums.
+#[derive(Debug, Clone, PartialEq)]
+enum Within {
+    /// Refused before any proof (no governing maximum, an invalid one, a
+    /// selector that cannot be evaluated): nothing is granted.
+    Refused {
+        /// The condition reason, e.g. `Unmanaged`.
+        reason: &'static str,
+        /// Why, in one line.
+        message: String,
+    },
+    /// Every grant is proved within every governing maximum.
+    Proved,
+    /// These grants were taken out, each with its counterexample.
+    Revoked(Vec<(String, String)>),
+}
+
+impl Verification {
+    /// A sandbox refused before any proof: an empty effective policy.
+    fn refused(reason: &'static str, message: String) -> Self {
+        Self {
+            effective: PolicyDocument::default(),
+            governed_by: Vec::new(),
+            within: Within::Refused { reason, message },
+        }
+    }
+
+    /// What revocation left of the policy under `governed_by`.
+    fn proved(governed_by: Vec<MaximumRef>, revocation: Revocation) -> Self {
+        let Revocation { kept, revoked } = revocation;
+        Self {
+            effective: kept,
+            governed_by,
+            within: if revoked.is_empty() {
+                Within::Proved
+            } else {
+                Within::Revoked(revoked)
+            },
+        }
+    }
+
+    /// How many grants were revoked.
+    fn revoked_count(&self) -> usize {
+        match &self.within {
+            Within::Revoked(revoked) => revoked.len(),
+            Within::Refused { .. } | Within::Proved => 0,
+        }
+    }
+}
+
+/// Reads the governing maximums and proves `policy` within them, revoking,
+/// rule by rule, whatever is not.
+async fn verify(
+    sandbox: &AgentSandbox,
+    policy: PolicyDocument,
+    ctx: &Context,
+) -> Result<Verification, ControllerError> {
+    let governing = match governance(sandbox, ctx).await? {
+        Governance::Refused(reason, message) => return Ok(Verification::refused(reason, message)),
+        Governance::Governed(governing) => governing,
+    };
+    let governed_by: Vec<MaximumRef> = governing
+        .iter()
+        .map(|g| MaximumRef {
+            name: g.name.clone(),
+            generation: g.generation,
+        })
+        .collect();
+    let revocation = revoke(ctx, policy, governing).await?;
+    Ok(Verification::proved(governed_by, revocation))
+}
+
+/// The revision `effective` is committed as: the committed one when it is
+/// unchanged, the next one otherwise.
+fn next_revision(committed: Option<&AgentSandboxStatus>, effective: &PolicyDocument) -> u64 {
+    let revision = committed.map_or(0, |s| s.revision);
+    if committed.and_then(|s| s.effective_policy.as_ref()) == Some(effective) {
+        revision
+    } else {
+        revision + 1
+    }
+}
+
+/// What assessing the trifecta findings of the template's images found.
+enum FindingsAssessment {
+    /// No template: no images, nothing to assess.
+    NoTemplate,
+    /// The template escapes the sandbox (these ways): nothing is severed.
+    TemplateEscapes(Vec<String>),
+    /// Assessed at `at` against the effective policy.
+    Assessed {
+        /// The findings of every image.
+        summary: FindingsSummary,
+        /// The regions their tools reach, for the proxy's refusals.
+        regions: Vec<FindingRegions>,
+        /// When (acceptances are judged at this time).
+        at: Timestamp,
+    },
+    /// The assessment could not be made: why.
+    Failed(String),
+}
+
+impl FindingsAssessment {
+    /// The findings' regions the proxy cites (none unless assessed).
+    fn regions(&self) -> &[FindingRegions] {
+        match self {
+            FindingsAssessment::Assessed { regions, .. } => regions,
+            _ => &[],
+        }
+    }
+}
+
+/// Assesses the trifecta findings of the template's images against the
+/// effective policy about to be committed as `revision`. Never fails: the
+/// policy commit (which may be a revocation) must not wait on the
+/// findings, so a failed assessment is [`FindingsAssessment::Failed`].
+async fn assess_findings(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    revision: u64,
+    ctx: &Context,
+) -> FindingsAssessment {
+    let Some(images) = template_images(&sandbox.spec) else {
+        return FindingsAssessment::NoTemplate;
+    };
+    let escapes = template_escapes(&sandbox.spec);
+    if !escapes.is_empty() {
+        return FindingsAssessment::TemplateEscapes(escapes);
+    }
+    let now = Timestamp::now();
+    let scans = match Api::<AgentScan>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(scans) => scans,
+        Err(e) => return FindingsAssessment::Failed(format!("cannot list AgentScans: {e}")),
+    };
+    // A policy that does not compile severs nothing (fail closed).
+    let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
+    let accepted = sandbox.spec.accepted_findings.clone();
+    let prover = ctx.prover.clone();
+    let started = std::time::Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&AgentScan> = scans.items.iter().collect();
+        assess_sandbox(
+            &images,
+            &refs,
+            policy.as_ref(),
+            &prover,
+            &accepted,
+            now,
+            revision,
+        )
+    })
+    .await;
+    ctx.metrics
+        .solver_seconds
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok((summary, regions)) => FindingsAssessment::Assessed {
+            summary,
+            regions,
+            at: now,
+        },
+        Err(e) => FindingsAssessment::Failed(format!("the assessment task failed: {e}")),
+    }
+}
+
+/// What a reconcile observed of one sandbox: everything [`desired_status`]
+/// decides on.
+struct Observed<'a> {
+    /// The sandbox as read.
+    sandbox: &'a AgentSandbox,
+    /// Its commit records as they now stand ([`stack_proposals`]).
+    records: &'a [AppliedProposal],
+    /// The grants pruned now.
+    pruned: &'a [PrunedGrant],
+    /// The effective policy and how it stands against the maximums.
+    verification: &'a Verification,
+    /// The trifecta findings of the template's images.
+    findings: &'a FindingsAssessment,
+    /// Why the template cannot run in the enforced shape, if it cannot.
+    pod_refusal: Option<&'a PodRefusal>,
+    /// The time conditions that change now carry.
+    time: &'a Time,
+}
+
+/// The status a reconcile decides on, and what it says about it.
+#[derive(Debug)]
+struct DesiredStatus {
+    /// The whole status to write.
+    status: AgentSandboxStatus,
+    /// Whether it differs from the status read (no write otherwise).
+    changed: bool,
+    /// The Events to publish once it is written.
+    events: Vec<super::Note>,
+    /// When the findings want another look (an acceptance expiring, a
+    /// failed assessment).
+    requeue: Duration,
+}
+
+/// The sandbox status that follows from what was observed: the effective
+/// policy at its revision, the commit records, the governing maximums,
+/// `WithinMaximum`, the findings and `FindingsClear`, and `Ready`,
+/// `Reconciling` and `Stalled`; with the Events that say what changed.
+fn desired_status(observed: &Observed<'_>) -> DesiredStatus {
+    let Observed {
+        sandbox,
+        records,
+        pruned,
+        verification,
+        findings,
+        pod_refusal,
+        time,
+    } = *observed;
+    let generation = sandbox.meta().generation;
+    let before = sandbox.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    status.revision = next_revision(sandbox.status.as_ref(), &verification.effective);
+    status.effective_policy = Some(verification.effective.clone());
+    status.applied_proposals = records.to_vec();
+    status.governed_by = verification
+        .governed_by
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    status.verified_against = verification.governed_by.clone();
+    let mut events = Vec::new();
+    if !pruned.is_empty() {
+        let grants: Vec<String> = pruned
+            .iter()
+            .map(|p| format!("{} ({})", p.proposal, p.reason))
+            .collect();
+        events.push((
+            EventType::Warning,
+            "Pruned",
+            format!("dropped the grants of {}", grants.join("; ")),
+        ));
+    }
+    set_within_maximum(
+        &mut status,
+        &verification.within,
+        generation,
+        time,
+        &mut events,
+    );
+    status.observed_generation = generation;
+    let requeue = set_findings(
+        &mut status,
+        findings,
+        &sandbox.spec.accepted_findings,
+        generation,
+        time,
+        &mut events,
+    );
+    // Ready, Reconciling and Stalled, from what was just decided.
+    let summary = summary(&status, pod_refusal);
+    if conditions::summarize(&mut status.conditions, &summary, generation, time)
+        && let Some(refusal) = pod_refusal.filter(|refusal| refusal.reason == summary.reason)
+    {
+        // A template that cannot run: an Event when that becomes the news.
+        events.push((EventType::Warning, refusal.reason, summary.message.clone()));
+    }
+    DesiredStatus {
+        changed: status != before,
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// Sets `WithinMaximum` from `within`, with an Event for a refusal or a
+/// revocation.
+fn set_within_maximum(
+    status: &mut AgentSandboxStatus,
+    within: &Within,
+    generation: Option<i64>,
+    time: &Time,
+    events: &mut Vec<super::Note>,
+) {
+    let (value, reason, message) = match within {
+        Within::Refused { reason, message } => {
+            events.push((EventType::Warning, *reason, message.clone()));
+            (Status::False, *reason, message.clone())
+        }
+        Within::Proved => (
+            Status::True,
+            "Proved",
+            format!(
+                "proved within {} governing maximum(s)",
+                status.governed_by.len()
+            ),
+        ),
+        Within::Revoked(revoked) => {
+            let message = revoked_message(revoked);
+            events.push((EventType::Warning, "Revoked", message.clone()));
+            (Status::False, "Revoked", message)
+        }
+    };
+    conditions::set(
+        &mut status.conditions,
+        "WithinMaximum",
+        value,
+        reason,
+        &message,
+        generation,
+        time,
+    );
+}
+
+/// Sets `status.findings` and the `FindingsClear` condition from the
+/// assessment, with an Event when the condition changes. Returns when to
+/// look again: the next acceptance expiry (at most [`super::RESYNC`]), or
+/// 10 s after a failed assessment (`FindingsClear=Unknown`, with the
+/// reason; the sandbox's pods count as unfixed at admission meanwhile).
+fn set_findings(
+    status: &mut AgentSandboxStatus,
+    assessment: &FindingsAssessment,
+    accepted: &[AcceptedFinding],
+    generation: Option<i64>,
+    time: &Time,
+    events: &mut Vec<super::Note>,
+) -> Duration {
+    let default = super::RESYNC;
+    let (value, reason, message) = match assessment {
+        FindingsAssessment::NoTemplate => {
+            status.findings = None;
+            status.conditions.retain(|c| c.type_ != "FindingsClear");
+            return default;
+        }
+        FindingsAssessment::TemplateEscapes(escapes) => {
+            // A pod that can step around the proxy and Landlock severs
+            // nothing, whatever its policy says; it is not created either.
+            status.findings = None;
+            (
+                Status::False,
+                "TemplateEscapes",
+                format!(
+                    "the pod template escapes the sandbox, so no finding counts as severed and no pod is created: {}",
+                    escapes.join("; ")
+                ),
+            )
+        }
+        FindingsAssessment::Assessed { summary, .. } => {
+            let mut summary = summary.clone();
+            cap_records(&mut summary);
+            let (clear, reason, message) = findings_condition(&summary);
+            status.findings = Some(summary);
+            let value = if clear { Status::True } else { Status::False };
+            (value, reason, message)
+        }
+        FindingsAssessment::Failed(message) => {
+            status.findings = None;
+            (Status::Unknown, "AssessmentFailed", message.clone())
+        }
+    };
+    if conditions::set(
+        &mut status.conditions,
+        "FindingsClear",
+        value,
+        reason,
+        &message,
+        generation,
+        time,
+    ) {
+        let type_ = if value == Status::True {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        events.push((type_, reason, message));
+    }
+    match assessment {
+        FindingsAssessment::Failed(_) => Duration::from_secs(10),
+        FindingsAssessment::Assessed { at, .. } => next_expiry(accepted, *at)
+            .map(|expiry| {
+                let millis = expiry.as_millisecond().saturating_sub(at.as_millisecond());
+                Duration::from_millis(u64::try_from(millis).unwrap_or(0).saturating_add(500))
+            })
+            .map_or(default, |wait| wait.min(default)),
+        FindingsAssessment::NoTemplate | FindingsAssessment::TemplateEscapes(_) => default,
+    }
+}
+
+/// Observes the sandbox (its commits still granted, the proofs within the
+/// governing maximums, the findings), decides its status
+/// ([`desired_status`]), writes it, and then materialises what is
+/// committed: the data plane, the agent's account and Pod.
 async fn reconcile(
     sandbox: Arc<AgentSandbox>,
     ctx: Arc<Context>,
@@ -151,183 +619,56 @@ async fn reconcile(
         tracing::debug!(sandbox = %name, namespace = %namespace, "namespace excluded from agentgate; not reconciled");
         return Ok(Action::await_change());
     }
-    let generation = sandbox.meta().generation;
-    let (base, records, pruned) = with_applied_proposals(&sandbox, &ctx).await?;
 
-    let (effective, governed_by, refusal, revoked) = match governance(&sandbox, &ctx).await? {
-        Governance::Refused(reason, message) => (
-            PolicyDocument::default(),
-            Vec::new(),
-            Some((reason, message)),
-            Vec::new(),
-        ),
-        Governance::Governed(governing) => {
-            let names: Vec<MaximumRef> = governing
-                .iter()
-                .map(|g| MaximumRef {
-                    name: g.name.clone(),
-                    generation: g.generation,
-                })
-                .collect();
-            let maximums: Vec<(String, Arc<CompiledDocument>)> = governing
-                .into_iter()
-                .map(|g| (g.name, g.compiled))
-                .collect();
-            let prover = ctx.prover.clone();
-            let started = std::time::Instant::now();
-            let Revocation { kept, revoked } =
-                tokio::task::spawn_blocking(move || revoke_until_within(&base, &maximums, &prover))
-                    .await
-                    .map_err(|e| ControllerError::Prover(e.to_string()))?;
-            ctx.metrics
-                .solver_seconds
-                .observe(started.elapsed().as_secs_f64());
-            (kept, names, None, revoked)
-        }
-    };
-
+    // Observe.
+    let StackedPolicy {
+        policy,
+        records,
+        pruned,
+    } = with_applied_proposals(&sandbox, &ctx).await?;
+    let verification = verify(&sandbox, policy, &ctx).await?;
     // A template the operator cannot put into the enforced shape runs no
     // pod; Ready says why (the policy itself may still be committed).
     let pod_plan = pod_plan(&sandbox, &ctx.data_plane);
-    let pod_refusal = pod_plan.as_ref().err();
+    let revision = next_revision(sandbox.status.as_ref(), &verification.effective);
+    let findings = assess_findings(&sandbox, &verification.effective, revision, &ctx).await;
 
-    let mut status: AgentSandboxStatus = sandbox.status.clone().unwrap_or_default();
-    let before = status.clone();
-    let time = super::now();
-    if status.effective_policy.as_ref() != Some(&effective) {
-        status.revision += 1;
-        status.effective_policy = Some(effective.clone());
-    }
-    status.applied_proposals = records;
-    status.governed_by = governed_by.iter().map(|m| m.name.clone()).collect();
-    status.verified_against = governed_by;
-    let mut events = Vec::new();
-    if !pruned.is_empty() {
-        events.push((
-            EventType::Warning,
-            "Pruned",
-            format!("dropped the grants of {}", pruned.join("; ")),
-        ));
-    }
-    match (&refusal, revoked.is_empty()) {
-        (Some((reason, message)), _) => {
-            conditions::set(
-                &mut status.conditions,
-                "WithinMaximum",
-                Status::False,
-                reason,
-                message,
-                generation,
-                &time,
-            );
-            events.push((EventType::Warning, *reason, message.clone()));
-        }
-        (None, true) => {
-            let message = format!(
-                "proved within {} governing maximum(s)",
-                status.governed_by.len()
-            );
-            conditions::set(
-                &mut status.conditions,
-                "WithinMaximum",
-                Status::True,
-                "Proved",
-                &message,
-                generation,
-                &time,
-            );
-        }
-        (None, false) => {
-            let message = format!(
-                "revoked {}",
-                revoked
-                    .iter()
-                    .map(|(grant, why)| format!("{grant} ({why})"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-            conditions::set(
-                &mut status.conditions,
-                "WithinMaximum",
-                Status::False,
-                "Revoked",
-                &message,
-                generation,
-                &time,
-            );
-            events.push((EventType::Warning, "Revoked", message));
-        }
-    }
-    status.observed_generation = generation;
-    let mut runtime = Vec::new();
-    let requeue = assess_findings(
-        &sandbox,
-        &effective,
-        &mut status,
-        &mut runtime,
-        &mut events,
-        &time,
-        &ctx,
-    )
-    .await;
-    // Ready, Reconciling and Stalled, from what was just decided.
-    let summary = summary(&status, pod_refusal);
-    if conditions::summarize(&mut status.conditions, &summary, generation, &time)
-        && let Some((reason, _)) = pod_refusal.filter(|(reason, _)| *reason == summary.reason)
-    {
-        // A template that cannot run: an Event when that becomes the news.
-        events.push((EventType::Warning, reason, summary.message.clone()));
-    }
+    // Decide.
+    let desired = desired_status(&Observed {
+        sandbox: &sandbox,
+        records: &records,
+        pruned: &pruned,
+        verification: &verification,
+        findings: &findings,
+        pod_refusal: pod_plan.as_ref().err(),
+        time: &super::now(),
+    });
 
-    let status_changed = status != before;
-    if status_changed {
-        // The status grants authority: only the leader writes it (the
-        // ConfigMap, which the proxy enforces, is fenced in `apply`).
-        ctx.fence(&format!("status of sandbox {namespace}/{name}"))
-            .await?;
-        // The sandbox's resourceVersion is the precondition: a proposal
-        // committed meanwhile makes this write fail, and we start over.
-        let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
-        let mut next = (*sandbox).clone();
-        next.status = Some(status.clone());
-        match api
-            .replace_status(&name, &PostParams::default(), &next)
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                ctx.metrics.commit_conflicts.inc();
-                return Ok(Action::requeue(Duration::from_millis(50)));
-            }
-            Err(e) => return Err(e.into()),
+    // Act: the status first; only what is committed reaches the data plane.
+    if desired.changed {
+        if let StatusWrite::Conflict = write_status(&sandbox, &desired.status, &ctx).await? {
+            return Ok(Action::requeue(Duration::from_millis(50)));
         }
-        super::publish(&ctx, sandbox.as_ref(), "Verify", events).await;
+        super::publish(&ctx, sandbox.as_ref(), "Verify", desired.events).await;
     }
-    if let Some(findings) = &status.findings {
+    if let Some(findings) = &desired.status.findings {
         // Every reconcile: a Report deleted by hand or a CRD installed later
         // is (re)published without waiting for the findings to change.
         publish_report(&sandbox, findings, &ctx).await;
     }
-    // Only what is committed reaches the enforcement proxy.
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let ca = sandbox_ca::ensure(&sandbox, owner(&sandbox), ctx.ca_lifetime, &secrets).await?;
-    let requeue = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc())
-        .map_or(requeue, |step| requeue.min(step));
-    let bundle = ca_bundle(&ca, time::OffsetDateTime::now_utc());
-    apply_config_map(
+    let ca_step = apply_data_plane(
         &sandbox,
-        &effective,
-        &runtime,
-        &bundle,
-        status.revision,
+        &verification.effective,
+        findings.regions(),
+        desired.status.revision,
         &ctx,
     )
     .await?;
-    apply_network_policy(&sandbox, &effective, &ctx).await?;
+    let requeue = ca_step.map_or(desired.requeue, |step| desired.requeue.min(step));
     // With or without a Pod: the account is also the agent's identity for
     // proposals (`kubectl create token`).
     let account = owned_metadata(&sandbox, &sandbox.spec.agent_service_account);
-    agent_account::ensure(&sandbox, account, &ctx, status_changed).await?;
+    agent_account::ensure(&sandbox, account, &ctx, desired.changed).await?;
     let Ok(Some(pod_spec)) = pod_plan else {
         return Ok(Action::requeue(requeue));
     };
@@ -339,130 +680,69 @@ async fn reconcile(
         super::publish(&ctx, sandbox.as_ref(), "CreatePod", notes).await;
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
-    tracing::info!(sandbox = %name, namespace = %namespace, revision = status.revision, revoked = revoked.len(), "reconciled");
+    tracing::info!(sandbox = %name, namespace = %namespace, revision = desired.status.revision, revoked = verification.revoked_count(), "reconciled");
     Ok(Action::requeue(requeue))
 }
 
-/// Assesses the trifecta findings of the template's images against the
-/// effective policy about to be committed: `status.findings` and the
-/// `FindingsClear` condition. Returns when to look again (the next
-/// acceptance expiry, at most five minutes). Never fails: the policy commit
-/// (which may be a revocation) must not wait on the findings, so a failed
-/// assessment is `FindingsClear=Unknown` with the reason, and the sandbox's
-/// pods count as unfixed at admission meanwhile.
-async fn assess_findings(
+/// Whether a status write landed.
+enum StatusWrite {
+    /// Written.
+    Written,
+    /// The sandbox changed since it was read (a proposal committed
+    /// meanwhile): start over.
+    Conflict,
+}
+
+/// Writes the sandbox's status, with the resourceVersion it was read at
+/// as the precondition.
+async fn write_status(
     sandbox: &AgentSandbox,
-    effective: &PolicyDocument,
-    status: &mut AgentSandboxStatus,
-    runtime: &mut Vec<FindingRegions>,
-    events: &mut Vec<super::Note>,
-    time: &Time,
+    status: &AgentSandboxStatus,
     ctx: &Context,
-) -> Duration {
-    let default = super::RESYNC;
-    let Some(images) = template_images(&sandbox.spec) else {
-        status.findings = None;
-        status.conditions.retain(|c| c.type_ != "FindingsClear");
-        return default;
-    };
-    let escapes = template_escapes(&sandbox.spec);
-    if !escapes.is_empty() {
-        // A pod that can step around the proxy and Landlock severs nothing,
-        // whatever its policy says; it is not created either.
-        let message = format!(
-            "the pod template escapes the sandbox, so no finding counts as severed and no pod is created: {}",
-            escapes.join("; ")
-        );
-        status.findings = None;
-        if conditions::set(
-            &mut status.conditions,
-            "FindingsClear",
-            Status::False,
-            "TemplateEscapes",
-            &message,
-            sandbox.meta().generation,
-            time,
-        ) {
-            events.push((EventType::Warning, "TemplateEscapes", message));
-        }
-        return default;
-    }
-    let now = Timestamp::now();
-    let assessed = match Api::<AgentScan>::all(ctx.client.clone())
-        .list(&ListParams::default())
+) -> Result<StatusWrite, ControllerError> {
+    let name = sandbox.name_any();
+    let namespace = sandbox.namespace().unwrap_or_default();
+    // The status grants authority: only the leader writes it (the
+    // ConfigMap, which the proxy enforces, is fenced in `apply`).
+    ctx.fence(&format!("status of sandbox {namespace}/{name}"))
+        .await?;
+    // The sandbox's resourceVersion is the precondition: a proposal
+    // committed meanwhile makes this write fail, and we start over.
+    let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut next = sandbox.clone();
+    next.status = Some(status.clone());
+    match api
+        .replace_status(&name, &PostParams::default(), &next)
         .await
     {
-        Ok(scans) => {
-            // A policy that does not compile severs nothing (fail closed).
-            let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
-            let accepted = sandbox.spec.accepted_findings.clone();
-            let prover = ctx.prover.clone();
-            let revision = status.revision;
-            let started = std::time::Instant::now();
-            let result = tokio::task::spawn_blocking(move || {
-                let refs: Vec<&AgentScan> = scans.items.iter().collect();
-                assess_sandbox(
-                    &images,
-                    &refs,
-                    policy.as_ref(),
-                    &prover,
-                    &accepted,
-                    now,
-                    revision,
-                )
-            })
-            .await
-            .map_err(|e| format!("the assessment task failed: {e}"));
-            ctx.metrics
-                .solver_seconds
-                .observe(started.elapsed().as_secs_f64());
-            result
+        Ok(_) => Ok(StatusWrite::Written),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            ctx.metrics.commit_conflicts.inc();
+            Ok(StatusWrite::Conflict)
         }
-        Err(e) => Err(format!("cannot list AgentScans: {e}")),
-    };
-    let (clear, reason, message) = match assessed {
-        Ok((mut summary, regions)) => {
-            *runtime = regions;
-            cap_records(&mut summary);
-            let (clear, reason, message) = findings_condition(&summary);
-            status.findings = Some(summary);
-            (Some(clear), reason, message)
-        }
-        Err(message) => {
-            status.findings = None;
-            (None, "AssessmentFailed", message)
-        }
-    };
-    let changed = conditions::set(
-        &mut status.conditions,
-        "FindingsClear",
-        match clear {
-            Some(true) => Status::True,
-            Some(false) => Status::False,
-            None => Status::Unknown,
-        },
-        reason,
-        &message,
-        sandbox.meta().generation,
-        time,
-    );
-    if changed {
-        let type_ = if clear == Some(true) {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        events.push((type_, reason, message));
+        Err(e) => Err(e.into()),
     }
-    if clear.is_none() {
-        return Duration::from_secs(10);
-    }
-    next_expiry(&sandbox.spec.accepted_findings, now)
-        .map(|expiry| {
-            let millis = expiry.as_millisecond().saturating_sub(now.as_millisecond());
-            Duration::from_millis(u64::try_from(millis).unwrap_or(0).saturating_add(500))
-        })
-        .map_or(default, |wait| wait.min(default))
+}
+
+/// Puts the committed policy where the enforcement proxy reads it: the
+/// sandbox CA (issued or rotated), the `<name>-policy` ConfigMap with the
+/// findings' regions and the CA bundle, and the egress NetworkPolicy.
+/// Returns when the CA next needs a step, if it does.
+async fn apply_data_plane(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    regions: &[FindingRegions],
+    revision: u64,
+    ctx: &Context,
+) -> Result<Option<Duration>, ControllerError> {
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
+    let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
+    let bundle = ca_bundle(&ca, time::OffsetDateTime::now_utc());
+    apply_config_map(sandbox, effective, regions, &bundle, revision, ctx).await?;
+    apply_network_policy(sandbox, effective, ctx).await?;
+    Ok(ca_step)
 }
 
 /// At most this many finding records per image in the status (the counts
@@ -476,7 +756,7 @@ fn cap_records(summary: &mut FindingsSummary) {
             // Unfixed first, so what admission refuses is what is shown.
             image
                 .findings
-                .sort_by_key(|r| r.state != crate::k8s::crd::FindingState::Unfixed);
+                .sort_by_key(|r| r.state != agentgate_api::crd::FindingState::Unfixed);
             image.findings.truncate(MAX_RECORDS_PER_IMAGE);
         }
     }
@@ -618,13 +898,19 @@ where
     Ok(())
 }
 
-/// The Pod spec to run: `None` without a template; the condition reason
-/// and message when the template cannot be run in the enforced shape
-/// (an escape, a container without a command, a reserved name).
-fn pod_plan(
-    sandbox: &AgentSandbox,
-    data_plane: &DataPlane,
-) -> Result<Option<PodSpec>, (&'static str, String)> {
+/// Why a template cannot be run in the enforced shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodRefusal {
+    /// The condition reason, e.g. `CommandRequired`.
+    reason: &'static str,
+    /// `no pod is created: ...`, naming every problem.
+    message: String,
+}
+
+/// The Pod spec to run: `None` without a template; why not when the
+/// template cannot be run in the enforced shape (an escape, a container
+/// without a command, a reserved name).
+fn pod_plan(sandbox: &AgentSandbox, data_plane: &DataPlane) -> Result<Option<PodSpec>, PodRefusal> {
     let Some(template) = sandbox.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
         return Ok(None);
     };
@@ -632,20 +918,23 @@ fn pod_plan(
     if !escapes.is_empty() {
         // The operator's pod rights are never lent to a pod that could
         // leave the sandbox.
-        return Err((
-            "TemplateEscapes",
-            format!(
+        return Err(PodRefusal {
+            reason: "TemplateEscapes",
+            message: format!(
                 "no pod is created: the template would step around the proxy or Landlock: {}",
                 escapes.join("; ")
             ),
-        ));
+        });
     }
     enforced_pod_spec(&sandbox.name_any(), template, data_plane)
         .map(Some)
         .map_err(|refusals| {
             let reason = refusals.first().map_or("TemplateRefused", |r| r.reason);
             let lines: Vec<String> = refusals.into_iter().map(|r| r.message).collect();
-            (reason, format!("no pod is created: {}", lines.join("; ")))
+            PodRefusal {
+                reason,
+                message: format!("no pod is created: {}", lines.join("; ")),
+            }
         })
 }
 
@@ -659,7 +948,7 @@ fn pod_plan(
 /// image: its pods are refused); `FindingsClear=Unknown` (the assessment
 /// failed; retried) is still reconciling; otherwise it is Ready
 /// (`Committed`, at its revision).
-fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&(&'static str, String)>) -> Summary {
+fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&PodRefusal>) -> Summary {
     let revision = format!("revision {}", status.revision);
     let with = |type_: &str, value: &str| {
         conditions::get(&status.conditions, type_).filter(|c| c.status == value)
@@ -667,8 +956,8 @@ fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&(&'static str, Stri
     if let Some(within) = with("WithinMaximum", "False") {
         return Summary::stalled_by(within);
     }
-    if let Some((reason, refusal)) = pod_refusal {
-        return Summary::stalled(reason, format!("{revision}; {refusal}"));
+    if let Some(refusal) = pod_refusal {
+        return Summary::stalled(refusal.reason, format!("{revision}; {}", refusal.message));
     }
     if let Some(findings) = with("FindingsClear", "False") {
         return Summary::stalled_by(findings);
@@ -905,7 +1194,7 @@ pub async fn run(ctx: Arc<Context>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::conditions::State;
+    use agentgate_api::conditions::State;
 
     fn status(conditions: &[(&str, Status, &str, &str)]) -> AgentSandboxStatus {
         let mut status = AgentSandboxStatus {
@@ -931,10 +1220,10 @@ mod tests {
     fn the_first_thing_in_the_way_decides_ready() {
         let within = ("WithinMaximum", Status::True, "Proved", "proved");
         let clear = ("FindingsClear", Status::True, "NoUnfixedFindings", "none");
-        let refusal = (
-            "CommandRequired",
-            "no pod is created: add command".to_string(),
-        );
+        let refusal = PodRefusal {
+            reason: "CommandRequired",
+            message: "no pod is created: add command".to_string(),
+        };
 
         let good = summary(&status(&[within, clear]), None);
         assert_eq!(good, Summary::ready("Committed", "revision 7"));
@@ -980,5 +1269,664 @@ mod tests {
         let waiting = summary(&status(&[within, failed]), None);
         assert_eq!(waiting.state, State::Reconciling);
         assert_eq!(waiting.reason, "AssessmentFailed");
+    }
+
+    /// A rule `name` letting `/usr/bin/gh` reach api.github.com:443.
+    fn rule(name: &str) -> serde_json::Value {
+        json!({
+            "name": name,
+            "binaries": ["/usr/bin/gh"],
+            "endpoints": [{"host": "api.github.com", "ports": [443]}],
+        })
+    }
+
+    fn policy_of(rules: &[&str]) -> PolicyDocument {
+        let network: Vec<serde_json::Value> = rules.iter().map(|name| rule(name)).collect();
+        serde_json::from_value(json!({
+            "network": network,
+            "filesystem": {"readOnly": ["/app"]},
+        }))
+        .unwrap()
+    }
+
+    /// Sandbox `bot` at generation 2 declaring `rules`, with `status`.
+    fn sandbox_with(rules: &[&str], status: Option<AgentSandboxStatus>) -> AgentSandbox {
+        let mut sandbox: AgentSandbox = serde_json::from_value(json!({
+            "apiVersion": "agentgate.dev/v1alpha1",
+            "kind": "AgentSandbox",
+            "metadata": {"name": "bot", "namespace": "agents", "uid": "sandbox-uid", "generation": 2},
+            "spec": {"agentServiceAccount": "bot", "policy": policy_of(rules)},
+        }))
+        .unwrap();
+        sandbox.status = status;
+        sandbox
+    }
+
+    fn ceiling() -> Vec<MaximumRef> {
+        vec![MaximumRef {
+            name: "org-ceiling".into(),
+            generation: 3,
+        }]
+    }
+
+    fn proved(rules: &[&str]) -> Verification {
+        Verification {
+            effective: policy_of(rules),
+            governed_by: ceiling(),
+            within: Within::Proved,
+        }
+    }
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap())
+    }
+
+    /// `desired_status` with nothing pruned and the records kept as read.
+    fn decide(
+        sandbox: &AgentSandbox,
+        verification: &Verification,
+        findings: &FindingsAssessment,
+        pod_refusal: Option<&PodRefusal>,
+        time: &Time,
+    ) -> DesiredStatus {
+        let records = sandbox
+            .status
+            .as_ref()
+            .map(|s| s.applied_proposals.clone())
+            .unwrap_or_default();
+        desired_status(&Observed {
+            sandbox,
+            records: &records,
+            pruned: &[],
+            verification,
+            findings,
+            pod_refusal,
+            time,
+        })
+    }
+
+    /// The status, reason and message of the condition `type_`.
+    fn condition(status: &AgentSandboxStatus, type_: &str) -> Option<(String, String, String)> {
+        conditions::get(&status.conditions, type_)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
+    fn is(value: &str, reason: &str, message: &str) -> Option<(String, String, String)> {
+        Some((value.into(), reason.into(), message.into()))
+    }
+
+    fn clean_assessment(at: Timestamp) -> FindingsAssessment {
+        FindingsAssessment::Assessed {
+            summary: FindingsSummary {
+                revision: Some(1),
+                ..FindingsSummary::default()
+            },
+            regions: Vec::new(),
+            at,
+        }
+    }
+
+    fn record(
+        id: &str,
+        state: agentgate_api::crd::FindingState,
+    ) -> agentgate_api::crd::FindingRecord {
+        agentgate_api::crd::FindingRecord {
+            id: id.into(),
+            sink: "post_comment".into(),
+            severity: agentgate_api::scan::Severity::High,
+            state,
+            message: format!("{id}: issue text reaches post_comment"),
+            fix: "restrict tool post_comment".into(),
+            severed_by: Vec::new(),
+            accepted_until: None,
+        }
+    }
+
+    #[test]
+    fn a_policy_proved_within_its_maximums_is_committed_and_ready() {
+        let sandbox = sandbox_with(&["read"], None);
+        let desired = decide(
+            &sandbox,
+            &proved(&["read"]),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(10),
+        );
+        let status = &desired.status;
+        assert!(desired.changed);
+        assert_eq!(status.revision, 1);
+        assert_eq!(status.effective_policy, Some(policy_of(&["read"])));
+        assert_eq!(status.governed_by, vec!["org-ceiling".to_string()]);
+        assert_eq!(status.verified_against, ceiling());
+        assert_eq!(status.observed_generation, Some(2));
+        assert_eq!(
+            condition(status, "WithinMaximum"),
+            is("True", "Proved", "proved within 1 governing maximum(s)")
+        );
+        assert_eq!(
+            condition(status, "Ready"),
+            is("True", "Committed", "revision 1")
+        );
+        for absent in ["Reconciling", "Stalled", "FindingsClear"] {
+            assert_eq!(condition(status, absent), None, "{absent}");
+        }
+        assert_eq!(status.findings, None);
+        assert!(desired.events.is_empty(), "{:?}", desired.events);
+        assert_eq!(desired.requeue, super::super::RESYNC);
+
+        // Reconciled again with nothing new: the same status, no write.
+        let again = sandbox_with(&["read"], Some(desired.status.clone()));
+        let unchanged = decide(
+            &again,
+            &proved(&["read"]),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(20),
+        );
+        assert!(!unchanged.changed);
+        assert_eq!(unchanged.status, desired.status);
+    }
+
+    #[test]
+    fn revoked_grants_are_named_with_their_counterexample_and_stall_the_sandbox() {
+        let committed = decide(
+            &sandbox_with(&["read", "write"], None),
+            &proved(&["read", "write"]),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(10),
+        )
+        .status;
+        let why = "exceeds MaximumPolicy \"org-ceiling\": POST https://api.github.com:443/repos/acme by /usr/bin/gh (layer rest) is not allowed";
+        let verification = Verification {
+            effective: policy_of(&["read"]),
+            governed_by: ceiling(),
+            within: Within::Revoked(vec![("network rule \"write\"".into(), why.into())]),
+        };
+        let sandbox = sandbox_with(&["read", "write"], Some(committed));
+        let desired = decide(
+            &sandbox,
+            &verification,
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(20),
+        );
+        let message = format!("revoked network rule \"write\" ({why})");
+        let status = &desired.status;
+        assert_eq!(status.revision, 2, "a revocation is a new revision");
+        assert_eq!(status.effective_policy, Some(policy_of(&["read"])));
+        assert_eq!(
+            condition(status, "WithinMaximum"),
+            is("False", "Revoked", &message)
+        );
+        assert_eq!(condition(status, "Ready"), is("False", "Revoked", &message));
+        assert_eq!(
+            condition(status, "Stalled"),
+            is("True", "Revoked", &message)
+        );
+        assert_eq!(condition(status, "Reconciling"), None);
+        assert_eq!(
+            desired.events,
+            vec![(EventType::Warning, "Revoked", message.clone())]
+        );
+        assert_eq!(verification.revoked_count(), 1);
+    }
+
+    #[test]
+    fn a_sandbox_no_maximum_governs_is_granted_nothing() {
+        let committed = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(10),
+        )
+        .status;
+        let message =
+            "no MaximumPolicy governs this sandbox; nothing is granted until one selects it";
+        let sandbox = sandbox_with(&["read"], Some(committed));
+        let desired = decide(
+            &sandbox,
+            &Verification::refused("Unmanaged", message.into()),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(20),
+        );
+        let status = &desired.status;
+        assert_eq!(status.revision, 2);
+        assert_eq!(status.effective_policy, Some(PolicyDocument::default()));
+        assert!(status.governed_by.is_empty() && status.verified_against.is_empty());
+        assert_eq!(
+            condition(status, "WithinMaximum"),
+            is("False", "Unmanaged", message)
+        );
+        assert_eq!(
+            condition(status, "Ready"),
+            is("False", "Unmanaged", message)
+        );
+        assert_eq!(
+            condition(status, "Stalled"),
+            is("True", "Unmanaged", message)
+        );
+        assert_eq!(
+            desired.events,
+            vec![(EventType::Warning, "Unmanaged", message.to_string())]
+        );
+    }
+
+    #[test]
+    fn a_pruned_grant_is_announced_before_the_verdict() {
+        let sandbox = sandbox_with(&["read"], None);
+        let pruned = [PrunedGrant {
+            proposal: "comment".into(),
+            reason: "deleted, re-created or changed since it was committed".into(),
+        }];
+        let verification = Verification::refused("InvalidMaximum", "invalid".into());
+        let desired = desired_status(&Observed {
+            sandbox: &sandbox,
+            records: &[],
+            pruned: &pruned,
+            verification: &verification,
+            findings: &FindingsAssessment::NoTemplate,
+            pod_refusal: None,
+            time: &at(10),
+        });
+        assert_eq!(
+            desired.events,
+            vec![
+                (
+                    EventType::Warning,
+                    "Pruned",
+                    "dropped the grants of comment (deleted, re-created or changed since it was committed)".to_string()
+                ),
+                (EventType::Warning, "InvalidMaximum", "invalid".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_template_that_cannot_run_stalls_ready_and_says_so_once() {
+        let refusal = PodRefusal {
+            reason: "CommandRequired",
+            message: "no pod is created: add command: container \"agent\"".into(),
+        };
+        let ready = "revision 1; no pod is created: add command: container \"agent\"";
+        let first = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &clean_assessment(Timestamp::from_second(10).unwrap()),
+            Some(&refusal),
+            &at(10),
+        );
+        let status = &first.status;
+        assert_eq!(
+            condition(status, "WithinMaximum"),
+            is("True", "Proved", "proved within 1 governing maximum(s)")
+        );
+        assert_eq!(
+            condition(status, "FindingsClear"),
+            is("True", "NoUnfixedFindings", "no trifecta findings")
+        );
+        assert_eq!(
+            condition(status, "Ready"),
+            is("False", "CommandRequired", ready)
+        );
+        assert_eq!(
+            condition(status, "Stalled"),
+            is("True", "CommandRequired", ready)
+        );
+        assert_eq!(
+            first.events,
+            vec![
+                (
+                    EventType::Normal,
+                    "NoUnfixedFindings",
+                    "no trifecta findings".to_string()
+                ),
+                (EventType::Warning, "CommandRequired", ready.to_string()),
+            ]
+        );
+
+        let second = decide(
+            &sandbox_with(&["read"], Some(first.status.clone())),
+            &proved(&["read"]),
+            &clean_assessment(Timestamp::from_second(20).unwrap()),
+            Some(&refusal),
+            &at(20),
+        );
+        assert!(!second.changed);
+        assert!(second.events.is_empty(), "{:?}", second.events);
+    }
+
+    #[test]
+    fn a_template_that_escapes_severs_nothing_and_runs_no_pod() {
+        let refusal = PodRefusal {
+            reason: "TemplateEscapes",
+            message: "no pod is created: the template would step around the proxy or Landlock: spec.hostNetwork".into(),
+        };
+        let desired = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &FindingsAssessment::TemplateEscapes(vec!["spec.hostNetwork".into()]),
+            Some(&refusal),
+            &at(10),
+        );
+        let findings = "the pod template escapes the sandbox, so no finding counts as severed and no pod is created: spec.hostNetwork";
+        let ready = "revision 1; no pod is created: the template would step around the proxy or Landlock: spec.hostNetwork";
+        assert_eq!(desired.status.findings, None);
+        assert_eq!(
+            condition(&desired.status, "FindingsClear"),
+            is("False", "TemplateEscapes", findings)
+        );
+        assert_eq!(
+            condition(&desired.status, "Stalled"),
+            is("True", "TemplateEscapes", ready)
+        );
+        assert_eq!(
+            desired.events,
+            vec![
+                (EventType::Warning, "TemplateEscapes", findings.to_string()),
+                (EventType::Warning, "TemplateEscapes", ready.to_string()),
+            ]
+        );
+        assert_eq!(desired.requeue, super::super::RESYNC);
+    }
+
+    #[test]
+    fn unfixed_findings_stall_the_sandbox() {
+        let summary = FindingsSummary {
+            revision: Some(1),
+            total: 1,
+            unfixed: 1,
+            images: vec![agentgate_api::crd::ImageFindings {
+                image: "ghcr.io/acme/agent:1".into(),
+                findings: vec![record(
+                    "AG-TRIFECTA",
+                    agentgate_api::crd::FindingState::Unfixed,
+                )],
+                ..Default::default()
+            }],
+        };
+        let desired = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &FindingsAssessment::Assessed {
+                summary: summary.clone(),
+                regions: Vec::new(),
+                at: Timestamp::from_second(10).unwrap(),
+            },
+            None,
+            &at(10),
+        );
+        let message = "ghcr.io/acme/agent:1: AG-TRIFECTA: issue text reaches post_comment. Minimal fix: restrict tool post_comment.";
+        assert_eq!(desired.status.findings, Some(summary));
+        assert_eq!(
+            condition(&desired.status, "FindingsClear"),
+            is("False", "UnfixedFindings", message)
+        );
+        assert_eq!(
+            condition(&desired.status, "Stalled"),
+            is("True", "UnfixedFindings", message)
+        );
+        assert_eq!(
+            desired.events,
+            vec![(EventType::Warning, "UnfixedFindings", message.to_string())]
+        );
+    }
+
+    #[test]
+    fn a_failed_assessment_is_reconciling_and_retried_in_ten_seconds() {
+        let mut committed = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &clean_assessment(Timestamp::from_second(10).unwrap()),
+            None,
+            &at(10),
+        )
+        .status;
+        committed.findings = Some(FindingsSummary::default());
+        let message = "cannot list AgentScans: connection refused";
+        let desired = decide(
+            &sandbox_with(&["read"], Some(committed)),
+            &proved(&["read"]),
+            &FindingsAssessment::Failed(message.into()),
+            None,
+            &at(20),
+        );
+        assert_eq!(desired.status.findings, None, "stale findings are not kept");
+        assert_eq!(
+            condition(&desired.status, "FindingsClear"),
+            is("Unknown", "AssessmentFailed", message)
+        );
+        assert_eq!(
+            condition(&desired.status, "Ready"),
+            is("False", "AssessmentFailed", message)
+        );
+        assert_eq!(
+            condition(&desired.status, "Reconciling"),
+            is("True", "AssessmentFailed", message)
+        );
+        assert_eq!(condition(&desired.status, "Stalled"), None);
+        assert_eq!(
+            desired.events,
+            vec![(EventType::Warning, "AssessmentFailed", message.to_string())]
+        );
+        assert_eq!(desired.requeue, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_expiring_acceptance_brings_the_sandbox_back_just_after() {
+        let mut sandbox = sandbox_with(&["read"], None);
+        sandbox.spec.accepted_findings = vec![AcceptedFinding {
+            id: "AG-TRIFECTA".into(),
+            sink: None,
+            reason: "triaged".into(),
+            expires: "1970-01-01T00:01:10Z".into(),
+        }];
+        let assessed = |second| {
+            decide(
+                &sandbox,
+                &proved(&["read"]),
+                &clean_assessment(Timestamp::from_second(second).unwrap()),
+                None,
+                &at(second),
+            )
+            .requeue
+        };
+        assert_eq!(assessed(10), Duration::from_millis(60_500));
+        assert_eq!(
+            assessed(70),
+            super::super::RESYNC,
+            "expired: nothing to wait for"
+        );
+    }
+
+    #[test]
+    fn without_a_template_there_are_no_findings() {
+        let committed = decide(
+            &sandbox_with(&["read"], None),
+            &proved(&["read"]),
+            &clean_assessment(Timestamp::from_second(10).unwrap()),
+            None,
+            &at(10),
+        )
+        .status;
+        assert!(committed.findings.is_some());
+        let desired = decide(
+            &sandbox_with(&["read"], Some(committed)),
+            &proved(&["read"]),
+            &FindingsAssessment::NoTemplate,
+            None,
+            &at(20),
+        );
+        assert_eq!(desired.status.findings, None);
+        assert_eq!(condition(&desired.status, "FindingsClear"), None);
+        assert!(desired.changed);
+        assert!(desired.events.is_empty());
+    }
+
+    #[test]
+    fn the_status_keeps_fifty_records_per_image_unfixed_first() {
+        use agentgate_api::crd::FindingState;
+        let mut findings: Vec<_> = (0..60)
+            .map(|i| record(&format!("S{i}"), FindingState::Severed))
+            .collect();
+        findings.push(record("U", FindingState::Unfixed));
+        let mut summary = FindingsSummary {
+            total: 61,
+            unfixed: 1,
+            images: vec![agentgate_api::crd::ImageFindings {
+                image: "agent".into(),
+                findings,
+                ..Default::default()
+            }],
+            ..FindingsSummary::default()
+        };
+        cap_records(&mut summary);
+        let kept = &summary.images[0].findings;
+        assert_eq!(kept.len(), MAX_RECORDS_PER_IMAGE);
+        assert_eq!(kept[0].id, "U");
+        assert_eq!(
+            (summary.total, summary.unfixed),
+            (61, 1),
+            "counts stay exact"
+        );
+    }
+
+    #[test]
+    fn the_revision_moves_only_with_the_effective_policy() {
+        let committed = AgentSandboxStatus {
+            revision: 4,
+            effective_policy: Some(policy_of(&["read"])),
+            ..AgentSandboxStatus::default()
+        };
+        assert_eq!(next_revision(None, &policy_of(&[])), 1);
+        assert_eq!(next_revision(Some(&committed), &policy_of(&["read"])), 4);
+        assert_eq!(next_revision(Some(&committed), &policy_of(&[])), 5);
+    }
+
+    fn proposal(uid: &str, add: &[&str], remove: &[&str]) -> PolicyProposal {
+        let add: Vec<serde_json::Value> = add.iter().map(|name| rule(name)).collect();
+        serde_json::from_value(json!({
+            "apiVersion": "agentgate.dev/v1alpha1",
+            "kind": "PolicyProposal",
+            "metadata": {"name": "comment", "namespace": "agents", "uid": uid, "generation": 1},
+            "spec": {
+                "sandboxRef": {"name": "bot"},
+                "add": {"network": add},
+                "remove": {"network": remove},
+            },
+        }))
+        .unwrap()
+    }
+
+    fn commit_of(proposal: &PolicyProposal, pruned: Option<Pruned>) -> AppliedProposal {
+        AppliedProposal {
+            name: proposal.name_any(),
+            uid: proposal.uid().unwrap_or_default(),
+            generation: Some(1),
+            change_hash: proposal.spec.change_hash(),
+            decided_by: "auto".into(),
+            at: None,
+            removed: proposal.spec.removed_rules().to_vec(),
+            pruned,
+        }
+    }
+
+    fn committed(records: Vec<AppliedProposal>) -> Option<AgentSandboxStatus> {
+        Some(AgentSandboxStatus {
+            applied_proposals: records,
+            ..AgentSandboxStatus::default()
+        })
+    }
+
+    fn rule_names(policy: &PolicyDocument) -> Vec<&str> {
+        policy.network.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_commit_whose_proposal_still_matches_keeps_its_grant() {
+        let live = proposal("p-1", &["comment"], &["old"]);
+        let sandbox = sandbox_with(&["read", "old"], committed(vec![commit_of(&live, None)]));
+        let stacked = stack_proposals(
+            &sandbox,
+            &BTreeMap::from([("comment".into(), live.clone())]),
+        );
+        assert_eq!(rule_names(&stacked.policy), ["read", "comment"]);
+        assert_eq!(stacked.records, vec![commit_of(&live, None)]);
+        assert!(stacked.pruned.is_empty());
+    }
+
+    #[test]
+    fn a_commit_whose_proposal_is_gone_or_recreated_loses_its_grant_not_its_removals() {
+        let original = proposal("p-1", &["comment"], &["old"]);
+        let recreated = proposal("p-2", &["comment"], &["old"]);
+        let reason = "deleted, re-created or changed since it was committed";
+        for live in [
+            BTreeMap::new(),
+            BTreeMap::from([("comment".into(), recreated)]),
+        ] {
+            let sandbox = sandbox_with(
+                &["read", "old"],
+                committed(vec![commit_of(&original, None)]),
+            );
+            let stacked = stack_proposals(&sandbox, &live);
+            assert_eq!(rule_names(&stacked.policy), ["read"]);
+            assert_eq!(
+                stacked.pruned,
+                vec![PrunedGrant {
+                    proposal: "comment".into(),
+                    reason: reason.into()
+                }]
+            );
+            let pruned = Pruned {
+                reason: reason.into(),
+                sandbox_generation: Some(2),
+            };
+            assert_eq!(stacked.records, vec![commit_of(&original, Some(pruned))]);
+        }
+    }
+
+    #[test]
+    fn a_commit_that_no_longer_applies_is_pruned_with_the_reason() {
+        // The declared policy lost the rule the proposal removed.
+        let live = proposal("p-1", &["comment"], &["old"]);
+        let sandbox = sandbox_with(&["read"], committed(vec![commit_of(&live, None)]));
+        let stacked = stack_proposals(&sandbox, &BTreeMap::from([("comment".into(), live)]));
+        assert_eq!(rule_names(&stacked.policy), ["read"]);
+        let [grant] = stacked.pruned.as_slice() else {
+            panic!("one pruned grant: {:?}", stacked.pruned);
+        };
+        assert!(
+            grant.reason.starts_with("no longer applies: ")
+                && grant
+                    .reason
+                    .contains("the sandbox has no rule named \"old\""),
+            "{}",
+            grant.reason
+        );
+    }
+
+    #[test]
+    fn a_pruned_record_keeps_its_removals_until_the_spec_changes() {
+        let original = proposal("p-1", &["comment"], &["old"]);
+        let pruned_at = |generation| {
+            Some(Pruned {
+                reason: "deleted".into(),
+                sandbox_generation: Some(generation),
+            })
+        };
+        let same = commit_of(&original, pruned_at(2));
+        let sandbox = sandbox_with(&["read", "old"], committed(vec![same.clone()]));
+        let stacked = stack_proposals(&sandbox, &BTreeMap::new());
+        assert_eq!(rule_names(&stacked.policy), ["read"]);
+        assert_eq!(stacked.records, vec![same]);
+        assert!(stacked.pruned.is_empty(), "pruned before, not now");
+
+        let earlier = commit_of(&original, pruned_at(1));
+        let sandbox = sandbox_with(&["read", "old"], committed(vec![earlier]));
+        let stacked = stack_proposals(&sandbox, &BTreeMap::new());
+        assert_eq!(rule_names(&stacked.policy), ["read", "old"]);
+        assert!(stacked.records.is_empty(), "the spec was declared anew");
     }
 }

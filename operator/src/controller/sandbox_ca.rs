@@ -1,4 +1,4 @@
-//! The sandbox CA (DESIGN.md §10): an ECDSA key and certificate per
+//! The sandbox CA (docs/design.md §10): an ECDSA key and certificate per
 //! sandbox, minted by the operator into the Secret `<sandbox>-ca` (owned by
 //! the sandbox, mounted only by the proxy), which signs the leaves the proxy
 //! presents when it terminates the agent's TLS.
@@ -22,10 +22,10 @@ use kube::{Resource, ResourceExt};
 use time::OffsetDateTime;
 
 use crate::controller::ControllerError;
-use crate::k8s::crd::AgentSandbox;
-use crate::k8s::pod_template::SANDBOX_LABEL;
-use crate::k8s::sandbox_pod::ca_secret_name;
 use crate::pki::{KeyedCert, PkiError, generate_ca_at, key_matches, split_certificates, window};
+use agentgate_api::crd::AgentSandbox;
+use agentgate_api::crd::SANDBOX_LABEL;
+use agentgate_governance::sandbox_pod::ca_secret_name;
 
 /// With this little left the next CA signs however briefly it was
 /// published: an expired CA would break every connection.
@@ -277,7 +277,7 @@ pub async fn ensure(
     };
     // The resourceVersion is the precondition: two writers never both mint.
     let params = PostParams {
-        field_manager: Some(super::FIELD_MANAGER.into()),
+        field_manager: Some(crate::FIELD_MANAGER.into()),
         ..PostParams::default()
     };
     match existing {

@@ -12,9 +12,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
-use crate::k8s::conditions::{self, Status, Summary};
-use crate::k8s::crd::{AgentScan, AgentScanStatus};
-use crate::trifecta::{Finding, Severity, analyze};
+use agentgate_api::conditions::{self, Status, Summary};
+use agentgate_api::crd::{AgentScan, AgentScanStatus};
+use agentgate_governance::convert::{ToApi, ToDomain};
+use agentgate_trifecta::{Finding, Severity, analyze};
 
 /// `2 findings (1 CRITICAL, 1 HIGH): AG-TRIFECTA → send_email, …`
 pub fn summary(findings: &[Finding]) -> String {
@@ -41,13 +42,14 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     let now = super::now();
     let mut events = Vec::new();
     // Off the async runtime: a big graph is milliseconds to seconds of work.
-    let graph = scan.spec.graph.clone();
+    let graph = scan.spec.graph.to_domain();
     let analysed = tokio::task::spawn_blocking(move || analyze(&graph))
         .await
         .map_err(|e| ControllerError::Prover(e.to_string()))?;
     let summary = match analysed {
         Ok(findings) => {
             let message = summary(&findings);
+            let findings = findings.to_api();
             if findings != status.findings {
                 let type_ = if findings.is_empty() {
                     EventType::Normal

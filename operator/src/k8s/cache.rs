@@ -1,6 +1,6 @@
 //! Watch-driven caches of cluster objects (reflector stores), for readers
 //! that may answer from a recent view: the webhook, and counts that do not
-//! grant anything. Commits never read from here (DESIGN.md §5). Cached
+//! grant anything. Commits never read from here (docs/design.md §5). Cached
 //! objects drop `metadata.managedFields`, which nothing here reads and
 //! which is often the largest part of an object that several field
 //! managers write.

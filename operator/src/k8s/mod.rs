@@ -1,13 +1,6 @@
-//! Kubernetes types and pure helpers: the custom resources (DESIGN.md §3),
-//! label selectors and conditions. No I/O here; the controllers use these.
+//! The runtime's Kubernetes plumbing: watch caches and the permissions the
+//! operator and its webhook use. The API types live in `agentgate_api`, the
+//! pure rules over them in `agentgate_governance`.
 
-pub mod access;
 pub mod cache;
-pub mod conditions;
-pub mod crd;
-pub mod governance;
-pub mod openreports;
 pub mod permissions;
-pub mod pod_template;
-pub mod sandbox_pod;
-pub mod selector;

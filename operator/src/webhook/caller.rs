@@ -16,7 +16,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use sha2::{Digest, Sha256};
 
-use crate::k8s::access::core_resource;
+use agentgate_governance::access::core_resource;
 
 /// How long an authenticated token's identity is reused. Short enough that
 /// a deleted ServiceAccount or an expired token stops working quickly;

@@ -32,8 +32,8 @@ use rustls::sign::CertifiedKey;
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::controller::FIELD_MANAGER;
-use crate::controller::metrics::Metrics;
+use crate::FIELD_MANAGER;
+use crate::metrics::Metrics;
 use crate::pki::PkiError;
 pub use crate::pki::{
     KeyedCert, generate_ca, issue_leaf, not_after, renewal_time, subject_alt_names, window,

@@ -1,4 +1,4 @@
-//! The runtime decision point (DESIGN.md §8): `POST /v1/decide` answers
+//! The runtime decision point (docs/design.md §8): `POST /v1/decide` answers
 //! whether a sandbox's committed effective policy allows one concrete
 //! action, with the concrete matcher (no solver). Anything it cannot
 //! evaluate is a deny with the reason (fail closed).
@@ -8,13 +8,13 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::action::{Access, FilesystemAction, Layer, NetworkAction};
-use crate::policy::compile::{CompiledPolicy, Limits, Role, compile};
-use crate::policy::findings::CompiledFindings;
-use crate::policy::matcher::{allows_filesystem, decide_network};
-use crate::policy::model::PolicyDocument;
-use crate::trifecta::sever::finding_regions;
-use crate::trifecta::{Channel, Finding, Graph};
+use agentgate_governance::sever::finding_regions;
+use agentgate_policy::action::{Access, FilesystemAction, Layer, NetworkAction};
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
+use agentgate_policy::findings::CompiledFindings;
+use agentgate_policy::matcher::{allows_filesystem, decide_network};
+use agentgate_policy::model::PolicyDocument;
+use agentgate_trifecta::{Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives
@@ -83,7 +83,7 @@ pub struct DecideResponse {
     pub finding: Option<FindingCitation>,
 }
 
-pub use crate::policy::findings::FindingCitation;
+pub use agentgate_policy::findings::FindingCitation;
 
 /// The first unfixed finding with a node (sink first, then the witness
 /// paths) that has a capability covering the requested action. Network

@@ -1,21 +1,32 @@
-//! The admission webhook and runtime decision endpoint (DESIGN.md §6, §8):
+//! The admission webhook and runtime decision endpoint (docs/design.md §6, §8):
 //! one HTTPS server (axum on hyper, rustls with the ring provider) that
-//! answers from reflector caches. `admission`, `decide` and `caller` (who
-//! may ask `/v1/decide`) hold the pure decisions, `certs` the serving certificates, `server` the I/O shell.
+//! answers from reflector caches. The pure decisions are in
+//! `agentgate_governance` (`admission`, `authority`, `pod_admission`), and
+//! here `decide` (the runtime decision point) and `caller` (who may ask
+//! `/v1/decide`); `certs` holds the serving certificates. The I/O shell around them:
+//! `server` (the routes and `run`), `state` (what the handlers share),
+//! `access_reviews` (what the API server says a user may do), one handler
+//! module per admission kind under `validate`, `decide_endpoint`,
+//! `health`, and `tls` (the certificate source and the accept loop).
 
-pub mod admission;
-pub mod authority;
+mod access_reviews;
 pub mod caller;
 pub mod certs;
 pub mod decide;
-pub mod pods;
+mod decide_endpoint;
+mod health;
 pub mod server;
+mod state;
+#[cfg(test)]
+mod testkit;
+mod tls;
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::k8s::sandbox_pod::DataPlane;
+use crate::data_plane::DataPlaneArgs;
 use clap::{Args, ValueEnum};
 
 /// Where the serving certificate comes from.
@@ -93,43 +104,6 @@ pub struct WebhookArgs {
     /// The sandbox Pods' data plane.
     #[command(flatten)]
     pub data_plane: DataPlaneArgs,
-}
-
-/// The data plane the operator puts into every sandbox Pod, and that pod
-/// admission trusts (and no other image) with the proxy's uid and the
-/// init container's NET_ADMIN.
-#[derive(Debug, Clone, Args)]
-pub struct DataPlaneArgs {
-    /// Image of `agentgate-init` and the `agentgate-proxy` sidecar (holds
-    /// `agentgate-proxy` and `agentgate-exec`); default: this release's image.
-    #[arg(long)]
-    pub proxy_image: Option<String>,
-    /// `imagePullPolicy` of those containers (default: the cluster's).
-    #[arg(long)]
-    pub proxy_image_pull_policy: Option<String>,
-    /// Lifetime of each sandbox CA, in seconds; the next CA is published a
-    /// third of it before expiry and signs from a sixth before.
-    #[arg(long, default_value_t = 365 * 24 * 3600)]
-    pub sandbox_ca_validity_seconds: u64,
-}
-
-impl DataPlaneArgs {
-    /// The data plane these flags name.
-    pub fn data_plane(&self) -> DataPlane {
-        DataPlane {
-            image: self
-                .proxy_image
-                .clone()
-                .filter(|i| !i.is_empty())
-                .unwrap_or_else(DataPlane::default_image),
-            pull_policy: self.proxy_image_pull_policy.clone(),
-        }
-    }
-
-    /// The sandbox CA lifetime (at least a week, so a switch is never closer to expiry than a leaf lives).
-    pub fn ca_lifetime(&self) -> Duration {
-        Duration::from_secs(self.sandbox_ca_validity_seconds.max(7 * 24 * 3600))
-    }
 }
 
 impl WebhookArgs {

@@ -40,11 +40,11 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use agentgate::policy::compile::{CompiledPolicy, Limits, Role, compile};
-use agentgate::policy::load::load_document;
-use agentgate::policy::matcher::allows;
-use agentgate::prover::naive::{NaiveOutcome, naive_containment};
-use agentgate::prover::{Outcome, Prover, ProverOptions};
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
+use agentgate_policy::load::load_document;
+use agentgate_policy::matcher::allows;
+use agentgate_prover::naive::{NaiveOutcome, naive_containment};
+use agentgate_prover::{Outcome, Prover, ProverOptions};
 
 /// Timeout of the real prover per check.
 const PROVER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,11 +10,11 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use agentgate::policy::action::{Layer, NetworkAction};
-use agentgate::policy::compile::{Limits, Role, compile};
-use agentgate::policy::matcher::decide_network;
-use agentgate::policy::model::PolicyDocument;
 use agentgate::webhook::decide::{DecideRequest, decide_action};
+use agentgate_policy::action::{Layer, NetworkAction};
+use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::matcher::decide_network;
+use agentgate_policy::model::PolicyDocument;
 
 /// Rules of the policy, actions, rounds over all actions.
 fn sizes() -> (usize, usize, usize) {

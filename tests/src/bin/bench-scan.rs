@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use agentgate::trifecta::scan::scan_path;
+use agentgate_trifecta::scan::scan_path;
 
 const DEFAULT_FILES: usize = 10_000;
 const SMOKE_FILES: usize = 50;

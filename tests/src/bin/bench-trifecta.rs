@@ -12,10 +12,10 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use agentgate::trifecta::analysis::{analyze, finding_at};
-use agentgate::trifecta::cut::minimum_cut;
-use agentgate::trifecta::lattice::propagate;
-use agentgate::trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation};
+use agentgate_trifecta::analysis::{analyze, finding_at};
+use agentgate_trifecta::cut::minimum_cut;
+use agentgate_trifecta::lattice::propagate;
+use agentgate_trifecta::{Capability, Channel, Effect, Graph, Node, SourceLocation};
 
 /// Tools of the generated agent and rounds per row: the full run, or
 /// `AGENTGATE_BENCH_SMOKE=1`.

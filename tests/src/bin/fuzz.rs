@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentgate::prover::{Prover, ProverOptions};
+use agentgate_prover::{Prover, ProverOptions};
 use agentgate_tests::fuzz::{
     ENDPOINTS, MUTATIONS, Mutation, Rng, Webhook, check_policy, decide_seed, mutate, mutate_yaml,
     org_ceiling, policy_seeds, seeds,

@@ -9,7 +9,7 @@ use kube::{Client, ResourceExt};
 
 use crate::cli::plugin::{Connection, connect};
 use crate::cli::verify::repository::NamespaceLabels;
-use crate::k8s::crd::{AgentSandbox, MaximumPolicy};
+use agentgate_api::crd::{AgentSandbox, MaximumPolicy};
 
 /// The live state verify reads.
 pub struct Live {

@@ -18,7 +18,7 @@ use clap::{Args, ValueEnum};
 
 use crate::cli::manifests::{BadInput, read_file_manifests, read_paths};
 use crate::cli::{EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, timeout};
-use crate::prover::{Prover, ProverOptions};
+use agentgate_prover::{Prover, ProverOptions};
 use repository::{
     Context, NamespaceLabels, Status, classify, judge_all, namespace_labels, with_name_label,
 };

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use crate::cli::verify::repository::{Finding, Status};
-use crate::trifecta::report::{SARIF_SCHEMA, uri_reference};
+use agentgate_trifecta::report::{SARIF_SCHEMA, uri_reference};
 
 /// What a run judged, for the summary line and the exit code.
 pub struct Summary<'a> {

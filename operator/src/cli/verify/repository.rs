@@ -15,19 +15,19 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cli::manifests::{BadInput, Manifest};
-use crate::controller::maximum::{Assessment, assess};
-use crate::controller::proposal::{Judgement, ProposalCase, judge};
-use crate::k8s::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
-use crate::k8s::governance::{CompiledMaximums, Governance, Governing, governing_from};
-use crate::k8s::governance::{prove_declared, sandbox_refusal};
-use crate::policy::action::Action;
-use crate::policy::compile::{CompiledPolicy, Limits, Role, compile};
-use crate::policy::error::Reason;
-use crate::policy::load::load_value;
-use crate::policy::matcher::{decide_network, path_is_under};
-use crate::policy::model::PolicyDocument;
-use crate::prover::{Outcome, Prover};
-use crate::verdict::{Decision, Source};
+use agentgate_api::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
+use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, governing_from};
+use agentgate_governance::governing::{prove_declared, sandbox_refusal};
+use agentgate_governance::maximum::{Assessment, assess};
+use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
+use agentgate_policy::action::Action;
+use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
+use agentgate_policy::error::Reason;
+use agentgate_policy::load::load_value;
+use agentgate_policy::matcher::{decide_network, path_is_under};
+use agentgate_policy::model::PolicyDocument;
+use agentgate_prover::verdict::{Decision, Source};
+use agentgate_prover::{Outcome, Prover};
 
 /// The API group of agentgate's kinds and the one version this build reads.
 const GROUP_VERSION: &str = "agentgate.dev/v1alpha1";
@@ -473,7 +473,8 @@ fn judge_maximum(manifest: &Manifest, maximum: &MaximumPolicy, prover: &Prover) 
         let message = format!("not in the modelled language: {reason}");
         return f.unproven(manifest, reason, message);
     }
-    if let Err(e) = crate::k8s::selector::governs(&maximum.spec, &BTreeMap::new(), &BTreeMap::new())
+    if let Err(e) =
+        agentgate_governance::selector::governs(&maximum.spec, &BTreeMap::new(), &BTreeMap::new())
     {
         let field = format!("spec.selector.{}", e.field);
         let mut f = f.at(manifest, Some(field.clone()));

@@ -10,10 +10,10 @@ use crate::cli::verify::{Format, VerifyArgs};
 use crate::cli::{
     EXIT_EXCEEDS, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, load_file, timeout,
 };
-use crate::policy::action::Action;
-use crate::policy::compile::{Limits, Role};
-use crate::policy::error::Reason;
-use crate::prover::{Outcome, Prover, ProverOptions};
+use agentgate_policy::action::Action;
+use agentgate_policy::compile::{Limits, Role};
+use agentgate_policy::error::Reason;
+use agentgate_prover::{Outcome, Prover, ProverOptions};
 
 /// What verify found.
 struct Report {

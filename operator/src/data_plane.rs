@@ -1,0 +1,45 @@
+//! The data plane flags the operator and its webhook share: the image and
+//! pull policy of the sandbox Pod's proxy and init containers (which pod
+//! admission trusts, and no other image), and the sandbox CA's lifetime.
+
+use std::time::Duration;
+
+use agentgate_governance::sandbox_pod::DataPlane;
+use clap::Args;
+
+/// The data plane the operator puts into every sandbox Pod, and that pod
+/// admission trusts (and no other image) with the proxy's uid and the
+/// init container's NET_ADMIN.
+#[derive(Debug, Clone, Args)]
+pub struct DataPlaneArgs {
+    /// Image of `agentgate-init` and the `agentgate-proxy` sidecar (holds
+    /// `agentgate-proxy` and `agentgate-exec`); default: this release's image.
+    #[arg(long)]
+    pub proxy_image: Option<String>,
+    /// `imagePullPolicy` of those containers (default: the cluster's).
+    #[arg(long)]
+    pub proxy_image_pull_policy: Option<String>,
+    /// Lifetime of each sandbox CA, in seconds; the next CA is published a
+    /// third of it before expiry and signs from a sixth before.
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    pub sandbox_ca_validity_seconds: u64,
+}
+
+impl DataPlaneArgs {
+    /// The data plane these flags name.
+    pub fn data_plane(&self) -> DataPlane {
+        DataPlane {
+            image: self
+                .proxy_image
+                .clone()
+                .filter(|i| !i.is_empty())
+                .unwrap_or_else(DataPlane::default_image),
+            pull_policy: self.proxy_image_pull_policy.clone(),
+        }
+    }
+
+    /// The sandbox CA lifetime (at least a week, so a switch is never closer to expiry than a leaf lives).
+    pub fn ca_lifetime(&self) -> Duration {
+        Duration::from_secs(self.sandbox_ca_validity_seconds.max(7 * 24 * 3600))
+    }
+}

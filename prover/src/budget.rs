@@ -1,0 +1,194 @@
+//! The least-privilege cost of a delta (docs/design.md §3 budget weights):
+//! a shape-based price of new grants, with a breakdown a reviewer can read.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use agentgate_policy::model::{AccessLevel, CostWeights, Endpoint, PolicyDocument, Protocol};
+
+/// One priced item of a delta.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CostItem {
+    /// What was priced, e.g. `network[github].endpoints[0]: host wildcard *.github.com`.
+    pub item: String,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// A cost and its breakdown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Sum of the weights.
+    pub total: u32,
+    /// One entry per priced item.
+    pub breakdown: Vec<CostItem>,
+}
+
+impl Cost {
+    fn add(&mut self, item: String, weight: u32) {
+        if weight > 0 {
+            self.total = self.total.saturating_add(weight);
+            self.breakdown.push(CostItem { item, weight });
+        }
+    }
+}
+
+fn endpoint_cost(cost: &mut Cost, w: &CostWeights, at: &str, binaries: &[String], e: &Endpoint) {
+    cost.add(format!("{at}: new grant {}", e.host), w.grant);
+    if binaries.is_empty() {
+        cost.add(format!("{at}: any binary"), w.binary_wildcard);
+    } else {
+        for b in binaries.iter().filter(|b| b.contains('*')) {
+            cost.add(format!("{at}: binary wildcard {b}"), w.binary_wildcard);
+        }
+    }
+    let first_label = e.host.split('.').next().unwrap_or_default();
+    if first_label == "**" {
+        cost.add(
+            format!("{at}: recursive host wildcard {}", e.host),
+            w.recursive_wildcard,
+        );
+    } else if first_label.contains('*') {
+        cost.add(format!("{at}: host wildcard {}", e.host), w.host_wildcard);
+    }
+    if e.protocol == Protocol::L4 {
+        cost.add(
+            format!("{at}: raw L4 grant (covers every request)"),
+            w.l7_to_l4,
+        );
+        return;
+    }
+    let mut paths: Vec<&str> = e.path.iter().map(String::as_str).collect();
+    paths.extend(e.rules.iter().filter_map(|r| r.path.as_deref()));
+    let any_path_entry = e.access.is_some() || e.rules.iter().any(|r| r.path.is_none());
+    if e.path.is_none() && any_path_entry {
+        cost.add(format!("{at}: any path"), w.recursive_wildcard);
+    }
+    for p in paths {
+        if p.split('/').any(|s| s == "**") {
+            cost.add(
+                format!("{at}: recursive path wildcard {p}"),
+                w.recursive_wildcard,
+            );
+        } else if p.contains('*') {
+            cost.add(format!("{at}: path wildcard {p}"), w.path_wildcard);
+        }
+    }
+    if e.access == Some(AccessLevel::Full)
+        || e.rules.iter().any(|r| r.methods.iter().any(|m| m == "*"))
+    {
+        cost.add(format!("{at}: any method"), w.method_wildcard);
+    }
+}
+
+/// Prices the grants of `candidate` that `current` does not already have,
+/// endpoint by endpoint (an endpoint present, unchanged, in the same-named
+/// rule with the same binaries costs nothing; narrowing costs nothing).
+pub fn delta_cost(current: &PolicyDocument, candidate: &PolicyDocument, w: &CostWeights) -> Cost {
+    let mut cost = Cost::default();
+    for rule in &candidate.network {
+        let existing = current
+            .network
+            .iter()
+            .find(|r| r.name == rule.name && r.binaries == rule.binaries);
+        for (i, e) in rule.endpoints.iter().enumerate() {
+            if existing.is_some_and(|r| r.endpoints.contains(e)) {
+                continue;
+            }
+            endpoint_cost(
+                &mut cost,
+                w,
+                &format!("network[{}].endpoints[{i}]", rule.name),
+                &rule.binaries,
+                e,
+            );
+        }
+    }
+    let fs = [
+        (
+            "readOnly",
+            &candidate.filesystem.read_only,
+            &current.filesystem.read_only,
+        ),
+        (
+            "readWrite",
+            &candidate.filesystem.read_write,
+            &current.filesystem.read_write,
+        ),
+    ];
+    for (name, new, old) in fs {
+        for p in new.iter().filter(|p| !old.contains(p)) {
+            cost.add(format!("filesystem.{name}: new grant {p}"), w.grant);
+        }
+    }
+    cost
+}
+
+/// Prices every grant of a proposal's `add` section.
+pub fn grant_cost(added: &PolicyDocument, w: &CostWeights) -> Cost {
+    delta_cost(&PolicyDocument::default(), added, w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentgate_policy::model::{NetworkRule, RuleEntry};
+
+    fn endpoint(host: &str, protocol: Protocol) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            ports: vec![443],
+            protocol,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exact_is_cheaper_than_wildcards_than_l4() {
+        let w = CostWeights::default();
+        let mut exact = endpoint("api.github.com", Protocol::Rest);
+        exact.rules = vec![RuleEntry {
+            methods: vec!["GET".into()],
+            path: Some("/repos/acme".into()),
+        }];
+        let mut star = exact.clone();
+        star.rules[0].path = Some("/repos/*".into());
+        let mut recursive = exact.clone();
+        recursive.rules[0].path = Some("/repos/**".into());
+        let l4 = endpoint("api.github.com", Protocol::L4);
+        let price = |e: &Endpoint| {
+            let doc = PolicyDocument {
+                network: vec![NetworkRule {
+                    name: "r".into(),
+                    binaries: vec!["/usr/bin/gh".into()],
+                    endpoints: vec![e.clone()],
+                    review: None,
+                }],
+                ..Default::default()
+            };
+            grant_cost(&doc, &w).total
+        };
+        assert_eq!(price(&exact), 1);
+        assert_eq!(price(&star), 3);
+        assert_eq!(price(&recursive), 7);
+        assert_eq!(price(&l4), 9);
+    }
+
+    #[test]
+    fn unchanged_endpoints_are_free() {
+        let w = CostWeights::default();
+        let doc = PolicyDocument {
+            network: vec![NetworkRule {
+                name: "r".into(),
+                binaries: vec![],
+                endpoints: vec![endpoint("*.example.com", Protocol::L4)],
+                review: None,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(delta_cost(&doc, &doc, &w).total, 0);
+        let c = grant_cost(&doc, &w);
+        assert_eq!(c.total, 1 + 4 + 3 + 8);
+        assert_eq!(c.breakdown.len(), 4);
+    }
+}

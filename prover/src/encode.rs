@@ -1,0 +1,1288 @@
+//! The propositional encoding: one Boolean atom per pattern (and per literal
+//! port and method), constrained to the realizable signatures that
+//! [`crate::automaton`] found, and the policies of a question as
+//! Boolean formulas over those atoms (docs/policy-semantics.md §4).
+//!
+//! Z3 never sees a string; that is what makes a check take milliseconds
+//! instead of seconds (docs/proofs.md).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use z3::ast::Bool;
+use z3::{Model, Params, SatResult, Solver};
+
+use crate::automaton::{AutomatonError, Domain, Signatures, signatures};
+use agentgate_policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use agentgate_policy::compile::{
+    CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
+    MethodSet,
+};
+use agentgate_policy::error::{Reason, ReasonCode};
+use agentgate_policy::glob::{Glob, Token};
+
+/// A question: is there an action that every `positive` policy allows, no
+/// `negative` policy allows, and that lies in every region?
+#[derive(Debug, Clone, Copy)]
+pub struct Question<'a> {
+    /// Policies that must allow the action.
+    pub positive: &'a [&'a CompiledPolicy],
+    /// Policies that must not allow it.
+    pub negative: &'a [&'a CompiledPolicy],
+    /// Regions the action must lie in (network actions only).
+    pub regions: &'a [&'a CompiledRegion],
+}
+
+/// How a search ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SearchEnd {
+    /// No further action exists (the solver proved it).
+    Exhausted,
+    /// Stopped after finding the number of examples asked for.
+    Enough,
+    /// The proof could not be completed.
+    Inconclusive(Reason),
+}
+
+/// The examples found and how the search ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Search {
+    /// Distinct concrete actions, each replayed through the matcher.
+    pub examples: Vec<Action>,
+    /// How it ended.
+    pub end: SearchEnd,
+}
+
+/// Tuning of one check.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// When the check started (for timing logs).
+    pub started: Instant,
+    /// When the whole check must be over.
+    pub deadline: Instant,
+    /// Largest automaton per dimension.
+    pub max_states: usize,
+}
+
+fn inconclusive(code: ReasonCode, message: impl Into<String>) -> Search {
+    Search::failed(Reason::general(code, message))
+}
+
+impl Search {
+    /// No examples; the proof could not be completed.
+    fn failed(reason: Reason) -> Search {
+        Search {
+            examples: Vec::new(),
+            end: SearchEnd::Inconclusive(reason),
+        }
+    }
+
+    /// The result of a solver loop: the examples found and whether the
+    /// solver proved there are no more.
+    fn from_outcome<A>(outcome: Result<(Vec<A>, bool), Reason>, action: fn(A) -> Action) -> Search {
+        match outcome {
+            Ok((found, exhausted)) => Search {
+                examples: found.into_iter().map(action).collect(),
+                end: if exhausted {
+                    SearchEnd::Exhausted
+                } else {
+                    SearchEnd::Enough
+                },
+            },
+            Err(reason) => Search::failed(reason),
+        }
+    }
+}
+
+fn automaton_reason(e: AutomatonError) -> Reason {
+    match e {
+        AutomatonError::Deadline(_) => Reason::general(ReasonCode::SolverTimeout, e.to_string()),
+        AutomatonError::TooManyStates { .. } => {
+            Reason::general(ReasonCode::ResourceLimit, e.to_string())
+        }
+    }
+}
+
+/// Interns the patterns of one dimension.
+#[derive(Default)]
+struct Patterns<'a> {
+    globs: Vec<&'a Glob>,
+    index: HashMap<&'a str, usize>,
+}
+
+impl<'a> Patterns<'a> {
+    fn add(&mut self, glob: &'a Glob) {
+        if !self.index.contains_key(glob.as_str()) {
+            self.index.insert(glob.as_str(), self.globs.len());
+            self.globs.push(glob);
+        }
+    }
+
+    fn id(&self, glob: &Glob) -> usize {
+        self.index[glob.as_str()]
+    }
+
+    fn tokens(&self) -> Vec<&'a [Token]> {
+        self.globs.iter().map(|g| g.tokens()).collect()
+    }
+}
+
+/// Every pattern and literal a network question mentions.
+#[derive(Default)]
+struct Universe<'a> {
+    binaries: Patterns<'a>,
+    hosts: Patterns<'a>,
+    paths: Patterns<'a>,
+    ports: Vec<u16>,
+    methods: Vec<String>,
+}
+
+impl<'a> Universe<'a> {
+    fn add_methods(&mut self, set: &MethodSet) {
+        if let MethodSet::Only(methods) = set {
+            self.methods.extend(methods.iter().cloned());
+        }
+    }
+
+    fn add_entry(&mut self, entry: &'a CompiledEntry) {
+        self.add_methods(&entry.methods);
+        if let Some(path) = &entry.path {
+            self.paths.add(path);
+        }
+    }
+
+    fn add_policy(&mut self, policy: &'a CompiledPolicy) {
+        for rule in &policy.rules {
+            rule.binaries.iter().for_each(|b| self.binaries.add(b));
+            for e in &rule.endpoints {
+                self.hosts.add(&e.host);
+                self.ports.extend(&e.ports);
+                if let EndpointKind::Rest { scope, allow, deny } = &e.kind {
+                    if let Some(scope) = scope {
+                        self.paths.add(scope);
+                    }
+                    allow
+                        .iter()
+                        .chain(deny)
+                        .for_each(|entry| self.add_entry(entry));
+                }
+            }
+        }
+    }
+
+    fn add_region(&mut self, region: &'a CompiledRegion) {
+        region
+            .binaries
+            .iter()
+            .flatten()
+            .for_each(|g| self.binaries.add(g));
+        region
+            .hosts
+            .iter()
+            .flatten()
+            .for_each(|g| self.hosts.add(g));
+        region
+            .paths
+            .iter()
+            .flatten()
+            .for_each(|g| self.paths.add(g));
+        self.ports.extend(region.ports.iter().flatten());
+        if let Some(m) = &region.methods {
+            self.add_methods(m);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.ports.sort_unstable();
+        self.ports.dedup();
+        self.methods.sort_unstable();
+        self.methods.dedup();
+    }
+}
+
+/// A dimension's realizable choices as plain data: for each choice, the
+/// atoms it makes true, and the concrete value that realises it.
+struct Choices<V> {
+    members: Vec<Vec<u32>>,
+    values: Vec<V>,
+    atoms: usize,
+}
+
+impl<V> Choices<V> {
+    /// Removes the choice that makes no atom true.
+    fn drop_empty(&mut self) {
+        if let Some(i) = self.members.iter().position(Vec::is_empty) {
+            self.members.remove(i);
+            self.values.remove(i);
+        }
+    }
+}
+
+impl Choices<String> {
+    fn from_signatures(s: Signatures, atoms: usize) -> Self {
+        let (members, values) = s
+            .signatures
+            .into_iter()
+            .map(|sig| (sig.members, sig.witness))
+            .unzip();
+        Choices {
+            members,
+            values,
+            atoms,
+        }
+    }
+}
+
+/// One value per literal plus one "other" value outside the literals.
+fn literal_choices<V: Clone + PartialEq>(literals: &[V], other: Option<V>) -> Choices<V> {
+    let mut members: Vec<Vec<u32>> = (0..literals.len() as u32).map(|i| vec![i]).collect();
+    let mut values = literals.to_vec();
+    if let Some(other) = other {
+        members.push(Vec::new());
+        values.push(other);
+    }
+    Choices {
+        members,
+        values,
+        atoms: literals.len(),
+    }
+}
+
+fn other_port(ports: &[u16]) -> Option<u16> {
+    [443u16, 80, 8443, 8080, 22, 5432]
+        .into_iter()
+        .chain(1..=u16::MAX)
+        .find(|p| ports.binary_search(p).is_err())
+}
+
+fn other_method(methods: &[String]) -> String {
+    [
+        "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE", "CONNECT",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .chain((0..).map(|i| format!("X-METHOD-{i}")))
+    .find(|m| methods.binary_search(m).is_err())
+    .unwrap_or_default()
+}
+
+/// Z3 variables of one dimension.
+struct DimVars {
+    /// One selector per choice (empty when there is a single choice).
+    selectors: Vec<Bool>,
+    /// One atom per pattern/literal.
+    atoms: Vec<Bool>,
+}
+
+impl DimVars {
+    /// Variables for `choices`; the "exactly one" constraint is asserted
+    /// under `guard` (so a component's constraints bind only when it is on).
+    fn new<V>(name: &str, choices: &Choices<V>, solver: &Solver, guard: &Bool) -> DimVars {
+        let k = choices.members.len();
+        if k == 1 {
+            let mut atoms = vec![Bool::from_bool(false); choices.atoms];
+            for &m in &choices.members[0] {
+                atoms[m as usize] = Bool::from_bool(true);
+            }
+            return DimVars {
+                selectors: Vec::new(),
+                atoms,
+            };
+        }
+        let selectors: Vec<Bool> = (0..k)
+            .map(|i| Bool::new_const(format!("{name}#{i}")))
+            .collect();
+        let weighted: Vec<(&Bool, i32)> = selectors.iter().map(|s| (s, 1)).collect();
+        solver.assert(guard.implies(Bool::pb_eq(&weighted, 1)));
+        let mut holders: Vec<Vec<usize>> = vec![Vec::new(); choices.atoms];
+        for (i, members) in choices.members.iter().enumerate() {
+            for &m in members {
+                holders[m as usize].push(i);
+            }
+        }
+        let atoms = holders
+            .iter()
+            .map(|holders| {
+                if holders.is_empty() {
+                    Bool::from_bool(false)
+                } else if holders.len() == k {
+                    Bool::from_bool(true)
+                } else if holders.len() * 2 <= k {
+                    let chosen: Vec<&Bool> = holders.iter().map(|&i| &selectors[i]).collect();
+                    Bool::or(&chosen)
+                } else {
+                    // Exactly one selector is true, so "one of the holders"
+                    // is "none of the others": the shorter formula.
+                    let others: Vec<&Bool> = (0..k)
+                        .filter(|i| holders.binary_search(i).is_err())
+                        .map(|i| &selectors[i])
+                        .collect();
+                    Bool::or(&others).not()
+                }
+            })
+            .collect();
+        DimVars { selectors, atoms }
+    }
+
+    fn chosen(&self, model: &Model) -> usize {
+        self.selectors
+            .iter()
+            .position(|s| model.eval(s, true).and_then(|b| b.as_bool()) == Some(true))
+            .unwrap_or(0)
+    }
+
+    /// A literal saying "this dimension chose `choice`" (for blocking).
+    fn is_chosen(&self, choice: usize) -> Option<Bool> {
+        self.selectors.get(choice).cloned()
+    }
+}
+
+fn any(terms: Vec<Bool>) -> Bool {
+    match terms.len() {
+        0 => Bool::from_bool(false),
+        1 => terms
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Bool::from_bool(false)),
+        _ => Bool::or(&terms),
+    }
+}
+
+fn all(terms: Vec<Bool>) -> Bool {
+    match terms.len() {
+        0 => Bool::from_bool(true),
+        1 => terms
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Bool::from_bool(true)),
+        _ => Bool::and(&terms),
+    }
+}
+
+/// The question split by host: host patterns that occur together in some
+/// realizable host signature form one component. A host value's signature
+/// lies in exactly one component, so only that component's endpoints can
+/// match it; each component therefore gets its own small selectors for the
+/// other dimensions, projected onto the patterns its endpoints (and the
+/// regions) use. Z3 then sees many small independent sub-problems instead of
+/// one problem whose every dimension has thousands of choices.
+struct Component<'q> {
+    /// Host patterns of this component.
+    hosts: Vec<usize>,
+    /// The endpoints whose host pattern lies here, by policy (positives
+    /// first, then negatives, as in the question).
+    endpoints: Vec<Vec<(&'q CompiledRule, &'q CompiledEndpoint)>>,
+    /// Per positive policy: whether it has an allow endpoint here (if not,
+    /// nothing in this component can answer the question).
+    candidate: Vec<bool>,
+    binaries: Vec<usize>,
+    paths: Vec<usize>,
+    ports: Vec<u16>,
+    methods: Vec<String>,
+}
+
+/// A string dimension projected onto some of its patterns.
+struct Projected {
+    /// Global pattern ids, ascending; local atom i stands for `patterns[i]`.
+    patterns: Vec<usize>,
+    choices: Choices<String>,
+}
+
+/// Per global pattern: the choices containing it, and whether it is
+/// constant (in every choice, or in none).
+struct Holders {
+    of: Vec<Vec<usize>>,
+    choices: usize,
+}
+
+impl Holders {
+    fn new<V>(choices: &Choices<V>) -> Holders {
+        let mut of = vec![Vec::new(); choices.atoms];
+        for (i, members) in choices.members.iter().enumerate() {
+            for &m in members {
+                of[m as usize].push(i);
+            }
+        }
+        Holders {
+            of,
+            choices: choices.members.len(),
+        }
+    }
+
+    fn constant(&self, pattern: usize) -> Option<bool> {
+        match self.of[pattern].len() {
+            0 => Some(false),
+            n if n == self.choices => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The realizable signatures over `patterns` (non-constant global ids):
+    /// every global signature restricted to them, deduplicated, each with
+    /// the shortest witness among the signatures that restrict to it.
+    fn project(&self, global: &Choices<String>, patterns: Vec<usize>) -> Projected {
+        let mut touched: Vec<usize> = patterns
+            .iter()
+            .flat_map(|&p| self.of[p].iter().copied())
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let mut seen: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut members: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &sig in &touched {
+            let local: Vec<u32> = global.members[sig]
+                .iter()
+                .filter_map(|m| {
+                    patterns
+                        .binary_search(&(*m as usize))
+                        .ok()
+                        .map(|i| i as u32)
+                })
+                .collect();
+            match seen.get(&local) {
+                // Choices are in shortest-witness order: keep the earliest.
+                Some(&at) if members[at].0 <= sig => {}
+                Some(&at) => members[at].0 = sig,
+                None => {
+                    seen.insert(local.clone(), members.len());
+                    members.push((sig, local));
+                }
+            }
+        }
+        if touched.len() < self.choices {
+            // Some value matches none of these patterns.
+            let untouched = (0..self.choices)
+                .find(|i| touched.binary_search(i).is_err())
+                .unwrap_or(0);
+            if !seen.contains_key(&Vec::new()) {
+                members.push((untouched, Vec::new()));
+            }
+        }
+        let atoms = patterns.len();
+        Projected {
+            patterns,
+            choices: Choices {
+                values: members
+                    .iter()
+                    .map(|(sig, _)| global.values[*sig].clone())
+                    .collect(),
+                members: members.into_iter().map(|(_, m)| m).collect(),
+                atoms,
+            },
+        }
+    }
+}
+
+/// The projected choices of one component, as plain data.
+struct ComponentChoices<'q> {
+    /// Per policy of the question, its endpoints in this component.
+    endpoints: Vec<Vec<(&'q CompiledRule, &'q CompiledEndpoint)>>,
+    host: Projected,
+    binary: Projected,
+    path: Projected,
+    port: Choices<u16>,
+    method: Choices<String>,
+}
+
+/// A dimension of a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Dim {
+    Host,
+    Binary,
+    Path,
+    Port,
+    Method,
+}
+
+/// A propositional formula over a component's atoms: built and hashed in
+/// Rust before any Z3 call, so that components posing the same problem are
+/// solved once (see [`ComponentProblem`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Formula {
+    Const(bool),
+    /// Atom `i` of a dimension (pattern or literal `i` of its projection).
+    Atom(Dim, u32),
+    /// The action is a REST request (else raw L4).
+    Rest,
+    And(Vec<Formula>),
+    Or(Vec<Formula>),
+    Not(Box<Formula>),
+}
+
+impl Formula {
+    fn and(terms: Vec<Formula>) -> Formula {
+        Formula::junction(terms, true)
+    }
+
+    fn or(terms: Vec<Formula>) -> Formula {
+        Formula::junction(terms, false)
+    }
+
+    /// A conjunction (`all`) or disjunction, flattened and constant-folded:
+    /// `Const(all)` is neutral, `Const(!all)` decides the result.
+    fn junction(terms: Vec<Formula>, all: bool) -> Formula {
+        let mut out = Vec::with_capacity(terms.len());
+        for t in terms {
+            match t {
+                Formula::Const(b) if b == all => {}
+                Formula::Const(_) => return Formula::Const(!all),
+                Formula::And(inner) if all => out.extend(inner),
+                Formula::Or(inner) if !all => out.extend(inner),
+                t => out.push(t),
+            }
+        }
+        match (out.len(), all) {
+            (0, _) => Formula::Const(all),
+            (1, _) => out.pop().unwrap_or(Formula::Const(all)),
+            (_, true) => Formula::And(out),
+            (_, false) => Formula::Or(out),
+        }
+    }
+
+    fn not(self) -> Formula {
+        match self {
+            Formula::Const(b) => Formula::Const(!b),
+            Formula::Not(inner) => *inner,
+            f => Formula::Not(Box::new(f)),
+        }
+    }
+}
+
+/// Everything that decides whether a component has an answer: the shape of
+/// each dimension's choices (which atoms each choice makes true) and the
+/// asserted formulas. Two components with equal problems are both
+/// satisfiable or both not, whatever their concrete patterns.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ComponentProblem {
+    choices: [Vec<Vec<u32>>; 5],
+    atoms: [usize; 5],
+    assertions: Vec<Formula>,
+}
+
+/// Builds a component's formulas (docs/policy-semantics.md §4) over its
+/// projected atoms.
+struct ComponentFormulas<'u, 'a> {
+    universe: &'u Universe<'a>,
+    choices: &'u ComponentChoices<'u>,
+    binary_holders: &'u Holders,
+    path_holders: &'u Holders,
+}
+
+impl ComponentFormulas<'_, '_> {
+    fn projected(dim: Dim, projected: &Projected, pattern: usize) -> Formula {
+        match projected.patterns.binary_search(&pattern) {
+            Ok(i) => Formula::Atom(dim, i as u32),
+            Err(_) => Formula::Const(false),
+        }
+    }
+
+    fn string_atom(dim: Dim, holders: &Holders, projected: &Projected, pattern: usize) -> Formula {
+        match holders.constant(pattern) {
+            Some(c) => Formula::Const(c),
+            None => Self::projected(dim, projected, pattern),
+        }
+    }
+
+    fn host(&self, g: &Glob) -> Formula {
+        // Host patterns outside this component match no value of it.
+        Self::projected(Dim::Host, &self.choices.host, self.universe.hosts.id(g))
+    }
+
+    fn binary(&self, g: &Glob) -> Formula {
+        let id = self.universe.binaries.id(g);
+        Self::string_atom(Dim::Binary, self.binary_holders, &self.choices.binary, id)
+    }
+
+    fn path(&self, g: &Glob) -> Formula {
+        let id = self.universe.paths.id(g);
+        Self::string_atom(Dim::Path, self.path_holders, &self.choices.path, id)
+    }
+
+    fn port(&self, p: u16) -> Formula {
+        let c = &self.choices.port;
+        match c.values[..c.atoms].iter().position(|&v| v == p) {
+            Some(i) => Formula::Atom(Dim::Port, i as u32),
+            None => Formula::Const(false),
+        }
+    }
+
+    fn methods(&self, set: &MethodSet) -> Formula {
+        let c = &self.choices.method;
+        match set {
+            MethodSet::Any => Formula::Const(true),
+            MethodSet::Only(methods) => Formula::or(
+                methods
+                    .iter()
+                    .filter_map(|m| c.values[..c.atoms].iter().position(|v| v == m))
+                    .map(|i| Formula::Atom(Dim::Method, i as u32))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn entry(&self, e: &CompiledEntry) -> Formula {
+        let mut terms = vec![self.methods(&e.methods)];
+        if let Some(path) = &e.path {
+            terms.push(self.path(path));
+        }
+        Formula::and(terms)
+    }
+
+    fn binary_ok(&self, rule: &CompiledRule) -> Formula {
+        if rule.binaries.is_empty() {
+            return Formula::Const(true);
+        }
+        Formula::or(rule.binaries.iter().map(|b| self.binary(b)).collect())
+    }
+
+    /// `allows_P(a)` of §4 for actions whose host lies in this component:
+    /// some endpoint allows and no endpoint denies.
+    fn allows(&self, policy: usize) -> Formula {
+        let mut allows = Vec::new();
+        let mut denies = Vec::new();
+        for &(rule, e) in &self.choices.endpoints[policy] {
+            let host = self.host(&e.host);
+            let connection = Formula::and(vec![
+                self.binary_ok(rule),
+                host,
+                Formula::or(e.ports.iter().map(|&p| self.port(p)).collect()),
+            ]);
+            match &e.kind {
+                EndpointKind::L4 => allows.push(connection),
+                EndpointKind::Rest { scope, allow, deny } => {
+                    if !allow.is_empty() {
+                        let mut terms = vec![connection.clone(), Formula::Rest];
+                        if let Some(scope) = scope {
+                            terms.push(self.path(scope));
+                        }
+                        terms.push(Formula::or(allow.iter().map(|a| self.entry(a)).collect()));
+                        allows.push(Formula::and(terms));
+                    }
+                    if !deny.is_empty() {
+                        denies.push(Formula::and(vec![
+                            connection,
+                            Formula::Rest,
+                            Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
+                        ]));
+                    }
+                }
+            }
+        }
+        Formula::and(vec![Formula::or(allows), Formula::or(denies).not()])
+    }
+
+    fn region(&self, r: &CompiledRegion) -> Formula {
+        let mut terms = Vec::new();
+        if let Some(b) = &r.binaries {
+            terms.push(Formula::or(b.iter().map(|g| self.binary(g)).collect()));
+        }
+        if let Some(h) = &r.hosts {
+            terms.push(Formula::or(h.iter().map(|g| self.host(g)).collect()));
+        }
+        if let Some(p) = &r.ports {
+            terms.push(Formula::or(p.iter().map(|&p| self.port(p)).collect()));
+        }
+        if let Some(layers) = &r.layers {
+            terms.push(Formula::or(
+                layers
+                    .iter()
+                    .map(|l| match l {
+                        Layer::Rest => Formula::Rest,
+                        Layer::L4 => Formula::Rest.not(),
+                    })
+                    .collect(),
+            ));
+        }
+        if let Some(m) = &r.methods {
+            terms.push(Formula::and(vec![Formula::Rest, self.methods(m)]));
+        }
+        if let Some(paths) = &r.paths {
+            terms.push(Formula::and(vec![
+                Formula::Rest,
+                Formula::or(paths.iter().map(|g| self.path(g)).collect()),
+            ]));
+        }
+        Formula::and(terms)
+    }
+
+    /// The component's whole problem for a question.
+    fn problem(&self, question: &Question<'_>) -> ComponentProblem {
+        let mut assertions = Vec::new();
+        let positives = question.positive.len();
+        assertions.extend((0..positives).map(|p| self.allows(p)));
+        assertions.extend((0..question.negative.len()).map(|n| self.allows(positives + n).not()));
+        assertions.extend(question.regions.iter().map(|r| self.region(r)));
+        let c = self.choices;
+        ComponentProblem {
+            choices: [
+                c.host.choices.members.clone(),
+                c.binary.choices.members.clone(),
+                c.path.choices.members.clone(),
+                c.port.members.clone(),
+                c.method.members.clone(),
+            ],
+            atoms: [
+                c.host.choices.atoms,
+                c.binary.choices.atoms,
+                c.path.choices.atoms,
+                c.port.atoms,
+                c.method.atoms,
+            ],
+            assertions,
+        }
+    }
+}
+
+/// Z3 variables of one component.
+struct ComponentVars<'u> {
+    choices: &'u ComponentChoices<'u>,
+    dims: [DimVars; 5],
+    rest: Bool,
+}
+
+impl<'u> ComponentVars<'u> {
+    fn new(choices: &'u ComponentChoices<'u>, solver: &Solver) -> Self {
+        let always = Bool::from_bool(true);
+        ComponentVars {
+            choices,
+            dims: [
+                DimVars::new("host", &choices.host.choices, solver, &always),
+                DimVars::new("binary", &choices.binary.choices, solver, &always),
+                DimVars::new("path", &choices.path.choices, solver, &always),
+                DimVars::new("port", &choices.port, solver, &always),
+                DimVars::new("method", &choices.method, solver, &always),
+            ],
+            rest: Bool::new_const("layer_rest"),
+        }
+    }
+
+    fn dim(&self, dim: Dim) -> &DimVars {
+        &self.dims[dim as usize]
+    }
+
+    fn z3(&self, f: &Formula) -> Bool {
+        match f {
+            Formula::Const(b) => Bool::from_bool(*b),
+            Formula::Atom(dim, i) => self.dim(*dim).atoms[*i as usize].clone(),
+            Formula::Rest => self.rest.clone(),
+            Formula::And(terms) => Bool::and(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
+            Formula::Or(terms) => Bool::or(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
+            Formula::Not(inner) => self.z3(inner).not(),
+        }
+    }
+
+    /// The action the model describes, and a formula for "the same
+    /// combination of signatures" to block it for the next example.
+    fn decode(&self, model: &Model) -> (NetworkAction, Bool) {
+        let rest = model.eval(&self.rest, true).and_then(|b| b.as_bool()) == Some(true);
+        let picks = self.dims.each_ref().map(|d| d.chosen(model));
+        let c = self.choices;
+        let action = NetworkAction {
+            host: c.host.choices.values[picks[Dim::Host as usize]].clone(),
+            binary: c.binary.choices.values[picks[Dim::Binary as usize]].clone(),
+            port: c.port.values[picks[Dim::Port as usize]],
+            layer: if rest { Layer::Rest } else { Layer::L4 },
+            method: if rest {
+                c.method.values[picks[Dim::Method as usize]].clone()
+            } else {
+                String::new()
+            },
+            path: if rest {
+                c.path.choices.values[picks[Dim::Path as usize]].clone()
+            } else {
+                String::new()
+            },
+        };
+        let mut same = vec![if rest {
+            self.rest.clone()
+        } else {
+            self.rest.not()
+        }];
+        for dim in [Dim::Host, Dim::Binary, Dim::Port] {
+            same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+        }
+        if rest {
+            for dim in [Dim::Method, Dim::Path] {
+                same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+            }
+        }
+        (action, all(same))
+    }
+}
+
+/// A fresh solver with the check's remaining time as its timeout, in this
+/// thread's Z3 context. The context is reused across checks: every check
+/// builds a new solver and drops all its terms, so nothing carries over,
+/// and reusing it avoids allocating and returning ~16 MiB per check, which
+/// in some heap states cost thousands of page faults per check (docs/z3.md:
+/// no drift over 20,000 consecutive checks). Z3's default solver: for many
+/// small incremental sub-questions (push/check/pop per component) it was
+/// measured faster than the finite-domain (SAT) solver.
+fn new_solver(budget: &Budget) -> Solver {
+    let solver = Solver::new();
+    let remaining = budget.deadline.saturating_duration_since(Instant::now());
+    let mut params = Params::new();
+    params.set_u32(
+        "timeout",
+        remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
+    );
+    solver.set_params(&params);
+    solver
+}
+
+fn unknown_reason(solver: &Solver) -> Reason {
+    let why = solver.get_reason_unknown().unwrap_or_default();
+    if why.contains("timeout") || why.contains("canceled") {
+        Reason::general(ReasonCode::SolverTimeout, format!("solver gave up: {why}"))
+    } else {
+        Reason::general(
+            ReasonCode::SolverUnknown,
+            format!("solver answered unknown: {why}"),
+        )
+    }
+}
+
+fn union_find_root(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+/// Groups host patterns into components: patterns that occur together in
+/// some realizable host signature share one. Returns the patterns of each
+/// component and the component of every pattern (`None`: it matches no
+/// canonical host).
+fn host_components(host: &Choices<String>) -> (Vec<Vec<usize>>, Vec<Option<usize>>) {
+    let mut parent: Vec<usize> = (0..host.atoms).collect();
+    for members in &host.members {
+        for pair in members.windows(2) {
+            let (a, b) = (
+                union_find_root(&mut parent, pair[0] as usize),
+                union_find_root(&mut parent, pair[1] as usize),
+            );
+            parent[a] = b;
+        }
+    }
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut components: Vec<Vec<usize>> = Vec::new();
+    let mut component_of_host = vec![None; host.atoms];
+    // Choices come shortest witness first, so components do too.
+    for members in &host.members {
+        for &m in members {
+            let m = m as usize;
+            if component_of_host[m].is_some() {
+                continue;
+            }
+            let root = union_find_root(&mut parent, m);
+            let k = *index.entry(root).or_insert_with(|| {
+                components.push(Vec::new());
+                components.len() - 1
+            });
+            components[k].push(m);
+            component_of_host[m] = Some(k);
+        }
+    }
+    for patterns in &mut components {
+        patterns.sort_unstable();
+    }
+    (components, component_of_host)
+}
+
+/// Searches for up to `k` network actions answering the question.
+///
+/// The question is split by host component (see [`Component`]): actions in
+/// different components share no host pattern, so each component is an
+/// independent, small sub-question over its own projected signatures. They
+/// are solved one after another in one Z3 context; only components where
+/// every positive policy has an allow endpoint can answer at all.
+pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
+    if question.positive.is_empty() {
+        return inconclusive(
+            ReasonCode::SolverUnknown,
+            "internal: a question needs at least one policy that must allow the action",
+        );
+    }
+    let mut universe = Universe::default();
+    question
+        .positive
+        .iter()
+        .chain(question.negative)
+        .for_each(|p| universe.add_policy(p));
+    question.regions.iter().for_each(|r| universe.add_region(r));
+    universe.finish();
+
+    let dimension = |domain, name, patterns: &Patterns<'_>| {
+        let tokens = patterns.tokens();
+        signatures(domain, name, &tokens, budget.max_states, budget.deadline)
+            .map(|s| Choices::from_signatures(s, patterns.globs.len()))
+            .map_err(automaton_reason)
+    };
+    // Host wildcards sit only in the first label, so read right to left the
+    // patterns are literal first and diverge at once: the DFA stays a suffix
+    // trie instead of carrying every `**.` pattern through every state. The
+    // canonical host form is symmetric, so the reversed witness is canonical.
+    let reversed_hosts = || {
+        let reversed: Vec<Vec<Token>> = universe
+            .hosts
+            .globs
+            .iter()
+            .map(|g| g.tokens().iter().rev().copied().collect())
+            .collect();
+        let tokens: Vec<&[Token]> = reversed.iter().map(Vec::as_slice).collect();
+        signatures(
+            Domain::Host,
+            "host",
+            &tokens,
+            budget.max_states,
+            budget.deadline,
+        )
+        .map(|mut s| {
+            for sig in &mut s.signatures {
+                sig.witness = sig.witness.chars().rev().collect();
+            }
+            Choices::from_signatures(s, universe.hosts.globs.len())
+        })
+        .map_err(automaton_reason)
+    };
+    tracing::debug!(
+        universe_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "universe built"
+    );
+    let dimensions = reversed_hosts().and_then(|host| {
+        Ok((
+            host,
+            dimension(Domain::Binary, "binary", &universe.binaries)?,
+            dimension(Domain::RequestPath, "path", &universe.paths)?,
+        ))
+    });
+    tracing::debug!(
+        dims_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "automata built"
+    );
+    let (host, binary, path) = match dimensions {
+        Ok(d) => d,
+        Err(r) => {
+            return Search::failed(r);
+        }
+    };
+    let (components, component_of_host) = host_components(&host);
+
+    // What each component uses (regions apply to all of them).
+    let positives = question.positive.len();
+    let mut parts: Vec<Component> = components
+        .into_iter()
+        .map(|hosts| Component {
+            hosts,
+            endpoints: vec![Vec::new(); positives + question.negative.len()],
+            candidate: vec![false; positives],
+            binaries: Vec::new(),
+            paths: Vec::new(),
+            ports: Vec::new(),
+            methods: Vec::new(),
+        })
+        .collect();
+    let u = &universe;
+    // Positives first, then negatives: the slot order of `Component::endpoints`.
+    let policies: Vec<(Option<usize>, &CompiledPolicy)> = question
+        .positive
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (Some(i), *p))
+        .chain(question.negative.iter().map(|p| (None, *p)))
+        .collect();
+    for (slot, (positive, policy)) in policies.into_iter().enumerate() {
+        for rule in &policy.rules {
+            for e in &rule.endpoints {
+                let Some(c) = component_of_host[u.hosts.id(&e.host)] else {
+                    continue;
+                };
+                let part = &mut parts[c];
+                part.endpoints[slot].push((rule, e));
+                part.binaries
+                    .extend(rule.binaries.iter().map(|b| u.binaries.id(b)));
+                part.ports.extend(&e.ports);
+                let allows_something = match &e.kind {
+                    EndpointKind::L4 => true,
+                    EndpointKind::Rest { scope, allow, deny } => {
+                        if let Some(scope) = scope {
+                            part.paths.push(u.paths.id(scope));
+                        }
+                        for entry in allow.iter().chain(deny) {
+                            if let MethodSet::Only(m) = &entry.methods {
+                                part.methods.extend(m.iter().cloned());
+                            }
+                            if let Some(p) = &entry.path {
+                                part.paths.push(u.paths.id(p));
+                            }
+                        }
+                        !allow.is_empty()
+                    }
+                };
+                if let Some(i) = positive {
+                    part.candidate[i] |= allows_something;
+                }
+            }
+        }
+    }
+    tracing::debug!(
+        parts_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "components split"
+    );
+    let binary_holders = Holders::new(&binary);
+    let path_holders = Holders::new(&path);
+    let host_holders = Holders::new(&host);
+    let mut relevant: Vec<ComponentChoices> = Vec::new();
+    for part in &mut parts {
+        if !part.candidate.iter().all(|&c| c) {
+            continue;
+        }
+        for r in question.regions {
+            part.binaries
+                .extend(r.binaries.iter().flatten().map(|b| u.binaries.id(b)));
+            part.paths
+                .extend(r.paths.iter().flatten().map(|p| u.paths.id(p)));
+            part.ports.extend(r.ports.iter().flatten());
+            if let Some(MethodSet::Only(m)) = &r.methods {
+                part.methods.extend(m.iter().cloned());
+            }
+        }
+        let relevant_ids = |ids: &mut Vec<usize>, holders: &Holders| {
+            ids.sort_unstable();
+            ids.dedup();
+            ids.retain(|&p| holders.constant(p).is_none());
+            std::mem::take(ids)
+        };
+        let binaries = relevant_ids(&mut part.binaries, &binary_holders);
+        let paths = relevant_ids(&mut part.paths, &path_holders);
+        part.ports.sort_unstable();
+        part.ports.dedup();
+        part.methods.sort_unstable();
+        part.methods.dedup();
+        let mut host_choice = host_holders.project(&host, part.hosts.clone());
+        // Values matching none of the component's hosts belong elsewhere.
+        host_choice.choices.drop_empty();
+        relevant.push(ComponentChoices {
+            endpoints: std::mem::take(&mut part.endpoints),
+            host: host_choice,
+            binary: binary_holders.project(&binary, binaries),
+            path: path_holders.project(&path, paths),
+            port: literal_choices(&part.ports, other_port(&part.ports)),
+            method: literal_choices(&part.methods, Some(other_method(&part.methods))),
+        });
+    }
+    tracing::debug!(
+        host_choices = host.members.len(),
+        components = parts.len(),
+        relevant = relevant.len(),
+        automata_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "signatures projected"
+    );
+    if relevant.is_empty() {
+        return Search {
+            examples: Vec::new(),
+            end: SearchEnd::Exhausted,
+        };
+    }
+    if Instant::now() >= budget.deadline {
+        return inconclusive(ReasonCode::SolverTimeout, "deadline reached before solving");
+    }
+
+    let relevant = &relevant;
+    let holders = (&binary_holders, &path_holders);
+    let outcome = solve_components(relevant, u, holders, question, k, budget);
+    Search::from_outcome(outcome, Action::Network)
+}
+
+/// Solves the components one after another in this thread's Z3 context
+/// (a fresh solver per check; see [`new_solver`]).
+fn solve_components(
+    relevant: &[ComponentChoices<'_>],
+    u: &Universe<'_>,
+    holders: (&Holders, &Holders),
+    question: &Question<'_>,
+    k: usize,
+    budget: &Budget,
+) -> Result<(Vec<NetworkAction>, bool), Reason> {
+    let solver = new_solver(budget);
+    let mut found = Vec::new();
+    // Problems already proved to have no answer in this check.
+    let mut unsat: HashSet<ComponentProblem> = HashSet::new();
+    let (mut solved, mut reused) = (0usize, 0usize);
+    for choices in relevant {
+        if Instant::now() >= budget.deadline {
+            return Err(Reason::general(
+                ReasonCode::SolverTimeout,
+                "deadline reached while solving",
+            ));
+        }
+        let formulas = ComponentFormulas {
+            universe: u,
+            choices,
+            binary_holders: holders.0,
+            path_holders: holders.1,
+        };
+        let problem = formulas.problem(question);
+        if problem.assertions.contains(&Formula::Const(false)) {
+            continue; // decided by constant folding: e.g. no allow endpoint survives
+        }
+        if unsat.contains(&problem) {
+            reused += 1;
+            continue;
+        }
+        solved += 1;
+        solver.push();
+        let vars = ComponentVars::new(choices, &solver);
+        for assertion in &problem.assertions {
+            solver.assert(vars.z3(assertion));
+        }
+        let before = found.len();
+        while found.len() < k {
+            match solver.check() {
+                SatResult::Unsat => break,
+                SatResult::Unknown => return Err(unknown_reason(&solver)),
+                SatResult::Sat => {}
+            }
+            let Some(model) = solver.get_model() else {
+                return Err(Reason::general(
+                    ReasonCode::SolverUnknown,
+                    "solver returned no model",
+                ));
+            };
+            let (action, same) = vars.decode(&model);
+            found.push(action);
+            solver.assert(same.not());
+        }
+        solver.pop(1);
+        if found.len() == before {
+            unsat.insert(problem);
+        }
+        if found.len() >= k {
+            tracing::debug!(
+                solved,
+                reused,
+                solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+                "enough examples"
+            );
+            return Ok((found, false));
+        }
+    }
+    tracing::debug!(
+        solved,
+        reused,
+        solved_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "exhausted"
+    );
+    Ok((found, true))
+}
+
+/// Token form of a filesystem entry `e`: `e` itself, and `e/` followed by anything.
+fn filesystem_patterns(entry: &str) -> [Vec<Token>; 2] {
+    let exact: Vec<Token> = entry.bytes().map(Token::Literal).collect();
+    let mut below = exact.clone();
+    if entry != "/" {
+        below.push(Token::Literal(b'/'));
+    }
+    below.push(Token::AnyString);
+    [exact, below]
+}
+
+/// The filesystem question in this thread's Z3 context.
+fn solve_filesystem(
+    entries: &[&str],
+    choices: &Choices<String>,
+    question: &Question<'_>,
+    k: usize,
+    budget: &Budget,
+) -> Result<(Vec<FilesystemAction>, bool), Reason> {
+    let solver = new_solver(budget);
+    let path = DimVars::new("fspath", choices, &solver, &Bool::from_bool(true));
+    let write = Bool::new_const("write");
+    let covers = |list: &[String]| {
+        any(list
+            .iter()
+            .filter_map(|e| entries.binary_search(&e.as_str()).ok())
+            .flat_map(|i| [path.atoms[2 * i].clone(), path.atoms[2 * i + 1].clone()])
+            .collect())
+    };
+    let allows = |p: &CompiledPolicy| {
+        let readable = covers(&p.filesystem.read);
+        let writable = covers(&p.filesystem.write);
+        write.ite(&writable, &readable)
+    };
+    for p in question.positive {
+        solver.assert(allows(p));
+    }
+    for n in question.negative {
+        solver.assert(allows(n).not());
+    }
+    let mut found = Vec::new();
+    while found.len() < k {
+        match solver.check() {
+            SatResult::Unsat => return Ok((found, true)),
+            SatResult::Unknown => return Err(unknown_reason(&solver)),
+            SatResult::Sat => {}
+        }
+        let Some(model) = solver.get_model() else {
+            return Err(Reason::general(
+                ReasonCode::SolverUnknown,
+                "solver returned no model",
+            ));
+        };
+        let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
+        let pick = path.chosen(&model);
+        found.push(FilesystemAction {
+            access: if is_write {
+                Access::Write
+            } else {
+                Access::Read
+            },
+            path: choices.values[pick].clone(),
+        });
+        let mut same = vec![if is_write { write.clone() } else { write.not() }];
+        same.extend(path.is_chosen(pick));
+        solver.assert(all(same).not());
+    }
+    Ok((found, false))
+}
+
+/// Searches for up to `k` filesystem actions answering the question
+/// (regions are network-only, so a question with regions has none).
+pub fn search_filesystem(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
+    if !question.regions.is_empty() || k == 0 {
+        return Search {
+            examples: Vec::new(),
+            end: SearchEnd::Exhausted,
+        };
+    }
+    let mut entries: Vec<&str> = question
+        .positive
+        .iter()
+        .chain(question.negative)
+        .flat_map(|p| p.filesystem.read.iter().map(String::as_str))
+        .collect();
+    entries.sort_unstable();
+    entries.dedup();
+    let tokens: Vec<[Vec<Token>; 2]> = entries.iter().map(|e| filesystem_patterns(e)).collect();
+    let flat: Vec<&[Token]> = tokens
+        .iter()
+        .flat_map(|t| [t[0].as_slice(), t[1].as_slice()])
+        .collect();
+    let choices = match signatures(
+        Domain::AbsolutePath,
+        "filesystem",
+        &flat,
+        budget.max_states,
+        budget.deadline,
+    ) {
+        Ok(s) => Choices::from_signatures(s, flat.len()),
+        Err(e) => {
+            return Search::failed(automaton_reason(e));
+        }
+    };
+    let entries = &entries;
+    let choices = &choices;
+    let outcome = solve_filesystem(entries, choices, question, k, budget);
+    Search::from_outcome(outcome, Action::Filesystem)
+}

@@ -1,0 +1,457 @@
+//! The prover: containment, new authority and region intersection of
+//! policies (docs/policy-semantics.md §5), answered with Z3 over a propositional
+//! encoding (see [`encode`] and [`automaton`]), every counterexample replayed
+//! through the runtime matcher before it is reported.
+//!
+//! [`verdict`] composes those answers into Apply, Ask or Reject
+//! (docs/design.md §4). This is the only crate that links Z3.
+//!
+//! Each check gets a fresh Z3 solver and a deadline, so a hard case cannot
+//! block its caller and a long-running process does not slow down.
+
+#![warn(missing_docs)]
+
+pub mod automaton;
+pub mod budget;
+pub mod cache;
+pub mod encode;
+pub mod naive;
+pub mod verdict;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use agentgate_policy::action::Action;
+use agentgate_policy::compile::{CompiledPolicy, CompiledRegion};
+use agentgate_policy::error::{Reason, ReasonCode};
+use agentgate_policy::matcher::{allows, region_contains};
+pub use encode::{Question, Search, SearchEnd};
+
+/// The four answers of §5.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "result")]
+pub enum Outcome {
+    /// Proved: no action separates the policies.
+    Within,
+    /// A replayed counterexample.
+    Exceeds {
+        /// The action the candidate allows and the maximum does not.
+        counterexample: Action,
+    },
+    /// The input is outside the model.
+    Unsupported {
+        /// Why.
+        reason: Reason,
+    },
+    /// The proof could not be completed.
+    Inconclusive {
+        /// Why.
+        reason: Reason,
+    },
+}
+
+impl Outcome {
+    /// `within`, `exceeds`, `unsupported` or `inconclusive`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Within => "within",
+            Outcome::Exceeds { .. } => "exceeds",
+            Outcome::Unsupported { .. } => "unsupported",
+            Outcome::Inconclusive { .. } => "inconclusive",
+        }
+    }
+
+    /// The reason, for Unsupported and Inconclusive.
+    pub fn reason(&self) -> Option<&Reason> {
+        match self {
+            Outcome::Unsupported { reason } | Outcome::Inconclusive { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The counterexample, for Exceeds.
+    pub fn counterexample(&self) -> Option<&Action> {
+        match self {
+            Outcome::Exceeds { counterexample } => Some(counterexample),
+            _ => None,
+        }
+    }
+
+    /// A result from a reason code: Unsupported or Inconclusive as §5 says.
+    pub fn from_reason(reason: Reason) -> Outcome {
+        if reason.code.is_unsupported() {
+            Outcome::Unsupported { reason }
+        } else {
+            Outcome::Inconclusive { reason }
+        }
+    }
+}
+
+/// An outcome with the time the solver work took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proof {
+    /// The answer.
+    pub outcome: Outcome,
+    /// Wall-clock milliseconds of the check (automata + solver + replay).
+    pub solver_millis: f64,
+    /// True when the answer came from the cache.
+    pub cached: bool,
+}
+
+/// New authority: example actions a candidate allows beyond the current policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAuthority {
+    /// Up to k distinct replayed examples.
+    pub examples: Vec<Action>,
+    /// `None` when complete: either no more examples exist or k were found.
+    /// `Some` when the search could not be completed (fail closed: treat the
+    /// delta as adding unknown authority).
+    pub incomplete: Option<Reason>,
+    /// Milliseconds.
+    pub solver_millis: f64,
+}
+
+/// Prover settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ProverOptions {
+    /// Per-check deadline.
+    pub timeout: Duration,
+    /// Largest automaton per dimension.
+    pub max_states: usize,
+    /// Cached answers kept (0 disables the cache).
+    pub cache_entries: usize,
+}
+
+impl Default for ProverOptions {
+    fn default() -> Self {
+        ProverOptions {
+            timeout: Duration::from_secs(5),
+            max_states: 200_000,
+            cache_entries: 4096,
+        }
+    }
+}
+
+/// The prover. Cheap to clone (the cache is shared).
+#[derive(Clone)]
+pub struct Prover {
+    options: ProverOptions,
+    cache: Arc<cache::Cache<Outcome>>,
+}
+
+impl Default for Prover {
+    fn default() -> Self {
+        Prover::new(ProverOptions::default())
+    }
+}
+
+/// Checks that an example is canonical and that the matcher agrees with the
+/// solver about it; otherwise the answer is Inconclusive(invalid_witness).
+fn replay(question: &Question<'_>, action: &Action) -> Result<(), Reason> {
+    let invalid = |why: String| {
+        Reason::general(
+            ReasonCode::InvalidWitness,
+            format!("counterexample {action} failed replay: {why}"),
+        )
+    };
+    action
+        .check_canonical()
+        .map_err(|e| invalid(e.to_string()))?;
+    if let Some(i) = question.positive.iter().position(|p| !allows(p, action)) {
+        return Err(invalid(format!("positive policy {i} does not allow it")));
+    }
+    if let Some(i) = question.negative.iter().position(|p| allows(p, action)) {
+        return Err(invalid(format!("negative policy {i} allows it")));
+    }
+    if !question.regions.is_empty() {
+        let Action::Network(a) = action else {
+            return Err(invalid("regions hold network actions only".into()));
+        };
+        if let Some(i) = question.regions.iter().position(|r| !region_contains(r, a)) {
+            return Err(invalid(format!("region {i} does not contain it")));
+        }
+    }
+    Ok(())
+}
+
+impl Prover {
+    /// A prover with these options.
+    pub fn new(options: ProverOptions) -> Self {
+        Prover {
+            options,
+            cache: Arc::new(cache::Cache::new(options.cache_entries)),
+        }
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &ProverOptions {
+        &self.options
+    }
+
+    /// The same prover with another per-check timeout (shares the cache).
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        Prover {
+            options: ProverOptions {
+                timeout,
+                ..self.options
+            },
+            cache: self.cache.clone(),
+        }
+    }
+
+    fn budget(&self, started: Instant) -> encode::Budget {
+        encode::Budget {
+            started,
+            deadline: started + self.options.timeout,
+            max_states: self.options.max_states,
+        }
+    }
+
+    /// Searches network then filesystem actions, replaying each example.
+    pub fn search(&self, question: &Question<'_>, k: usize) -> (Search, f64) {
+        let started = Instant::now();
+        let budget = self.budget(started);
+        let mut result = encode::search_network(question, k, &budget);
+        if result.end == SearchEnd::Exhausted && result.examples.len() < k {
+            let fs = encode::search_filesystem(question, k - result.examples.len(), &budget);
+            result.examples.extend(fs.examples);
+            result.end = fs.end;
+        }
+        if let Some(bad) = result
+            .examples
+            .iter()
+            .find_map(|a| replay(question, a).err())
+        {
+            result = Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(bad),
+            };
+        }
+        (result, started.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    fn cached(&self, key: impl FnOnce() -> cache::Key, compute: impl FnOnce() -> Proof) -> Proof {
+        if !self.cache.enabled() {
+            return compute();
+        }
+        let started = Instant::now();
+        let key = key();
+        if let Some(outcome) = self.cache.get(&key) {
+            return Proof {
+                outcome,
+                solver_millis: started.elapsed().as_secs_f64() * 1000.0,
+                cached: true,
+            };
+        }
+        let proof = compute();
+        if !matches!(proof.outcome, Outcome::Inconclusive { .. }) {
+            self.cache.put(key, proof.outcome.clone());
+        }
+        proof
+    }
+
+    /// One example, or a proof that none exists.
+    fn exists(&self, question: &Question<'_>) -> Proof {
+        let (search, millis) = self.search(question, 1);
+        let outcome = match (search.examples.into_iter().next(), search.end) {
+            (_, SearchEnd::Inconclusive(reason)) => Outcome::Inconclusive { reason },
+            (Some(counterexample), _) => Outcome::Exceeds { counterexample },
+            (None, _) => Outcome::Within,
+        };
+        Proof {
+            outcome,
+            solver_millis: millis,
+            cached: false,
+        }
+    }
+
+    /// Containment `candidate ⊆ maximum`: Within, or Exceeds with a
+    /// counterexample the candidate allows and the maximum does not.
+    pub fn containment(&self, candidate: &CompiledPolicy, maximum: &CompiledPolicy) -> Proof {
+        self.cached(
+            || {
+                cache::ContentHasher::new("containment")
+                    .with(candidate)
+                    .with(maximum)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[maximum],
+                    regions: &[],
+                })
+            },
+        )
+    }
+
+    /// Whether `candidate ∖ current` lies inside `ceiling`: Within, or
+    /// Exceeds with a new action outside it (docs/design.md §4 step 7).
+    pub fn new_authority_within(
+        &self,
+        candidate: &CompiledPolicy,
+        current: &CompiledPolicy,
+        ceiling: &CompiledPolicy,
+    ) -> Proof {
+        self.cached(
+            || {
+                cache::ContentHasher::new("new-authority-within")
+                    .with(candidate)
+                    .with(current)
+                    .with(ceiling)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[current, ceiling],
+                    regions: &[],
+                })
+            },
+        )
+    }
+
+    /// Intersection `candidate ∩ region`: Within means disjoint; Exceeds
+    /// gives an action the candidate allows inside the region.
+    pub fn intersection(&self, candidate: &CompiledPolicy, region: &CompiledRegion) -> Proof {
+        self.cached(
+            || {
+                cache::ContentHasher::new("intersection")
+                    .with(candidate)
+                    .with(region)
+                    .key()
+            },
+            || {
+                self.exists(&Question {
+                    positive: &[candidate],
+                    negative: &[],
+                    regions: &[region],
+                })
+            },
+        )
+    }
+
+    /// New authority `candidate ∖ current` with up to `k` distinct examples.
+    pub fn new_authority(
+        &self,
+        candidate: &CompiledPolicy,
+        current: &CompiledPolicy,
+        k: usize,
+    ) -> NewAuthority {
+        let (search, solver_millis) = self.search(
+            &Question {
+                positive: &[candidate],
+                negative: &[current],
+                regions: &[],
+            },
+            k,
+        );
+        NewAuthority {
+            examples: search.examples,
+            incomplete: match search.end {
+                SearchEnd::Inconclusive(reason) => Some(reason),
+                _ => None,
+            },
+            solver_millis,
+        }
+    }
+
+    /// [`Prover::containment`] on a blocking thread, for async callers: no
+    /// Z3 value ever crosses an `.await`.
+    pub async fn containment_async(
+        &self,
+        candidate: Arc<CompiledPolicy>,
+        maximum: Arc<CompiledPolicy>,
+    ) -> Proof {
+        let prover = self.clone();
+        let timeout = self.options.timeout;
+        tokio::task::spawn_blocking(move || prover.containment(&candidate, &maximum))
+            .await
+            .unwrap_or_else(|e| Proof {
+                outcome: Outcome::Inconclusive {
+                    reason: Reason::general(
+                        ReasonCode::SolverUnknown,
+                        format!("prover task failed: {e}"),
+                    ),
+                },
+                solver_millis: timeout.as_secs_f64() * 1000.0,
+                cached: false,
+            })
+    }
+
+    /// Number of cached answers.
+    pub fn cached_answers(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use agentgate_policy::compile::{Limits, Role};
+    use agentgate_policy::load::load_document;
+
+    /// Lives here rather than next to `apply_proposal` because it needs the
+    /// prover, which the policy crate does not link.
+    #[test]
+    fn a_removal_never_adds_authority() {
+        let sandbox = |yaml: &str| load_document(yaml, &Limits::default()).unwrap().policy;
+        let current = sandbox(
+            "network:\n  - {name: a, endpoints: [{host: a.io, ports: [443]}]}\n  - {name: b, endpoints: [{host: b.io, ports: [443]}]}\n",
+        );
+        let candidate =
+            agentgate_policy::compose::apply_proposal(&current, None, &["a".into()]).unwrap();
+        let compile = |d: &agentgate_policy::PolicyDocument| {
+            agentgate_policy::compile(d, Role::Sandbox, &Limits::default()).unwrap()
+        };
+        let proof = Prover::default().containment(&compile(&candidate), &compile(&current));
+        assert_eq!(proof.outcome, Outcome::Within);
+    }
+
+    fn policy(yaml: &str) -> CompiledPolicy {
+        let doc = load_document(yaml, &Limits::default()).unwrap();
+        doc.compile(Role::Maximum, &Limits::default())
+            .unwrap()
+            .policy
+    }
+
+    const NARROW: &str = "network: [{name: a, endpoints: [{host: a.example.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /x/*}]}]}]";
+    const WIDE: &str = "network: [{name: a, endpoints: [{host: '*.example.com', ports: [443], protocol: rest, rules: [{methods: [GET], path: /x/**}]}]}]";
+
+    #[test]
+    fn async_containment_runs_off_the_runtime() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let prover = Prover::default();
+        let (narrow, wide) = (Arc::new(policy(NARROW)), Arc::new(policy(WIDE)));
+        let within = rt.block_on(prover.containment_async(narrow.clone(), wide.clone()));
+        assert_eq!(within.outcome, Outcome::Within);
+        let exceeds = rt.block_on(prover.containment_async(wide.clone(), narrow.clone()));
+        let witness = exceeds.outcome.counterexample().unwrap();
+        assert!(
+            allows(&wide, witness) && !allows(&narrow, witness),
+            "{witness}"
+        );
+    }
+
+    #[test]
+    fn answers_are_cached_by_content_but_timeouts_are_not() {
+        let prover = Prover::default();
+        let (narrow, wide) = (policy(NARROW), policy(WIDE));
+        assert!(!prover.containment(&narrow, &wide).cached);
+        assert!(prover.containment(&narrow, &wide).cached);
+        assert_eq!(prover.cached_answers(), 1);
+        let hurried = prover.with_timeout(Duration::from_nanos(1));
+        let other = policy("network: []");
+        let proof = hurried.containment(&wide, &other);
+        assert_eq!(
+            proof.outcome.reason().map(|r| r.code),
+            Some(ReasonCode::SolverTimeout)
+        );
+        assert_eq!(prover.cached_answers(), 1);
+    }
+}

@@ -1,0 +1,249 @@
+//! The crate graph of docs/design.md §2, checked instead of promised: which
+//! workspace crates each crate may build on, that Z3 is linked by the prover
+//! alone, and that nothing below the runtime reaches the Kubernetes client,
+//! an HTTP stack or the network (the data plane not even the API types).
+//! Read from `cargo metadata`, so a new dependency that breaks a boundary
+//! fails here, naming the path that brings it in.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The workspace crates each crate may depend on (normal dependencies).
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("agentgate-policy", &[]),
+    ("agentgate-prover", &["agentgate-policy"]),
+    ("agentgate-trifecta", &["agentgate-policy"]),
+    // The API owns its wire types: no prover (so no Z3), no scanners.
+    ("agentgate-api", &["agentgate-policy"]),
+    (
+        "agentgate-governance",
+        &[
+            "agentgate-api",
+            "agentgate-policy",
+            "agentgate-prover",
+            "agentgate-trifecta",
+        ],
+    ),
+    ("agentgate-proxy", &["agentgate-policy"]),
+    ("agentgate-sandbox", &["agentgate-policy"]),
+    (
+        "agentgate",
+        &[
+            "agentgate-api",
+            "agentgate-governance",
+            "agentgate-policy",
+            "agentgate-prover",
+            "agentgate-trifecta",
+        ],
+    ),
+];
+
+/// Crates below the runtime: pure logic and types.
+const CORE: &[&str] = &[
+    "agentgate-policy",
+    "agentgate-prover",
+    "agentgate-trifecta",
+    "agentgate-api",
+    "agentgate-governance",
+];
+
+/// What no core crate may reach, directly or through another crate: the
+/// Kubernetes client and runtime, HTTP servers and clients, TLS stacks.
+const RUNTIME_ONLY: &[&str] = &[
+    "kube",
+    "kube-client",
+    "kube-runtime",
+    "axum",
+    "hyper",
+    "hyper-util",
+    "tower",
+    "rustls",
+    "tokio-rustls",
+    "hickory-resolver",
+    "reqwest",
+];
+
+struct Graph {
+    /// Package id → name.
+    names: BTreeMap<String, String>,
+    /// Package id → ids of its normal (non-dev, non-build) dependencies.
+    normal: BTreeMap<String, Vec<String>>,
+    /// Workspace member ids.
+    members: Vec<String>,
+}
+
+// A helper of the tests below: a panic here is a failed test.
+#[allow(clippy::expect_used)]
+fn metadata() -> Graph {
+    let out = Command::new(env!("CARGO"))
+        // Linux only: the crates other targets would pull in need not be in
+        // the local registry cache, and agentgate builds for Linux alone.
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--offline",
+            "--filter-platform",
+            "x86_64-unknown-linux-gnu",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let str_of = |v: &Value| v.as_str().expect("a string").to_string();
+    let names = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| (str_of(&p["id"]), str_of(&p["name"])))
+        .collect();
+    let members = meta["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .map(str_of)
+        .collect();
+    let mut normal = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().expect("resolve.nodes") {
+        let deps = node["deps"]
+            .as_array()
+            .expect("deps")
+            .iter()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k["kind"].is_null()))
+            })
+            .map(|d| str_of(&d["pkg"]))
+            .collect();
+        normal.insert(str_of(&node["id"]), deps);
+    }
+    Graph {
+        names,
+        normal,
+        members,
+    }
+}
+
+impl Graph {
+    fn id(&self, name: &str) -> String {
+        self.members
+            .iter()
+            .find(|id| self.names[*id] == name)
+            .unwrap_or_else(|| panic!("{name} is not a workspace member"))
+            .clone()
+    }
+
+    fn direct(&self, id: &str) -> BTreeSet<String> {
+        self.normal[id]
+            .iter()
+            .map(|d| self.names[d].clone())
+            .collect()
+    }
+
+    /// Every crate `id` reaches through normal dependencies, each with the
+    /// path that brings it in.
+    fn reach(&self, id: &str) -> BTreeMap<String, Vec<String>> {
+        let mut paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut queue = VecDeque::from([(id.to_string(), vec![self.names[id].clone()])]);
+        let mut seen = BTreeSet::from([id.to_string()]);
+        while let Some((at, path)) = queue.pop_front() {
+            for dep in &self.normal[&at] {
+                if seen.insert(dep.clone()) {
+                    let mut next = path.clone();
+                    next.push(self.names[dep].clone());
+                    paths.insert(self.names[dep].clone(), next.clone());
+                    queue.push_back((dep.clone(), next));
+                }
+            }
+        }
+        paths
+    }
+}
+
+#[test]
+fn every_crate_builds_only_on_the_crates_below_it() {
+    let graph = metadata();
+    let workspace: BTreeSet<String> = graph
+        .members
+        .iter()
+        .map(|id| graph.names[id].clone())
+        .collect();
+    let mut problems = Vec::new();
+    for (name, allowed) in ALLOWED {
+        let id = graph.id(name);
+        let allowed: BTreeSet<String> = allowed.iter().map(|s| s.to_string()).collect();
+        for dep in graph.direct(&id).intersection(&workspace) {
+            if !allowed.contains(dep) {
+                problems.push(format!("{name} depends on {dep}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "layering broken: {problems:?}");
+}
+
+#[test]
+fn z3_is_linked_by_the_prover_alone() {
+    let graph = metadata();
+    let linking: Vec<String> = graph
+        .members
+        .iter()
+        .filter(|id| graph.direct(id).contains("z3"))
+        .map(|id| graph.names[id].clone())
+        .collect();
+    assert_eq!(linking, ["agentgate-prover"]);
+    for data_plane in ["agentgate-proxy", "agentgate-sandbox"] {
+        let reach = graph.reach(&graph.id(data_plane));
+        for forbidden in ["z3", "z3-sys", "kube", "kube-core", "k8s-openapi"] {
+            assert!(
+                !reach.contains_key(forbidden),
+                "{data_plane} reaches {forbidden}: {:?}",
+                reach[forbidden]
+            );
+        }
+    }
+}
+
+#[test]
+fn nothing_below_the_runtime_reaches_a_client_or_the_network() {
+    let graph = metadata();
+    let mut problems = Vec::new();
+    for name in CORE {
+        let reach = graph.reach(&graph.id(name));
+        for forbidden in RUNTIME_ONLY {
+            if let Some(path) = reach.get(*forbidden) {
+                problems.push(path.join(" → "));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_reach_walk_reports_the_path_that_brings_a_crate_in() {
+    // The walk itself, on a graph small enough to check by hand, so the
+    // tests above cannot pass by finding nothing.
+    let ids = ["a", "b", "c", "d"];
+    let graph = Graph {
+        names: ids.iter().map(|i| (i.to_string(), i.to_string())).collect(),
+        normal: BTreeMap::from([
+            ("a".into(), vec!["b".into()]),
+            ("b".into(), vec!["c".into()]),
+            ("c".into(), vec![]),
+            ("d".into(), vec!["a".into()]),
+        ]),
+        members: ids.iter().map(|i| i.to_string()).collect(),
+    };
+    let reach = graph.reach("a");
+    assert_eq!(reach["c"], ["a", "b", "c"]);
+    assert!(!reach.contains_key("d"));
+    assert_eq!(graph.direct("d"), BTreeSet::from(["a".to_string()]));
+}

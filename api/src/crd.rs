@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::scan::{Finding, Graph, Severity};
 use crate::verdict::{CostItem, Decision, Mode};
-use agentgate_policy::action::{Access, Action, Layer};
+use agentgate_policy::action::{Access, Action, Layer, McpKind};
 use agentgate_policy::model::{Budget, Invariant, PolicyDocument};
 
 /// The label the operator puts on everything it creates for a sandbox.
@@ -553,7 +553,7 @@ pub struct ProofRecord {
 /// counterexample, flat (a structural schema cannot hold a tagged union).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ActionRecord {
-    /// `network` or `filesystem`.
+    /// `network`, `filesystem` or `mcp`.
     pub kind: ActionKind,
     /// Network: the executable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -576,6 +576,25 @@ pub struct ActionRecord {
     /// Filesystem: `read` or `write`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
+    /// MCP: `tool`, `resource` or `prompt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<McpKind>,
+    /// MCP: the tool or prompt name, or the resource URI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// MCP: the call's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_object_schema")]
+    pub args: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The schema of a JSON object whose members the schema does not fix; the
+/// API server keeps them only with `x-kubernetes-preserve-unknown-fields`.
+fn json_object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// The kind of an [`ActionRecord`].
@@ -587,6 +606,8 @@ pub enum ActionKind {
     Network,
     /// A file access.
     Filesystem,
+    /// A tool, resource or prompt call on an MCP server.
+    Mcp,
 }
 
 impl From<&Action> for ActionRecord {
@@ -600,12 +621,23 @@ impl From<&Action> for ActionRecord {
                 layer: Some(a.layer),
                 method: Some(a.method.clone()),
                 path: Some(a.path.clone()),
-                access: None,
+                ..ActionRecord::default()
             },
             Action::Filesystem(a) => ActionRecord {
                 kind: ActionKind::Filesystem,
                 path: Some(a.path.clone()),
                 access: Some(a.access),
+                ..ActionRecord::default()
+            },
+            Action::Mcp(t) => ActionRecord {
+                kind: ActionKind::Mcp,
+                binary: Some(t.binary.clone()),
+                host: Some(t.host.clone()),
+                port: Some(t.port),
+                path: Some(t.path.clone()),
+                call: Some(t.kind),
+                name: Some(t.name.clone()),
+                args: Some(t.args.clone()),
                 ..ActionRecord::default()
             },
         }
@@ -757,6 +789,22 @@ impl std::fmt::Display for ActionRecord {
                     ),
                 }
             }
+            ActionKind::Mcp => {
+                let method = self.call.map_or("?", McpKind::method);
+                write!(f, "{method} {}", text(&self.name))?;
+                if self.call != Some(McpKind::Resource) {
+                    let args = serde_json::Value::Object(self.args.clone().unwrap_or_default());
+                    write!(f, " {args}")?;
+                }
+                write!(
+                    f,
+                    " by {} on {}:{}{}",
+                    text(&self.binary),
+                    text(&self.host),
+                    self.port.map_or_else(|| "?".into(), |p| p.to_string()),
+                    text(&self.path)
+                )
+            }
         }
     }
 }
@@ -766,6 +814,50 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn action_records_print_as_the_actions_do() {
+        use agentgate_policy::action::{McpAction, NetworkAction};
+        let actions = [
+            Action::Mcp(McpAction {
+                binary: "/usr/bin/python3".into(),
+                host: "bank.internal".into(),
+                port: 443,
+                path: "/mcp".into(),
+                kind: McpKind::Tool,
+                name: "send_money".into(),
+                args: serde_json::json!({"recipient": "x", "amount": 101})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            }),
+            Action::Mcp(McpAction {
+                binary: "/usr/bin/python3".into(),
+                host: "bank.internal".into(),
+                port: 443,
+                path: "/mcp".into(),
+                kind: McpKind::Resource,
+                name: "file:///reports/q3".into(),
+                args: serde_json::Map::new(),
+            }),
+            Action::Network(NetworkAction {
+                binary: "/usr/bin/gh".into(),
+                host: "api.github.com".into(),
+                port: 443,
+                layer: Layer::Rest,
+                method: "GET".into(),
+                path: "/repos".into(),
+            }),
+        ];
+        for action in actions {
+            let record = ActionRecord::from(&action);
+            assert_eq!(record.to_string(), action.to_string());
+            // The record survives the API server's JSON round trip.
+            let back: ActionRecord =
+                serde_json::from_value(serde_json::to_value(&record).unwrap()).unwrap();
+            assert_eq!(back, record);
+        }
+    }
 
     #[test]
     fn applied_proposals_read_records_and_the_old_bare_names() {

@@ -71,7 +71,65 @@ pub struct FilesystemAction {
     pub path: String,
 }
 
-/// Either kind of action. Serialises with a `kind` tag, as `verify --output
+/// What an MCP action asks the server for (docs/policy-semantics.md §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum McpKind {
+    /// `tools/call`.
+    Tool,
+    /// `resources/read`, `resources/subscribe`.
+    Resource,
+    /// `prompts/get`.
+    Prompt,
+}
+
+impl McpKind {
+    /// The JSON-RPC method that carries this kind of action.
+    pub fn method(self) -> &'static str {
+        match self {
+            McpKind::Tool => "tools/call",
+            McpKind::Resource => "resources/read",
+            McpKind::Prompt => "prompts/get",
+        }
+    }
+}
+
+/// An MCP action `(binary, host, port, path, kind, name, args)`: one call
+/// of a named tool, resource or prompt with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct McpAction {
+    /// Absolute path of the executable making the call.
+    pub binary: String,
+    /// Lower-case DNS name of the server.
+    pub host: String,
+    /// TCP port, 1..=65535.
+    pub port: u16,
+    /// The request path of the server's endpoint (canonical, as for `rest`).
+    pub path: String,
+    /// Tool, resource or prompt.
+    #[serde(rename = "call")]
+    pub kind: McpKind,
+    /// The tool name, resource URI or prompt name.
+    pub name: String,
+    /// The arguments (`{}` for resources).
+    #[serde(default)]
+    pub args: serde_json::Map<String, serde_json::Value>,
+}
+
+impl std::hash::Hash for McpAction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.binary.hash(state);
+        self.host.hash(state);
+        self.port.hash(state);
+        self.path.hash(state);
+        self.kind.hash(state);
+        self.name.hash(state);
+        // Equal maps (in any key order) have one canonical text.
+        crate::mcp::canonical_json(&serde_json::Value::Object(self.args.clone())).hash(state);
+    }
+}
+
+/// Every kind of action. Serialises with a `kind` tag, as `verify --output
 /// json` prints counterexamples.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -80,6 +138,8 @@ pub enum Action {
     Network(NetworkAction),
     /// A file access.
     Filesystem(FilesystemAction),
+    /// A tool, resource or prompt call on an MCP server.
+    Mcp(McpAction),
 }
 
 impl fmt::Display for NetworkAction {
@@ -106,11 +166,28 @@ impl fmt::Display for FilesystemAction {
     }
 }
 
+impl fmt::Display for McpAction {
+    /// `tools/call send_money {"amount":101} by /usr/bin/python3 on
+    /// bank.internal:443/mcp`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind.method(), self.name)?;
+        if self.kind != McpKind::Resource {
+            write!(f, " {}", serde_json::Value::Object(self.args.clone()))?;
+        }
+        write!(
+            f,
+            " by {} on {}:{}{}",
+            self.binary, self.host, self.port, self.path
+        )
+    }
+}
+
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Action::Network(a) => a.fmt(f),
             Action::Filesystem(a) => a.fmt(f),
+            Action::Mcp(a) => a.fmt(f),
         }
     }
 }
@@ -318,12 +395,38 @@ impl FilesystemAction {
     }
 }
 
+impl McpAction {
+    /// The `rest` action that carries this call on the wire (`POST path`),
+    /// which raw authority is judged on (docs/policy-semantics.md §8.2).
+    pub fn transport(&self) -> NetworkAction {
+        NetworkAction {
+            binary: self.binary.clone(),
+            host: self.host.clone(),
+            port: self.port,
+            layer: Layer::Rest,
+            method: "POST".to_string(),
+            path: self.path.clone(),
+        }
+    }
+
+    /// Checks that every field is in canonical form (§8.1).
+    pub fn check_canonical(&self) -> Result<(), CanonicalError> {
+        self.transport().check_canonical()?;
+        crate::mcp::check_name(&self.name).map_err(|m| err("name", m))?;
+        if self.kind == McpKind::Resource && !self.args.is_empty() {
+            return Err(err("args", "a resource read has no arguments"));
+        }
+        Ok(())
+    }
+}
+
 impl Action {
-    /// Checks that the action is in canonical form (§1).
+    /// Checks that the action is in canonical form (§1, §8.1).
     pub fn check_canonical(&self) -> Result<(), CanonicalError> {
         match self {
             Action::Network(a) => a.check_canonical(),
             Action::Filesystem(a) => a.check_canonical(),
+            Action::Mcp(a) => a.check_canonical(),
         }
     }
 }
@@ -379,6 +482,32 @@ mod tests {
         assert!(check_host("a.").is_err());
         assert!(check_method("GET").is_ok());
         assert!(check_method("get").is_err());
+    }
+
+    #[test]
+    fn mcp_actions_read_naturally_and_hash_by_value() {
+        let call = |args: serde_json::Value| McpAction {
+            binary: "/usr/bin/python3".into(),
+            host: "bank.internal".into(),
+            port: 443,
+            path: "/mcp".into(),
+            kind: McpKind::Tool,
+            name: "send_money".into(),
+            args: args.as_object().cloned().unwrap_or_default(),
+        };
+        let a = call(serde_json::json!({"recipient": "x", "amount": 101}));
+        assert_eq!(
+            a.to_string(),
+            r#"tools/call send_money {"recipient":"x","amount":101} by /usr/bin/python3 on bank.internal:443/mcp"#
+        );
+        assert!(a.check_canonical().is_ok());
+        let b = call(serde_json::json!({"amount": 101, "recipient": "x"}));
+        assert_eq!(a, b);
+        let set: std::collections::HashSet<McpAction> = [a, b].into_iter().collect();
+        assert_eq!(set.len(), 1);
+        let mut bad = call(serde_json::json!({}));
+        bad.name = String::new();
+        assert!(bad.check_canonical().is_err());
     }
 
     #[test]

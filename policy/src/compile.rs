@@ -6,7 +6,8 @@ use std::collections::{BTreeSet, HashSet};
 use crate::action::{Layer, check_absolute_path, check_method};
 use crate::error::{Reason, ReasonCode};
 use crate::glob::{Glob, GlobKind};
-use crate::model::{AccessLevel, PolicyDocument, Protocol, Region, RuleEntry};
+use crate::mcp::{self, CompiledMcp};
+use crate::model::{AccessLevel, Endpoint, PolicyDocument, Protocol, Region, RuleEntry};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).
@@ -94,6 +95,9 @@ pub enum EndpointKind {
         /// Deny entries.
         deny: Vec<CompiledEntry>,
     },
+    /// MCP: tool, resource and prompt calls on the server's path
+    /// (docs/policy-semantics.md §8.2).
+    Mcp(CompiledMcp),
 }
 
 /// A compiled endpoint.
@@ -338,24 +342,54 @@ pub fn compile(
                 Protocol::L4 => {
                     let l7_field = if endpoint.path.is_some() {
                         Some("path")
-                    } else if endpoint.access.is_some() {
-                        Some("access")
-                    } else if !endpoint.rules.is_empty() {
-                        Some("rules")
-                    } else if !endpoint.deny_rules.is_empty() {
-                        Some("denyRules")
                     } else {
-                        None
+                        rest_field(endpoint).or_else(|| mcp_field(endpoint))
                     };
                     if let Some(field) = l7_field {
                         return Err(shape(
                             format!("{at}.{field}"),
-                            "only protocol: rest endpoints take path, access, rules or denyRules (an l4 endpoint already covers every request)",
+                            "an l4 endpoint takes no path, access, rules, denyRules, tools, denyTools, resources or prompts (it already covers every request)",
                         ));
                     }
                     EndpointKind::L4
                 }
+                Protocol::Mcp => {
+                    if let Some(field) = rest_field(endpoint) {
+                        return Err(shape(
+                            format!("{at}.{field}"),
+                            "an mcp endpoint takes tools, denyTools, resources and prompts, not access, rules or denyRules",
+                        ));
+                    }
+                    entries_seen += endpoint.tools.len()
+                        + endpoint.deny_tools.len()
+                        + endpoint.resources.len()
+                        + endpoint.prompts.len()
+                        + endpoint
+                            .tools
+                            .iter()
+                            .chain(&endpoint.deny_tools)
+                            .chain(&endpoint.prompts)
+                            .map(mcp::constraint_count)
+                            .sum::<usize>();
+                    if entries_seen > limits.entries {
+                        return Err(Reason::at(
+                            ReasonCode::ResourceLimit,
+                            at,
+                            format!(
+                                "more than {} allow/deny entries and argument constraints",
+                                limits.entries
+                            ),
+                        ));
+                    }
+                    EndpointKind::Mcp(compile_mcp(&at, endpoint, limits.pattern_bytes)?)
+                }
                 Protocol::Rest => {
+                    if let Some(field) = mcp_field(endpoint) {
+                        return Err(shape(
+                            format!("{at}.{field}"),
+                            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
+                        ));
+                    }
                     if endpoint.access.is_some() && !endpoint.rules.is_empty() {
                         return Err(shape(
                             format!("{at}.rules"),
@@ -441,6 +475,64 @@ pub fn compile(
     Ok(CompiledPolicy { filesystem, rules })
 }
 
+/// The first REST-only field an endpoint sets, if any (`path` aside, which
+/// `rest` and `mcp` share).
+fn rest_field(endpoint: &Endpoint) -> Option<&'static str> {
+    if endpoint.access.is_some() {
+        Some("access")
+    } else if !endpoint.rules.is_empty() {
+        Some("rules")
+    } else if !endpoint.deny_rules.is_empty() {
+        Some("denyRules")
+    } else {
+        None
+    }
+}
+
+/// The first MCP-only field an endpoint sets, if any.
+fn mcp_field(endpoint: &Endpoint) -> Option<&'static str> {
+    if !endpoint.tools.is_empty() {
+        Some("tools")
+    } else if !endpoint.deny_tools.is_empty() {
+        Some("denyTools")
+    } else if !endpoint.resources.is_empty() {
+        Some("resources")
+    } else if !endpoint.prompts.is_empty() {
+        Some("prompts")
+    } else {
+        None
+    }
+}
+
+/// Compiles the MCP part of an endpoint (docs/policy-semantics.md §8.2).
+fn compile_mcp(at: &str, endpoint: &Endpoint, max: usize) -> Result<CompiledMcp, Reason> {
+    let Some(path) = endpoint.path.as_deref() else {
+        return Err(shape(
+            format!("{at}.path"),
+            "an mcp endpoint needs path: the server's path, such as /mcp",
+        ));
+    };
+    let calls = |name: &str, entries: &[crate::model::ToolEntry]| {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| mcp::call_entry(&format!("{at}.{name}[{i}]"), e, max))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(CompiledMcp {
+        path: glob_within(GlobKind::Path, &format!("{at}.path"), path, max)?,
+        tools: calls("tools", &endpoint.tools)?,
+        deny_tools: calls("denyTools", &endpoint.deny_tools)?,
+        resources: endpoint
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, e)| mcp::resource_entry(&format!("{at}.resources[{i}]"), e, max))
+            .collect::<Result<_, _>>()?,
+        prompts: calls("prompts", &endpoint.prompts)?,
+    })
+}
+
 /// Validates and compiles a region (`field` prefixes error paths).
 pub fn compile_region(region: &Region, field: &str) -> Result<CompiledRegion, Reason> {
     let globs = |kind: GlobKind, name: &str, list: &Option<Vec<String>>| {
@@ -487,12 +579,28 @@ impl CompiledPolicy {
                             allow: Vec::new(),
                             deny: deny.clone(),
                         },
+                        EndpointKind::Mcp(m) => EndpointKind::Mcp(CompiledMcp {
+                            path: m.path.clone(),
+                            tools: Vec::new(),
+                            deny_tools: m.deny_tools.clone(),
+                            resources: Vec::new(),
+                            prompts: Vec::new(),
+                        }),
                     };
                     endpoint.review_required = false;
                 }
             }
         }
         view
+    }
+
+    /// True when any endpoint is an `mcp` endpoint.
+    pub fn has_mcp(&self) -> bool {
+        self.rules.iter().any(|r| {
+            r.endpoints
+                .iter()
+                .any(|e| matches!(e.kind, EndpointKind::Mcp(_)))
+        })
     }
 
     /// True when any endpoint is marked review-required.

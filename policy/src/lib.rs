@@ -13,12 +13,13 @@ pub mod glob;
 pub mod index;
 pub mod load;
 pub mod matcher;
+pub mod mcp;
 pub mod model;
 pub mod openshell;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use action::{Action, FilesystemAction, Layer, NetworkAction};
+pub use action::{Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
 pub use compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};
 pub use error::{Reason, ReasonCode};
 pub use model::PolicyDocument;

@@ -85,9 +85,18 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "access",
     "rules",
     "denyRules",
+    "tools",
+    "denyTools",
+    "resources",
+    "prompts",
     "review",
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
+const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments"];
+const RESOURCE_FIELDS: &[&str] = &["uri"];
+const CONSTRAINT_FIELDS: &[&str] = &[
+    "oneOf", "glob", "minimum", "maximum", "items", "maxItems", "optional", "from",
+];
 const REVIEW_FIELDS: &[&str] = &["required", "reason"];
 const MAXIMUM_SPEC_FIELDS: &[&str] = &[
     "selector",
@@ -192,7 +201,47 @@ fn check_policy_fields(doc: &Value) -> Result<(), Reason> {
                     check_keys(entry, &format!("{at}.{list}[{i}]"), ENTRY_FIELDS)?;
                 }
             }
+            for list in ["tools", "denyTools", "prompts"] {
+                for (i, entry) in each(endpoint, list) {
+                    let at = format!("{at}.{list}[{i}]");
+                    check_keys(entry, &at, TOOL_FIELDS)?;
+                    let arguments = entry.get("arguments").and_then(Value::as_object);
+                    for (name, constraint) in arguments.into_iter().flatten() {
+                        check_constraint_fields(constraint, &format!("{at}.arguments.{name}"))?;
+                    }
+                }
+            }
+            for (i, entry) in each(endpoint, "resources") {
+                check_keys(entry, &format!("{at}.resources[{i}]"), RESOURCE_FIELDS)?;
+            }
         }
+    }
+    Ok(())
+}
+
+/// Rejects unknown fields in an argument constraint and its `items`.
+fn check_constraint_fields(constraint: &Value, at: &str) -> Result<(), Reason> {
+    check_keys(constraint, at, CONSTRAINT_FIELDS)?;
+    // The typed pass bounds the depth (docs/policy-semantics.md §8.2); this
+    // walk stops at the same depth so a deep document cannot recurse far.
+    let mut items = constraint.get("items");
+    let mut at = at.to_string();
+    let mut depth = 0;
+    while let Some(inner) = items {
+        at.push_str(".items");
+        depth += 1;
+        if depth > crate::mcp::MAX_ITEMS_DEPTH {
+            return Err(Reason::at(
+                ReasonCode::ResourceLimit,
+                at,
+                format!(
+                    "items nested more than {} deep",
+                    crate::mcp::MAX_ITEMS_DEPTH
+                ),
+            ));
+        }
+        check_keys(inner, &at, CONSTRAINT_FIELDS)?;
+        items = inner.get("items");
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! enforcement side runs, and what every prover counterexample is replayed
 //! through.
 
-use crate::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use crate::action::{Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
 use crate::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
 };
@@ -60,7 +60,8 @@ fn entry_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
     entry.methods.contains(&a.method) && entry.path.as_ref().is_none_or(|g| g.matches(&a.path))
 }
 
-/// The layer, method and path part of `allows_E(a)`.
+/// The layer, method and path part of `allows_E(a)`. An `mcp` endpoint
+/// allows only MCP actions, never a request it cannot read as one.
 fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
     match &e.kind {
         EndpointKind::L4 => true,
@@ -69,15 +70,40 @@ fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
                 && scope.as_ref().is_none_or(|g| g.matches(&a.path))
                 && allow.iter().any(|entry| entry_matches(entry, a))
         }
+        EndpointKind::Mcp(_) => false,
     }
 }
 
 /// The layer, method and path part of `denies_E(a)`.
 fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
     match &e.kind {
-        EndpointKind::L4 => false,
+        EndpointKind::L4 | EndpointKind::Mcp(_) => false,
         EndpointKind::Rest { deny, .. } => {
             a.layer == Layer::Rest && deny.iter().any(|entry| entry_matches(entry, a))
+        }
+    }
+}
+
+/// The part of `allows_E(t)` beyond binary, host and port (§8.2): an `l4`
+/// endpoint covers every call, a `rest` endpoint every call it allows
+/// `POST path` for, an `mcp` endpoint the calls on its path its entries allow.
+fn endpoint_kind_allows_mcp(e: &CompiledEndpoint, t: &McpAction) -> bool {
+    match &e.kind {
+        EndpointKind::L4 => true,
+        EndpointKind::Rest { .. } => endpoint_kind_allows(e, &t.transport()),
+        EndpointKind::Mcp(m) => m.path.matches(&t.path) && m.entry_allows(t),
+    }
+}
+
+/// The part of `denies_E(t)` beyond binary, host and port (§8.2).
+fn endpoint_kind_denies_mcp(e: &CompiledEndpoint, t: &McpAction) -> Option<&'static str> {
+    match &e.kind {
+        EndpointKind::L4 => None,
+        EndpointKind::Rest { .. } => {
+            endpoint_kind_denies(e, &t.transport()).then_some("a denyRules entry")
+        }
+        EndpointKind::Mcp(m) => {
+            (m.path.matches(&t.path) && m.entry_denies(t)).then_some("a denyTools entry")
         }
     }
 }
@@ -183,6 +209,10 @@ fn connection_over<'p>(
                 could_allow |= allow_ok && !allow.is_empty();
                 deny_touches |= deny_ok && !deny.is_empty();
             }
+            EndpointKind::Mcp(m) => {
+                could_allow |= allow_ok && m.allows_anything();
+                deny_touches |= deny_ok && !m.deny_tools.is_empty();
+            }
         }
     }
     match tunnel {
@@ -229,16 +259,37 @@ fn network_over<'p>(
     caller: Caller<'_>,
     a: &NetworkAction,
 ) -> Decision {
+    judge_over(
+        pairs.filter(|(_, e)| endpoint_reaches(e, &a.host, a.port)),
+        caller,
+        |e| endpoint_kind_denies(e, a).then_some("a denyRules entry"),
+        |e| endpoint_kind_allows(e, a),
+        || "no rule allows it".to_string(),
+    )
+}
+
+/// The decision rule of §4 and §8.2 over the endpoints that reach the
+/// action's host and port: the first denying endpoint (whose rule admits the
+/// caller for a deny) decides; else the first allowing one; else `refusal`.
+fn judge_over<'p>(
+    reaching: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
+    caller: Caller<'_>,
+    denies: impl Fn(&CompiledEndpoint) -> Option<&'static str>,
+    allows: impl Fn(&CompiledEndpoint) -> bool,
+    refusal: impl FnOnce() -> String,
+) -> Decision {
     let mut allowing: Option<&str> = None;
-    for (rule, e) in pairs.filter(|(_, e)| endpoint_reaches(e, &a.host, a.port)) {
-        if endpoint_kind_denies(e, a) && caller_ok(rule, caller, true) {
+    for (rule, e) in reaching {
+        if let Some(entry) = denies(e)
+            && caller_ok(rule, caller, true)
+        {
             return Decision {
                 allow: false,
                 rule: Some(rule.name.clone()),
-                reason: format!("denied by a denyRules entry of rule {:?}", rule.name),
+                reason: format!("denied by {entry} of rule {:?}", rule.name),
             };
         }
-        if allowing.is_none() && endpoint_kind_allows(e, a) && caller_ok(rule, caller, false) {
+        if allowing.is_none() && allows(e) && caller_ok(rule, caller, false) {
             allowing = Some(&rule.name);
         }
     }
@@ -251,9 +302,53 @@ fn network_over<'p>(
         None => Decision {
             allow: false,
             rule: None,
-            reason: "no rule allows it".to_string(),
+            reason: refusal(),
         },
     }
+}
+
+/// Decides an MCP action (docs/policy-semantics.md §8.2): allowed iff some
+/// endpoint allows it (an `mcp` entry, or the raw authority of an `l4` or
+/// `rest` endpoint) and no endpoint of the policy denies it.
+pub fn decide_mcp(policy: &CompiledPolicy, t: &McpAction) -> Decision {
+    decide_mcp_as(policy, Caller::Binary(&t.binary), t)
+}
+
+/// [`decide_mcp`] for a caller the runtime may not know (see [`Caller`]).
+pub fn decide_mcp_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Decision {
+    mcp_over(all_pairs(policy), caller, t)
+}
+
+/// [`decide_mcp_as`] looking only at the endpoints `index` (built from this
+/// `policy`) names for `t.host`: the same decision, rule and reason.
+pub fn decide_mcp_indexed(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    t: &McpAction,
+) -> Decision {
+    mcp_over(indexed_pairs(policy, index, &t.host), caller, t)
+}
+
+fn mcp_over<'p>(
+    pairs: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
+    caller: Caller<'_>,
+    t: &McpAction,
+) -> Decision {
+    judge_over(
+        pairs.filter(|(_, e)| endpoint_reaches(e, &t.host, t.port)),
+        caller,
+        |e| endpoint_kind_denies_mcp(e, t),
+        |e| endpoint_kind_allows_mcp(e, t),
+        || match t.kind {
+            McpKind::Resource => format!("no rule allows resources/read {}", t.name),
+            kind => format!(
+                "no rule allows {} {} with these arguments",
+                kind.method(),
+                t.name
+            ),
+        },
+    )
 }
 
 /// `allows_P(a)` for a network action.
@@ -283,6 +378,7 @@ pub fn allows(policy: &CompiledPolicy, action: &Action) -> bool {
     match action {
         Action::Network(a) => allows_network(policy, a),
         Action::Filesystem(a) => allows_filesystem(policy, a),
+        Action::Mcp(t) => decide_mcp(policy, t).allow,
     }
 }
 
@@ -321,7 +417,24 @@ mod tests {
     fn network_actions() -> impl Iterator<Item = &'static NetworkAction> {
         universe().iter().filter_map(|a| match a {
             Action::Network(a) => Some(a),
-            Action::Filesystem(_) => None,
+            _ => None,
+        })
+    }
+
+    /// The MCP calls the property tests judge: every call of the alphabet
+    /// at a few (binary, host, port) triples.
+    fn mcp_calls() -> &'static [McpAction] {
+        static CALLS: std::sync::OnceLock<Vec<McpAction>> = std::sync::OnceLock::new();
+        CALLS.get_or_init(|| {
+            let mut out = Vec::new();
+            for (binary, host, port) in [
+                ("/usr/bin/gh", "a.io", 443),
+                ("/opt/x", "b.a.io", 80),
+                ("/x", "c.b.a.io", 443),
+            ] {
+                out.extend(crate::testing::mcp_calls(binary, host, port));
+            }
+            out
         })
     }
 
@@ -385,5 +498,66 @@ mod tests {
                 prop_assert!(!unknown || every, "unknown allowed {a}");
             }
         }
+    }
+
+    proptest! {
+        // Each case judges about 8,500 calls twice; fewer cases keep the
+        // debug-build test near a few seconds.
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// MCP connection decisions are sound: a tunnel only where every call
+        /// on the connection is allowed, a refusal only where none is.
+        #[test]
+        fn mcp_connection_decisions_agree_with_calls(doc in crate::testing::mcp_document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            for t in mcp_calls() {
+                for caller in [Caller::Binary(&t.binary), Caller::Unknown] {
+                    let allowed = decide_mcp_as(&policy, caller, t).allow;
+                    match decide_connection(&policy, caller, &t.host, t.port) {
+                        ConnectionDecision::Tunnel { .. } => prop_assert!(allowed, "tunnel but {t} denied"),
+                        ConnectionDecision::Refuse { .. } => prop_assert!(!allowed, "refused but {t} allowed"),
+                        ConnectionDecision::Inspect => {}
+                    }
+                }
+            }
+        }
+
+        /// The host index gives MCP calls the same decision, rule and reason;
+        /// an unknown caller is never allowed a call every binary is not.
+        #[test]
+        fn mcp_indexed_and_unknown_caller(doc in crate::testing::mcp_document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let index = HostIndex::build(&policy);
+            for t in mcp_calls() {
+                prop_assert_eq!(
+                    decide_mcp_indexed(&policy, &index, Caller::Unknown, t),
+                    decide_mcp_as(&policy, Caller::Unknown, t),
+                    "{}", t
+                );
+                let unknown = decide_mcp_as(&policy, Caller::Unknown, t).allow;
+                let every = crate::testing::BINARIES.iter().all(|b| {
+                    let mut t = t.clone();
+                    t.binary = (*b).to_string();
+                    decide_mcp(&policy, &t).allow
+                });
+                prop_assert!(!unknown || every, "unknown allowed {t}");
+            }
+        }
+
+        /// Raw authority covers MCP (§8.2): a call is allowed wherever its
+        /// transport request is allowed and no tool entry denies it, and a
+        /// policy without mcp endpoints judges every call as its transport.
+        #[test]
+        fn raw_authority_covers_mcp(doc in crate::testing::document()) {
+            let policy = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            for t in mcp_calls() {
+                prop_assert_eq!(
+                    decide_mcp(&policy, t).allow,
+                    allows_network(&policy, &t.transport()),
+                    "{}", t
+                );
+            }
+        }
+
     }
 }

@@ -2,6 +2,8 @@
 //! These are the shapes people write (and, later, the CRD schemas); they are
 //! checked and compiled into [`crate::CompiledPolicy`] before use.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -55,8 +57,8 @@ pub struct NetworkRule {
     pub review: Option<Review>,
 }
 
-/// Protocol of an endpoint. Only `l4` and `rest` are modelled; the others are
-/// reserved and make a policy Unsupported.
+/// Protocol of an endpoint. `l4`, `rest` and `mcp` are part of the language;
+/// the others are reserved and make a policy Unsupported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
@@ -67,7 +69,8 @@ pub enum Protocol {
     Rest,
     /// Reserved.
     Websocket,
-    /// Reserved.
+    /// MCP (JSON-RPC over Streamable HTTP): tool, resource and prompt rules
+    /// (docs/policy-semantics.md §8).
     Mcp,
     /// Reserved.
     Graphql,
@@ -131,10 +134,11 @@ pub struct Endpoint {
     /// Exact ports (non-empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
-    /// `l4` (default) or `rest`.
+    /// `l4` (default), `rest` or `mcp`.
     #[serde(default, skip_serializing_if = "Protocol::is_l4")]
     pub protocol: Protocol,
-    /// REST only: the endpoint's path scope (a path glob).
+    /// REST: the endpoint's path scope (a path glob). MCP: the server's
+    /// path (a path glob), required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// REST only: a method preset (exclusive with `rules`).
@@ -146,9 +150,98 @@ pub struct Endpoint {
     /// REST only: deny entries; a deny wins over every allow of the policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_rules: Vec<RuleEntry>,
+    /// MCP only: tool allow entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolEntry>,
+    /// MCP only: tool deny entries; a deny wins over every allow of the policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_tools: Vec<ToolEntry>,
+    /// MCP only: resource allow entries (URI globs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceEntry>,
+    /// MCP only: prompt allow entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<ToolEntry>,
     /// MaximumPolicy only: grants under this endpoint need a human.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
+}
+
+/// An MCP tool or prompt entry: a name glob and constraints on the
+/// arguments (docs/policy-semantics.md §8.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ToolEntry {
+    /// Name glob: `*` matches any run of characters, nothing else is special.
+    pub name: String,
+    /// Constraints by argument name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub arguments: BTreeMap<String, ArgumentConstraint>,
+    /// Whether arguments not listed are allowed (default true: unconstrained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_arguments: Option<bool>,
+}
+
+/// An MCP resource entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceEntry {
+    /// URI glob: `SCHEME://AUTHORITY` literal, then a path glob (§3); or
+    /// `**` for every URI.
+    pub uri: String,
+}
+
+/// Constraints on one argument value; every one given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ArgumentConstraint {
+    /// The value equals one of these JSON literals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "json_literals_schema")]
+    pub one_of: Option<Vec<serde_json::Value>>,
+    /// The value is a string matching this glob (`*` = any run of characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// The value is a number at least this (inclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<serde_json::Number>,
+    /// The value is a number at most this (inclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<serde_json::Number>,
+    /// The value is an array whose every element satisfies this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "nested_constraint_schema")]
+    pub items: Option<Box<ArgumentConstraint>>,
+    /// The value is an array of at most this many elements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<u32>,
+    /// An absent argument satisfies the constraint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// Provenance: the value must have been seen from one of these sources
+    /// (`user`, `tool:NAME`, `host:NAME`; `tool:*` and `host:*` globs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Vec<String>>,
+}
+
+/// The schema of `oneOf`: a list of arbitrary JSON values. The API server
+/// needs `x-kubernetes-preserve-unknown-fields` to keep a value whose type
+/// the schema does not fix.
+fn json_literals_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "x-kubernetes-preserve-unknown-fields": true }
+    })
+}
+
+/// The schema of `items`: a CRD schema cannot refer to itself, so the nested
+/// constraint is an object the API server keeps as written; the loader and
+/// the operator check it field by field, as every other part of a policy.
+fn nested_constraint_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// An allow or deny entry: methods and a path glob.

@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 
-use crate::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use crate::action::{Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
 use crate::model::{
-    AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, RuleEntry,
+    AccessLevel, ArgumentConstraint, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol,
+    ResourceEntry, RuleEntry, ToolEntry,
 };
 
 pub const BINARY_GLOBS: &[&str] = &[
@@ -164,15 +165,186 @@ pub fn document() -> impl Strategy<Value = PolicyDocument> {
                 read_only,
                 read_write,
             },
-            network: rules
-                .into_iter()
-                .enumerate()
-                .map(|(i, (binaries, endpoints))| NetworkRule {
-                    name: format!("r{i}"),
-                    binaries,
-                    endpoints,
-                    review: None,
-                })
-                .collect(),
+            network: named_rules(rules),
         })
+}
+
+/// Rules `r0`, `r1`, … from their binaries and endpoints.
+fn named_rules(rules: Vec<(Vec<String>, Vec<Endpoint>)>) -> Vec<NetworkRule> {
+    rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, (binaries, endpoints))| NetworkRule {
+            name: format!("r{i}"),
+            binaries,
+            endpoints,
+            review: None,
+        })
+        .collect()
+}
+
+// MCP (docs/policy-semantics.md §8): a small alphabet of tools, arguments
+// and values, in which every constraint kind can hold or fail.
+
+pub const TOOL_GLOBS: &[&str] = &["send_money", "get_*", "*", "*delete*", "send_*"];
+pub const TOOLS: &[&str] = &["send_money", "get_balance", "delete_file", "send_mail"];
+pub const MCP_PATH_GLOBS: &[&str] = &["/mcp", "/mcp*", "/**"];
+pub const MCP_PATHS: &[&str] = &["/mcp", "/mcp2", "/x"];
+pub const URI_GLOBS: &[&str] = &["file:///r/**", "**", "file:///r/a"];
+pub const URIS: &[&str] = &["file:///r/a", "file:///r/b/c", "file:///etc/x"];
+pub const ARGUMENT_NAMES: &[&str] = &["recipient", "amount", "tags"];
+
+/// The values an argument takes in the call universe: strings, numbers,
+/// arrays, and the other JSON types a constraint rejects.
+pub fn argument_values() -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        json!("GB29"),
+        json!("GB29x"),
+        json!("evil"),
+        json!(0),
+        json!(100),
+        json!(100.5),
+        json!(-1),
+        json!([]),
+        json!(["t-a"]),
+        json!(["t-a", "t-b", "t-c"]),
+        json!(["t-a", 3]),
+        json!(null),
+        json!(true),
+    ]
+}
+
+/// One random argument constraint over the alphabet.
+pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
+    use serde_json::json;
+    (0u8..7, any::<bool>()).prop_map(|(kind, optional)| {
+        let mut c = ArgumentConstraint {
+            optional,
+            ..Default::default()
+        };
+        match kind {
+            0 => c.one_of = Some(vec![json!("GB29")]),
+            1 => c.glob = Some("GB*".to_string()),
+            2 => {
+                c.minimum = Some(0.into());
+                c.maximum = Some(100.into());
+            }
+            3 => c.maximum = Some(100.into()),
+            4 => {
+                c.items = Some(Box::new(ArgumentConstraint {
+                    glob: Some("t-*".to_string()),
+                    ..Default::default()
+                }));
+                c.max_items = Some(2);
+            }
+            5 => c.one_of = Some(vec![json!(100), json!("evil")]),
+            _ => {} // present, any value
+        }
+        c
+    })
+}
+
+pub fn tool_entry() -> impl Strategy<Value = ToolEntry> {
+    (
+        select(TOOL_GLOBS),
+        proptest::collection::btree_map(select(ARGUMENT_NAMES), argument_constraint(), 0..=2),
+        proptest::option::of(any::<bool>()),
+    )
+        .prop_map(|(name, arguments, additional)| ToolEntry {
+            name: name.to_string(),
+            arguments: arguments
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            additional_arguments: additional,
+        })
+}
+
+pub fn mcp_endpoint() -> impl Strategy<Value = Endpoint> {
+    (
+        select(HOST_GLOBS),
+        subsequence(PORTS, 1..=2),
+        select(MCP_PATH_GLOBS),
+        proptest::collection::vec(tool_entry(), 0..=2),
+        proptest::collection::vec(tool_entry(), 0..=1),
+        subsequence(URI_GLOBS, 0..=1),
+        proptest::collection::vec(tool_entry(), 0..=1),
+    )
+        .prop_map(
+            |(host, ports, path, tools, deny_tools, resources, prompts)| Endpoint {
+                host: host.to_string(),
+                ports: ports.to_vec(),
+                protocol: Protocol::Mcp,
+                path: Some(path.to_string()),
+                tools,
+                deny_tools,
+                resources: resources
+                    .into_iter()
+                    .map(|u| ResourceEntry { uri: u.to_string() })
+                    .collect(),
+                prompts,
+                ..Default::default()
+            },
+        )
+}
+
+/// A random policy whose rules mix `l4`, `rest` and `mcp` endpoints, so that
+/// raw authority and tool entries meet.
+pub fn mcp_document() -> impl Strategy<Value = PolicyDocument> {
+    let endpoint = prop_oneof![1 => endpoint(), 2 => mcp_endpoint()];
+    proptest::collection::vec(
+        (
+            strings(BINARY_GLOBS, 2),
+            proptest::collection::vec(endpoint, 1..=2),
+        ),
+        0..=3,
+    )
+    .prop_map(|rules| PolicyDocument {
+        filesystem: Filesystem::default(),
+        network: named_rules(rules),
+    })
+}
+
+/// MCP calls over the alphabet: every tool with no arguments, with each
+/// argument alone at each value, with two arguments, and with an extra
+/// argument; every prompt and resource; at a fixed binary, host and port
+/// chosen by the caller (the network part is covered by [`universe`]).
+pub fn mcp_calls(binary: &str, host: &str, port: u16) -> Vec<McpAction> {
+    let call = |path: &str, kind, name: &str, args: serde_json::Map<String, serde_json::Value>| {
+        McpAction {
+            binary: binary.to_string(),
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+            kind,
+            name: name.to_string(),
+            args,
+        }
+    };
+    let values = argument_values();
+    let mut out = Vec::new();
+    for path in MCP_PATHS {
+        for kind in [McpKind::Tool, McpKind::Prompt] {
+            for tool in TOOLS {
+                out.push(call(path, kind, tool, serde_json::Map::new()));
+                for arg in ARGUMENT_NAMES {
+                    for v in &values {
+                        let mut args = serde_json::Map::new();
+                        args.insert(arg.to_string(), v.clone());
+                        out.push(call(path, kind, tool, args.clone()));
+                        // The same with the recipient fixed, and with an extra argument.
+                        args.insert("recipient".to_string(), serde_json::json!("GB29"));
+                        out.push(call(path, kind, tool, args.clone()));
+                        args.insert("memo".to_string(), serde_json::json!("x"));
+                        out.push(call(path, kind, tool, args));
+                    }
+                }
+            }
+        }
+        for uri in URIS {
+            out.push(call(path, McpKind::Resource, uri, serde_json::Map::new()));
+        }
+    }
+    out
 }

@@ -74,10 +74,48 @@ fn endpoint_cost(cost: &mut Cost, w: &CostWeights, at: &str, binaries: &[String]
             cost.add(format!("{at}: path wildcard {p}"), w.path_wildcard);
         }
     }
+    if e.protocol == Protocol::Mcp {
+        mcp_cost(cost, w, at, e);
+        return;
+    }
     if e.access == Some(AccessLevel::Full)
         || e.rules.iter().any(|r| r.methods.iter().any(|m| m == "*"))
     {
         cost.add(format!("{at}: any method"), w.method_wildcard);
+    }
+}
+
+/// The tool-level part of an `mcp` endpoint's price: wildcards in tool,
+/// prompt and resource names, priced like the path wildcards they resemble,
+/// and a bare `*` like any method.
+fn mcp_cost(cost: &mut Cost, w: &CostWeights, at: &str, e: &Endpoint) {
+    let calls = e
+        .tools
+        .iter()
+        .map(|t| ("tool", t))
+        .chain(e.prompts.iter().map(|p| ("prompt", p)));
+    for (kind, entry) in calls {
+        if entry.name == "*" {
+            cost.add(format!("{at}: any {kind}"), w.method_wildcard);
+        } else if entry.name.contains('*') {
+            cost.add(
+                format!("{at}: {kind} name wildcard {}", entry.name),
+                w.path_wildcard,
+            );
+        }
+    }
+    for r in &e.resources {
+        if r.uri == "**" || r.uri.split('/').any(|s| s == "**") {
+            cost.add(
+                format!("{at}: recursive resource wildcard {}", r.uri),
+                w.recursive_wildcard,
+            );
+        } else if r.uri.contains('*') {
+            cost.add(
+                format!("{at}: resource wildcard {}", r.uri),
+                w.path_wildcard,
+            );
+        }
     }
 }
 

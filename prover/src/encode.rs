@@ -666,6 +666,10 @@ impl ComponentFormulas<'_, '_> {
                         ]));
                     }
                 }
+                // An mcp endpoint neither allows nor denies a network
+                // action (docs/policy-semantics.md §8.2); its calls are
+                // refused by `Prover::search` before any encoding.
+                EndpointKind::Mcp(_) => {}
             }
         }
         Formula::and(vec![Formula::or(allows), Formula::or(denies).not()])
@@ -1019,6 +1023,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
                         }
                         !allow.is_empty()
                     }
+                    EndpointKind::Mcp(_) => false,
                 };
                 if let Some(i) = positive {
                     part.candidate[i] |= allows_something;

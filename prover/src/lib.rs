@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use agentgate_policy::action::Action;
-use agentgate_policy::compile::{CompiledPolicy, CompiledRegion};
+use agentgate_policy::compile::{CompiledPolicy, CompiledRegion, EndpointKind};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::matcher::{allows, region_contains};
 pub use encode::{Question, Search, SearchEnd};
@@ -147,6 +147,25 @@ impl Default for Prover {
     }
 }
 
+/// Unsupported for the first `mcp` endpoint of a policy, named by its field
+/// path: tool calls are not in the prover's model yet (docs/policy-semantics.md §8).
+fn unmodelled_mcp(policy: &CompiledPolicy) -> Option<Reason> {
+    policy.rules.iter().enumerate().find_map(|(r, rule)| {
+        let e = rule
+            .endpoints
+            .iter()
+            .position(|e| matches!(e.kind, EndpointKind::Mcp(_)))?;
+        Some(Reason::at(
+            ReasonCode::UnsupportedPolicyShape,
+            format!("network[{r}].endpoints[{e}].protocol"),
+            format!(
+                "rule {:?} grants MCP tool calls, which the prover does not model yet: no proof over this policy",
+                rule.name
+            ),
+        ))
+    })
+}
+
 /// Checks that an example is canonical and that the matcher agrees with the
 /// solver about it; otherwise the answer is Inconclusive(invalid_witness).
 fn replay(question: &Question<'_>, action: &Action) -> Result<(), Reason> {
@@ -210,8 +229,27 @@ impl Prover {
     }
 
     /// Searches network then filesystem actions, replaying each example.
+    ///
+    /// A question over a policy with an `mcp` endpoint is Unsupported: the
+    /// encoding does not search tool calls yet, and without `mcp`
+    /// endpoints every call is judged as its transport request (§8.2), which
+    /// the network search covers.
     pub fn search(&self, question: &Question<'_>, k: usize) -> (Search, f64) {
         let started = Instant::now();
+        if let Some(reason) = question
+            .positive
+            .iter()
+            .chain(question.negative)
+            .find_map(|p| unmodelled_mcp(p))
+        {
+            return (
+                Search {
+                    examples: Vec::new(),
+                    end: SearchEnd::Inconclusive(reason),
+                },
+                started.elapsed().as_secs_f64() * 1000.0,
+            );
+        }
         let budget = self.budget(started);
         let mut result = encode::search_network(question, k, &budget);
         if result.end == SearchEnd::Exhausted && result.examples.len() < k {
@@ -256,7 +294,7 @@ impl Prover {
     fn exists(&self, question: &Question<'_>) -> Proof {
         let (search, millis) = self.search(question, 1);
         let outcome = match (search.examples.into_iter().next(), search.end) {
-            (_, SearchEnd::Inconclusive(reason)) => Outcome::Inconclusive { reason },
+            (_, SearchEnd::Inconclusive(reason)) => Outcome::from_reason(reason),
             (Some(counterexample), _) => Outcome::Exceeds { counterexample },
             (None, _) => Outcome::Within,
         };

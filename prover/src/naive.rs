@@ -130,6 +130,8 @@ fn allows(v: &Vars, policy: &CompiledPolicy) -> Bool {
                         or(denies.iter().map(|e| entry(v, e)).collect()),
                     ]));
                 }
+                // No network action is allowed or denied by an mcp endpoint.
+                EndpointKind::Mcp(_) => {}
             }
         }
     }

@@ -18,7 +18,7 @@ use agentgate_policy::compile::CompiledRegion;
 use agentgate_policy::compile::{CompiledFilesystem, Limits, Role, compile};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::load::CompiledInvariant;
-use agentgate_policy::matcher::{decide_network, path_is_under};
+use agentgate_policy::matcher::{allows, path_is_under};
 use agentgate_policy::model::{Budget, CostWeights, PolicyDocument};
 
 /// The proofs a verdict needs. [`Prover`] is the real one.
@@ -682,7 +682,7 @@ fn take_grants_allowing(
 ) -> Vec<String> {
     let mut taken = Vec::new();
     match action {
-        Action::Network(a) => {
+        Action::Network(_) | Action::Mcp(_) => {
             let allowing: Vec<String> = compiled
                 .rules
                 .iter()
@@ -691,7 +691,7 @@ fn take_grants_allowing(
                         filesystem: Default::default(),
                         rules: vec![(*rule).clone()],
                     };
-                    decide_network(&single, a).allow
+                    allows(&single, action)
                 })
                 .map(|rule| rule.name.clone())
                 .collect();

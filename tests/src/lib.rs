@@ -3,7 +3,8 @@
 pub mod fuzz;
 
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
-use agentgate_policy::load::load_document;
+use agentgate_policy::error::Reason;
+use agentgate_policy::load::{LoadError, load_document};
 
 /// Compiles a policy from YAML text; panics with the reason on failure
 /// (test inputs are fixed and known to be valid).
@@ -15,5 +16,18 @@ pub fn policy(yaml: &str, role: Role) -> CompiledPolicy {
     match compile(&loaded.policy, role, &Limits::default()) {
         Ok(p) => p,
         Err(e) => panic!("test policy does not compile: {e}\n{yaml}"),
+    }
+}
+
+/// Loads and compiles a policy that must be refused; returns the first
+/// reason (panics if the text is not YAML or the policy is accepted).
+pub fn rejection_with(yaml: &str, role: Role, limits: &Limits) -> Reason {
+    match load_document(yaml, limits) {
+        Err(LoadError::Invalid(reason)) => reason,
+        Err(LoadError::Yaml(e)) => panic!("not YAML ({e}):\n{yaml}"),
+        Ok(doc) => match doc.compile(role, limits) {
+            Ok(_) => panic!("document was accepted but should not be:\n{yaml}"),
+            Err(reason) => reason,
+        },
     }
 }

@@ -20,7 +20,7 @@ use agentgate_policy::action::{Access, Action, FilesystemAction, Layer, NetworkA
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::glob::{Glob, GlobKind};
-use agentgate_policy::load::{LoadError, load_document};
+use agentgate_policy::load::load_document;
 use agentgate_policy::matcher::{
     allows_filesystem, allows_network, decide_network, region_contains,
 };
@@ -29,7 +29,7 @@ use agentgate_prover::verdict::{
     Decision, GoverningMaximum, Mode, Source, Step, VerdictInput, decide,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
-use agentgate_tests::policy;
+use agentgate_tests::{policy, rejection_with};
 use serde_json::json;
 
 // ---------------------------------------------------------------------------
@@ -152,6 +152,7 @@ fn allows_action(p: &CompiledPolicy, a: &Action) -> bool {
     match a {
         Action::Network(a) => allows_network(p, a),
         Action::Filesystem(a) => allows_filesystem(p, a),
+        Action::Mcp(t) => agentgate_policy::matcher::decide_mcp(p, t).allow,
     }
 }
 
@@ -212,18 +213,6 @@ fn fs_counterexample(candidate: &CompiledPolicy, maximum: &CompiledPolicy) -> Fi
 fn assert_equivalent(a: &CompiledPolicy, b: &CompiledPolicy) {
     assert_within(a, b);
     assert_within(b, a);
-}
-
-/// Loads and compiles; returns the first reason the document is refused.
-fn rejection_with(yaml: &str, role: Role, limits: &Limits) -> Reason {
-    match load_document(yaml, limits) {
-        Err(LoadError::Invalid(reason)) => reason,
-        Err(LoadError::Yaml(e)) => panic!("not YAML ({e}):\n{yaml}"),
-        Ok(doc) => match doc.compile(role, limits) {
-            Ok(_) => panic!("document was accepted but should not be:\n{yaml}"),
-            Err(reason) => reason,
-        },
-    }
 }
 
 fn rejection(yaml: &str, role: Role) -> Reason {
@@ -1267,7 +1256,8 @@ fn s2_tls_is_unsupported() {
 
 #[test]
 fn s2_reserved_and_unknown_protocols_are_unsupported() {
-    for protocol in ["websocket", "mcp", "graphql", "grpc", "http"] {
+    // mcp is part of the language (§8; tests/tests/semantics_mcp.rs).
+    for protocol in ["websocket", "graphql", "grpc", "http"] {
         let yaml = format!(
             "network: [{{name: r, endpoints: [{{host: {API}, ports: [443], protocol: {protocol}}}]}}]"
         );

@@ -24,7 +24,7 @@ use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::error::Reason;
 use agentgate_policy::load::load_value;
-use agentgate_policy::matcher::{decide_network, path_is_under};
+use agentgate_policy::matcher::{decide_mcp, decide_network, path_is_under};
 use agentgate_policy::model::PolicyDocument;
 use agentgate_prover::verdict::{Decision, Source};
 use agentgate_prover::{Outcome, Prover};
@@ -334,9 +334,13 @@ fn granting_field(
     action: &Action,
 ) -> Option<String> {
     match action {
-        Action::Network(a) => {
+        Action::Network(_) | Action::Mcp(_) => {
             // The runtime matcher names the rule that allows it.
-            let rule = decide_network(compiled, a).rule?;
+            let rule = match action {
+                Action::Mcp(t) => decide_mcp(compiled, t).rule?,
+                Action::Network(a) => decide_network(compiled, a).rule?,
+                Action::Filesystem(_) => return None,
+            };
             let i = policy.network.iter().position(|r| r.name == rule)?;
             Some(format!("spec.policy.network[{i}]"))
         }

@@ -1,0 +1,798 @@
+//! Tool-call authority (docs/policy-semantics.md §8): the compiled form of an
+//! `mcp` endpoint's entries, their validation, and how one entry judges a
+//! concrete call. The matcher ([`crate::matcher`]) combines these with the
+//! rule's binaries, the endpoint's host, port and path, and the raw
+//! authority of `l4` and `rest` endpoints.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use serde_json::{Map, Value};
+
+use crate::action::{McpAction, McpKind, check_request_path};
+use crate::error::{Reason, ReasonCode};
+use crate::model::{ArgumentConstraint, ResourceEntry, ToolEntry};
+
+/// The longest tool, prompt or resource name (docs/policy-semantics.md §8.1).
+pub const MAX_NAME_BYTES: usize = 1024;
+/// The deepest nesting of `items` a constraint may have (§6 spirit: a limit
+/// that fails closed instead of a recursion without end).
+pub const MAX_ITEMS_DEPTH: usize = 8;
+
+fn shape(field: impl Into<String>, message: impl Into<String>) -> Reason {
+    Reason::at(ReasonCode::UnsupportedPolicyShape, field, message)
+}
+
+/// The pattern-size limit of docs/policy-semantics.md §6.
+fn check_length(field: &str, pattern: &str, max_bytes: usize) -> Result<(), Reason> {
+    if pattern.len() > max_bytes {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            field,
+            format!("pattern is longer than {max_bytes} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// True for a printable ASCII byte (0x20..=0x7e), the alphabet of names.
+pub fn is_name_byte(b: u8) -> bool {
+    (0x20..=0x7e).contains(&b)
+}
+
+/// Checks a tool, prompt or resource name: 1..=1024 printable ASCII bytes.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!("must be 1..{MAX_NAME_BYTES} bytes"));
+    }
+    if !name.bytes().all(is_name_byte) {
+        return Err("must be printable ASCII".to_string());
+    }
+    Ok(())
+}
+
+/// A name glob (tool and prompt names, the `glob` constraint): `*` matches
+/// any run of characters, every other character is literal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NameGlob {
+    pattern: String,
+}
+
+impl NameGlob {
+    /// Parses a pattern: non-empty printable ASCII. `field` names it in errors.
+    pub fn parse(field: &str, pattern: &str, max_bytes: usize) -> Result<NameGlob, Reason> {
+        check_length(field, pattern, max_bytes)?;
+        if pattern.is_empty() || !pattern.bytes().all(is_name_byte) {
+            return Err(Reason::at(
+                ReasonCode::InvalidGlob,
+                field,
+                "a name glob is non-empty printable ASCII",
+            ));
+        }
+        Ok(NameGlob {
+            pattern: pattern.to_string(),
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The literal runs between the `*`s.
+    pub fn literals(&self) -> impl Iterator<Item = &str> {
+        self.pattern.split('*')
+    }
+
+    /// True when the pattern has a `*`.
+    pub fn has_wildcard(&self) -> bool {
+        self.pattern.contains('*')
+    }
+
+    /// True when `value` matches: the first literal run is a prefix, the
+    /// last a suffix, and the others occur in order between them.
+    pub fn matches(&self, value: &str) -> bool {
+        let mut parts = self.pattern.split('*');
+        let Some(first) = parts.next() else {
+            return value.is_empty();
+        };
+        let Some(mut rest) = value.strip_prefix(first) else {
+            return false;
+        };
+        let middle: Vec<&str> = parts.collect();
+        let Some((last, middle)) = middle.split_last() else {
+            return rest.is_empty(); // no `*`: the whole value is the literal
+        };
+        for part in middle {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        rest.len() >= last.len() && rest.ends_with(last)
+    }
+}
+
+/// A resource URI glob: `**` (every URI), or `SCHEME://AUTHORITY` followed by
+/// a path glob (docs/policy-semantics.md §3), where scheme and authority
+/// are literal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UriGlob {
+    /// `**`: every resource URI.
+    Any {
+        /// The pattern as written.
+        pattern: String,
+    },
+    /// A literal `SCHEME://AUTHORITY` and a path glob.
+    Prefixed {
+        /// The pattern as written.
+        pattern: String,
+        /// `SCHEME://AUTHORITY`, lower-case scheme.
+        prefix: String,
+        /// The path glob after the authority.
+        path: crate::glob::Glob,
+    },
+}
+
+/// Splits a URI into `SCHEME://AUTHORITY` and the rest, when it has that shape.
+fn split_uri(uri: &str) -> Option<(&str, &str)> {
+    let colon = uri.find("://")?;
+    let scheme = &uri[..colon];
+    let mut chars = scheme.bytes();
+    let first_ok = chars.next().is_some_and(|b| b.is_ascii_lowercase());
+    if !first_ok
+        || !chars.all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'+' || b == b'-' || b == b'.'
+        })
+    {
+        return None;
+    }
+    let after = colon + 3;
+    let path_at = uri[after..].find('/').map_or(uri.len(), |i| after + i);
+    Some((&uri[..path_at], &uri[path_at..]))
+}
+
+impl UriGlob {
+    /// Parses a resource URI glob.
+    pub fn parse(field: &str, pattern: &str, max_bytes: usize) -> Result<UriGlob, Reason> {
+        check_length(field, pattern, max_bytes)?;
+        if pattern == "**" {
+            return Ok(UriGlob::Any {
+                pattern: pattern.to_string(),
+            });
+        }
+        let invalid = |message: &str| Reason::at(ReasonCode::InvalidGlob, field, message);
+        let Some((prefix, path)) = split_uri(pattern) else {
+            return Err(invalid(
+                "a resource URI glob is ** or SCHEME://AUTHORITY/PATH-GLOB (lower-case scheme)",
+            ));
+        };
+        if prefix.contains('*') {
+            return Err(invalid(
+                "wildcards are allowed only in the path of a resource URI glob",
+            ));
+        }
+        if !pattern.bytes().all(is_name_byte) {
+            return Err(invalid("a resource URI glob is printable ASCII"));
+        }
+        let path = crate::glob::Glob::parse(crate::glob::GlobKind::Path, path)
+            .map_err(|e| Reason::at(ReasonCode::InvalidGlob, field, e.0))?;
+        Ok(UriGlob::Prefixed {
+            pattern: pattern.to_string(),
+            prefix: prefix.to_string(),
+            path,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            UriGlob::Any { pattern } | UriGlob::Prefixed { pattern, .. } => pattern,
+        }
+    }
+
+    /// True when `uri` matches: the same `SCHEME://AUTHORITY` and a
+    /// canonical path (§1) the path glob matches. A URI whose path is not
+    /// canonical matches only `**`.
+    pub fn matches(&self, uri: &str) -> bool {
+        match self {
+            UriGlob::Any { .. } => true,
+            UriGlob::Prefixed { prefix, path, .. } => split_uri(uri).is_some_and(|(p, rest)| {
+                p == prefix && check_request_path(rest).is_ok() && path.matches(rest)
+            }),
+        }
+    }
+}
+
+/// A finite bound of a number range. JSON has no NaN, so the order is total.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Bound(pub f64);
+
+impl Eq for Bound {}
+
+impl Hash for Bound {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // +0.0 and -0.0 are equal bounds.
+        let value = if self.0 == 0.0 { 0.0 } else { self.0 };
+        value.to_bits().hash(state);
+    }
+}
+
+/// A JSON literal of `oneOf`, kept with its canonical text (sorted keys,
+/// numbers by value) so that literals hash and compare as JSON values do.
+#[derive(Debug, Clone)]
+pub struct Literal {
+    /// The literal as written.
+    pub value: Value,
+    canonical: String,
+}
+
+impl Literal {
+    /// A literal from a JSON value.
+    pub fn new(value: Value) -> Literal {
+        let canonical = canonical_json(&value);
+        Literal { value, canonical }
+    }
+
+    /// True when `value` equals this literal (JSON equality: numbers by
+    /// value, objects regardless of key order).
+    pub fn equals(&self, value: &Value) -> bool {
+        json_equal(&self.value, value)
+    }
+}
+
+impl PartialEq for Literal {
+    fn eq(&self, other: &Literal) -> bool {
+        self.canonical == other.canonical
+    }
+}
+
+impl Eq for Literal {}
+
+impl Hash for Literal {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.canonical.hash(state);
+    }
+}
+
+/// JSON equality: numbers compare by value (`1` equals `1.0`), objects by
+/// their members regardless of order, arrays element by element.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => number_equal(x, y),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_equal(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn number_equal(x: &serde_json::Number, y: &serde_json::Number) -> bool {
+    // Integers compare exactly (beyond 2^53 an f64 would round); otherwise by value.
+    match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+        (Some(a), Some(b), _, _) => a == b,
+        (_, _, Some(a), Some(b)) => a == b,
+        _ => x.as_f64().zip(y.as_f64()).is_some_and(|(a, b)| a == b),
+    }
+}
+
+/// Canonical JSON text: object keys sorted, integral numbers without a
+/// fraction, others in Rust's shortest round-trip form.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Number(n) => out.push_str(&canonical_number(n)),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            let sorted: BTreeMap<&String, &Value> = members.iter().collect();
+            out.push('{');
+            for (i, (k, v)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn canonical_number(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    match n.as_f64() {
+        // An integral float within the exact range prints as an integer, so
+        // `1.0` and `1` have one text.
+        Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            format!("{}", f as i64)
+        }
+        Some(f) => format!("{f}"),
+        None => n.to_string(),
+    }
+}
+
+/// A compiled constraint on one argument value (docs/policy-semantics.md §8.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CompiledConstraint {
+    /// `oneOf`: the value equals one of these.
+    pub one_of: Option<Vec<Literal>>,
+    /// `glob`: the value is a string matching it.
+    pub glob: Option<NameGlob>,
+    /// `minimum`: the value is a number at least this.
+    pub minimum: Option<Bound>,
+    /// `maximum`: the value is a number at most this.
+    pub maximum: Option<Bound>,
+    /// `items`: the value is an array whose every element satisfies it.
+    pub items: Option<Box<CompiledConstraint>>,
+    /// `maxItems`: the value is an array of at most this many elements.
+    pub max_items: Option<u32>,
+    /// `optional`: an absent argument satisfies the constraint.
+    pub optional: bool,
+}
+
+impl CompiledConstraint {
+    /// True when a present value satisfies every part of the constraint.
+    pub fn admits(&self, value: &Value) -> bool {
+        if let Some(one_of) = &self.one_of
+            && !one_of.iter().any(|l| l.equals(value))
+        {
+            return false;
+        }
+        if let Some(glob) = &self.glob
+            && !value.as_str().is_some_and(|s| glob.matches(s))
+        {
+            return false;
+        }
+        if self.minimum.is_some() || self.maximum.is_some() {
+            let Some(n) = value.as_f64() else {
+                return false;
+            };
+            if self.minimum.is_some_and(|m| n < m.0) || self.maximum.is_some_and(|m| n > m.0) {
+                return false;
+            }
+        }
+        if self.items.is_some() || self.max_items.is_some() {
+            let Some(elements) = value.as_array() else {
+                return false;
+            };
+            if self
+                .max_items
+                .is_some_and(|max| elements.len() > max as usize)
+            {
+                return false;
+            }
+            if let Some(items) = &self.items
+                && !elements.iter().all(|e| items.admits(e))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// True when the argument, present (`Some`) or absent (`None`),
+    /// satisfies the constraint.
+    pub fn satisfied_by(&self, value: Option<&Value>) -> bool {
+        match value {
+            None => self.optional,
+            Some(value) => self.admits(value),
+        }
+    }
+}
+
+/// A compiled tool or prompt entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledCall {
+    /// The name glob.
+    pub name: NameGlob,
+    /// Constraints by argument name (sorted, so the entry hashes stably).
+    pub arguments: BTreeMap<String, CompiledConstraint>,
+    /// Whether arguments not listed are allowed.
+    pub additional_arguments: bool,
+}
+
+impl CompiledCall {
+    /// True when the entry matches a call of `name` with `args`: the name
+    /// glob matches, every constrained argument satisfies its constraint,
+    /// and without additional arguments no other argument is present.
+    pub fn matches(&self, name: &str, args: &Map<String, Value>) -> bool {
+        self.name.matches(name)
+            && self
+                .arguments
+                .iter()
+                .all(|(arg, c)| c.satisfied_by(args.get(arg)))
+            && (self.additional_arguments || args.keys().all(|k| self.arguments.contains_key(k)))
+    }
+}
+
+/// What an `mcp` endpoint allows and denies beyond host, port and binary.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompiledMcp {
+    /// The server's path (a path glob).
+    pub path: crate::glob::Glob,
+    /// Tool allow entries.
+    pub tools: Vec<CompiledCall>,
+    /// Tool deny entries.
+    pub deny_tools: Vec<CompiledCall>,
+    /// Resource allow entries.
+    pub resources: Vec<UriGlob>,
+    /// Prompt allow entries.
+    pub prompts: Vec<CompiledCall>,
+}
+
+impl CompiledMcp {
+    /// True when some allow entry of the action's kind matches it (the
+    /// path is the caller's to check).
+    pub fn entry_allows(&self, t: &McpAction) -> bool {
+        match t.kind {
+            McpKind::Tool => self.tools.iter().any(|e| e.matches(&t.name, &t.args)),
+            McpKind::Prompt => self.prompts.iter().any(|e| e.matches(&t.name, &t.args)),
+            McpKind::Resource => self.resources.iter().any(|g| g.matches(&t.name)),
+        }
+    }
+
+    /// True when some deny entry matches the action (only tools have them).
+    pub fn entry_denies(&self, t: &McpAction) -> bool {
+        t.kind == McpKind::Tool && self.deny_tools.iter().any(|e| e.matches(&t.name, &t.args))
+    }
+
+    /// True when the endpoint has any allow entry.
+    pub fn allows_anything(&self) -> bool {
+        !(self.tools.is_empty() && self.resources.is_empty() && self.prompts.is_empty())
+    }
+}
+
+/// Compiles one argument constraint; `depth` counts enclosing `items`.
+fn constraint(
+    field: &str,
+    c: &ArgumentConstraint,
+    depth: usize,
+    pattern_bytes: usize,
+) -> Result<CompiledConstraint, Reason> {
+    if depth > MAX_ITEMS_DEPTH {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            field,
+            format!("items nested more than {MAX_ITEMS_DEPTH} deep"),
+        ));
+    }
+    if let Some(from) = &c.from {
+        for (i, source) in from.iter().enumerate() {
+            check_source(source).map_err(|m| shape(format!("{field}.from[{i}]"), m))?;
+        }
+        if from.is_empty() {
+            return Err(shape(
+                format!("{field}.from"),
+                "at least one source is required",
+            ));
+        }
+        // Validated above so that a typo is named; the model of sources
+        // is not built yet, and a constraint it cannot judge fails closed.
+        return Err(shape(
+            format!("{field}.from"),
+            "provenance (from) is not modelled yet: no runtime tracks where values came from",
+        ));
+    }
+    if depth > 0 && c.optional {
+        return Err(shape(
+            format!("{field}.optional"),
+            "an array element is always present; optional applies to arguments only",
+        ));
+    }
+    let number = |name: &str, n: &Option<serde_json::Number>| -> Result<Option<Bound>, Reason> {
+        n.as_ref()
+            .map(|n| {
+                n.as_f64()
+                    .filter(|f| f.is_finite())
+                    .map(Bound)
+                    .ok_or_else(|| shape(format!("{field}.{name}"), "must be a finite number"))
+            })
+            .transpose()
+    };
+    let minimum = number("minimum", &c.minimum)?;
+    let maximum = number("maximum", &c.maximum)?;
+    if let (Some(lo), Some(hi)) = (minimum, maximum)
+        && lo > hi
+    {
+        return Err(shape(
+            format!("{field}.minimum"),
+            "minimum is greater than maximum: no value satisfies the constraint",
+        ));
+    }
+    let glob = c
+        .glob
+        .as_deref()
+        .map(|g| NameGlob::parse(&format!("{field}.glob"), g, pattern_bytes))
+        .transpose()?;
+    let items = c
+        .items
+        .as_deref()
+        .map(|i| constraint(&format!("{field}.items"), i, depth + 1, pattern_bytes).map(Box::new))
+        .transpose()?;
+    // Each kind of constraint speaks about one JSON type; two kinds at once
+    // admit no value at all, which is a mistake rather than a rule.
+    let kinds: Vec<&str> = [
+        ("glob", glob.is_some()),
+        ("minimum/maximum", minimum.is_some() || maximum.is_some()),
+        ("items/maxItems", items.is_some() || c.max_items.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, given)| given.then_some(name))
+    .collect();
+    if kinds.len() > 1 {
+        return Err(shape(
+            field,
+            format!(
+                "{} speak about different types: no value satisfies them all",
+                kinds.join(" and ")
+            ),
+        ));
+    }
+    let compiled = CompiledConstraint {
+        one_of: None,
+        glob,
+        minimum,
+        maximum,
+        items,
+        max_items: c.max_items,
+        optional: c.optional,
+    };
+    let one_of = match &c.one_of {
+        None => None,
+        Some(values) if values.is_empty() => {
+            return Err(shape(
+                format!("{field}.oneOf"),
+                "at least one value is required",
+            ));
+        }
+        Some(values) => {
+            if let Some(i) = values.iter().position(|v| !compiled.admits(v)) {
+                return Err(shape(
+                    format!("{field}.oneOf[{i}]"),
+                    "this value fails the constraint's other parts, so it can never be allowed",
+                ));
+            }
+            Some(values.iter().cloned().map(Literal::new).collect())
+        }
+    };
+    Ok(CompiledConstraint { one_of, ..compiled })
+}
+
+/// Checks a provenance source: `user`, `model`, `tool:NAME` or `host:NAME`
+/// (NAME may be the glob `*`).
+fn check_source(source: &str) -> Result<(), String> {
+    if source == "user" || source == "model" {
+        return Ok(());
+    }
+    let name = source
+        .strip_prefix("tool:")
+        .or_else(|| source.strip_prefix("host:"));
+    match name {
+        Some(name) if check_name(name).is_ok() => Ok(()),
+        _ => Err(format!(
+            "source {source:?} is none of user, model, tool:NAME, host:NAME"
+        )),
+    }
+}
+
+/// Compiles a tool or prompt entry.
+pub fn call_entry(
+    field: &str,
+    entry: &ToolEntry,
+    pattern_bytes: usize,
+) -> Result<CompiledCall, Reason> {
+    let name = NameGlob::parse(&format!("{field}.name"), &entry.name, pattern_bytes)?;
+    let mut arguments = BTreeMap::new();
+    for (arg, c) in &entry.arguments {
+        let at = format!("{field}.arguments.{arg}");
+        if arg.is_empty() {
+            return Err(shape(at, "an argument name is non-empty"));
+        }
+        arguments.insert(arg.clone(), constraint(&at, c, 0, pattern_bytes)?);
+    }
+    Ok(CompiledCall {
+        name,
+        arguments,
+        additional_arguments: entry.additional_arguments.unwrap_or(true),
+    })
+}
+
+/// Compiles a resource entry.
+pub fn resource_entry(
+    field: &str,
+    entry: &ResourceEntry,
+    pattern_bytes: usize,
+) -> Result<UriGlob, Reason> {
+    UriGlob::parse(&format!("{field}.uri"), &entry.uri, pattern_bytes)
+}
+
+/// The number of constraints an entry holds, `items` included, for the
+/// policy's entry limit.
+pub fn constraint_count(entry: &ToolEntry) -> usize {
+    fn count(c: &ArgumentConstraint) -> usize {
+        1 + c.items.as_deref().map_or(0, count)
+    }
+    entry.arguments.values().map(count).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn name_globs_match_runs_of_any_character() {
+        let g = |p: &str| NameGlob::parse("f", p, 4096).unwrap();
+        assert!(g("get_*").matches("get_balance"));
+        assert!(g("get_*").matches("get_"));
+        assert!(!g("get_*").matches("send_money"));
+        assert!(g("*delete*").matches("bulk_delete_files"));
+        assert!(g("*delete*").matches("delete"));
+        assert!(!g("*delete*").matches("remove"));
+        assert!(g("a*b*c").matches("abc"));
+        assert!(!g("a*b*c").matches("acb"));
+        assert!(g("aa*aa").matches("aaaa"));
+        assert!(!g("aa*aa").matches("aaa"));
+        assert!(g("send_money").matches("send_money"));
+        assert!(!g("send_money").matches("send_money2"));
+        assert!(g("*").matches("x/y.z"));
+        assert!(g("a.b[c]").matches("a.b[c]"));
+        assert!(NameGlob::parse("f", "", 4096).is_err());
+        assert!(NameGlob::parse("f", "tab\there", 4096).is_err());
+    }
+
+    #[test]
+    fn uri_globs_keep_scheme_and_authority_literal() {
+        let g = |p: &str| UriGlob::parse("f", p, 4096).unwrap();
+        let reports = g("file:///reports/**");
+        assert!(reports.matches("file:///reports/q3.pdf"));
+        assert!(reports.matches("file:///reports/a/b"));
+        assert!(!reports.matches("file:///etc/passwd"));
+        assert!(!reports.matches("file:///reports/../etc/passwd"));
+        assert!(!reports.matches("https:///reports/x"));
+        let web = g("https://docs.example.com/*");
+        assert!(web.matches("https://docs.example.com/intro"));
+        assert!(!web.matches("https://evil.example.com/intro"));
+        assert!(g("**").matches("anything:at all"));
+        for bad in ["reports/*", "file://*/x", "FILE:///x", "", "file:///a//b"] {
+            assert!(UriGlob::parse("f", bad, 4096).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_equality_is_by_value() {
+        assert!(json_equal(&json!(1), &json!(1.0)));
+        assert!(!json_equal(&json!(1), &json!("1")));
+        assert!(json_equal(
+            &json!({"a": 1, "b": [true]}),
+            &json!({"b": [true], "a": 1.0})
+        ));
+        assert!(!json_equal(&json!([1, 2]), &json!([2, 1])));
+        assert_eq!(Literal::new(json!(2.0)), Literal::new(json!(2)));
+        assert_eq!(
+            canonical_json(&json!({"b": 1, "a": 0.5})),
+            r#"{"a":0.5,"b":1}"#
+        );
+    }
+
+    fn compiled(c: serde_json::Value) -> Result<CompiledConstraint, Reason> {
+        let c: ArgumentConstraint = serde_json::from_value(c).unwrap();
+        constraint("arguments.x", &c, 0, 4096)
+    }
+
+    #[test]
+    fn constraints_admit_exactly_their_values() {
+        let amount = compiled(json!({"minimum": 0, "maximum": 100})).unwrap();
+        assert!(amount.admits(&json!(100)));
+        assert!(amount.admits(&json!(0.5)));
+        assert!(!amount.admits(&json!(100.01)));
+        assert!(!amount.admits(&json!("50")), "a string is not a number");
+        assert!(!amount.satisfied_by(None), "required unless optional");
+        let iban = compiled(json!({"oneOf": ["GB29"]})).unwrap();
+        assert!(iban.admits(&json!("GB29")));
+        assert!(!iban.admits(&json!("GB29 ")));
+        let tags = compiled(json!({"items": {"glob": "t-*"}, "maxItems": 2})).unwrap();
+        assert!(tags.admits(&json!([])));
+        assert!(tags.admits(&json!(["t-a", "t-b"])));
+        assert!(!tags.admits(&json!(["t-a", "t-b", "t-c"])));
+        assert!(!tags.admits(&json!(["t-a", 1])));
+        assert!(!tags.admits(&json!("t-a")));
+        let date = compiled(json!({"glob": "2022-*", "optional": true})).unwrap();
+        assert!(date.satisfied_by(None));
+        assert!(date.satisfied_by(Some(&json!("2022-01-01"))));
+        assert!(!date.satisfied_by(Some(&json!(2022))));
+        let anything = compiled(json!({})).unwrap();
+        assert!(anything.satisfied_by(Some(&json!(null))));
+        assert!(!anything.satisfied_by(None));
+    }
+
+    #[test]
+    fn constraints_no_value_satisfies_are_errors() {
+        for (bad, field) in [
+            (json!({"minimum": 5, "maximum": 1}), "arguments.x.minimum"),
+            (json!({"glob": "a*", "minimum": 1}), "arguments.x"),
+            (json!({"oneOf": []}), "arguments.x.oneOf"),
+            (
+                json!({"oneOf": ["a", 3], "glob": "a*"}),
+                "arguments.x.oneOf[1]",
+            ),
+            (
+                json!({"items": {"optional": true}}),
+                "arguments.x.items.optional",
+            ),
+            (json!({"from": ["user"]}), "arguments.x.from"),
+            (json!({"from": ["mail"]}), "arguments.x.from[0]"),
+        ] {
+            let reason = compiled(bad.clone()).unwrap_err();
+            assert_eq!(reason.field.as_deref(), Some(field), "{bad}: {reason}");
+            assert_eq!(reason.code, ReasonCode::UnsupportedPolicyShape, "{bad}");
+        }
+        let mut deep = json!({"glob": "x"});
+        for _ in 0..=MAX_ITEMS_DEPTH {
+            deep = json!({ "items": deep });
+        }
+        assert_eq!(compiled(deep).unwrap_err().code, ReasonCode::ResourceLimit);
+    }
+
+    #[test]
+    fn entries_check_names_arguments_and_extras() {
+        let entry: ToolEntry = serde_json::from_value(json!({
+            "name": "send_money",
+            "arguments": {"recipient": {"oneOf": ["GB29"]}, "amount": {"maximum": 100}},
+            "additionalArguments": false
+        }))
+        .unwrap();
+        let e = call_entry("tools[0]", &entry, 4096).unwrap();
+        let args = |v: serde_json::Value| v.as_object().cloned().unwrap();
+        assert!(e.matches(
+            "send_money",
+            &args(json!({"recipient": "GB29", "amount": 100}))
+        ));
+        assert!(!e.matches(
+            "send_money",
+            &args(json!({"recipient": "GB29", "amount": 101}))
+        ));
+        assert!(!e.matches("send_money", &args(json!({"recipient": "GB29"}))));
+        assert!(!e.matches(
+            "send_money",
+            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"}))
+        ));
+        assert!(!e.matches(
+            "send_moneyX",
+            &args(json!({"recipient": "GB29", "amount": 1}))
+        ));
+        let open = ToolEntry {
+            additional_arguments: None,
+            ..entry
+        };
+        let e = call_entry("tools[0]", &open, 4096).unwrap();
+        assert!(e.matches(
+            "send_money",
+            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"}))
+        ));
+    }
+}

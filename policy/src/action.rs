@@ -125,7 +125,7 @@ impl std::hash::Hash for McpAction {
         self.kind.hash(state);
         self.name.hash(state);
         // Equal maps (in any key order) have one canonical text.
-        crate::mcp::canonical_json(&serde_json::Value::Object(self.args.clone())).hash(state);
+        crate::mcp::canonical_object(&self.args).hash(state);
     }
 }
 
@@ -172,7 +172,8 @@ impl fmt::Display for McpAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind.method(), self.name)?;
         if self.kind != McpKind::Resource {
-            write!(f, " {}", serde_json::Value::Object(self.args.clone()))?;
+            let args = serde_json::to_string(&self.args).map_err(|_| fmt::Error)?;
+            write!(f, " {args}")?;
         }
         write!(
             f,

@@ -594,15 +594,6 @@ impl CompiledPolicy {
         view
     }
 
-    /// True when any endpoint is an `mcp` endpoint.
-    pub fn has_mcp(&self) -> bool {
-        self.rules.iter().any(|r| {
-            r.endpoints
-                .iter()
-                .any(|e| matches!(e.kind, EndpointKind::Mcp(_)))
-        })
-    }
-
     /// True when any endpoint is marked review-required.
     pub fn has_review_regions(&self) -> bool {
         self.rules

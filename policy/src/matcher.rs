@@ -87,21 +87,24 @@ fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
 /// The part of `allows_E(t)` beyond binary, host and port (§8.2): an `l4`
 /// endpoint covers every call, a `rest` endpoint every call it allows
 /// `POST path` for, an `mcp` endpoint the calls on its path its entries allow.
-fn endpoint_kind_allows_mcp(e: &CompiledEndpoint, t: &McpAction) -> bool {
+/// `wire` is `t.transport()`, built once per decision.
+fn endpoint_kind_allows_mcp(e: &CompiledEndpoint, t: &McpAction, wire: &NetworkAction) -> bool {
     match &e.kind {
         EndpointKind::L4 => true,
-        EndpointKind::Rest { .. } => endpoint_kind_allows(e, &t.transport()),
+        EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire),
         EndpointKind::Mcp(m) => m.path.matches(&t.path) && m.entry_allows(t),
     }
 }
 
 /// The part of `denies_E(t)` beyond binary, host and port (§8.2).
-fn endpoint_kind_denies_mcp(e: &CompiledEndpoint, t: &McpAction) -> Option<&'static str> {
+fn endpoint_kind_denies_mcp(
+    e: &CompiledEndpoint,
+    t: &McpAction,
+    wire: &NetworkAction,
+) -> Option<&'static str> {
     match &e.kind {
         EndpointKind::L4 => None,
-        EndpointKind::Rest { .. } => {
-            endpoint_kind_denies(e, &t.transport()).then_some("a denyRules entry")
-        }
+        EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire).then_some("a denyRules entry"),
         EndpointKind::Mcp(m) => {
             (m.path.matches(&t.path) && m.entry_denies(t)).then_some("a denyTools entry")
         }
@@ -335,11 +338,13 @@ fn mcp_over<'p>(
     caller: Caller<'_>,
     t: &McpAction,
 ) -> Decision {
+    // The request that carries the call, judged against rest endpoints.
+    let wire = t.transport();
     judge_over(
         pairs.filter(|(_, e)| endpoint_reaches(e, &t.host, t.port)),
         caller,
-        |e| endpoint_kind_denies_mcp(e, t),
-        |e| endpoint_kind_allows_mcp(e, t),
+        |e| endpoint_kind_denies_mcp(e, t, &wire),
+        |e| endpoint_kind_allows_mcp(e, t, &wire),
         || match t.kind {
             McpKind::Resource => format!("no rule allows resources/read {}", t.name),
             kind => format!(

@@ -302,21 +302,31 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Object(members) => {
-            let sorted: BTreeMap<&String, &Value> = members.iter().collect();
-            out.push('{');
-            for (i, (k, v)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
+        Value::Object(members) => write_canonical_object(members, out),
         other => out.push_str(&other.to_string()),
     }
+}
+
+/// [`canonical_json`] of an object, without first wrapping it in a [`Value`].
+pub fn canonical_object(members: &Map<String, Value>) -> String {
+    let mut out = String::new();
+    write_canonical_object(members, &mut out);
+    out
+}
+
+fn write_canonical_object(members: &Map<String, Value>, out: &mut String) {
+    let sorted: BTreeMap<&String, &Value> = members.iter().collect();
+    out.push('{');
+    for (i, (k, v)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // A key is a JSON string; its quoted, escaped form is `Value`'s Display.
+        out.push_str(&Value::String(k.clone()).to_string());
+        out.push(':');
+        write_canonical(v, out);
+    }
+    out.push('}');
 }
 
 fn canonical_number(n: &serde_json::Number) -> String {

@@ -149,18 +149,52 @@ impl WebhookState {
             && self.scans.wait_until_ready().await.is_ok()
     }
 
-    /// The AgentScan for an image digest, with its findings recomputed
-    /// from the graph; an error when several scans claim the digest.
+    /// The AgentScan for an image digest in the cache, with its findings
+    /// recomputed from the graph; an error when several scans claim the
+    /// digest.
     pub(super) fn scan_for(
         &self,
         digest: &str,
     ) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
-        let all = self.scans.state();
-        let Some(scan) = scan_of_digest(&all, digest)? else {
+        self.scan_in(&self.scans.state(), digest)
+    }
+
+    /// [`Self::scan_for`] over a given set of scans.
+    pub(super) fn scan_in(
+        &self,
+        all: &[Arc<AgentScan>],
+        digest: &str,
+    ) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
+        let Some(scan) = scan_of_digest(all, digest)? else {
             return Ok(None);
         };
-        let cached = self.analyses.get(scan, &all);
+        let cached = self.analyses.get(scan, all);
         Ok(Some((scan.clone(), cached)))
+    }
+
+    /// The AgentScans to judge a pod's images by: the cache when it
+    /// describes every digest, else a live list. CI applies an AgentScan
+    /// and deploys a moment later; the webhook's watch may not have
+    /// delivered it yet, and "has no AgentScan" would then be a false
+    /// refusal. A failed list keeps the cache (a miss still refuses).
+    pub(super) async fn scans_describing(&self, digests: &[&str]) -> Vec<Arc<AgentScan>> {
+        let cached = self.scans.state();
+        let missing = digests
+            .iter()
+            .any(|d| matches!(scan_of_digest(&cached, d), Ok(None)));
+        if !missing {
+            return cached;
+        }
+        match Api::<AgentScan>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+        {
+            Ok(list) => list.items.into_iter().map(Arc::new).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list AgentScans; judging by the cache");
+                cached
+            }
+        }
     }
 
     pub(super) async fn namespace_labels(

@@ -221,6 +221,8 @@ pub struct FakeApi {
     pub grants: Vec<Grant>,
     /// Namespaces a GET finds (those not yet in the webhook's cache).
     pub namespaces: Vec<Value>,
+    /// AgentScans a live list finds (those not yet in the webhook's cache).
+    pub scans: Vec<Value>,
     /// SubjectAccessReviews fail with 500, as when the API server is down.
     pub reviews_unavailable: bool,
     /// Every call, as `METHOD path`.
@@ -260,6 +262,10 @@ impl FakeApi {
             });
             let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec, "status": {"allowed": allowed}});
             return (StatusCode::OK, review);
+        }
+        if method == "GET" && path == "/apis/agentgate.dev/v1alpha1/agentscans" {
+            let list = json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentScanList", "metadata": {"resourceVersion": "1"}, "items": self.scans});
+            return (StatusCode::OK, list);
         }
         if let Some(name) = path.strip_prefix("/api/v1/namespaces/")
             && let Some(found) = self

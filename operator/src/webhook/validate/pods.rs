@@ -14,8 +14,9 @@ use kube::runtime::reflector::ObjectRef;
 use crate::webhook::state::WebhookState;
 use crate::webhook::validate::envelope::{Review, answer};
 use agentgate_governance::admission::Answer;
-use agentgate_governance::pod_admission::review_pod;
+use agentgate_governance::pod_admission::{agent_images, review_pod};
 use agentgate_governance::pod_template::owning_sandbox;
+use agentgate_trifecta::image::image_digest;
 
 pub(crate) async fn validate_pod(
     State(state): State<Arc<WebhookState>>,
@@ -47,8 +48,11 @@ pub(crate) async fn validate_pod(
                         .get(&ObjectRef::new(&name).within(&namespace))
                         .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
                 });
+            let images = agent_images(&pod, &s.data_plane);
+            let digests: Vec<&str> = images.iter().filter_map(|i| image_digest(i)).collect();
+            let scans = s.scans_describing(&digests).await;
             let scan_for = |digest: &str| {
-                s.scan_for(digest)
+                s.scan_in(&scans, digest)
                     .map(|found| found.map(|(_, cached)| cached))
             };
             review_pod(
@@ -120,6 +124,28 @@ mod tests {
         let pod = pod("enforced", &pinned_image());
         let create = review(&PODS, "CREATE", ALICE, Some(&pod), None);
         assert_allowed(&harness.admit(ENDPOINT, &create).await);
+    }
+
+    #[tokio::test]
+    async fn a_scan_not_yet_in_the_cache_is_read_from_the_api_server() {
+        let mut cluster = Cluster::example();
+        cluster.api.scans = vec![scan("agent", &pinned_image())];
+        let harness = cluster.serve();
+        let pod = pod("enforced", &pinned_image());
+        let create = review(&PODS, "CREATE", ALICE, Some(&pod), None);
+        assert_allowed(&harness.admit(ENDPOINT, &create).await);
+        assert_eq!(harness.api.calls_to("/agentscans"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_cached_scan_needs_no_api_read() {
+        let mut cluster = Cluster::example();
+        cluster.scans = vec![scan("agent", &pinned_image())];
+        let harness = cluster.serve();
+        let pod = pod("enforced", &pinned_image());
+        let create = review(&PODS, "CREATE", ALICE, Some(&pod), None);
+        assert_allowed(&harness.admit(ENDPOINT, &create).await);
+        assert_eq!(harness.api.calls_to("/agentscans"), 0);
     }
 
     #[tokio::test]

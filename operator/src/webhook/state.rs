@@ -172,27 +172,19 @@ impl WebhookState {
         Ok(Some((scan.clone(), cached)))
     }
 
-    /// The AgentScans to judge a pod's images by: the cache when it
-    /// describes every digest, else a live list. CI applies an AgentScan
-    /// and deploys a moment later; the webhook's watch may not have
-    /// delivered it yet, and "has no AgentScan" would then be a false
-    /// refusal. A failed list keeps the cache (a miss still refuses).
-    pub(super) async fn scans_describing(&self, digests: &[&str]) -> Vec<Arc<AgentScan>> {
-        let cached = self.scans.state();
-        let missing = digests
-            .iter()
-            .any(|d| matches!(scan_of_digest(&cached, d), Ok(None)));
-        if !missing {
-            return cached;
-        }
+    /// Every AgentScan, read from the API server rather than the cache:
+    /// CI applies an AgentScan and deploys a moment later, and the
+    /// webhook's watch may not have delivered it yet. `None` (logged) when
+    /// the list fails, so the caller keeps what the cache said.
+    pub(super) async fn live_scans(&self) -> Option<Vec<Arc<AgentScan>>> {
         match Api::<AgentScan>::all(self.client.clone())
             .list(&Default::default())
             .await
         {
-            Ok(list) => list.items.into_iter().map(Arc::new).collect(),
+            Ok(list) => Some(list.items.into_iter().map(Arc::new).collect()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list AgentScans; judging by the cache");
-                cached
+                None
             }
         }
     }

@@ -1,5 +1,6 @@
 //! `POST /validate/pods`.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use axum::Json;
@@ -13,10 +14,10 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::webhook::state::WebhookState;
 use crate::webhook::validate::envelope::{Review, answer};
+use agentgate_api::crd::AgentScan;
 use agentgate_governance::admission::Answer;
-use agentgate_governance::pod_admission::{agent_images, review_pod};
+use agentgate_governance::pod_admission::review_pod;
 use agentgate_governance::pod_template::owning_sandbox;
-use agentgate_trifecta::image::image_digest;
 
 pub(crate) async fn validate_pod(
     State(state): State<Arc<WebhookState>>,
@@ -48,23 +49,32 @@ pub(crate) async fn validate_pod(
                         .get(&ObjectRef::new(&name).within(&namespace))
                         .filter(|sb| sb.uid().as_deref() == Some(uid.as_str()))
                 });
-            let images = agent_images(&pod, &s.data_plane);
-            let digests: Vec<&str> = images.iter().filter_map(|i| image_digest(i)).collect();
-            let scans = s.scans_describing(&digests).await;
-            let scan_for = |digest: &str| {
-                s.scan_in(&scans, digest)
-                    .map(|found| found.map(|(_, cached)| cached))
+            // Judged by the cache first; only when the review looked up a
+            // digest the cache lacks is it judged again by a live list, so
+            // ungoverned pods and images already running cost no API call.
+            let judge = |scans: &[Arc<AgentScan>]| {
+                let missed = Cell::new(false);
+                let scan_for = |digest: &str| {
+                    let found = s.scan_in(scans, digest);
+                    missed.set(missed.get() || matches!(found, Ok(None)));
+                    found.map(|found| found.map(|(_, cached)| cached))
+                };
+                let review = review_pod(
+                    &pod,
+                    old.as_ref(),
+                    &labels,
+                    sandbox.as_deref(),
+                    &s.data_plane,
+                    &scan_for,
+                    Timestamp::now(),
+                );
+                (review, missed.get())
             };
-            review_pod(
-                &pod,
-                old.as_ref(),
-                &labels,
-                sandbox.as_deref(),
-                &s.data_plane,
-                &scan_for,
-                Timestamp::now(),
-            )
-            .answer()
+            let (review, missed) = judge(&s.scans.state());
+            if missed && let Some(live) = s.live_scans().await {
+                return judge(&live).0.answer();
+            }
+            review.answer()
         },
     )
     .await
@@ -143,6 +153,15 @@ mod tests {
         cluster.scans = vec![scan("agent", &pinned_image())];
         let harness = cluster.serve();
         let pod = pod("enforced", &pinned_image());
+        let create = review(&PODS, "CREATE", ALICE, Some(&pod), None);
+        assert_allowed(&harness.admit(ENDPOINT, &create).await);
+        assert_eq!(harness.api.calls_to("/agentscans"), 0);
+    }
+
+    #[tokio::test]
+    async fn an_ungoverned_pod_needs_no_api_read() {
+        let harness = Cluster::example().serve();
+        let pod = pod("agents", &pinned_image());
         let create = review(&PODS, "CREATE", ALICE, Some(&pod), None);
         assert_allowed(&harness.admit(ENDPOINT, &create).await);
         assert_eq!(harness.api.calls_to("/agentscans"), 0);

@@ -79,6 +79,22 @@ impl NameGlob {
         &self.pattern
     }
 
+    /// The pattern as glob tokens: `*` is any run of characters, every
+    /// other byte a literal (for the prover's automata).
+    pub fn tokens(&self) -> Vec<crate::glob::Token> {
+        use crate::glob::Token;
+        self.pattern
+            .bytes()
+            .map(|b| {
+                if b == b'*' {
+                    Token::AnyString
+                } else {
+                    Token::Literal(b)
+                }
+            })
+            .collect()
+    }
+
     /// The literal runs between the `*`s.
     pub fn literals(&self) -> impl Iterator<Item = &str> {
         self.pattern.split('*')

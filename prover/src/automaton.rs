@@ -37,12 +37,21 @@ pub enum Domain {
     RequestPath,
     /// Lower-case DNS names.
     Host,
+    /// MCP tool and prompt names: 1..=1024 printable ASCII characters
+    /// (docs/policy-semantics.md §8.1), no separator.
+    Name,
+    /// JSON string argument values, explored over ASCII (see
+    /// `crate::arguments` for why that suffices), possibly empty.
+    Text,
 }
 
 impl Domain {
     fn separator(self) -> u8 {
         match self {
             Domain::Host => b'.',
+            // Name and text patterns have no `Star` (a `*` is `AnyString`):
+            // the separator is never consulted for them.
+            Domain::Name | Domain::Text => 0,
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b'/',
         }
     }
@@ -52,6 +61,7 @@ impl Domain {
         match self {
             Domain::Host => b".",
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b"/.",
+            Domain::Name | Domain::Text => b"",
         }
     }
 
@@ -60,6 +70,8 @@ impl Domain {
             Domain::Host => is_host_byte(c) || c == b'.',
             Domain::AbsolutePath | Domain::Binary => c.is_ascii() && c != 0,
             Domain::RequestPath => c.is_ascii() && !matches!(c, 0 | b'?' | b'#' | b';'),
+            Domain::Name => agentgate_policy::mcp::is_name_byte(c),
+            Domain::Text => c.is_ascii(),
         }
     }
 
@@ -70,6 +82,10 @@ impl Domain {
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => {
                 b"xyzabcdefghijklmnopqrstuvw0123456789-_~XYZABCDEFGHIJKLMNOPQRSTUVW"
             }
+            Domain::Name => TEXT_FILLERS.split_at(PRINTABLE_FILLERS).0,
+            // Every ASCII byte, so that a state always has an "anything
+            // else" character however many literals it expects.
+            Domain::Text => TEXT_FILLERS,
         }
     }
 
@@ -86,6 +102,8 @@ impl Domain {
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => {
                 value.len() <= MAX_PATH_BYTES
             }
+            Domain::Name => value.len() <= agentgate_policy::mcp::MAX_NAME_BYTES,
+            Domain::Text => true,
         }
     }
 
@@ -95,12 +113,15 @@ impl Domain {
 
     /// Canonical-form automaton. States:
     /// paths: 0 start, 1 root `/`, 2 after a later `/`, 3 `/.`, 4 `/..`, 5 in a segment;
-    /// hosts: 0 start of a label, 1 in a label.
+    /// hosts: 0 start of a label, 1 in a label;
+    /// names: 0 empty, 1 non-empty; text: 0 only.
     fn step(self, state: u8, c: u8) -> Option<u8> {
         if !self.allowed(c) {
             return None;
         }
         match self {
+            Domain::Name => Some(1),
+            Domain::Text => Some(state),
             Domain::Host => match (state, c) {
                 (1, b'.') => Some(0),
                 (_, b'.') => None,
@@ -121,13 +142,20 @@ impl Domain {
 
     fn accepting(self, state: u8) -> bool {
         match self {
-            Domain::Host => state == 1,
+            Domain::Host | Domain::Name => state == 1,
+            Domain::Text => true,
             Domain::AbsolutePath => matches!(state, 1 | 5),
             Domain::Binary => state == 5,
             Domain::RequestPath => matches!(state, 1 | 2 | 5),
         }
     }
 }
+
+/// Fillers of names and text: readable printable characters first, then
+/// the rest of printable ASCII, then (text only) the control characters.
+const TEXT_FILLERS: &[u8] = b"xyzabcdefghijklmnopqrstuvw0123456789_-XYZABCDEFGHIJKLMNOPQRSTUVW .,:/@+=!#$%&'()*;<>?[]^`{|}~\"\\\t\n\r\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f";
+/// How many of [`TEXT_FILLERS`] are printable (the alphabet of names).
+const PRINTABLE_FILLERS: usize = 95;
 
 /// Why the exploration stopped early.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -498,6 +526,53 @@ mod tests {
             .unwrap()
             .witness;
         assert_eq!(w, "/a/.x");
+    }
+
+    #[test]
+    fn name_and_text_fillers_cover_their_alphabets() {
+        let printable = &TEXT_FILLERS[..PRINTABLE_FILLERS];
+        assert!(printable.iter().all(|&b| (0x20..=0x7e).contains(&b)));
+        let mut all = TEXT_FILLERS.to_vec();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), TEXT_FILLERS.len(), "no filler twice");
+        assert_eq!(all, (0u8..128).collect::<Vec<_>>(), "every ASCII byte");
+    }
+
+    /// Name globs as tokens: `*` is any run, everything else literal.
+    fn name_sigs(domain: Domain, patterns: &[&str]) -> Signatures {
+        let globs: Vec<agentgate_policy::mcp::NameGlob> = patterns
+            .iter()
+            .map(|p| agentgate_policy::mcp::NameGlob::parse("t", p, 4096).unwrap())
+            .collect();
+        let tokens: Vec<Vec<Token>> = globs.iter().map(|g| g.tokens()).collect();
+        let refs: Vec<&[Token]> = tokens.iter().map(Vec::as_slice).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let s = signatures(domain, "test", &refs, 100_000, deadline).unwrap();
+        for sig in &s.signatures {
+            for (i, glob) in globs.iter().enumerate() {
+                let member = sig.members.contains(&(i as u32));
+                assert_eq!(glob.matches(&sig.witness), member, "{}", sig.witness);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn names_are_non_empty_and_text_may_be_empty() {
+        let names = name_sigs(Domain::Name, &["get_*", "*"]);
+        let witnesses: Vec<&str> = names
+            .signatures
+            .iter()
+            .map(|s| s.witness.as_str())
+            .collect();
+        assert_eq!(witnesses, ["x", "get_"], "no empty name; a readable filler");
+        let text = name_sigs(Domain::Text, &["*", "a*", "ab"]);
+        assert_eq!(
+            text.signatures[0].witness, "",
+            "the empty string is a value"
+        );
+        assert_eq!(text.signatures.len(), 3, "{:?}", text.signatures);
     }
 
     #[test]

@@ -6,20 +6,28 @@
 //! Z3 never sees a string; that is what makes a check take milliseconds
 //! instead of seconds (docs/proofs.md).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
+
+use serde_json::{Map, Value};
 
 use z3::ast::Bool;
 use z3::{Model, Params, SatResult, Solver};
 
+use crate::arguments::{ArgumentError, Exploration, argument_classes};
 use crate::automaton::{AutomatonError, Domain, Signatures, signatures};
-use agentgate_policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
+use agentgate_policy::action::{
+    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
+};
 use agentgate_policy::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
     MethodSet,
 };
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::glob::{Glob, Token};
+use agentgate_policy::mcp::{
+    CompiledCall, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
+};
 
 /// A question: is there an action that every `positive` policy allows, no
 /// `negative` policy allows, and that lies in every region?
@@ -103,6 +111,20 @@ fn automaton_reason(e: AutomatonError) -> Reason {
     }
 }
 
+fn argument_reason(argument: &str, e: ArgumentError) -> Reason {
+    match e {
+        ArgumentError::Automaton(e) => automaton_reason(e),
+        ArgumentError::Unsupported(m) => Reason::general(
+            ReasonCode::UnsupportedPolicyShape,
+            format!("argument {argument:?}: {m}"),
+        ),
+        ArgumentError::TooLarge(m) => Reason::general(
+            ReasonCode::ResourceLimit,
+            format!("argument {argument:?}: {m}"),
+        ),
+    }
+}
+
 /// Interns the patterns of one dimension.
 #[derive(Default)]
 struct Patterns<'a> {
@@ -151,20 +173,26 @@ impl<'a> Universe<'a> {
         }
     }
 
-    fn add_policy(&mut self, policy: &'a CompiledPolicy) {
+    /// Adds a policy's patterns; in `mcp` mode also the paths of its `mcp`
+    /// endpoints, which only tool calls are judged on.
+    fn add_policy(&mut self, policy: &'a CompiledPolicy, mcp: bool) {
         for rule in &policy.rules {
             rule.binaries.iter().for_each(|b| self.binaries.add(b));
             for e in &rule.endpoints {
                 self.hosts.add(&e.host);
                 self.ports.extend(&e.ports);
-                if let EndpointKind::Rest { scope, allow, deny } = &e.kind {
-                    if let Some(scope) = scope {
-                        self.paths.add(scope);
+                match &e.kind {
+                    EndpointKind::Rest { scope, allow, deny } => {
+                        if let Some(scope) = scope {
+                            self.paths.add(scope);
+                        }
+                        allow
+                            .iter()
+                            .chain(deny)
+                            .for_each(|entry| self.add_entry(entry));
                     }
-                    allow
-                        .iter()
-                        .chain(deny)
-                        .for_each(|entry| self.add_entry(entry));
+                    EndpointKind::Mcp(m) if mcp => self.paths.add(&m.path),
+                    EndpointKind::Mcp(_) | EndpointKind::L4 => {}
                 }
             }
         }
@@ -379,6 +407,211 @@ struct Component<'q> {
     paths: Vec<usize>,
     ports: Vec<u16>,
     methods: Vec<String>,
+    /// What the component's `mcp` endpoints mention (tool-call searches only).
+    mcp: McpParts<'q>,
+}
+
+/// The names, resource URIs and argument constraints that a component's
+/// `mcp` entries mention.
+#[derive(Default)]
+struct McpParts<'q> {
+    names: Vec<&'q NameGlob>,
+    uris: Vec<&'q UriGlob>,
+    arguments: BTreeMap<&'q str, Vec<&'q CompiledConstraint>>,
+    /// Some entry refuses arguments it does not name.
+    closed: bool,
+}
+
+impl<'q> McpParts<'q> {
+    fn add_call(&mut self, e: &'q CompiledCall) {
+        self.names.push(&e.name);
+        self.closed |= !e.additional_arguments;
+        for (name, c) in &e.arguments {
+            let list = self.arguments.entry(name.as_str()).or_default();
+            if !list.contains(&c) {
+                list.push(c);
+            }
+        }
+    }
+
+    fn add(&mut self, m: &'q CompiledMcp) {
+        m.tools
+            .iter()
+            .chain(&m.deny_tools)
+            .chain(&m.prompts)
+            .for_each(|e| self.add_call(e));
+        self.uris.extend(&m.resources);
+    }
+}
+
+/// The tool-call dimensions of a component: the kind of call, its name (a
+/// tool or prompt name, or a resource URI, as the kind says), whether it
+/// has an argument no entry names, and each named argument's classes
+/// ([`crate::arguments`]).
+struct McpChoices<'q> {
+    names: HashMap<&'q str, u32>,
+    name: Choices<String>,
+    uris: HashMap<&'q str, u32>,
+    uri: Choices<String>,
+    kind: Choices<McpKind>,
+    extra: Choices<bool>,
+    /// By argument name (ascending): its interned constraints and classes,
+    /// whose atom 0 is "present" and atom 1 + j "satisfies constraint j".
+    arguments: Vec<NamedArgument<'q>>,
+}
+
+/// A named argument: its name, its interned constraints and its classes.
+type NamedArgument<'q> = (&'q str, Vec<&'q CompiledConstraint>, Choices<Option<Value>>);
+
+const KINDS: [McpKind; 3] = [McpKind::Tool, McpKind::Resource, McpKind::Prompt];
+
+/// A resource URI that no `SCHEME://AUTHORITY` glob matches.
+const OTHER_URI: &str = "urn:x";
+
+impl<'q> McpChoices<'q> {
+    fn new(parts: &McpParts<'q>, budget: &Budget) -> Result<McpChoices<'q>, Reason> {
+        let mut names: HashMap<&str, u32> = HashMap::new();
+        let mut name_tokens: Vec<Vec<Token>> = Vec::new();
+        for g in &parts.names {
+            if !names.contains_key(g.as_str()) {
+                names.insert(g.as_str(), name_tokens.len() as u32);
+                name_tokens.push(g.tokens());
+            }
+        }
+        let tokens: Vec<&[Token]> = name_tokens.iter().map(Vec::as_slice).collect();
+        let name = signatures(
+            Domain::Name,
+            "tool name",
+            &tokens,
+            budget.max_states,
+            budget.deadline,
+        )
+        .map(|s| Choices::from_signatures(s, name_tokens.len()))
+        .map_err(automaton_reason)?;
+
+        // Resource URIs: the literal SCHEME://AUTHORITY picks a group, whose
+        // path globs are explored as request paths.
+        let mut uris: HashMap<&str, u32> = HashMap::new();
+        let mut groups: BTreeMap<&str, Vec<(u32, &Glob)>> = BTreeMap::new();
+        for g in &parts.uris {
+            if let UriGlob::Prefixed {
+                pattern,
+                prefix,
+                path,
+            } = g
+                && !uris.contains_key(pattern.as_str())
+            {
+                let id = uris.len() as u32;
+                uris.insert(pattern.as_str(), id);
+                groups.entry(prefix.as_str()).or_default().push((id, path));
+            }
+        }
+        let mut uri = Choices {
+            members: Vec::new(),
+            values: Vec::new(),
+            atoms: uris.len(),
+        };
+        for (prefix, globs) in &groups {
+            let tokens: Vec<&[Token]> = globs.iter().map(|(_, g)| g.tokens()).collect();
+            let found = signatures(
+                Domain::RequestPath,
+                "resource path",
+                &tokens,
+                budget.max_states,
+                budget.deadline,
+            )
+            .map_err(automaton_reason)?;
+            for sig in found.signatures {
+                let value = format!("{prefix}{}", sig.witness);
+                // Witnesses are shortest: a longer URI realises nothing new.
+                if value.len() <= MAX_NAME_BYTES {
+                    uri.members
+                        .push(sig.members.iter().map(|&m| globs[m as usize].0).collect());
+                    uri.values.push(value);
+                }
+            }
+        }
+        if !uri.members.iter().any(Vec::is_empty) {
+            uri.members.push(Vec::new());
+            uri.values.push(OTHER_URI.to_string());
+        }
+
+        let limits = Exploration {
+            max_states: budget.max_states,
+            deadline: budget.deadline,
+        };
+        let mut arguments = Vec::new();
+        for (&argument, constraints) in &parts.arguments {
+            let classes =
+                argument_classes(constraints, &limits).map_err(|e| argument_reason(argument, e))?;
+            let choices = Choices {
+                members: classes
+                    .satisfied
+                    .iter()
+                    .zip(&classes.values)
+                    .map(|(satisfied, value)| {
+                        value
+                            .is_some()
+                            .then_some(0)
+                            .into_iter()
+                            .chain(satisfied.iter().map(|j| j + 1))
+                            .collect()
+                    })
+                    .collect(),
+                values: classes.values,
+                atoms: 1 + constraints.len(),
+            };
+            arguments.push((argument, constraints.clone(), choices));
+        }
+        Ok(McpChoices {
+            names,
+            name,
+            uris,
+            uri,
+            kind: literal_choices(&KINDS, None),
+            // An extra argument matters only where an entry refuses one.
+            extra: if parts.closed {
+                literal_choices(&[true], Some(false))
+            } else {
+                Choices {
+                    members: vec![Vec::new()],
+                    values: vec![false],
+                    atoms: 1,
+                }
+            },
+            arguments,
+        })
+    }
+
+    /// The shapes of the tool-call dimensions, in [`ComponentVars::mcp`] order.
+    fn shapes(&self) -> Vec<(Vec<Vec<u32>>, usize)> {
+        let mut out = vec![
+            (self.kind.members.clone(), self.kind.atoms),
+            (self.name.members.clone(), self.name.atoms),
+            (self.uri.members.clone(), self.uri.atoms),
+            (self.extra.members.clone(), self.extra.atoms),
+        ];
+        out.extend(
+            self.arguments
+                .iter()
+                .map(|(_, _, c)| (c.members.clone(), c.atoms)),
+        );
+        out
+    }
+
+    /// A name to give an argument no entry mentions.
+    fn extra_argument(&self) -> String {
+        ["x", "extra", "other"]
+            .into_iter()
+            .map(str::to_string)
+            .chain((0..).map(|i| format!("extra{i}")))
+            .find(|n| {
+                self.arguments
+                    .binary_search_by(|(a, _, _)| (*a).cmp(n.as_str()))
+                    .is_err()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// A string dimension projected onto some of its patterns.
@@ -482,6 +715,9 @@ struct ComponentChoices<'q> {
     path: Projected,
     port: Choices<u16>,
     method: Choices<String>,
+    /// Present in a tool-call search: the action is an MCP call whose
+    /// transport is `POST path` (docs/policy-semantics.md §8.2).
+    mcp: Option<McpChoices<'q>>,
 }
 
 /// A dimension of a component.
@@ -492,6 +728,16 @@ enum Dim {
     Path,
     Port,
     Method,
+    /// Tool, resource or prompt ([`KINDS`] order).
+    Kind,
+    /// The tool or prompt name.
+    Name,
+    /// The resource URI.
+    Uri,
+    /// Some argument no entry mentions is present.
+    Extra,
+    /// The `i`-th named argument of [`McpChoices::arguments`].
+    Arg(u32),
 }
 
 /// A propositional formula over a component's atoms: built and hashed in
@@ -556,6 +802,8 @@ impl Formula {
 struct ComponentProblem {
     choices: [Vec<Vec<u32>>; 5],
     atoms: [usize; 5],
+    /// The tool-call dimensions' shapes (empty in a network search).
+    mcp: Vec<(Vec<Vec<u32>>, usize)>,
     assertions: Vec<Formula>,
 }
 
@@ -620,6 +868,74 @@ impl ComponentFormulas<'_, '_> {
         }
     }
 
+    /// "The action is a REST request": a variable in a network search,
+    /// true in a tool-call search (a call's transport is `POST path`).
+    fn rest(&self) -> Formula {
+        if self.choices.mcp.is_some() {
+            Formula::Const(true)
+        } else {
+            Formula::Rest
+        }
+    }
+
+    fn kind(k: McpKind) -> Formula {
+        match KINDS.iter().position(|&x| x == k) {
+            Some(i) => Formula::Atom(Dim::Kind, i as u32),
+            None => Formula::Const(false),
+        }
+    }
+
+    /// Whether a tool or prompt entry matches the call (§8.2): its kind, its
+    /// name glob, every constrained argument, and no other argument unless
+    /// the entry allows additional ones.
+    fn call(&self, m: &McpChoices<'_>, e: &CompiledCall, kind: McpKind) -> Formula {
+        let mut terms = vec![
+            Self::kind(kind),
+            match m.names.get(e.name.as_str()) {
+                Some(&i) => Formula::Atom(Dim::Name, i),
+                None => Formula::Const(false),
+            },
+        ];
+        for (i, (argument, constraints, _)) in m.arguments.iter().enumerate() {
+            let arg = Dim::Arg(i as u32);
+            match e.arguments.get(*argument) {
+                Some(c) => terms.push(match constraints.iter().position(|x| *x == c) {
+                    Some(j) => Formula::Atom(arg, 1 + j as u32),
+                    None => Formula::Const(false),
+                }),
+                None if !e.additional_arguments => {
+                    terms.push(Formula::Atom(arg, 0).not());
+                }
+                None => {}
+            }
+        }
+        if !e.additional_arguments {
+            terms.push(Formula::Atom(Dim::Extra, 0).not());
+        }
+        Formula::and(terms)
+    }
+
+    /// Whether some allow entry of an `mcp` endpoint matches the call.
+    fn mcp_entry_allows(&self, m: &McpChoices<'_>, e: &CompiledMcp) -> Formula {
+        let mut terms: Vec<Formula> = e
+            .tools
+            .iter()
+            .map(|t| self.call(m, t, McpKind::Tool))
+            .chain(e.prompts.iter().map(|p| self.call(m, p, McpKind::Prompt)))
+            .collect();
+        for g in &e.resources {
+            let uri = match g {
+                UriGlob::Any { .. } => Formula::Const(true),
+                UriGlob::Prefixed { pattern, .. } => match m.uris.get(pattern.as_str()) {
+                    Some(&i) => Formula::Atom(Dim::Uri, i),
+                    None => Formula::Const(false),
+                },
+            };
+            terms.push(Formula::and(vec![Self::kind(McpKind::Resource), uri]));
+        }
+        Formula::or(terms)
+    }
+
     fn entry(&self, e: &CompiledEntry) -> Formula {
         let mut terms = vec![self.methods(&e.methods)];
         if let Some(path) = &e.path {
@@ -651,7 +967,7 @@ impl ComponentFormulas<'_, '_> {
                 EndpointKind::L4 => allows.push(connection),
                 EndpointKind::Rest { scope, allow, deny } => {
                     if !allow.is_empty() {
-                        let mut terms = vec![connection.clone(), Formula::Rest];
+                        let mut terms = vec![connection.clone(), self.rest()];
                         if let Some(scope) = scope {
                             terms.push(self.path(scope));
                         }
@@ -661,15 +977,35 @@ impl ComponentFormulas<'_, '_> {
                     if !deny.is_empty() {
                         denies.push(Formula::and(vec![
                             connection,
-                            Formula::Rest,
+                            self.rest(),
                             Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
                         ]));
                     }
                 }
-                // An mcp endpoint neither allows nor denies a network
-                // action (docs/policy-semantics.md §8.2); its calls are
-                // refused by `Prover::search` before any encoding.
-                EndpointKind::Mcp(_) => {}
+                // An mcp endpoint judges tool calls only: it neither allows
+                // nor denies a network action (docs/policy-semantics.md §8.2).
+                EndpointKind::Mcp(server) => {
+                    let Some(m) = &self.choices.mcp else {
+                        continue;
+                    };
+                    let on_path = Formula::and(vec![connection, self.path(&server.path)]);
+                    allows.push(Formula::and(vec![
+                        on_path.clone(),
+                        self.mcp_entry_allows(m, server),
+                    ]));
+                    if !server.deny_tools.is_empty() {
+                        denies.push(Formula::and(vec![
+                            on_path,
+                            Formula::or(
+                                server
+                                    .deny_tools
+                                    .iter()
+                                    .map(|d| self.call(m, d, McpKind::Tool))
+                                    .collect(),
+                            ),
+                        ]));
+                    }
+                }
             }
         }
         Formula::and(vec![Formula::or(allows), Formula::or(denies).not()])
@@ -691,18 +1027,18 @@ impl ComponentFormulas<'_, '_> {
                 layers
                     .iter()
                     .map(|l| match l {
-                        Layer::Rest => Formula::Rest,
-                        Layer::L4 => Formula::Rest.not(),
+                        Layer::Rest => self.rest(),
+                        Layer::L4 => self.rest().not(),
                     })
                     .collect(),
             ));
         }
         if let Some(m) = &r.methods {
-            terms.push(Formula::and(vec![Formula::Rest, self.methods(m)]));
+            terms.push(Formula::and(vec![self.rest(), self.methods(m)]));
         }
         if let Some(paths) = &r.paths {
             terms.push(Formula::and(vec![
-                Formula::Rest,
+                self.rest(),
                 Formula::or(paths.iter().map(|g| self.path(g)).collect()),
             ]));
         }
@@ -717,6 +1053,15 @@ impl ComponentFormulas<'_, '_> {
         assertions.extend((0..question.negative.len()).map(|n| self.allows(positives + n).not()));
         assertions.extend(question.regions.iter().map(|r| self.region(r)));
         let c = self.choices;
+        if let Some(m) = &c.mcp {
+            // A resource read carries no arguments (§8.1).
+            let mut none = vec![Formula::Atom(Dim::Extra, 0).not()];
+            none.extend((0..m.arguments.len()).map(|i| Formula::Atom(Dim::Arg(i as u32), 0).not()));
+            assertions.push(Formula::or(vec![
+                Self::kind(McpKind::Resource).not(),
+                Formula::and(none),
+            ]));
+        }
         ComponentProblem {
             choices: [
                 c.host.choices.members.clone(),
@@ -732,6 +1077,7 @@ impl ComponentFormulas<'_, '_> {
                 c.port.atoms,
                 c.method.atoms,
             ],
+            mcp: c.mcp.as_ref().map(McpChoices::shapes).unwrap_or_default(),
             assertions,
         }
     }
@@ -741,6 +1087,8 @@ impl ComponentFormulas<'_, '_> {
 struct ComponentVars<'u> {
     choices: &'u ComponentChoices<'u>,
     dims: [DimVars; 5],
+    /// Kind, name, URI, extra, then each named argument (tool-call search).
+    mcp: Vec<DimVars>,
     rest: Bool,
 }
 
@@ -756,12 +1104,35 @@ impl<'u> ComponentVars<'u> {
                 DimVars::new("port", &choices.port, solver, &always),
                 DimVars::new("method", &choices.method, solver, &always),
             ],
+            mcp: choices.mcp.as_ref().map_or_else(Vec::new, |m| {
+                let mut vars = vec![
+                    DimVars::new("kind", &m.kind, solver, &always),
+                    DimVars::new("name", &m.name, solver, &always),
+                    DimVars::new("uri", &m.uri, solver, &always),
+                    DimVars::new("extra", &m.extra, solver, &always),
+                ];
+                vars.extend(m.arguments.iter().map(|(argument, _, classes)| {
+                    DimVars::new(&format!("arg:{argument}"), classes, solver, &always)
+                }));
+                vars
+            }),
             rest: Bool::new_const("layer_rest"),
         }
     }
 
     fn dim(&self, dim: Dim) -> &DimVars {
-        &self.dims[dim as usize]
+        match dim {
+            Dim::Host => &self.dims[0],
+            Dim::Binary => &self.dims[1],
+            Dim::Path => &self.dims[2],
+            Dim::Port => &self.dims[3],
+            Dim::Method => &self.dims[4],
+            Dim::Kind => &self.mcp[0],
+            Dim::Name => &self.mcp[1],
+            Dim::Uri => &self.mcp[2],
+            Dim::Extra => &self.mcp[3],
+            Dim::Arg(i) => &self.mcp[4 + i as usize],
+        }
     }
 
     fn z3(&self, f: &Formula) -> Bool {
@@ -775,24 +1146,73 @@ impl<'u> ComponentVars<'u> {
         }
     }
 
+    /// The tool call the model describes, and the formula blocking its
+    /// combination of signatures and classes.
+    fn decode_mcp(&self, m: &McpChoices<'_>, model: &Model) -> (McpAction, Bool) {
+        let pick = |dim: Dim| self.dim(dim).chosen(model);
+        let c = self.choices;
+        let kind = m.kind.values[pick(Dim::Kind)];
+        let mut same = Vec::new();
+        for dim in [Dim::Host, Dim::Binary, Dim::Port, Dim::Path, Dim::Kind] {
+            same.extend(self.dim(dim).is_chosen(pick(dim)));
+        }
+        let name = if kind == McpKind::Resource {
+            same.extend(self.dim(Dim::Uri).is_chosen(pick(Dim::Uri)));
+            m.uri.values[pick(Dim::Uri)].clone()
+        } else {
+            same.extend(self.dim(Dim::Name).is_chosen(pick(Dim::Name)));
+            m.name.values[pick(Dim::Name)].clone()
+        };
+        let mut args = Map::new();
+        if kind != McpKind::Resource {
+            for (i, (argument, _, classes)) in m.arguments.iter().enumerate() {
+                let dim = Dim::Arg(i as u32);
+                same.extend(self.dim(dim).is_chosen(pick(dim)));
+                if let Some(value) = &classes.values[pick(dim)] {
+                    args.insert(argument.to_string(), value.clone());
+                }
+            }
+            same.extend(self.dim(Dim::Extra).is_chosen(pick(Dim::Extra)));
+            if m.extra.values[pick(Dim::Extra)] {
+                args.insert(m.extra_argument(), Value::String("x".to_string()));
+            }
+        }
+        let action = McpAction {
+            binary: c.binary.choices.values[pick(Dim::Binary)].clone(),
+            host: c.host.choices.values[pick(Dim::Host)].clone(),
+            port: c.port.values[pick(Dim::Port)],
+            path: c.path.choices.values[pick(Dim::Path)].clone(),
+            kind,
+            name,
+            args,
+        };
+        (action, all(same))
+    }
+
     /// The action the model describes, and a formula for "the same
     /// combination of signatures" to block it for the next example.
-    fn decode(&self, model: &Model) -> (NetworkAction, Bool) {
+    fn decode(&self, model: &Model) -> (Action, Bool) {
+        if let Some(m) = &self.choices.mcp {
+            let (action, same) = self.decode_mcp(m, model);
+            return (Action::Mcp(action), same);
+        }
         let rest = model.eval(&self.rest, true).and_then(|b| b.as_bool()) == Some(true);
         let picks = self.dims.each_ref().map(|d| d.chosen(model));
         let c = self.choices;
+        // `dims` order: host, binary, path, port, method.
+        let [host, binary, path, port, method] = picks;
         let action = NetworkAction {
-            host: c.host.choices.values[picks[Dim::Host as usize]].clone(),
-            binary: c.binary.choices.values[picks[Dim::Binary as usize]].clone(),
-            port: c.port.values[picks[Dim::Port as usize]],
+            host: c.host.choices.values[host].clone(),
+            binary: c.binary.choices.values[binary].clone(),
+            port: c.port.values[port],
             layer: if rest { Layer::Rest } else { Layer::L4 },
             method: if rest {
-                c.method.values[picks[Dim::Method as usize]].clone()
+                c.method.values[method].clone()
             } else {
                 String::new()
             },
             path: if rest {
-                c.path.choices.values[picks[Dim::Path as usize]].clone()
+                c.path.choices.values[path].clone()
             } else {
                 String::new()
             },
@@ -802,15 +1222,15 @@ impl<'u> ComponentVars<'u> {
         } else {
             self.rest.not()
         }];
-        for dim in [Dim::Host, Dim::Binary, Dim::Port] {
-            same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+        for (dim, picked) in [(Dim::Host, host), (Dim::Binary, binary), (Dim::Port, port)] {
+            same.extend(self.dim(dim).is_chosen(picked));
         }
         if rest {
-            for dim in [Dim::Method, Dim::Path] {
-                same.extend(self.dim(dim).is_chosen(picks[dim as usize]));
+            for (dim, picked) in [(Dim::Method, method), (Dim::Path, path)] {
+                same.extend(self.dim(dim).is_chosen(picked));
             }
         }
-        (action, all(same))
+        (Action::Network(action), all(same))
     }
 }
 
@@ -902,6 +1322,18 @@ fn host_components(host: &Choices<String>) -> (Vec<Vec<usize>>, Vec<Option<usize
 /// are solved one after another in one Z3 context; only components where
 /// every positive policy has an allow endpoint can answer at all.
 pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
+    search_transport(question, k, budget, false)
+}
+
+/// Searches for up to `k` MCP calls answering the question
+/// (docs/policy-semantics.md §8.2): the same split by host component, with a
+/// call's transport fixed to `POST path` and, per component, the kind, name
+/// and argument classes of the calls its `mcp` entries tell apart.
+pub fn search_mcp(question: &Question<'_>, k: usize, budget: &Budget) -> Search {
+    search_transport(question, k, budget, true)
+}
+
+fn search_transport(question: &Question<'_>, k: usize, budget: &Budget, mcp: bool) -> Search {
     if question.positive.is_empty() {
         return inconclusive(
             ReasonCode::SolverUnknown,
@@ -913,7 +1345,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         .positive
         .iter()
         .chain(question.negative)
-        .for_each(|p| universe.add_policy(p));
+        .for_each(|p| universe.add_policy(p, mcp));
     question.regions.iter().for_each(|r| universe.add_region(r));
     universe.finish();
 
@@ -985,6 +1417,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
             paths: Vec::new(),
             ports: Vec::new(),
             methods: Vec::new(),
+            mcp: McpParts::default(),
         })
         .collect();
     let u = &universe;
@@ -1022,6 +1455,11 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
                             }
                         }
                         !allow.is_empty()
+                    }
+                    EndpointKind::Mcp(server) if mcp => {
+                        part.paths.push(u.paths.id(&server.path));
+                        part.mcp.add(server);
+                        server.allows_anything()
                     }
                     EndpointKind::Mcp(_) => false,
                 };
@@ -1068,13 +1506,24 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
         let mut host_choice = host_holders.project(&host, part.hosts.clone());
         // Values matching none of the component's hosts belong elsewhere.
         host_choice.choices.drop_empty();
+        let (method, tool_calls) = if mcp {
+            // Every call travels as POST.
+            match McpChoices::new(&part.mcp, budget) {
+                Ok(m) => (literal_choices(&["POST".to_string()], None), Some(m)),
+                Err(reason) => return Search::failed(reason),
+            }
+        } else {
+            let other = other_method(&part.methods);
+            (literal_choices(&part.methods, Some(other)), None)
+        };
         relevant.push(ComponentChoices {
             endpoints: std::mem::take(&mut part.endpoints),
             host: host_choice,
             binary: binary_holders.project(&binary, binaries),
             path: path_holders.project(&path, paths),
             port: literal_choices(&part.ports, other_port(&part.ports)),
-            method: literal_choices(&part.methods, Some(other_method(&part.methods))),
+            method,
+            mcp: tool_calls,
         });
     }
     tracing::debug!(
@@ -1097,7 +1546,7 @@ pub fn search_network(question: &Question<'_>, k: usize, budget: &Budget) -> Sea
     let relevant = &relevant;
     let holders = (&binary_holders, &path_holders);
     let outcome = solve_components(relevant, u, holders, question, k, budget);
-    Search::from_outcome(outcome, Action::Network)
+    Search::from_outcome(outcome, |a| a)
 }
 
 /// Solves the components one after another in this thread's Z3 context
@@ -1109,7 +1558,7 @@ fn solve_components(
     question: &Question<'_>,
     k: usize,
     budget: &Budget,
-) -> Result<(Vec<NetworkAction>, bool), Reason> {
+) -> Result<(Vec<Action>, bool), Reason> {
     let solver = new_solver(budget);
     let mut found = Vec::new();
     // Problems already proved to have no answer in this check.

@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod arguments;
 pub mod automaton;
 pub mod budget;
 pub mod cache;
@@ -147,23 +148,13 @@ impl Default for Prover {
     }
 }
 
-/// Unsupported for the first `mcp` endpoint of a policy, named by its field
-/// path: tool calls are not in the prover's model yet (docs/policy-semantics.md §8).
-fn unmodelled_mcp(policy: &CompiledPolicy) -> Option<Reason> {
-    policy.rules.iter().enumerate().find_map(|(r, rule)| {
-        let e = rule
-            .endpoints
-            .iter()
-            .position(|e| matches!(e.kind, EndpointKind::Mcp(_)))?;
-        Some(Reason::at(
-            ReasonCode::UnsupportedPolicyShape,
-            format!("network[{r}].endpoints[{e}].protocol"),
-            format!(
-                "rule {:?} grants MCP tool calls, which the prover does not model yet: no proof over this policy",
-                rule.name
-            ),
-        ))
-    })
+/// True when some rule of the policy has an `mcp` endpoint.
+fn has_mcp(policy: &CompiledPolicy) -> bool {
+    policy
+        .rules
+        .iter()
+        .flat_map(|r| &r.endpoints)
+        .any(|e| matches!(e.kind, EndpointKind::Mcp(_)))
 }
 
 /// Checks that an example is canonical and that the matcher agrees with the
@@ -185,10 +176,20 @@ fn replay(question: &Question<'_>, action: &Action) -> Result<(), Reason> {
         return Err(invalid(format!("negative policy {i} allows it")));
     }
     if !question.regions.is_empty() {
-        let Action::Network(a) = action else {
-            return Err(invalid("regions hold network actions only".into()));
+        // A region holds a tool call iff it holds the call's transport
+        // request (docs/policy-semantics.md §8.2).
+        let request = match action {
+            Action::Network(a) => a.clone(),
+            Action::Mcp(t) => t.transport(),
+            Action::Filesystem(_) => {
+                return Err(invalid("regions hold no file accesses".into()));
+            }
         };
-        if let Some(i) = question.regions.iter().position(|r| !region_contains(r, a)) {
+        if let Some(i) = question
+            .regions
+            .iter()
+            .position(|r| !region_contains(r, &request))
+        {
             return Err(invalid(format!("region {i} does not contain it")));
         }
     }
@@ -228,34 +229,30 @@ impl Prover {
         }
     }
 
-    /// Searches network then filesystem actions, replaying each example.
+    /// Searches network, filesystem, then MCP actions, replaying each example.
     ///
-    /// A question over a policy with an `mcp` endpoint is Unsupported: the
-    /// encoding does not search tool calls yet, and without `mcp`
-    /// endpoints every call is judged as its transport request (§8.2), which
-    /// the network search covers.
+    /// Tool calls are searched only when some policy of the question has an
+    /// `mcp` endpoint: without one, every policy judges a call exactly as
+    /// its transport request `POST path` (§8.2), and regions hold a call iff
+    /// they hold that request, so the network search has already answered
+    /// for every call.
     pub fn search(&self, question: &Question<'_>, k: usize) -> (Search, f64) {
         let started = Instant::now();
-        if let Some(reason) = question
-            .positive
-            .iter()
-            .chain(question.negative)
-            .find_map(|p| unmodelled_mcp(p))
-        {
-            return (
-                Search {
-                    examples: Vec::new(),
-                    end: SearchEnd::Inconclusive(reason),
-                },
-                started.elapsed().as_secs_f64() * 1000.0,
-            );
-        }
         let budget = self.budget(started);
         let mut result = encode::search_network(question, k, &budget);
         if result.end == SearchEnd::Exhausted && result.examples.len() < k {
             let fs = encode::search_filesystem(question, k - result.examples.len(), &budget);
             result.examples.extend(fs.examples);
             result.end = fs.end;
+        }
+        let tools = question.positive.iter().chain(question.negative);
+        if result.end == SearchEnd::Exhausted
+            && result.examples.len() < k
+            && tools.into_iter().any(|p| has_mcp(p))
+        {
+            let calls = encode::search_mcp(question, k - result.examples.len(), &budget);
+            result.examples.extend(calls.examples);
+            result.end = calls.end;
         }
         if let Some(bad) = result
             .examples

@@ -16,7 +16,9 @@ use agentgate_policy::compile::{
 use agentgate_policy::load::CompiledInvariant;
 use agentgate_policy::matcher::{allows, region_contains};
 use agentgate_policy::model::{PolicyDocument, Region};
-use agentgate_policy::testing::{HOST_GLOBS, PATH_GLOBS, PORTS, document, strings, universe};
+use agentgate_policy::testing::{
+    HOST_GLOBS, PATH_GLOBS, PORTS, document, mcp_calls, mcp_document, strings, universe,
+};
 use agentgate_prover::verdict::{
     Evidence, GoverningMaximum, Mode, Source, Step, VerdictInput, decide, first_escape,
     revoke_until_within,
@@ -96,8 +98,101 @@ fn compiled(doc: &PolicyDocument) -> CompiledPolicy {
     compile(doc, Role::Maximum, &Limits::default()).expect("generated policies are valid")
 }
 
-fn separating(c: &CompiledPolicy, m: &CompiledPolicy) -> Option<&'static Action> {
-    universe().iter().find(|a| allows(c, a) && !allows(m, a))
+/// The first enumerated action C allows and M does not.
+fn separating<'u>(
+    actions: &'u [Action],
+    c: &CompiledPolicy,
+    m: &CompiledPolicy,
+) -> Option<&'u Action> {
+    actions.iter().find(|a| allows(c, a) && !allows(m, a))
+}
+
+/// Within is never wrong on `actions`; every Exceeds witness is canonical
+/// and replays; nothing is inconclusive; C ⊆ M by construction is Within.
+fn check_containment(
+    actions: &[Action],
+    c: &PolicyDocument,
+    m: &PolicyDocument,
+    contained: bool,
+) -> Result<(), TestCaseError> {
+    let (c, m) = (compiled(c), compiled(m));
+    let proof = prover().containment(&c, &m);
+    match &proof.outcome {
+        Outcome::Within => {
+            prop_assert_eq!(separating(actions, &c, &m), None, "prover said within");
+        }
+        Outcome::Exceeds { counterexample } => {
+            prop_assert!(
+                !contained,
+                "C ⊆ M by construction, yet exceeds: {}",
+                counterexample
+            );
+            prop_assert!(
+                counterexample.check_canonical().is_ok(),
+                "{}",
+                counterexample
+            );
+            prop_assert!(
+                allows(&c, counterexample),
+                "C does not allow {}",
+                counterexample
+            );
+            prop_assert!(!allows(&m, counterexample), "M allows {}", counterexample);
+        }
+        other => prop_assert!(false, "unexpected {:?}", other),
+    }
+    if contained {
+        prop_assert_eq!(&proof.outcome, &Outcome::Within);
+    }
+    Ok(())
+}
+
+/// Up to k distinct examples, each in C and not in P; none found only when
+/// no action of `actions` separates them.
+fn check_new_authority(
+    actions: &[Action],
+    c: &PolicyDocument,
+    p: &PolicyDocument,
+) -> Result<(), TestCaseError> {
+    let (c, p) = (compiled(c), compiled(p));
+    let found = prover().new_authority(&c, &p, 3);
+    prop_assert!(found.incomplete.is_none(), "{:?}", found.incomplete);
+    for (i, a) in found.examples.iter().enumerate() {
+        prop_assert!(allows(&c, a) && !allows(&p, a), "{}", a);
+        prop_assert!(!found.examples[..i].contains(a), "duplicate example {}", a);
+    }
+    if found.examples.is_empty() {
+        prop_assert_eq!(separating(actions, &c, &p), None);
+    }
+    Ok(())
+}
+
+/// Intersection with a region agrees with the matcher on `actions`; a
+/// region holds a tool call iff it holds the call's transport request.
+fn check_intersection(
+    actions: &[Action],
+    c: &PolicyDocument,
+    region: &Region,
+) -> Result<(), TestCaseError> {
+    let c = compiled(c);
+    let region: CompiledRegion = compile_region(region, "region").unwrap();
+    let proof = prover().intersection(&c, &region);
+    let inside = |a: &Action| {
+        let request = match a {
+            Action::Network(n) => n.clone(),
+            Action::Mcp(t) => t.transport(),
+            Action::Filesystem(_) => return false,
+        };
+        region_contains(&region, &request) && allows(&c, a)
+    };
+    match &proof.outcome {
+        Outcome::Within => prop_assert_eq!(actions.iter().find(|a| inside(a)), None),
+        Outcome::Exceeds { counterexample } => {
+            prop_assert!(inside(counterexample), "{}", counterexample)
+        }
+        other => prop_assert!(false, "unexpected {:?}", other),
+    }
+    Ok(())
 }
 
 proptest! {
@@ -107,53 +202,77 @@ proptest! {
     /// is canonical and replays; nothing is inconclusive.
     #[test]
     fn containment_agrees_with_matcher((c, m, contained) in pair()) {
-        let (c, m) = (compiled(&c), compiled(&m));
-        let proof = prover().containment(&c, &m);
-        match &proof.outcome {
-            Outcome::Within => {
-                prop_assert_eq!(separating(&c, &m), None, "prover said within");
-            }
-            Outcome::Exceeds { counterexample } => {
-                prop_assert!(!contained, "C ⊆ M by construction, yet exceeds: {}", counterexample);
-                prop_assert!(counterexample.check_canonical().is_ok(), "{}", counterexample);
-                prop_assert!(allows(&c, counterexample), "C does not allow {}", counterexample);
-                prop_assert!(!allows(&m, counterexample), "M allows {}", counterexample);
-            }
-            other => prop_assert!(false, "unexpected {:?}", other),
-        }
-        if contained {
-            prop_assert_eq!(&proof.outcome, &Outcome::Within);
-        }
+        check_containment(universe(), &c, &m, contained)?;
     }
 
     /// New authority: up to k distinct examples, each in C and not in P;
     /// none found only when no enumerated action separates them.
     #[test]
     fn new_authority_examples_replay((c, p, _) in pair()) {
-        let (c, p) = (compiled(&c), compiled(&p));
-        let found = prover().new_authority(&c, &p, 3);
-        prop_assert!(found.incomplete.is_none(), "{:?}", found.incomplete);
-        for (i, a) in found.examples.iter().enumerate() {
-            prop_assert!(allows(&c, a) && !allows(&p, a), "{}", a);
-            prop_assert!(!found.examples[..i].contains(a), "duplicate example {}", a);
-        }
-        if found.examples.is_empty() {
-            prop_assert_eq!(separating(&c, &p), None);
-        }
+        check_new_authority(universe(), &c, &p)?;
     }
 
     /// Intersection with a random region agrees with the matcher.
     #[test]
     fn intersection_agrees_with_matcher((c, _, _) in pair(), region in region()) {
-        let c = compiled(&c);
-        let region: CompiledRegion = compile_region(&region, "region").unwrap();
-        let proof = prover().intersection(&c, &region);
-        let inside = |a: &Action| matches!(a, Action::Network(n) if region_contains(&region, n)) && allows(&c, a);
-        match &proof.outcome {
-            Outcome::Within => prop_assert_eq!(universe().iter().find(|a| inside(a)), None),
-            Outcome::Exceeds { counterexample } => prop_assert!(inside(counterexample), "{}", counterexample),
-            other => prop_assert!(false, "unexpected {:?}", other),
+        check_intersection(universe(), &c, &region)?;
+    }
+}
+
+/// Pairs (C, M) of policies mixing `l4`, `rest` and `mcp` endpoints, built
+/// as [`pair`] builds them.
+fn mcp_pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
+    (mcp_document(), mcp_document(), 0u8..3).prop_map(|(c, other, how)| {
+        let (mut m, contained) = maximum_around(&c, other, how);
+        if contained {
+            // A denyTools entry in M's extra rules shrinks M too.
+            let extra = m.network.iter_mut().filter(|r| r.name.starts_with("extra"));
+            extra
+                .flat_map(|r| r.endpoints.iter_mut())
+                .for_each(|e| e.deny_tools.clear());
         }
+        (c, m, contained)
+    })
+}
+
+/// The network universe and every MCP call of the tool-call alphabet at a
+/// few (binary, host, port) triples of the network alphabet.
+fn mcp_universe() -> &'static [Action] {
+    static ACTIONS: std::sync::OnceLock<Vec<Action>> = std::sync::OnceLock::new();
+    ACTIONS.get_or_init(|| {
+        let mut out = universe().to_vec();
+        for (binary, host, port) in [
+            ("/usr/bin/gh", "a.io", 443),
+            ("/opt/x", "b.a.io", 80),
+            ("/x", "c.b.a.io", 443),
+        ] {
+            out.extend(mcp_calls(binary, host, port).into_iter().map(Action::Mcp));
+        }
+        out
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Tool calls: Within is never wrong on the enumerated calls (strings,
+    /// numbers, arrays, missing and extra arguments, every kind), every
+    /// witness replays, and C ⊆ M by construction is proved.
+    #[test]
+    fn mcp_containment_agrees_with_matcher((c, m, contained) in mcp_pair()) {
+        check_containment(mcp_universe(), &c, &m, contained)?;
+    }
+
+    /// Tool calls: new-authority examples are distinct and replay.
+    #[test]
+    fn mcp_new_authority_examples_replay((c, p, _) in mcp_pair()) {
+        check_new_authority(mcp_universe(), &c, &p)?;
+    }
+
+    /// Tool calls in regions.
+    #[test]
+    fn mcp_intersection_agrees_with_matcher((c, _, _) in mcp_pair(), region in region()) {
+        check_intersection(mcp_universe(), &c, &region)?;
     }
 }
 

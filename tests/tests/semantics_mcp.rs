@@ -1,10 +1,9 @@
 //! Conformance suite for docs/policy-semantics.md §8 (tool-call authority).
 //!
-//! Each test is named after the rule of §8 it checks, on the runtime
-//! matcher (`decide_mcp`) with concrete calls. The prover does not model
-//! tool calls yet: the last tests check that every question over a policy
-//! with an `mcp` endpoint is Unsupported, naming the endpoint, and that
-//! policies without one are proved as before.
+//! Each test is named after the rule of §8 it checks: first on the runtime
+//! matcher (`decide_mcp`) with concrete calls, then on the prover, whose
+//! answers over tool calls (containment, new authority, regions) must
+//! agree with the matcher and show a call that reads naturally.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -411,42 +410,167 @@ fn s6_tool_entries_and_their_constraints_count_against_the_entry_limit() {
     assert_eq!(reason.code, ReasonCode::ResourceLimit, "{reason}");
 }
 
+fn prover() -> Prover {
+    Prover::new(ProverOptions {
+        cache_entries: 0,
+        ..ProverOptions::default()
+    })
+}
+
+/// The counterexample of an Exceeds answer, which must be a tool call.
+#[track_caller]
+fn call_counterexample(outcome: Outcome) -> McpAction {
+    match outcome {
+        Outcome::Exceeds {
+            counterexample: Action::Mcp(t),
+        } => t,
+        other => panic!("expected a tool-call counterexample, got {other:?}"),
+    }
+}
+
 #[test]
-fn s8_every_question_over_an_mcp_endpoint_is_unsupported_for_now() {
-    let prover = Prover::new(ProverOptions::default());
+fn s8_2_the_prover_proves_argument_bounds_and_shows_the_call_that_escapes() {
+    let prover = prover();
+    let tools = policy(BANK_POLICY, Role::Sandbox);
+    let ceiling = policy(
+        &BANK_POLICY.replace("maximum: 100", "maximum: 50"),
+        Role::Maximum,
+    );
+    assert_eq!(
+        prover.containment(&ceiling, &tools).outcome,
+        Outcome::Within
+    );
+    let t = call_counterexample(prover.containment(&tools, &ceiling).outcome);
+    assert_eq!((t.kind, t.name.as_str()), (McpKind::Tool, "send_money"));
+    assert_eq!(t.args.get("amount"), Some(&json!(51)), "{t}");
+    assert_eq!(
+        t.args.get("recipient"),
+        Some(&json!("GB29NWBK60161331926819"))
+    );
+    assert!(
+        t.to_string()
+            .ends_with("by /usr/bin/python3 on bank.internal:443/mcp"),
+        "{t}"
+    );
+    // An entry without constraints is broader than one with them: the
+    // escape is a value the ceiling's constraint refuses.
+    let any_send = mcp_policy("tools: [{name: send_money}]");
+    let t = call_counterexample(prover.containment(&any_send, &tools).outcome);
+    assert!(allowed(&any_send, &t) && !allowed(&tools, &t), "{t}");
+}
+
+#[test]
+fn s8_2_the_prover_judges_deny_tools_resources_and_extra_arguments() {
+    let prover = prover();
+    let everything = mcp_policy("tools: [{name: '*'}], denyTools: [{name: '*delete*'}]");
+    let delete = mcp_policy("tools: [{name: delete_file}]");
+    let t = call_counterexample(prover.containment(&delete, &everything).outcome);
+    assert_eq!(t.name, "delete_file");
+    let reads = mcp_policy("tools: [{name: get_balance}]");
+    assert_eq!(
+        prover.containment(&reads, &everything).outcome,
+        Outcome::Within
+    );
+
+    let all_reports = mcp_policy("resources: [{uri: 'file:///reports/**'}]");
+    let pdfs = mcp_policy("resources: [{uri: 'file:///reports/*.pdf'}]");
+    assert_eq!(
+        prover.containment(&pdfs, &all_reports).outcome,
+        Outcome::Within
+    );
+    let t = call_counterexample(prover.containment(&all_reports, &pdfs).outcome);
+    assert_eq!(t.kind, McpKind::Resource);
+    assert!(
+        t.name.starts_with("file:///reports/") && !t.name.ends_with(".pdf"),
+        "{t}"
+    );
+    assert!(t.args.is_empty());
+
+    let closed = mcp_policy(
+        "tools: [{name: send_mail, arguments: {to: {glob: '*@acme.com'}}, additionalArguments: false}]",
+    );
+    let open = mcp_policy("tools: [{name: send_mail, arguments: {to: {glob: '*@acme.com'}}}]");
+    assert_eq!(prover.containment(&closed, &open).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&open, &closed).outcome);
+    assert!(
+        t.args.len() == 2 && allowed(&open, &t) && !allowed(&closed, &t),
+        "{t}"
+    );
+    // New authority lists one call per class the policies tell apart: here
+    // names matching neither `get_balance` nor `*delete*`; whether an extra
+    // argument is present tells nothing apart, as no entry refuses one.
+    let found = prover.new_authority(&everything, &reads, 3);
+    assert!(found.incomplete.is_none(), "{:?}", found.incomplete);
+    let [Action::Mcp(t)] = found.examples.as_slice() else {
+        panic!("expected one call, got {:?}", found.examples);
+    };
+    assert!(t.name != "get_balance" && !t.name.contains("delete"), "{t}");
+    // Only a valid `to` with an extra argument separates them.
+    let found = prover.new_authority(&open, &closed, 3);
+    let [Action::Mcp(t)] = found.examples.as_slice() else {
+        panic!("expected one call, got {:?}", found.examples);
+    };
+    assert_eq!(t.args.get("x"), Some(&json!("x")), "{t}");
+}
+
+#[test]
+fn s8_2_raw_authority_is_broader_than_any_tool_grant_in_proofs() {
+    let prover = prover();
     let tools = policy(BANK_POLICY, Role::Sandbox);
     let raw = policy(
         &format!("network: [{{name: raw, endpoints: [{{host: {BANK}, ports: [443]}}]}}]"),
         Role::Maximum,
     );
-    for outcome in [
-        prover.containment(&tools, &raw).outcome,
-        prover.containment(&raw, &tools).outcome,
-    ] {
-        let Outcome::Unsupported { reason } = outcome else {
-            panic!("expected Unsupported, got {outcome:?}");
-        };
-        assert_reason(
-            &reason,
-            ReasonCode::UnsupportedPolicyShape,
-            "network[0].endpoints[0].protocol",
-        );
-        assert!(reason.message.contains("MCP tool calls"), "{reason}");
-    }
-    // Without mcp endpoints every call is its transport request, which the
-    // network proof already covers: those questions are answered as before.
     let post = policy(
         &format!(
             "network: [{{name: r, endpoints: [{{host: {BANK}, ports: [443], protocol: rest, rules: [{{methods: [POST], path: /mcp}}]}}]}}]"
         ),
+        Role::Maximum,
+    );
+    for broad in [&raw, &post] {
+        assert_eq!(prover.containment(&tools, broad).outcome, Outcome::Within);
+        let Outcome::Exceeds { counterexample } = prover.containment(broad, &tools).outcome else {
+            panic!("raw authority is broader than tool grants");
+        };
+        // The request itself is the escape: a tool policy allows no request.
+        assert!(
+            matches!(counterexample, Action::Network(_)),
+            "{counterexample}"
+        );
+    }
+    // A rest deny of POST /mcp removes every call a tool entry grants there.
+    let denied = policy(
+        &format!(
+            "{BANK_POLICY}  - name: no-post\n    endpoints:\n      - host: {BANK}\n        ports: [443]\n        protocol: rest\n        denyRules: [{{methods: [POST], path: /mcp}}]\n"
+        ),
         Role::Sandbox,
     );
-    assert!(matches!(
-        prover.containment(&post, &raw).outcome,
+    let nothing = policy("network: []", Role::Maximum);
+    assert_eq!(
+        prover.containment(&denied, &nothing).outcome,
         Outcome::Within
-    ));
-    let Outcome::Exceeds { counterexample } = prover.containment(&raw, &post).outcome else {
-        panic!("raw L4 is broader than POST /mcp");
+    );
+}
+
+#[test]
+fn s8_2_regions_hold_a_call_when_they_hold_its_transport() {
+    let prover = prover();
+    let tools = policy(BANK_POLICY, Role::Sandbox);
+    let region = |yaml: &str| {
+        let region: agentgate_policy::model::Region = serde_saphyr::from_str(yaml).unwrap();
+        agentgate_policy::compile::compile_region(&region, "region").unwrap()
     };
-    assert!(matches!(counterexample, Action::Network(_)));
+    let t = call_counterexample(
+        prover
+            .intersection(&tools, &region("{paths: [/mcp], methods: [POST]}"))
+            .outcome,
+    );
+    assert!(allowed(&tools, &t), "{t}");
+    for disjoint in ["{paths: [/admin/**]}", "{layers: [l4]}", "{methods: [GET]}"] {
+        assert_eq!(
+            prover.intersection(&tools, &region(disjoint)).outcome,
+            Outcome::Within,
+            "{disjoint}"
+        );
+    }
 }

@@ -329,7 +329,7 @@ proptest! {
             layer: Some(action.layer),
             method: Some(action.method.clone()),
             path: Some(action.path.clone()),
-            access: None,
+            ..DecideRequest::default()
         });
         match &proof.outcome {
             Outcome::Within => prop_assert!(answer.allow, "prover: within; decide: {}", answer.reason),

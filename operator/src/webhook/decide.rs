@@ -9,17 +9,21 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 use agentgate_governance::sever::finding_regions;
-use agentgate_policy::action::{Access, FilesystemAction, Layer, NetworkAction};
+use agentgate_policy::action::{
+    Access, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
+};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::findings::CompiledFindings;
-use agentgate_policy::matcher::{allows_filesystem, decide_network};
+use agentgate_policy::matcher::{allows_filesystem, decide_mcp, decide_network};
 use agentgate_policy::model::PolicyDocument;
 use agentgate_trifecta::{Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives
-/// `access` and `path`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `access` and `path`; an MCP action (docs/policy-semantics.md §8.1), for
+/// tools that run inside the agent, gives `binary`, `host`, `port`, `path`
+/// (the server's), `call`, `name` and `arguments`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideRequest {
     /// The AgentSandbox.
@@ -47,6 +51,15 @@ pub struct DecideRequest {
     /// `read` or `write`: makes this a filesystem action.
     #[serde(default)]
     pub access: Option<Access>,
+    /// `tool`, `resource` or `prompt`: makes this an MCP action.
+    #[serde(default)]
+    pub call: Option<McpKind>,
+    /// The tool or prompt name, or the resource URI (MCP).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The call's arguments (MCP; none when absent).
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl DecideRequest {
@@ -61,6 +74,20 @@ impl DecideRequest {
             layer: self.layer.unwrap_or(Layer::Rest),
             method: self.method.clone().unwrap_or_default(),
             path: self.path.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The MCP action the request describes, or `None` without `call`,
+    /// binary, host, port, path and name. Not yet checked for canonical form.
+    pub fn mcp_action(&self) -> Option<McpAction> {
+        Some(McpAction {
+            binary: self.binary.clone()?,
+            host: self.host.clone()?,
+            port: self.port?,
+            path: self.path.clone()?,
+            kind: self.call?,
+            name: self.name.clone()?,
+            args: self.arguments.clone().unwrap_or_default(),
         })
     }
 }
@@ -116,10 +143,19 @@ pub fn cite_finding(
                 })
         });
     }
-    // A malformed request is denied for that reason, not by a finding.
-    let action = request
-        .network_action()
-        .filter(|a| a.check_canonical().is_ok())?;
+    // A malformed request is denied for that reason, not by a finding. A
+    // finding's regions hold a call iff they hold its transport request
+    // (docs/policy-semantics.md §8.2), as in the prover.
+    let action = if request.call.is_some() {
+        request
+            .mcp_action()
+            .filter(|t| t.check_canonical().is_ok())?
+            .transport()
+    } else {
+        request
+            .network_action()
+            .filter(|a| a.check_canonical().is_ok())?
+    };
     let regions: Vec<_> = findings.iter().map(|f| finding_regions(f, graph)).collect();
     CompiledFindings::compile(&regions)
         .ok()?
@@ -143,6 +179,30 @@ impl DecideResponse {
 /// Decides `request` against a compiled policy. Non-canonical input is a
 /// deny that says which field is wrong.
 pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> DecideResponse {
+    if request.call.is_some() {
+        if request.access.is_some() || request.layer.is_some() || request.method.is_some() {
+            return DecideResponse::deny(
+                "an MCP action (call) has no access, layer or method: it travels as POST to its path",
+            );
+        }
+        let Some(call) = request.mcp_action() else {
+            return DecideResponse::deny("an MCP action needs binary, host, port, path and name");
+        };
+        if let Err(e) = call.check_canonical() {
+            return DecideResponse::deny(format!("not a canonical action: {e}"));
+        }
+        let decision = decide_mcp(policy, &call);
+        return DecideResponse {
+            allow: decision.allow,
+            rule: decision.rule,
+            reason: format!("{call}: {}", decision.reason),
+            revision: None,
+            finding: None,
+        };
+    }
+    if request.name.is_some() || request.arguments.is_some() {
+        return DecideResponse::deny("name and arguments belong to an MCP action: give call too");
+    }
     if let Some(access) = request.access {
         let Some(path) = request.path.clone() else {
             return DecideResponse::deny("a filesystem action needs a path");
@@ -259,7 +319,7 @@ network:
             layer: None,
             method: Some(method.into()),
             path: Some(path.into()),
-            access: None,
+            ..DecideRequest::default()
         }
     }
 
@@ -302,6 +362,64 @@ network:
         assert!(!decide_action(&p, &r).allow);
         r.access = Some(Access::Read);
         assert!(decide_action(&p, &r).allow);
+    }
+
+    #[test]
+    fn mcp_actions_are_judged_per_call() {
+        let doc: PolicyDocument = serde_saphyr::from_str(
+            r#"
+network:
+  - name: bank
+    binaries: [/usr/local/bin/agent]
+    endpoints:
+      - host: bank.internal
+        ports: [443]
+        protocol: mcp
+        path: /mcp
+        tools:
+          - name: send_money
+            arguments: {amount: {maximum: 100}}
+"#,
+        )
+        .unwrap();
+        let p = compile(&doc, Role::Sandbox, &Limits::default()).unwrap();
+        let call = |amount: u32| DecideRequest {
+            sandbox: "bot".into(),
+            namespace: "agents".into(),
+            binary: Some("/usr/local/bin/agent".into()),
+            host: Some("bank.internal".into()),
+            port: Some(443),
+            path: Some("/mcp".into()),
+            call: Some(McpKind::Tool),
+            name: Some("send_money".into()),
+            arguments: serde_json::json!({ "amount": amount }).as_object().cloned(),
+            ..DecideRequest::default()
+        };
+        let yes = decide_action(&p, &call(100));
+        assert!(yes.allow, "{}", yes.reason);
+        assert_eq!(yes.rule.as_deref(), Some("bank"));
+        let no = decide_action(&p, &call(101));
+        assert!(!no.allow);
+        assert!(
+            no.reason
+                .starts_with("tools/call send_money {\"amount\":101}"),
+            "{}",
+            no.reason
+        );
+        let mut mixed = call(1);
+        mixed.method = Some("POST".into());
+        assert!(!decide_action(&p, &mixed).allow);
+        let mut nameless = call(1);
+        nameless.name = None;
+        assert!(decide_action(&p, &nameless).reason.contains("needs"));
+        let mut stray = request("POST", "/mcp");
+        stray.name = Some("send_money".into());
+        assert!(!decide_action(&p, &stray).allow);
+        // Unknown fields stay an error, so a typo cannot widen a question.
+        let typo = serde_json::from_value::<DecideRequest>(serde_json::json!({
+            "sandbox": "s", "namespace": "n", "call": "tool", "tool": "x"
+        }));
+        assert!(typo.is_err());
     }
 
     #[test]

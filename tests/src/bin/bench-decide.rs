@@ -91,7 +91,7 @@ fn main() -> ExitCode {
             layer: Some(a.layer),
             method: Some(a.method.clone()),
             path: Some(a.path.clone()),
-            access: None,
+            ..DecideRequest::default()
         })
         .collect();
     let allowed = actions

@@ -18,7 +18,7 @@ RELEASE_DIR := $(TARGET_DIR)/release
 # another package's binaries only for that package's own tests).
 DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -137,6 +137,9 @@ bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximu
 	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
 	$(RELEASE_DIR)/bench-verify
 
+bench-mcp: z3 ## tool-call authority in process: containment of tool policies and decisions on 1,000 tool rules, beside the same as rest rules
+	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-mcp
+
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
 
@@ -157,6 +160,7 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-scan
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-verify
+	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-mcp
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
 	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-scale

@@ -356,6 +356,110 @@ fn mcp_over<'p>(
     )
 }
 
+/// An MCP server as an enforcement point sees it: where the JSON-RPC
+/// messages of a request are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McpServer<'a> {
+    /// Canonical host.
+    pub host: &'a str,
+    /// Port.
+    pub port: u16,
+    /// Canonical request path.
+    pub path: &'a str,
+}
+
+impl McpServer<'_> {
+    /// The request that carries every message: `POST path`.
+    fn wire(&self, caller: Caller<'_>) -> NetworkAction {
+        NetworkAction {
+            binary: match caller {
+                Caller::Binary(b) => b.to_string(),
+                Caller::Unknown => String::new(),
+            },
+            host: self.host.to_string(),
+            port: self.port,
+            layer: Layer::Rest,
+            method: "POST".to_string(),
+            path: self.path.to_string(),
+        }
+    }
+}
+
+/// Whether some `mcp` endpoint of the policy serves `server`'s path on its
+/// host and port (for any caller): requests there carry JSON-RPC messages,
+/// each judged as an MCP action (docs/policy-semantics.md §8.4).
+pub fn is_mcp_server(policy: &CompiledPolicy, index: &HostIndex, server: McpServer<'_>) -> bool {
+    indexed_pairs(policy, index, server.host).any(|(_, e)| {
+        endpoint_reaches(e, server.host, server.port)
+            && matches!(&e.kind, EndpointKind::Mcp(m) if m.path.matches(server.path))
+    })
+}
+
+/// What an enforcement point asks about an MCP server beyond single calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpQuery<'a> {
+    /// May the methods that grant no authority (§8.1: `initialize`,
+    /// `ping`, the `*/list` methods, notifications, responses) be sent?
+    /// Yes iff the connection to the endpoint is allowed: an `mcp` endpoint
+    /// on the path admits the caller, or the transport `POST path` is
+    /// allowed; and no `denyRules` entry refuses `POST path`.
+    Session,
+    /// Should a `*/list` result show this tool, resource or prompt? Yes iff
+    /// some call of it could be allowed (an entry's name or URI glob
+    /// matches, or raw authority covers the server) and no `denyTools`
+    /// entry refuses every call of it. Listing is a courtesy to the model;
+    /// every call is still judged.
+    Listed(McpKind, &'a str),
+}
+
+/// Answers an [`McpQuery`] about `server` for `caller`.
+pub fn mcp_query(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    server: McpServer<'_>,
+    query: McpQuery<'_>,
+) -> bool {
+    let wire = server.wire(caller);
+    let mut allowed = false;
+    let reaching = indexed_pairs(policy, index, server.host)
+        .filter(|(_, e)| endpoint_reaches(e, server.host, server.port));
+    for (rule, e) in reaching {
+        let (may_allow, may_deny) = (
+            caller_ok(rule, caller, false),
+            caller_ok(rule, caller, true),
+        );
+        match &e.kind {
+            EndpointKind::L4 => allowed |= may_allow,
+            EndpointKind::Rest { .. } => {
+                if may_deny && endpoint_kind_denies(e, &wire) {
+                    return false;
+                }
+                allowed |= may_allow && endpoint_kind_allows(e, &wire);
+            }
+            EndpointKind::Mcp(m) if m.path.matches(server.path) => match query {
+                McpQuery::Session => allowed |= may_allow,
+                McpQuery::Listed(kind, name) => {
+                    let unconditional = |c: &crate::mcp::CompiledCall| {
+                        c.name.matches(name) && c.arguments.is_empty() && c.additional_arguments
+                    };
+                    if kind == McpKind::Tool && may_deny && m.deny_tools.iter().any(unconditional) {
+                        return false;
+                    }
+                    let named = match kind {
+                        McpKind::Tool => m.tools.iter().any(|c| c.name.matches(name)),
+                        McpKind::Prompt => m.prompts.iter().any(|c| c.name.matches(name)),
+                        McpKind::Resource => m.resources.iter().any(|g| g.matches(name)),
+                    };
+                    allowed |= may_allow && named;
+                }
+            },
+            EndpointKind::Mcp(_) => {}
+        }
+    }
+    allowed
+}
+
 /// `allows_P(a)` for a network action.
 pub fn allows_network(policy: &CompiledPolicy, a: &NetworkAction) -> bool {
     decide_network(policy, a).allow

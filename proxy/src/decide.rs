@@ -95,6 +95,11 @@ pub enum RefusalCode {
     UnsupportedProtocol,
     /// A tunnel opened under an older policy is no longer allowed.
     Revoked,
+    /// An MCP message the specification does not name.
+    UnsupportedMcpMethod,
+    /// A body or message to an MCP server that is not JSON-RPC as MCP
+    /// defines it, or a call whose name is not canonical.
+    MalformedMcp,
 }
 
 impl RefusalCode {
@@ -110,6 +115,8 @@ impl RefusalCode {
             RefusalCode::HostMismatch => "host_mismatch",
             RefusalCode::UnsupportedProtocol => "unsupported_protocol",
             RefusalCode::Revoked => "revoked",
+            RefusalCode::UnsupportedMcpMethod => "unsupported_mcp_method",
+            RefusalCode::MalformedMcp => "malformed_mcp",
         }
     }
 }
@@ -186,7 +193,8 @@ pub fn canonical_host(raw: &str) -> Result<String, Refusal> {
     Ok(host)
 }
 
-fn policy(snapshot: &Snapshot) -> Result<&EnforcedPolicy, Refusal> {
+/// The snapshot's policy, or the refusal every action gets without one.
+pub(crate) fn policy_of(snapshot: &Snapshot) -> Result<&EnforcedPolicy, Refusal> {
     snapshot.policy.as_deref().map_err(|why| {
         Refusal::new(
             RefusalCode::PolicyUnavailable,
@@ -203,7 +211,7 @@ pub fn judge_connection(
     host: &str,
     port: u16,
 ) -> Result<Admitted, Refusal> {
-    let policy = policy(snapshot)?;
+    let policy = policy_of(snapshot)?;
     match decide_connection_indexed(&policy.compiled, &policy.index, binary.caller(), host, port) {
         ConnectionDecision::Tunnel { rule } => Ok(Admitted::Tunnel(rule)),
         ConnectionDecision::Inspect => Ok(Admitted::Inspect),
@@ -237,7 +245,7 @@ pub fn judge_request(
     method: &str,
     target_path: &str,
 ) -> Result<String, Refusal> {
-    let policy = policy(snapshot)?;
+    let policy = policy_of(snapshot)?;
     let path = request_path(target_path).map_err(|e| {
         Refusal::new(
             RefusalCode::NonCanonicalPath,

@@ -7,6 +7,7 @@
 pub mod decide;
 pub mod identity;
 pub mod io;
+pub mod mcp;
 pub mod netinit;
 pub mod resolve;
 pub mod server;

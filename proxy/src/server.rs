@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -31,9 +31,13 @@ use crate::decide::{
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
+use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
 use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
+use agentgate_policy::action::{McpKind, request_path};
+use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
+use serde_json::json;
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -118,6 +122,73 @@ fn error_response(status: StatusCode, code: &str, reason: &str) -> Response<Body
         headers.insert("x-agentgate-error", value);
     }
     response
+}
+
+/// The canonical path of a request to an MCP server of the policy, or
+/// `None` when (host, port, path) is judged as a plain request.
+fn mcp_path(snapshot: &Snapshot, host: &str, port: u16, target: &str) -> Option<String> {
+    let policy = snapshot.policy.as_ref().ok()?;
+    let path = request_path(target).ok()?;
+    let server = McpServer {
+        host,
+        port,
+        path: &path,
+    };
+    is_mcp_server(&policy.compiled, &policy.index, server).then_some(path)
+}
+
+/// The largest JSON list answer filtered (an event stream is filtered
+/// event by event instead).
+const MAX_LIST_BYTES: usize = 16 << 20;
+
+/// An event stream whose list results are filtered as they pass.
+struct FilteredEvents {
+    inner: Body,
+    filter: mcp::SseFilter,
+    visible: Box<Visible>,
+    done: bool,
+}
+
+/// Whether a `*/list` result shows an entry (see [`mcp_query`]).
+type Visible = dyn Fn(McpKind, &str) -> bool + Send + Sync;
+
+impl hyper::body::Body for FilteredEvents {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        let out = this.filter.push(&data, &*this.visible);
+                        if !out.is_empty() {
+                            return Poll::Ready(Some(Ok(hyper::body::Frame::data(out.into()))));
+                        }
+                    }
+                    // Trailers pass unchanged.
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                Poll::Ready(None) => {
+                    this.done = true;
+                    let rest = this.filter.finish();
+                    if !rest.is_empty() {
+                        return Poll::Ready(Some(Ok(hyper::body::Frame::data(rest.into()))));
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
@@ -230,8 +301,8 @@ pub fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
 
 /// One kept upstream connection.
 enum Sender {
-    H1(hyper::client::conn::http1::SendRequest<Incoming>),
-    H2(hyper::client::conn::http2::SendRequest<Incoming>),
+    H1(hyper::client::conn::http1::SendRequest<Body>),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
 }
 
 impl Sender {
@@ -967,6 +1038,15 @@ impl Inspected {
             return refuse(refusal, &host, port);
         }
         let snapshot = proxy.snapshot();
+        if let Some(path) = mcp_path(&snapshot, &host, port, req.uri().path()) {
+            let key = UpstreamKey {
+                tls: self.tls,
+                h2: self.tls && req.version() == Version::HTTP_2,
+                host: host.clone(),
+                port,
+            };
+            return self.mcp_request(req, &snapshot, key, &path).await;
+        }
         let rule = match judge_request(
             &snapshot,
             &self.binary,
@@ -1005,10 +1085,183 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        self.forward(key, req).await
+        self.forward(key, req.map(BodyExt::boxed)).await
     }
 
-    async fn forward(&self, key: UpstreamKey, mut req: Request<Incoming>) -> Response<Body> {
+    /// A request to an MCP server (docs/proxy.md, "MCP"): a POST's
+    /// JSON-RPC messages are judged one by one before anything is
+    /// forwarded, a refused one answered here; GET (the server's event
+    /// stream) and DELETE (the end of a session) carry no call and pass
+    /// when a session with the server is allowed.
+    async fn mcp_request(
+        &self,
+        req: Request<Incoming>,
+        snapshot: &Snapshot,
+        key: UpstreamKey,
+        path: &str,
+    ) -> Response<Body> {
+        let proxy = &self.proxy;
+        let server = McpServer {
+            host: &key.host,
+            port: key.port,
+            path,
+        };
+        let refuse = |refusal: &Refusal| {
+            proxy.log_refusal("mcp", &self.binary, &key.host, key.port, refusal);
+        };
+        if req.method() != Method::POST {
+            let session = {
+                let body = json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}).to_string();
+                mcp::judge_post(snapshot, &self.binary, server, body.as_bytes())
+            };
+            if let Judged::Answer { refusal, .. } = session {
+                refuse(&refusal);
+                return refusal_response(&refusal);
+            }
+            proxy.metrics.decision(true, "mcp", "session");
+            let (mut parts, body) = req.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            return self
+                .forward(key, Request::from_parts(parts, body.boxed()))
+                .await;
+        }
+        if let Some(name) = METHOD_OVERRIDES
+            .iter()
+            .find(|name| req.headers().contains_key(**name))
+        {
+            let refusal = Refusal::new(
+                RefusalCode::MalformedMcp,
+                format!(
+                    "{name} on a POST to an MCP server: its messages could not be judged as sent"
+                ),
+            );
+            refuse(&refusal);
+            return refusal_response(&refusal);
+        }
+        let (mut parts, body) = req.into_parts();
+        let bytes = match Limited::new(body, mcp::MAX_BODY_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                let refusal = Refusal::new(
+                    RefusalCode::MalformedMcp,
+                    format!(
+                        "the body of a POST to an MCP server could not be read whole within {} bytes: {e}",
+                        mcp::MAX_BODY_BYTES
+                    ),
+                );
+                refuse(&refusal);
+                return refusal_response(&refusal);
+            }
+        };
+        let lists = match mcp::judge_post(snapshot, &self.binary, server, &bytes) {
+            Judged::Answer {
+                status,
+                body,
+                refusal,
+            } => {
+                refuse(&refusal);
+                let mut response = Response::new(full(body));
+                *response.status_mut() =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                headers.insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+                // The session continues: keep the client's session id.
+                if let Some(session) = parts.headers.get("mcp-session-id") {
+                    headers.insert("mcp-session-id", session.clone());
+                }
+                return response;
+            }
+            Judged::Forward { lists, calls } => {
+                proxy.metrics.decision(true, "mcp", "allowed");
+                tracing::debug!(decision = "allow", host = %key.host, port = key.port, path, ?calls, "mcp messages allowed");
+                lists
+            }
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        let response = self
+            .forward(key.clone(), Request::from_parts(parts, full(bytes)))
+            .await;
+        if lists.is_empty() {
+            return response;
+        }
+        self.filter_lists(response, lists, key, path.to_string())
+            .await
+    }
+
+    /// Filters the `*/list` results in an MCP server's answer, as JSON or
+    /// as an event stream, by the policy in force when they arrive.
+    async fn filter_lists(
+        &self,
+        response: Response<Body>,
+        lists: Vec<mcp::ListRequest>,
+        key: UpstreamKey,
+        path: String,
+    ) -> Response<Body> {
+        let proxy = self.proxy.clone();
+        let caller = self.binary.clone();
+        let visible = move |kind: McpKind, name: &str| {
+            let snapshot = proxy.snapshot();
+            let Ok(policy) = &snapshot.policy else {
+                return false;
+            };
+            let server = McpServer {
+                host: &key.host,
+                port: key.port,
+                path: &path,
+            };
+            mcp_query(
+                &policy.compiled,
+                &policy.index,
+                caller.caller(),
+                server,
+                McpQuery::Listed(kind, name),
+            )
+        };
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let (mut parts, body) = response.into_parts();
+        parts.headers.remove(header::CONTENT_LENGTH);
+        if content_type.starts_with("text/event-stream") {
+            let filtered = FilteredEvents {
+                inner: body,
+                filter: mcp::SseFilter::new(lists),
+                visible: Box::new(visible),
+                done: false,
+            };
+            return Response::from_parts(parts, filtered.boxed());
+        }
+        let bytes = match Limited::new(body, MAX_LIST_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return error_response(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_protocol",
+                    &format!("the MCP server's answer could not be read whole: {e}"),
+                );
+            }
+        };
+        let filtered = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(mut message) => {
+                if mcp::filter_lists(&mut message, &lists, &visible) > 0 {
+                    Bytes::from(message.to_string())
+                } else {
+                    bytes
+                }
+            }
+            Err(_) => bytes,
+        };
+        Response::from_parts(parts, full(filtered))
+    }
+
+    async fn forward(&self, key: UpstreamKey, mut req: Request<Body>) -> Response<Body> {
         let proxy = &self.proxy;
         let sender = match proxy.upstreams.take(&key) {
             Some(sender) => sender,

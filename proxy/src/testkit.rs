@@ -3,17 +3,19 @@
 //! speaking HTTP/1.1 and HTTP/2 with a few fixed routes.
 //!
 //! Routes: `/bytes/N` answers N bytes; `/hang` never answers; `/reset`
-//! closes the connection; anything else echoes the request as JSON
-//! (`method`, `path`, `query`, `version`, `headers`).
+//! closes the connection; `/mcp` is a small MCP server (JSON-RPC answers as
+//! JSON, or as an event stream when the path is `/mcp-sse`) that records
+//! every method it receives ([`mcp_received`]); anything else echoes the
+//! request as JSON (`method`, `path`, `query`, `version`, `headers`).
 
 #![allow(missing_docs)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -116,6 +118,80 @@ fn respond(req: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
     Some(response)
 }
 
+/// What the MCP route received, as `METHOD NAME` lines, in order.
+static MCP_RECEIVED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Every MCP message the `/mcp` routes of this process received so far.
+pub fn mcp_received() -> Vec<String> {
+    MCP_RECEIVED.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+/// The tools the MCP route lists.
+pub const MCP_TOOLS: &[&str] = &["get_balance", "send_money", "delete_account"];
+
+fn mcp_answer(message: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::json;
+    let method = message.get("method")?.as_str()?;
+    let name = message["params"]["name"]
+        .as_str()
+        .or(message["params"]["uri"].as_str())
+        .unwrap_or_default();
+    if let Ok(mut received) = MCP_RECEIVED.lock() {
+        received.push(format!("{method} {name}").trim_end().to_string());
+    }
+    let id = message.get("id")?.clone();
+    let result = match method {
+        "tools/list" => {
+            json!({"tools": MCP_TOOLS.iter().map(|t| json!({"name": t, "inputSchema": {"type": "object"}})).collect::<Vec<_>>()})
+        }
+        "tools/call" => json!({"content": [{"type": "text", "text": format!("called {name}")}]}),
+        _ => json!({}),
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// The MCP route: answers each request of a single message or a batch.
+async fn mcp_respond(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let sse = req.uri().path() == "/mcp-sse";
+    let bytes = match req.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let answers: Vec<serde_json::Value> = match &parsed {
+        serde_json::Value::Array(items) => items.iter().filter_map(mcp_answer).collect(),
+        single => mcp_answer(single).into_iter().collect(),
+    };
+    if answers.is_empty() {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::ACCEPTED;
+        return response;
+    }
+    let (body, content_type) = if sse {
+        let events: String = answers
+            .iter()
+            .map(|a| format!("event: message\ndata: {a}\n\n"))
+            .collect();
+        (events, "text/event-stream")
+    } else if parsed.is_array() {
+        (
+            serde_json::Value::Array(answers).to_string(),
+            "application/json",
+        )
+    } else {
+        (answers[0].to_string(), "application/json")
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    response
+        .headers_mut()
+        .insert("mcp-session-id", http::HeaderValue::from_static("s-1"));
+    response
+}
+
 /// Serves the routes on `listener`, with TLS when `tls` is given, forever.
 pub async fn serve_upstream(listener: TcpListener, tls: Option<Arc<ServerConfig>>) {
     loop {
@@ -126,6 +202,9 @@ pub async fn serve_upstream(listener: TcpListener, tls: Option<Arc<ServerConfig>
         let tls = tls.clone();
         tokio::spawn(async move {
             let service = service_fn(|req: Request<Incoming>| async move {
+                if req.uri().path().starts_with("/mcp") {
+                    return Ok(mcp_respond(req).await);
+                }
                 match respond(&req) {
                     Some(response) => Ok::<_, String>(response),
                     None if req.uri().path() == "/reset" => Err("reset".to_string()),

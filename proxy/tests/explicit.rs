@@ -532,3 +532,162 @@ fn upstream_certificates_are_always_verified() {
         "{body}"
     );
 }
+
+const MCP_POLICY: &str = r#"
+network:
+  - name: bank
+    binaries: [{CURL}]
+    endpoints:
+      - host: other.example.test
+        ports: [{PORT}]
+        protocol: mcp
+        path: "/mcp*"
+        tools:
+          - name: "get_*"
+          - name: send_money
+            arguments: {amount: {maximum: 100}}
+"#;
+
+/// One JSON-RPC POST to the MCP routes of the upstream through the proxy:
+/// (HTTP status, parsed body).
+fn mcp_post(h: &Harness, path: &str, body: &Value) -> (String, Value) {
+    let (code, text, tail) = h.curl(&[
+        "--cacert",
+        &ca(h),
+        "-H",
+        "content-type: application/json",
+        "-H",
+        "accept: application/json, text/event-stream",
+        "-H",
+        "mcp-session-id: s-1",
+        "-d",
+        &body.to_string(),
+        &h.url("other.example.test", path),
+    ]);
+    assert_eq!(code, 0, "{text}\n{}", h.proxy_log());
+    let status = tail.split(' ').nth(1).unwrap_or_default().to_string();
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    let parsed = match events.as_slice() {
+        [] => serde_json::from_str(&text).unwrap_or(Value::Null),
+        [one] => serde_json::from_str(one).unwrap(),
+        many => Value::Array(
+            many.iter()
+                .map(|e| serde_json::from_str(e).unwrap())
+                .collect(),
+        ),
+    };
+    (status, parsed)
+}
+
+fn call(id: u32, name: &str, arguments: Value) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}})
+}
+
+fn listed(answer: &Value) -> Vec<String> {
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tool list in {answer}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn mcp_calls_are_judged_one_by_one_and_lists_are_filtered() {
+    use agentgate_proxy::testkit::mcp_received;
+    let (_rt, h) = started("mcp", MCP_POLICY, &[]);
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": "l", "method": "tools/list"});
+    let (status, answer) = mcp_post(&h, "/mcp", &list);
+    assert_eq!(status, "200");
+    assert_eq!(listed(&answer), ["get_balance", "send_money"], "{answer}");
+    // The same list as an event stream is filtered event by event.
+    let (_, answer) = mcp_post(&h, "/mcp-sse", &list);
+    assert_eq!(listed(&answer), ["get_balance", "send_money"], "{answer}");
+
+    let (_, answer) = mcp_post(
+        &h,
+        "/mcp",
+        &call(1, "send_money", serde_json::json!({"amount": 50})),
+    );
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "called send_money",
+        "{answer}"
+    );
+    let (status, answer) = mcp_post(
+        &h,
+        "/mcp",
+        &call(2, "send_money", serde_json::json!({"amount": 500})),
+    );
+    assert_eq!(status, "200", "a refusal is a JSON-RPC answer");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("refused by agentgate: tools/call send_money {\"amount\":500}"),
+        "{message}"
+    );
+    assert_eq!(answer["error"]["data"]["code"], "no_rule");
+    // A batch with one refused call is answered whole and forwarded not at all.
+    let (_, answers) = mcp_post(
+        &h,
+        "/mcp",
+        &serde_json::json!([
+            call(3, "get_balance", serde_json::json!({})),
+            call(4, "delete_account", serde_json::json!({}))
+        ]),
+    );
+    assert_eq!(answers.as_array().map(Vec::len), Some(2), "{answers}");
+    assert!(
+        answers[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("delete_account")
+    );
+    let received = mcp_received();
+    assert!(
+        received.contains(&"tools/call send_money".to_string()),
+        "{received:?}"
+    );
+    assert_eq!(
+        received
+            .iter()
+            .filter(|r| r.starts_with("tools/call"))
+            .count(),
+        1,
+        "only the allowed call reached the server: {received:?}"
+    );
+
+    // Hot reload applies to the open session: delete_account becomes allowed.
+    let before = h.generation();
+    h.write_policy(
+        &h.render(&MCP_POLICY.replace("\"get_*\"", "\"get_*\"\n          - name: delete_account")),
+    );
+    h.wait_generation_after(before);
+    let (_, answer) = mcp_post(
+        &h,
+        "/mcp",
+        &call(5, "delete_account", serde_json::json!({})),
+    );
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "called delete_account",
+        "{answer}"
+    );
+    let (_, answer) = mcp_post(&h, "/mcp", &list);
+    assert_eq!(
+        listed(&answer),
+        ["get_balance", "send_money", "delete_account"]
+    );
+    // Unknown methods are refused with a reason.
+    let (_, answer) = mcp_post(
+        &h,
+        "/mcp",
+        &serde_json::json!({"jsonrpc": "2.0", "id": 6, "method": "tools/destroy"}),
+    );
+    assert_eq!(
+        answer["error"]["data"]["code"], "unsupported_mcp_method",
+        "{answer}"
+    );
+    assert!(h.proxy_log().contains("unsupported_mcp_method"));
+}

@@ -18,7 +18,7 @@ RELEASE_DIR := $(TARGET_DIR)/release
 # another package's binaries only for that package's own tests).
 DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -44,6 +44,9 @@ helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
 
 netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transparent-mode test (apt-get, once)
 	@./hack/install-netns-tools.sh
+
+mcp-sdk: ## the official MCP Python SDK, pinned, in a venv under ~/.cache/agentgate (the proxy's MCP end-to-end test; pip, once)
+	@./hack/install-mcp-sdk.sh
 
 chart: helm ## helm lint and helm template of charts/agentgate over several value sets
 	@./hack/test-chart.sh
@@ -95,7 +98,7 @@ check: z3 ## the everyday loop, a few minutes warm: fmt check, clippy, and every
 	@# crate's `testing`) it would compile the operator crate a second time.
 	$(CARGO) test --locked --workspace --exclude agentgate-e2e
 
-unit-tests: disk z3 control-plane node kstatus helm netns-tools ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
+unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
 	@# The golden tests run agentgate's binaries, the pod runner and the
 	@# real-node test run and pack all four: built explicitly, whichever
 	@# packages have integration tests (for which cargo test builds them).

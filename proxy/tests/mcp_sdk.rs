@@ -1,0 +1,186 @@
+//! Tool-call authority end to end: in a network namespace this test creates
+//! (`unshare --net`, as root), a real MCP server and a real MCP client from
+//! the official Python SDK (`mcp`, pinned by hack/install-mcp-sdk.sh) talk
+//! Streamable HTTP through `agentgate-proxy`. Allowed calls reach the
+//! server, refused ones do not (the server's own call log shows it) and
+//! come back as errors the client reads; `tools/list` is filtered (the SDK
+//! asks for event streams, so the SSE path is the one exercised); a policy
+//! rewritten mid-session applies to the open session.
+//!
+//! Needs root, unshare, ip, curl and the SDK's virtualenv: `make test`
+//! installs them (hack/install-netns-tools.sh, hack/install-mcp-sdk.sh) and
+//! runs it with `--include-ignored`. Anything missing fails the test; it
+//! never skips there. Run it alone with
+//! `cargo test -p agentgate-proxy --test mcp_sdk -- --include-ignored`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use agentgate_proxy::testkit::TestCa;
+use serde_json::Value;
+
+/// The SDK's python, installed by hack/install-mcp-sdk.sh.
+fn sdk_python() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/install-mcp-sdk.sh");
+    let out = Command::new(script).arg("--print").output().unwrap();
+    assert!(
+        out.status.success(),
+        "the MCP SDK is missing and could not be installed (hack/install-mcp-sdk.sh): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+const POLICY: &str = r#"network:
+  - name: bank
+    binaries: [{PYTHON}]
+    endpoints:
+      - host: bank.internal
+        ports: [8931]
+        protocol: mcp
+        path: /mcp
+        tools:
+          - name: get_balance
+          - name: send_money
+            arguments:
+              recipient: {glob: "GB*"}
+              amount: {minimum: 0, maximum: 100}
+            additionalArguments: false
+"#;
+
+#[test]
+#[ignore = "needs root, network namespaces and the MCP SDK: make test runs it (--include-ignored)"]
+fn the_official_sdk_through_the_proxy_gets_exactly_the_granted_calls() {
+    for tool in ["unshare", "ip", "curl"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .status()
+            .unwrap();
+        assert!(
+            found.success(),
+            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
+        );
+    }
+    let python = sdk_python();
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import os,sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .unwrap();
+    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let dir = std::env::temp_dir().join(format!("agentgate-mcp-sdk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sandbox_ca = TestCa::new("mcp sandbox CA").unwrap();
+    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
+    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
+    let policy = POLICY.replace("{PYTHON}", &real_python);
+    std::fs::write(dir.join("policy.yaml"), &policy).unwrap();
+    // The grant that arrives mid-session.
+    let wider = policy.replace(
+        "          - name: get_balance\n",
+        "          - name: get_balance\n          - name: delete_account\n",
+    );
+    std::fs::write(dir.join("policy-wider.yaml"), &wider).unwrap();
+
+    let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+    let script = format!(
+        r#"set -u
+d={dir}
+ip link set lo up
+{python} {support}/mcp_bank_server.py 127.0.0.1 8931 $d/calls.log > $d/server.log 2>&1 &
+{proxy} --policy $d/policy.yaml --listen 127.0.0.1:15000 --metrics-listen 127.0.0.1:15020 \
+  --ca-cert $d/sandbox-ca.pem --ca-key $d/sandbox-ca.key \
+  --resolve bank.internal:8931:127.0.0.1 > $d/proxy.log 2>&1 &
+generation() {{ curl -s http://127.0.0.1:15020/metrics | sed -n 's/^agentgate_proxy_policy_generation //p'; }}
+for i in $(seq 200); do
+  curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:15020/readyz 2>/dev/null | grep -q 200 \
+    && curl -s -o /dev/null http://127.0.0.1:8931/mcp 2>/dev/null && break
+  sleep 0.1
+done
+(
+  for i in $(seq 300); do [ -e $d/reload-me ] && break; sleep 0.05; done
+  before=$(generation)
+  cp $d/policy-wider.yaml $d/policy.yaml.new && mv $d/policy.yaml.new $d/policy.yaml
+  for i in $(seq 200); do [ "$(generation)" != "$before" ] && break; sleep 0.05; done
+  touch $d/go
+) &
+HTTP_PROXY=http://127.0.0.1:15000 http_proxy=http://127.0.0.1:15000 NO_PROXY= no_proxy= \
+  {python} {support}/mcp_client.py http://bank.internal:8931/mcp $d 2> $d/client.err | sed 's/^/STEP /'
+echo "--- proxy log ---" >&2; cat $d/proxy.log >&2
+echo "--- client stderr ---" >&2; cat $d/client.err >&2
+echo "--- server log ---" >&2; cat $d/server.log >&2
+echo "--- calls ---"; sed 's/^/CALL /' $d/calls.log
+kill $(jobs -p) 2>/dev/null
+wait 2>/dev/null
+"#,
+        dir = dir.display(),
+        proxy = env!("CARGO_BIN_EXE_agentgate-proxy"),
+        support = support.display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--net", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let context = format!("{stdout}\n{stderr}");
+    let steps: HashMap<String, Value> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("STEP "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_str().unwrap_or_default().to_string(), v))
+        .collect();
+    let calls: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CALL "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {context}"))
+    };
+    assert_eq!(
+        step("list")["tools"],
+        serde_json::json!(["get_balance", "send_money"]),
+        "the list shows the granted tools only: {context}"
+    );
+    assert_eq!(step("balance")["ok"], true, "{context}");
+    assert_eq!(step("small")["text"], "sent 50.0 to GB29", "{context}");
+    let large = step("large");
+    assert_eq!(large["ok"], false, "{context}");
+    let message = large["error"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("refused by agentgate: tools/call send_money")
+            && message.contains("no rule allows"),
+        "the model reads why: {context}"
+    );
+    assert_eq!(large["code"], -32010);
+    assert_eq!(large["data"]["code"], "no_rule");
+    assert_eq!(step("delete-before")["ok"], false, "{context}");
+    assert_eq!(
+        step("delete-after")["text"],
+        "deleted",
+        "the new grant applies to the open session: {context}"
+    );
+    assert_eq!(
+        step("list-after")["tools"],
+        serde_json::json!(["get_balance", "send_money", "delete_account"]),
+        "{context}"
+    );
+    // The server's own log: only what the policy allowed reached it.
+    let names: Vec<&str> = calls.iter().filter_map(|c| c["tool"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["get_balance", "send_money", "delete_account"],
+        "{context}"
+    );
+    assert_eq!(calls[1]["arguments"]["amount"], 50.0, "{context}");
+    assert!(stderr.contains("refused"), "refusals are logged: {context}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

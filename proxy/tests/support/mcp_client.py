@@ -1,0 +1,54 @@
+"""An MCP client (the official Python SDK) that drives one session through
+the proxy and prints one JSON line per step for the Rust test to check.
+
+usage: mcp_client.py URL STATE_DIR
+The client writes STATE_DIR/reload-me halfway and waits for STATE_DIR/go
+(the test rewrites the policy meanwhile), all within one session.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
+
+url, state = sys.argv[1], sys.argv[2]
+
+
+def say(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+async def call(session, step, name, arguments):
+    try:
+        result = await session.call_tool(name, arguments)
+        text = " ".join(c.text for c in result.content if hasattr(c, "text"))
+        say(step, ok=not result.isError, text=text)
+    except McpError as e:
+        say(step, ok=False, error=e.error.message, code=e.error.code, data=e.error.data)
+
+
+async def main():
+    async with streamablehttp_client(url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            say("list", tools=[t.name for t in tools.tools])
+            await call(session, "balance", "get_balance", {})
+            await call(session, "small", "send_money", {"recipient": "GB29", "amount": 50})
+            await call(session, "large", "send_money", {"recipient": "GB29", "amount": 500})
+            await call(session, "delete-before", "delete_account", {})
+            open(os.path.join(state, "reload-me"), "w").close()
+            for _ in range(300):
+                if os.path.exists(os.path.join(state, "go")):
+                    break
+                await asyncio.sleep(0.05)
+            await call(session, "delete-after", "delete_account", {})
+            tools = await session.list_tools()
+            say("list-after", tools=[t.name for t in tools.tools])
+
+
+asyncio.run(main())

@@ -8,6 +8,7 @@ use crate::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
 };
 use crate::index::HostIndex;
+use std::cell::OnceCell;
 
 /// The outcome of matching one action, with the rule that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,11 +88,16 @@ fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
 /// The part of `allows_E(t)` beyond binary, host and port (§8.2): an `l4`
 /// endpoint covers every call, a `rest` endpoint every call it allows
 /// `POST path` for, an `mcp` endpoint the calls on its path its entries allow.
-/// `wire` is `t.transport()`, built once per decision.
-fn endpoint_kind_allows_mcp(e: &CompiledEndpoint, t: &McpAction, wire: &NetworkAction) -> bool {
+/// `wire` holds `t.transport()`, built at most once per decision and only
+/// when a `rest` endpoint asks (most tool policies have none).
+fn endpoint_kind_allows_mcp(
+    e: &CompiledEndpoint,
+    t: &McpAction,
+    wire: &OnceCell<NetworkAction>,
+) -> bool {
     match &e.kind {
         EndpointKind::L4 => true,
-        EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire),
+        EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire.get_or_init(|| t.transport())),
         EndpointKind::Mcp(m) => m.path.matches(&t.path) && m.entry_allows(t),
     }
 }
@@ -100,11 +106,12 @@ fn endpoint_kind_allows_mcp(e: &CompiledEndpoint, t: &McpAction, wire: &NetworkA
 fn endpoint_kind_denies_mcp(
     e: &CompiledEndpoint,
     t: &McpAction,
-    wire: &NetworkAction,
+    wire: &OnceCell<NetworkAction>,
 ) -> Option<&'static str> {
     match &e.kind {
         EndpointKind::L4 => None,
-        EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire).then_some("a denyRules entry"),
+        EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire.get_or_init(|| t.transport()))
+            .then_some("a denyRules entry"),
         EndpointKind::Mcp(m) => {
             (m.path.matches(&t.path) && m.entry_denies(t)).then_some("a denyTools entry")
         }
@@ -339,7 +346,7 @@ fn mcp_over<'p>(
     t: &McpAction,
 ) -> Decision {
     // The request that carries the call, judged against rest endpoints.
-    let wire = t.transport();
+    let wire = OnceCell::new();
     judge_over(
         pairs.filter(|(_, e)| endpoint_reaches(e, &t.host, t.port)),
         caller,

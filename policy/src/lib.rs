@@ -14,8 +14,10 @@ pub mod index;
 pub mod load;
 pub mod matcher;
 pub mod mcp;
+pub mod mcp_messages;
 pub mod model;
 pub mod openshell;
+pub mod refusal;
 #[cfg(feature = "testing")]
 pub mod testing;
 

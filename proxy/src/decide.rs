@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use agentgate_policy::action::{Layer, NetworkAction, check_host, check_method, request_path};
 use agentgate_policy::compile::CompiledPolicy;
-use agentgate_policy::findings::{CompiledFindings, FindingCitation};
+use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{
     Caller, ConnectionDecision, decide_connection_indexed, decide_network_indexed,
 };
-use serde::Serialize;
 
 /// A compiled policy with its host index: what every decision reads.
 #[derive(Debug)]
@@ -73,89 +72,7 @@ impl Binary {
     }
 }
 
-/// Why a refusal happened, as a stable code for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefusalCode {
-    /// No rule allows the action.
-    NoRule,
-    /// A `denyRules` entry matched (deny wins).
-    DeniedByRule,
-    /// There is no valid policy.
-    PolicyUnavailable,
-    /// The destination is not a canonical DNS name (IP literal, no SNI or Host).
-    NotAHost,
-    /// The request path is not canonical.
-    NonCanonicalPath,
-    /// The method is not an upper-case HTTP token.
-    NonCanonicalMethod,
-    /// The request's Host or the TLS SNI names another host than the connection.
-    HostMismatch,
-    /// Something other than HTTP/1.1 or HTTP/2 (WebSocket upgrades, raw bytes).
-    UnsupportedProtocol,
-    /// A tunnel opened under an older policy is no longer allowed.
-    Revoked,
-    /// An MCP message the specification does not name.
-    UnsupportedMcpMethod,
-    /// A body or message to an MCP server that is not JSON-RPC as MCP
-    /// defines it, or a call whose name is not canonical.
-    MalformedMcp,
-}
-
-impl RefusalCode {
-    /// The code as logged and counted.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RefusalCode::NoRule => "no_rule",
-            RefusalCode::DeniedByRule => "denied_by_rule",
-            RefusalCode::PolicyUnavailable => "policy_unavailable",
-            RefusalCode::NotAHost => "not_a_host",
-            RefusalCode::NonCanonicalPath => "non_canonical_path",
-            RefusalCode::NonCanonicalMethod => "non_canonical_method",
-            RefusalCode::HostMismatch => "host_mismatch",
-            RefusalCode::UnsupportedProtocol => "unsupported_protocol",
-            RefusalCode::Revoked => "revoked",
-            RefusalCode::UnsupportedMcpMethod => "unsupported_mcp_method",
-            RefusalCode::MalformedMcp => "malformed_mcp",
-        }
-    }
-}
-
-/// A refusal, as the 403 body says it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refusal {
-    /// Always `deny`.
-    pub decision: &'static str,
-    /// One line in the words of `/v1/decide`.
-    pub reason: String,
-    /// Machine-readable reason.
-    pub code: RefusalCode,
-    /// The rule whose `denyRules` refused it, if one did.
-    pub rule: Option<String>,
-    /// The static trifecta finding that predicted this action, if any
-    /// (boxed: refusals travel in `Result`s on the hot path).
-    pub finding: Option<Box<FindingCitation>>,
-}
-
-impl Refusal {
-    /// A refusal no rule decided.
-    pub fn new(code: RefusalCode, reason: impl Into<String>) -> Refusal {
-        Refusal {
-            decision: "deny",
-            reason: reason.into(),
-            code,
-            rule: None,
-            finding: None,
-        }
-    }
-
-    /// The JSON body of the 403.
-    pub fn body(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| {
-            r#"{"decision":"deny","reason":"refused","rule":null,"finding":null}"#.to_string()
-        })
-    }
-}
+pub use agentgate_policy::refusal::{Refusal, RefusalCode};
 
 /// How a connection proceeds when it is not refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

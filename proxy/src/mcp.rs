@@ -1,375 +1,37 @@
-//! MCP over Streamable HTTP (docs/proxy.md, "MCP"): the JSON-RPC messages of
-//! a POST to an `mcp` endpoint's path, each judged as an MCP action of
-//! docs/policy-semantics.md §8 before anything is forwarded, the answers the
-//! proxy gives in the server's place, and the filtering of `*/list`
-//! results. Pure functions over a policy snapshot, like [`crate::decide`];
-//! every verdict comes from `agentgate_policy::matcher`.
+//! MCP over Streamable HTTP (docs/proxy.md, "MCP"): the proxy's view of
+//! [`agentgate_policy::mcp_messages`] over a policy snapshot, and the
+//! filtering of `*/list` results in server-sent event streams as they pass.
 
-use agentgate_policy::action::{McpAction, McpKind};
-use agentgate_policy::matcher::{McpQuery, McpServer, decide_mcp_indexed, mcp_query};
-use agentgate_policy::mcp::json_equal;
-use serde_json::{Map, Value, json};
+use agentgate_policy::action::McpKind;
+use agentgate_policy::matcher::McpServer;
+pub use agentgate_policy::mcp_messages::{
+    Judge, Judged, ListRequest, MAX_BODY_BYTES, REFUSED, filter_lists, judge_messages,
+    refusal_error,
+};
+use serde_json::Value;
 
-use crate::decide::{Binary, Refusal, RefusalCode, Snapshot, policy_of};
+use crate::decide::{Binary, Snapshot, policy_of};
 
-/// The JSON-RPC error code of a message the policy refuses (an
-/// implementation-defined server error, -32000..-32099, that no MCP SDK
-/// uses for itself).
-pub const REFUSED: i64 = -32010;
-/// The largest POST body judged; a longer one is refused.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
-
-/// Client-to-server methods of the MCP specification (revisions 2024-11-05
-/// to 2025-06-18) that grant no authority (§8.1): allowed whenever the
-/// connection to the endpoint is.
-const SESSION_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/unsubscribe",
-    "prompts/list",
-    "completion/complete",
-    "logging/setLevel",
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/roots/list_changed",
-];
-
-/// A list request whose result is filtered on the way back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ListRequest {
-    /// The request's JSON-RPC id.
-    pub id: Value,
-    /// What it lists.
-    pub kind: McpKind,
-}
-
-/// What the proxy does with one POST to an MCP server.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Judged {
-    /// Forward the body unchanged; filter these list results in the answer.
-    Forward {
-        /// The list requests of the body.
-        lists: Vec<ListRequest>,
-        /// The calls it carries, as shown in logs (`tools/call NAME`).
-        calls: Vec<String>,
-    },
-    /// Answer in the server's place; nothing is forwarded.
-    Answer {
-        /// HTTP status: 200 for JSON-RPC errors, 400 for a body that is not
-        /// JSON-RPC, 403 for refused notifications (no id to answer).
-        status: u16,
-        /// The JSON body.
-        body: String,
-        /// The first refusal, for logs and metrics.
-        refusal: Refusal,
-    },
-}
-
-/// One message of a body, classified.
-enum Message {
-    /// A call that carries authority.
-    Call(McpAction),
-    /// A method that grants none (or a response to a server request);
-    /// `list` when its result is filtered.
-    Session(Option<McpKind>),
-}
-
-fn malformed(reason: impl Into<String>) -> Refusal {
-    Refusal::new(RefusalCode::MalformedMcp, reason)
-}
-
-/// The call named by `params` (`name` or `uri`, and `arguments`).
-fn call(
-    method: &str,
-    kind: McpKind,
-    params: Option<&Value>,
-    binary: &Binary,
-    server: McpServer<'_>,
-) -> Result<McpAction, Refusal> {
-    let key = if kind == McpKind::Resource {
-        "uri"
-    } else {
-        "name"
-    };
-    let params = params.and_then(Value::as_object);
-    let Some(name) = params.and_then(|p| p.get(key)).and_then(Value::as_str) else {
-        return Err(malformed(format!("{method} without a string params.{key}")));
-    };
-    let args = match params.and_then(|p| p.get("arguments")) {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(args)) if kind != McpKind::Resource => args.clone(),
-        Some(_) => {
-            return Err(malformed(format!(
-                "{method} {name}: params.arguments is not an object"
-            )));
-        }
-    };
-    let action = McpAction {
-        binary: binary.shown().to_string(),
-        host: server.host.to_string(),
-        port: server.port,
-        path: server.path.to_string(),
-        kind,
-        name: name.to_string(),
-        args,
-    };
-    action
-        .check_canonical()
-        .map_err(|e| malformed(format!("{method} {name:?}: not a canonical call ({e})")))?;
-    Ok(action)
-}
-
-fn classify(message: &Value, binary: &Binary, server: McpServer<'_>) -> Result<Message, Refusal> {
-    let Some(object) = message.as_object() else {
-        return Err(malformed("a JSON-RPC message is an object"));
-    };
-    let Some(method) = object.get("method") else {
-        // A response to the server's own request (sampling, roots,
-        // elicitation): it carries no authority of the agent's.
-        if object.contains_key("id")
-            && (object.contains_key("result") || object.contains_key("error"))
-        {
-            return Ok(Message::Session(None));
-        }
-        return Err(malformed(
-            "a JSON-RPC message has a method, or is a response with an id",
-        ));
-    };
-    let Some(method) = method.as_str() else {
-        return Err(malformed("method is not a string"));
-    };
-    let params = object.get("params");
-    let kind = match method {
-        "tools/call" => McpKind::Tool,
-        "prompts/get" => McpKind::Prompt,
-        "resources/read" | "resources/subscribe" => McpKind::Resource,
-        "tools/list" => return Ok(Message::Session(Some(McpKind::Tool))),
-        "prompts/list" => return Ok(Message::Session(Some(McpKind::Prompt))),
-        "resources/list" => return Ok(Message::Session(Some(McpKind::Resource))),
-        m if SESSION_METHODS.contains(&m) => return Ok(Message::Session(None)),
-        other => {
-            return Err(Refusal::new(
-                RefusalCode::UnsupportedMcpMethod,
-                format!(
-                    "MCP method {other:?} is not one the specification names, so it cannot be judged"
-                ),
-            ));
-        }
-    };
-    call(method, kind, params, binary, server).map(Message::Call)
-}
-
-/// Judges one message; `Ok` carries the list kind to filter, if any.
-fn judge_message(
-    snapshot: &Snapshot,
-    binary: &Binary,
-    server: McpServer<'_>,
-    message: &Value,
-) -> Result<(Option<McpKind>, Option<String>), Refusal> {
-    let policy = policy_of(snapshot)?;
-    match classify(message, binary, server)? {
-        Message::Call(action) => {
-            let decision =
-                decide_mcp_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
-            if decision.allow {
-                return Ok((
-                    None,
-                    Some(format!("{} {}", action.kind.method(), action.name)),
-                ));
-            }
-            Err(Refusal {
-                decision: "deny",
-                reason: format!("{action}: {}", decision.reason),
-                code: if decision.rule.is_some() {
-                    RefusalCode::DeniedByRule
-                } else {
-                    RefusalCode::NoRule
-                },
-                rule: decision.rule,
-                finding: snapshot
-                    .findings
-                    .cite(&action.transport())
-                    .cloned()
-                    .map(Box::new),
-            })
-        }
-        Message::Session(list) => {
-            let allowed = mcp_query(
-                &policy.compiled,
-                &policy.index,
-                binary.caller(),
-                server,
-                McpQuery::Session,
-            );
-            if allowed {
-                return Ok((list, None));
-            }
-            Err(Refusal::new(
-                RefusalCode::NoRule,
-                format!(
-                    "POST https://{}:{}{} by {}: no rule allows a session with this MCP server",
-                    server.host,
-                    server.port,
-                    server.path,
-                    binary.shown()
-                ),
-            ))
-        }
-    }
-}
-
-/// The JSON-RPC error answering `id` with a refusal the model can read.
-pub fn refusal_error(id: &Value, refusal: &Refusal) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": REFUSED,
-            "message": format!("refused by agentgate: {}", refusal.reason),
-            "data": refusal,
-        },
-    })
-}
-
-fn parse_error(reason: &str) -> Judged {
-    let refusal = malformed(reason);
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32700, "message": format!("agentgate: {reason}"), "data": &refusal},
-    });
-    Judged::Answer {
-        status: 400,
-        body: body.to_string(),
-        refusal,
-    }
-}
-
-/// Judges the body of a POST to `server`: a single JSON-RPC message or a
-/// batch (protocol revision 2025-03-26). Every message is judged before
-/// anything is forwarded; if one is refused, none is: the proxy answers
-/// every request of the body itself, the refused ones with their reason.
+/// Judges the body of a POST to `server` by the snapshot's policy (with
+/// none, every message is refused with that reason).
 pub fn judge_post(
     snapshot: &Snapshot,
     binary: &Binary,
     server: McpServer<'_>,
     body: &[u8],
 ) -> Judged {
-    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
-        return parse_error("the body is not JSON, so its MCP messages cannot be judged");
-    };
-    let (messages, batch) = match &parsed {
-        Value::Array(items) if items.is_empty() => {
-            return parse_error("an empty batch holds no message to judge");
+    match policy_of(snapshot) {
+        Ok(policy) => Judge {
+            policy: &policy.compiled,
+            index: &policy.index,
+            caller: binary.caller(),
+            shown: binary.shown(),
+            findings: &snapshot.findings,
+            server,
         }
-        Value::Array(items) => (items.iter().collect::<Vec<_>>(), true),
-        single => (vec![single], false),
-    };
-    let verdicts: Vec<_> = messages
-        .iter()
-        .map(|m| judge_message(snapshot, binary, server, m))
-        .collect();
-    let Some(first) = verdicts.iter().find_map(|v| v.as_ref().err()).cloned() else {
-        let mut lists = Vec::new();
-        let mut calls = Vec::new();
-        for (message, verdict) in messages.iter().zip(verdicts) {
-            if let Ok((list, call)) = verdict {
-                if let (Some(kind), Some(id)) = (list, message.get("id")) {
-                    lists.push(ListRequest {
-                        id: id.clone(),
-                        kind,
-                    });
-                }
-                calls.extend(call);
-            }
-        }
-        return Judged::Forward { lists, calls };
-    };
-    let answers: Vec<Value> = messages
-        .iter()
-        .zip(&verdicts)
-        .filter_map(|(message, verdict)| {
-            let id = message.get("id")?;
-            Some(match verdict {
-                Err(refusal) => refusal_error(id, refusal),
-                Ok(_) => {
-                    let mut held = first.clone();
-                    held.reason = format!(
-                        "not forwarded, because another message of its batch was refused ({})",
-                        first.reason
-                    );
-                    refusal_error(id, &held)
-                }
-            })
-        })
-        .collect();
-    match (answers.is_empty(), batch) {
-        // Only notifications: nothing to answer in JSON-RPC, so HTTP says it.
-        (true, _) => Judged::Answer {
-            status: 403,
-            body: first.body(),
-            refusal: first,
-        },
-        (false, true) => Judged::Answer {
-            status: 200,
-            body: Value::Array(answers).to_string(),
-            refusal: first,
-        },
-        (false, false) => Judged::Answer {
-            status: 200,
-            body: answers[0].to_string(),
-            refusal: first,
-        },
+        .body(body),
+        Err(refusal) => judge_messages(body, &|_| Err(refusal.clone())),
     }
-}
-
-/// Filters the `*/list` results among `message` (one JSON-RPC message or a
-/// batch) that answer `lists`, keeping the entries `visible` shows.
-/// Returns how many entries were removed.
-pub fn filter_lists(
-    message: &mut Value,
-    lists: &[ListRequest],
-    visible: &dyn Fn(McpKind, &str) -> bool,
-) -> usize {
-    if let Value::Array(items) = message {
-        return items
-            .iter_mut()
-            .map(|m| filter_lists(m, lists, visible))
-            .sum();
-    }
-    let Some(object) = message.as_object_mut() else {
-        return 0;
-    };
-    let Some(id) = object.get("id") else {
-        return 0;
-    };
-    let Some(kind) = lists.iter().find(|l| json_equal(&l.id, id)).map(|l| l.kind) else {
-        return 0;
-    };
-    let (field, key) = match kind {
-        McpKind::Tool => ("tools", "name"),
-        McpKind::Prompt => ("prompts", "name"),
-        McpKind::Resource => ("resources", "uri"),
-    };
-    let Some(entries) = object
-        .get_mut("result")
-        .and_then(|r| r.get_mut(field))
-        .and_then(Value::as_array_mut)
-    else {
-        return 0;
-    };
-    let before = entries.len();
-    entries.retain(|entry| {
-        entry
-            .get(key)
-            .and_then(Value::as_str)
-            .is_some_and(|name| visible(kind, name))
-    });
-    before - entries.len()
 }
 
 /// Filters the list results of a server-sent event stream as it passes:
@@ -464,7 +126,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::decide::EnforcedPolicy;
+    use crate::decide::{EnforcedPolicy, RefusalCode};
+    use agentgate_policy::matcher::{McpQuery, mcp_query};
+    use serde_json::json;
 
     const BANK: &str = r#"
 network:

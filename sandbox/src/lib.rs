@@ -5,6 +5,8 @@
 //! Landlock works on the hierarchy the kernel resolves, so a symlink or
 //! `..` cannot lead out of a grant (docs/policy-semantics.md §7).
 
+pub mod mcp;
+
 use std::path::Path;
 
 use agentgate_policy::action::{Access as FileAccess, FilesystemAction};

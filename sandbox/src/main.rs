@@ -1,24 +1,28 @@
 //! `agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort]
-//! [--proxy-uid UID] -- COMMAND [ARGS]...`: restrict this process's files
-//! to the policy with Landlock, then exec COMMAND, whose exit code and
-//! output are then its own.
+//! [--proxy-uid UID] [--mcp HOST:PORT/PATH] -- COMMAND [ARGS]...`: restrict
+//! this process's files to the policy with Landlock, then exec COMMAND,
+//! whose exit code and output are then its own. With `--mcp`, COMMAND is a
+//! stdio MCP server: it runs as a child (under the same restriction) and
+//! every line its client writes is judged as a message to the policy's
+//! `mcp` endpoint HOST:PORT/PATH before it is passed on (`mcp` module).
 //!
 //! Exit codes of its own: 2 for usage or an invalid policy (nothing is
 //! executed), 126 when the restriction cannot be applied or COMMAND cannot
 //! be executed, 127 when COMMAND is not found.
 //!
 //! Hand-parsed arguments, not clap: the binary is linked statically into
-//! every agent image and its whole interface is four flags and `--`.
+//! every agent image and its whole interface is five flags and `--`.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use agentgate_sandbox::mcp::{Relay, StdioServer, parent_binary, relay_client, relay_server};
 use agentgate_sandbox::{Grant, grants, load_policy, may_execute, restrict_self};
 use landlock::RulesetStatus;
 
-const USAGE: &str = "usage: agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort] [--proxy-uid UID] -- COMMAND [ARGS]...";
+const USAGE: &str = "usage: agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort] [--proxy-uid UID] [--mcp HOST:PORT/PATH] -- COMMAND [ARGS]...";
 
 struct Args {
     policy: PathBuf,
@@ -27,6 +31,8 @@ struct Args {
     policy_mount: Option<PathBuf>,
     best_effort: bool,
     proxy_uid: Option<u32>,
+    /// Judge COMMAND's stdin as MCP messages to this server.
+    mcp: Option<StdioServer>,
     command: Vec<OsString>,
 }
 
@@ -35,6 +41,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
     let mut policy_mount = None;
     let mut best_effort = false;
     let mut proxy_uid = None;
+    let mut mcp = None;
     let uid = |value: Option<OsString>| -> Result<u32, String> {
         value
             .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
@@ -57,6 +64,11 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                 PathBuf::from(&flag["--policy-mount=".len()..]),
             )?,
             Some("--best-effort") => best_effort = true,
+            Some("--mcp") => {
+                let server = args.next().ok_or("--mcp needs HOST:PORT/PATH")?;
+                let server = server.to_str().ok_or("--mcp needs HOST:PORT/PATH")?;
+                mcp = Some(StdioServer::parse(server)?);
+            }
             Some("--proxy-uid") => proxy_uid = Some(uid(args.next())?),
             Some(flag) if flag.starts_with("--proxy-uid=") => {
                 proxy_uid = Some(uid(Some(flag["--proxy-uid=".len()..].into()))?)
@@ -79,6 +91,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                     policy_mount,
                     best_effort,
                     proxy_uid,
+                    mcp,
                     command,
                 });
             }
@@ -151,6 +164,59 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Runs COMMAND as a stdio MCP server behind the judging relay; exits with
+/// its exit code once it ends (or once the client closes its input and the
+/// server then ends).
+fn serve_mcp(
+    policy: agentgate_policy::compile::CompiledPolicy,
+    server: StdioServer,
+    client: Option<String>,
+    command: &[OsString],
+) -> ExitCode {
+    let mut child = match Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return fail(
+                code,
+                format!("cannot execute {}: {e}", Path::new(&command[0]).display()),
+            );
+        }
+    };
+    let (Some(mut to_server), Some(from_server)) = (child.stdin.take(), child.stdout.take()) else {
+        return fail(126, "the MCP server's stdin and stdout could not be piped");
+    };
+    let relay = Relay::new(policy, client, server);
+    let client = std::sync::Mutex::new(std::io::stdout());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let input = std::io::stdin().lock();
+            if let Err(e) = relay_client(&relay, input, &mut to_server, &client) {
+                eprintln!("agentgate-exec: reading the client's messages failed: {e}");
+            }
+            // The client is gone: the server reads end of input, as it would unwrapped.
+            drop(to_server);
+        });
+        let output = std::io::BufReader::new(from_server);
+        if let Err(e) = relay_server(&relay, output, &client) {
+            eprintln!("agentgate-exec: relaying the server's messages failed: {e}");
+        }
+    });
+    match child.wait() {
+        Ok(status) => ExitCode::from(status.code().map_or(1, |c| c.clamp(0, 255) as u8)),
+        Err(e) => fail(126, format!("waiting for the MCP server failed: {e}")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse(std::env::args_os().skip(1)) {
         Ok(args) => args,
@@ -196,6 +262,8 @@ fn main() -> ExitCode {
             ),
         );
     }
+    // Read before the restriction, which leaves /proc unreadable.
+    let client = args.mcp.as_ref().and_then(|_| parent_binary());
     let mut grants = grants(&policy);
     // Only when asked: the policy mount (the pod's /agentgate/policy: the
     // policy, findings.json and the CA bundle every TLS client needs) is
@@ -225,6 +293,9 @@ fn main() -> ExitCode {
             "agentgate-exec: WARNING: Landlock is not available: --best-effort runs {} WITHOUT any filesystem restriction",
             command.display()
         );
+    }
+    if let Some(server) = args.mcp {
+        return serve_mcp(policy, server, client, &args.command);
     }
     let error = Command::new(&args.command[0])
         .args(&args.command[1..])

@@ -1,0 +1,398 @@
+//! How MCP's JSON-RPC messages become MCP actions and verdicts
+//! (docs/policy-semantics.md §8.1, §8.4): which methods carry a call, which
+//! grant no authority, how a refusal is answered in the server's place, and
+//! how `*/list` results are filtered. Shared by every enforcement point that
+//! reads MCP: the egress proxy (Streamable HTTP) and `agentgate-exec --mcp`
+//! (stdio). Pure: no I/O.
+
+use serde_json::{Map, Value, json};
+
+use crate::action::{McpAction, McpKind};
+use crate::compile::CompiledPolicy;
+use crate::findings::CompiledFindings;
+use crate::index::HostIndex;
+use crate::matcher::{Caller, McpQuery, McpServer, decide_mcp_indexed, mcp_query};
+use crate::mcp::json_equal;
+use crate::refusal::{Refusal, RefusalCode};
+
+/// The JSON-RPC error code of a message the policy refuses (an
+/// implementation-defined server error, -32000..-32099, that no MCP SDK
+/// uses for itself).
+pub const REFUSED: i64 = -32010;
+/// The largest POST body judged; a longer one is refused.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+/// Client-to-server methods of the MCP specification (revisions 2024-11-05
+/// to 2025-06-18) that grant no authority (§8.1): allowed whenever the
+/// connection to the endpoint is.
+const SESSION_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/unsubscribe",
+    "prompts/list",
+    "completion/complete",
+    "logging/setLevel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+/// A list request whose result is filtered on the way back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListRequest {
+    /// The request's JSON-RPC id.
+    pub id: Value,
+    /// What it lists.
+    pub kind: McpKind,
+}
+
+/// What the proxy does with one POST to an MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Judged {
+    /// Forward the body unchanged; filter these list results in the answer.
+    Forward {
+        /// The list requests of the body.
+        lists: Vec<ListRequest>,
+        /// The calls it carries, as shown in logs (`tools/call NAME`).
+        calls: Vec<String>,
+    },
+    /// Answer in the server's place; nothing is forwarded.
+    Answer {
+        /// HTTP status: 200 for JSON-RPC errors, 400 for a body that is not
+        /// JSON-RPC, 403 for refused notifications (no id to answer).
+        status: u16,
+        /// The JSON body.
+        body: String,
+        /// The first refusal, for logs and metrics.
+        refusal: Refusal,
+    },
+}
+
+/// One message of a body, classified.
+enum Message {
+    /// A call that carries authority.
+    Call(McpAction),
+    /// A method that grants none (or a response to a server request);
+    /// `list` when its result is filtered.
+    Session(Option<McpKind>),
+}
+
+fn malformed(reason: impl Into<String>) -> Refusal {
+    Refusal::new(RefusalCode::MalformedMcp, reason)
+}
+
+/// The call named by `params` (`name` or `uri`, and `arguments`).
+fn call(
+    method: &str,
+    kind: McpKind,
+    params: Option<&Value>,
+    shown: &str,
+    server: McpServer<'_>,
+) -> Result<McpAction, Refusal> {
+    let key = if kind == McpKind::Resource {
+        "uri"
+    } else {
+        "name"
+    };
+    let params = params.and_then(Value::as_object);
+    let Some(name) = params.and_then(|p| p.get(key)).and_then(Value::as_str) else {
+        return Err(malformed(format!("{method} without a string params.{key}")));
+    };
+    let args = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(args)) if kind != McpKind::Resource => args.clone(),
+        Some(_) => {
+            return Err(malformed(format!(
+                "{method} {name}: params.arguments is not an object"
+            )));
+        }
+    };
+    let action = McpAction {
+        binary: shown.to_string(),
+        host: server.host.to_string(),
+        port: server.port,
+        path: server.path.to_string(),
+        kind,
+        name: name.to_string(),
+        args,
+    };
+    action
+        .check_canonical()
+        .map_err(|e| malformed(format!("{method} {name:?}: not a canonical call ({e})")))?;
+    Ok(action)
+}
+
+fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Message, Refusal> {
+    let Some(object) = message.as_object() else {
+        return Err(malformed("a JSON-RPC message is an object"));
+    };
+    let Some(method) = object.get("method") else {
+        // A response to the server's own request (sampling, roots,
+        // elicitation): it carries no authority of the agent's.
+        if object.contains_key("id")
+            && (object.contains_key("result") || object.contains_key("error"))
+        {
+            return Ok(Message::Session(None));
+        }
+        return Err(malformed(
+            "a JSON-RPC message has a method, or is a response with an id",
+        ));
+    };
+    let Some(method) = method.as_str() else {
+        return Err(malformed("method is not a string"));
+    };
+    let params = object.get("params");
+    let kind = match method {
+        "tools/call" => McpKind::Tool,
+        "prompts/get" => McpKind::Prompt,
+        "resources/read" | "resources/subscribe" => McpKind::Resource,
+        "tools/list" => return Ok(Message::Session(Some(McpKind::Tool))),
+        "prompts/list" => return Ok(Message::Session(Some(McpKind::Prompt))),
+        "resources/list" => return Ok(Message::Session(Some(McpKind::Resource))),
+        m if SESSION_METHODS.contains(&m) => return Ok(Message::Session(None)),
+        other => {
+            return Err(Refusal::new(
+                RefusalCode::UnsupportedMcpMethod,
+                format!(
+                    "MCP method {other:?} is not one the specification names, so it cannot be judged"
+                ),
+            ));
+        }
+    };
+    call(method, kind, params, shown, server).map(Message::Call)
+}
+
+/// What a message's verdict carries when it is allowed: the list it asks
+/// for (to filter its answer) and the call it makes (for logs).
+pub type Allowed = (Option<McpKind>, Option<String>);
+
+/// Everything one judgment of an MCP server's messages reads.
+#[derive(Clone, Copy)]
+pub struct Judge<'a> {
+    /// The compiled policy in force.
+    pub policy: &'a CompiledPolicy,
+    /// Its host index.
+    pub index: &'a HostIndex,
+    /// Who sends the messages.
+    pub caller: Caller<'a>,
+    /// The caller as refusals show it.
+    pub shown: &'a str,
+    /// The trifecta findings refusals cite.
+    pub findings: &'a CompiledFindings,
+    /// Where the messages go.
+    pub server: McpServer<'a>,
+}
+
+impl Judge<'_> {
+    /// Judges one message; `Ok` carries the list kind to filter, if any.
+    pub fn message(&self, message: &Value) -> Result<Allowed, Refusal> {
+        let server = self.server;
+        match classify(message, self.shown, server)? {
+            Message::Call(action) => {
+                let decision = decide_mcp_indexed(self.policy, self.index, self.caller, &action);
+                if decision.allow {
+                    return Ok((
+                        None,
+                        Some(format!("{} {}", action.kind.method(), action.name)),
+                    ));
+                }
+                Err(Refusal {
+                    decision: "deny",
+                    reason: format!("{action}: {}", decision.reason),
+                    code: if decision.rule.is_some() {
+                        RefusalCode::DeniedByRule
+                    } else {
+                        RefusalCode::NoRule
+                    },
+                    rule: decision.rule,
+                    finding: self
+                        .findings
+                        .cite(&action.transport())
+                        .cloned()
+                        .map(Box::new),
+                })
+            }
+            Message::Session(list) => {
+                if mcp_query(
+                    self.policy,
+                    self.index,
+                    self.caller,
+                    server,
+                    McpQuery::Session,
+                ) {
+                    return Ok((list, None));
+                }
+                Err(Refusal::new(
+                    RefusalCode::NoRule,
+                    format!(
+                        "POST https://{}:{}{} by {}: no rule allows a session with this MCP server",
+                        server.host, server.port, server.path, self.shown
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Whether a `*/list` result shows this entry ([`McpQuery::Listed`]).
+    pub fn listed(&self, kind: McpKind, name: &str) -> bool {
+        mcp_query(
+            self.policy,
+            self.index,
+            self.caller,
+            self.server,
+            McpQuery::Listed(kind, name),
+        )
+    }
+
+    /// [`judge_messages`] with this judge.
+    pub fn body(&self, body: &[u8]) -> Judged {
+        judge_messages(body, &|m| self.message(m))
+    }
+}
+
+/// The JSON-RPC error answering `id` with a refusal the model can read.
+pub fn refusal_error(id: &Value, refusal: &Refusal) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": REFUSED,
+            "message": format!("refused by agentgate: {}", refusal.reason),
+            "data": refusal,
+        },
+    })
+}
+
+fn parse_error(reason: &str) -> Judged {
+    let refusal = malformed(reason);
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32700, "message": format!("agentgate: {reason}"), "data": &refusal},
+    });
+    Judged::Answer {
+        status: 400,
+        body: body.to_string(),
+        refusal,
+    }
+}
+
+/// Judges a body: a single JSON-RPC message or a batch (protocol revision
+/// 2025-03-26), each message by `judge`. Every message is judged before
+/// anything is forwarded; if one is refused, none is: the enforcement point
+/// answers every request of the body itself, the refused ones with their
+/// reason.
+pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Refusal>) -> Judged {
+    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
+        return parse_error("the body is not JSON, so its MCP messages cannot be judged");
+    };
+    let (messages, batch) = match &parsed {
+        Value::Array(items) if items.is_empty() => {
+            return parse_error("an empty batch holds no message to judge");
+        }
+        Value::Array(items) => (items.iter().collect::<Vec<_>>(), true),
+        single => (vec![single], false),
+    };
+    let verdicts: Vec<_> = messages.iter().map(|m| judge(m)).collect();
+    let Some(first) = verdicts.iter().find_map(|v| v.as_ref().err()).cloned() else {
+        let mut lists = Vec::new();
+        let mut calls = Vec::new();
+        for (message, verdict) in messages.iter().zip(verdicts) {
+            if let Ok((list, call)) = verdict {
+                if let (Some(kind), Some(id)) = (list, message.get("id")) {
+                    lists.push(ListRequest {
+                        id: id.clone(),
+                        kind,
+                    });
+                }
+                calls.extend(call);
+            }
+        }
+        return Judged::Forward { lists, calls };
+    };
+    let answers: Vec<Value> = messages
+        .iter()
+        .zip(&verdicts)
+        .filter_map(|(message, verdict)| {
+            let id = message.get("id")?;
+            Some(match verdict {
+                Err(refusal) => refusal_error(id, refusal),
+                Ok(_) => {
+                    let mut held = first.clone();
+                    held.reason = format!(
+                        "not forwarded, because another message of its batch was refused ({})",
+                        first.reason
+                    );
+                    refusal_error(id, &held)
+                }
+            })
+        })
+        .collect();
+    match (answers.is_empty(), batch) {
+        // Only notifications: nothing to answer in JSON-RPC, so HTTP says it.
+        (true, _) => Judged::Answer {
+            status: 403,
+            body: first.body(),
+            refusal: first,
+        },
+        (false, true) => Judged::Answer {
+            status: 200,
+            body: Value::Array(answers).to_string(),
+            refusal: first,
+        },
+        (false, false) => Judged::Answer {
+            status: 200,
+            body: answers[0].to_string(),
+            refusal: first,
+        },
+    }
+}
+
+/// Filters the `*/list` results among `message` (one JSON-RPC message or a
+/// batch) that answer `lists`, keeping the entries `visible` shows.
+/// Returns how many entries were removed.
+pub fn filter_lists(
+    message: &mut Value,
+    lists: &[ListRequest],
+    visible: &dyn Fn(McpKind, &str) -> bool,
+) -> usize {
+    if let Value::Array(items) = message {
+        return items
+            .iter_mut()
+            .map(|m| filter_lists(m, lists, visible))
+            .sum();
+    }
+    let Some(object) = message.as_object_mut() else {
+        return 0;
+    };
+    let Some(id) = object.get("id") else {
+        return 0;
+    };
+    let Some(kind) = lists.iter().find(|l| json_equal(&l.id, id)).map(|l| l.kind) else {
+        return 0;
+    };
+    let (field, key) = match kind {
+        McpKind::Tool => ("tools", "name"),
+        McpKind::Prompt => ("prompts", "name"),
+        McpKind::Resource => ("resources", "uri"),
+    };
+    let Some(entries) = object
+        .get_mut("result")
+        .and_then(|r| r.get_mut(field))
+        .and_then(Value::as_array_mut)
+    else {
+        return 0;
+    };
+    let before = entries.len();
+    entries.retain(|entry| {
+        entry
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|name| visible(kind, name))
+    });
+    before - entries.len()
+}

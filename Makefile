@@ -140,8 +140,10 @@ bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximu
 	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
 	$(RELEASE_DIR)/bench-verify
 
-bench-mcp: z3 ## tool-call authority in process: containment of tool policies and decisions on 1,000 tool rules, beside the same as rest rules
+bench-mcp: z3 ## tool-call authority: containment of tool policies and decisions on 1,000 tool rules beside the same as rest rules, and the proxy's added latency per tools/call
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-mcp
+	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
+	BENCH_PROXY_ONLY=mcp $(RELEASE_DIR)/bench-proxy
 
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta

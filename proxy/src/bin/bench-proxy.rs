@@ -13,6 +13,11 @@
 //! 6. in process: decision cost per request and policy load time on the
 //!    1,000-rule policy the proxy runs with.
 //!
+//! Between 1 and 2, the same for MCP: `tools/call` POSTs on one keep-alive
+//! connection to an `mcp` endpoint of 101 tool entries, each JSON-RPC
+//! message judged by the proxy (`BENCH_PROXY_ONLY=mcp`, which `make
+//! bench-mcp` sets, runs only 1 and that).
+//!
 //! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): tiny sizes, same checks.
 
 use std::net::SocketAddr;
@@ -27,7 +32,7 @@ use agentgate_proxy::source::compile_policy;
 use agentgate_proxy::testkit::{TestCa, start_upstream};
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
@@ -98,6 +103,15 @@ fn policy_text(rules: usize, port: u16, sink_port: u16, generation: usize) -> St
     text.push_str(&format!(
         "  - {{name: raw, endpoints: [{{host: {RAW_HOST}, ports: [{sink_port}]}}]}}\n"
     ));
+    text.push_str(&format!(
+        "  - name: bench-mcp\n    endpoints:\n      - host: {HOST}\n        ports: [{port}]\n        protocol: mcp\n        path: /mcp\n        tools:\n"
+    ));
+    for i in 0..100 {
+        text.push_str(&format!(
+            "          - {{name: tool_{i}, arguments: {{n: {{maximum: {i}}}}}}}\n"
+        ));
+    }
+    text.push_str("          - {name: send_money, arguments: {recipient: {glob: \"GB*\"}, amount: {minimum: 0, maximum: 100}}, additionalArguments: false}\n");
     text
 }
 
@@ -324,7 +338,12 @@ impl Bench {
     }
 
     /// An HTTP/1.1 keep-alive connection to the upstream, direct or through the proxy.
-    async fn http_client(&self, proxied: bool) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+    async fn http_client<B>(&self, proxied: bool) -> anyhow::Result<SendRequest<B>>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let (tcp, tls) = if proxied {
             (
                 self.connect_via_proxy(HOST, self.upstream.port()).await?,
@@ -354,6 +373,70 @@ async fn get(sender: &mut SendRequest<Empty<Bytes>>, path: &str) -> anyhow::Resu
     let status = response.status().as_u16();
     let body = response.into_body().collect().await?.to_bytes();
     Ok((status, body.len()))
+}
+
+/// One `tools/call` on the MCP route; checks that the server answered it.
+async fn mcp_call(sender: &mut SendRequest<Full<Bytes>>, body: &Bytes) -> anyhow::Result<()> {
+    sender.ready().await?;
+    let request = http::Request::post("/mcp")
+        .header("host", HOST)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Full::new(body.clone()))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let answer = response.into_body().collect().await?.to_bytes();
+    if status != 200 || !String::from_utf8_lossy(&answer).contains("called send_money") {
+        bail!(
+            "unexpected MCP answer {status}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    Ok(())
+}
+
+async fn mcp_latency(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut sender = bench.http_client::<Full<Bytes>>(proxied).await?;
+    let body = Bytes::from(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "send_money", "arguments": {"recipient": "GB29", "amount": 50}}})
+        .to_string(),
+    );
+    for _ in 0..n.min(500) {
+        mcp_call(&mut sender, &body).await?;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        mcp_call(&mut sender, &body).await?;
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    Ok(samples)
+}
+
+/// Prints a direct / proxied / added table (µs).
+fn latency_table(direct: &[Duration], proxied: &[Duration], targets: &str) {
+    println!(
+        "   {:<22} {:>10} {:>10} {:>10}",
+        "", "p50 µs", "p90 µs", "p99 µs"
+    );
+    for (name, s) in [("direct", direct), ("through the proxy", proxied)] {
+        println!(
+            "   {:<22} {:>10.0} {:>10.0} {:>10.0}",
+            name,
+            micros(percentile(s, 0.5)),
+            micros(percentile(s, 0.9)),
+            micros(percentile(s, 0.99))
+        );
+    }
+    println!(
+        "   {:<22} {:>10.0} {:>10.0} {:>10.0}   ({targets})",
+        "added by the proxy",
+        micros(percentile(proxied, 0.5)) - micros(percentile(direct, 0.5)),
+        micros(percentile(proxied, 0.9)) - micros(percentile(direct, 0.9)),
+        micros(percentile(proxied, 0.99)) - micros(percentile(direct, 0.99)),
+    );
 }
 
 async fn latency(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<Duration>> {
@@ -575,33 +658,29 @@ async fn run() -> anyhow::Result<()> {
     );
     println!();
 
+    // With BENCH_PROXY_ONLY=mcp, 1 still runs: it warms the proxy and is
+    // the REST baseline the MCP figures are read against.
+    let only_mcp = std::env::var("BENCH_PROXY_ONLY").is_ok_and(|v| v == "mcp");
     let direct = latency(&bench, false, sizes.latency_requests).await?;
     let proxied = latency(&bench, true, sizes.latency_requests).await?;
     println!(
         "1. keep-alive HTTPS GET, 1 KiB answers, {} sequential requests on one connection",
         sizes.latency_requests
     );
-    println!(
-        "   {:<22} {:>10} {:>10} {:>10}",
-        "", "p50 µs", "p90 µs", "p99 µs"
-    );
-    for (name, s) in [("direct", &direct), ("through the proxy", &proxied)] {
-        println!(
-            "   {:<22} {:>10.0} {:>10.0} {:>10.0}",
-            name,
-            micros(percentile(s, 0.5)),
-            micros(percentile(s, 0.9)),
-            micros(percentile(s, 0.99))
-        );
-    }
-    println!(
-        "   {:<22} {:>10.0} {:>10.0} {:>10.0}   (targets: p50 ≤ 100, p99 ≤ 500)",
-        "added by the proxy",
-        micros(percentile(&proxied, 0.5)) - micros(percentile(&direct, 0.5)),
-        micros(percentile(&proxied, 0.9)) - micros(percentile(&direct, 0.9)),
-        micros(percentile(&proxied, 0.99)) - micros(percentile(&direct, 0.99)),
-    );
+    latency_table(&direct, &proxied, "targets: p50 ≤ 100, p99 ≤ 500");
     println!();
+
+    let direct = mcp_latency(&bench, false, sizes.latency_requests).await?;
+    let proxied = mcp_latency(&bench, true, sizes.latency_requests).await?;
+    println!(
+        "1b. MCP tools/call over keep-alive HTTPS (each message judged against 101 tool entries), {} sequential calls",
+        sizes.latency_requests
+    );
+    latency_table(&direct, &proxied, "target: p99 ≤ 500");
+    println!();
+    if only_mcp {
+        return Ok(());
+    }
 
     let (direct_rps, direct_failed, _, _) = load(&bench, false, &sizes, false).await?;
     let (proxy_rps, proxy_failed, proxy_cores, _) = load(&bench, true, &sizes, false).await?;

@@ -34,6 +34,27 @@ pub enum Caller<'a> {
     Unknown,
 }
 
+/// The executable behind a connection or a message, if the enforcement
+/// point could tell (the proxy from /proc, `agentgate-exec --mcp` from its
+/// parent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary(pub Option<String>);
+
+impl Binary {
+    /// The matcher's view.
+    pub fn caller(&self) -> Caller<'_> {
+        match &self.0 {
+            Some(path) => Caller::Binary(path),
+            None => Caller::Unknown,
+        }
+    }
+
+    /// As shown in refusals and logs.
+    pub fn shown(&self) -> &str {
+        self.0.as_deref().unwrap_or("(unknown binary)")
+    }
+}
+
 /// Whether the rule's binaries admit the caller, for an allow (`deny =
 /// false`) or a deny (`deny = true`).
 fn caller_ok(rule: &CompiledRule, caller: Caller<'_>, deny: bool) -> bool {

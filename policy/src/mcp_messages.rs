@@ -216,25 +216,31 @@ impl Judge<'_> {
                         .map(Box::new),
                 })
             }
-            Message::Session(list) => {
-                if mcp_query(
-                    self.policy,
-                    self.index,
-                    self.caller,
-                    server,
-                    McpQuery::Session,
-                ) {
-                    return Ok((list, None));
-                }
-                Err(Refusal::new(
-                    RefusalCode::NoRule,
-                    format!(
-                        "POST https://{}:{}{} by {}: no rule allows a session with this MCP server",
-                        server.host, server.port, server.path, self.shown
-                    ),
-                ))
-            }
+            Message::Session(list) => self.session().map(|()| (list, None)),
         }
+    }
+
+    /// Whether the methods that grant no authority may be sent to the
+    /// server at all ([`McpQuery::Session`]): for those messages, and for a
+    /// transport's own requests that carry none (an event stream's GET).
+    pub fn session(&self) -> Result<(), Refusal> {
+        let server = self.server;
+        if mcp_query(
+            self.policy,
+            self.index,
+            self.caller,
+            server,
+            McpQuery::Session,
+        ) {
+            return Ok(());
+        }
+        Err(Refusal::new(
+            RefusalCode::NoRule,
+            format!(
+                "POST https://{}:{}{} by {}: no rule allows a session with this MCP server",
+                server.host, server.port, server.path, self.shown
+            ),
+        ))
     }
 
     /// Whether a `*/list` result shows this entry ([`McpQuery::Listed`]).

@@ -1149,39 +1149,37 @@ impl<'u> ComponentVars<'u> {
     /// The tool call the model describes, and the formula blocking its
     /// combination of signatures and classes.
     fn decode_mcp(&self, m: &McpChoices<'_>, model: &Model) -> (McpAction, Bool) {
-        let pick = |dim: Dim| self.dim(dim).chosen(model);
-        let c = self.choices;
-        let kind = m.kind.values[pick(Dim::Kind)];
         let mut same = Vec::new();
-        for dim in [Dim::Host, Dim::Binary, Dim::Port, Dim::Path, Dim::Kind] {
-            same.extend(self.dim(dim).is_chosen(pick(dim)));
-        }
+        // The choice of one dimension, recorded for the blocking clause.
+        let mut pick = |dim: Dim| {
+            let chosen = self.dim(dim).chosen(model);
+            same.extend(self.dim(dim).is_chosen(chosen));
+            chosen
+        };
+        let c = self.choices;
+        let (host, binary) = (pick(Dim::Host), pick(Dim::Binary));
+        let (port, path) = (pick(Dim::Port), pick(Dim::Path));
+        let kind = m.kind.values[pick(Dim::Kind)];
+        let mut args = Map::new();
         let name = if kind == McpKind::Resource {
-            same.extend(self.dim(Dim::Uri).is_chosen(pick(Dim::Uri)));
             m.uri.values[pick(Dim::Uri)].clone()
         } else {
-            same.extend(self.dim(Dim::Name).is_chosen(pick(Dim::Name)));
-            m.name.values[pick(Dim::Name)].clone()
-        };
-        let mut args = Map::new();
-        if kind != McpKind::Resource {
+            let name = m.name.values[pick(Dim::Name)].clone();
             for (i, (argument, _, classes)) in m.arguments.iter().enumerate() {
-                let dim = Dim::Arg(i as u32);
-                same.extend(self.dim(dim).is_chosen(pick(dim)));
-                if let Some(value) = &classes.values[pick(dim)] {
+                if let Some(value) = &classes.values[pick(Dim::Arg(i as u32))] {
                     args.insert(argument.to_string(), value.clone());
                 }
             }
-            same.extend(self.dim(Dim::Extra).is_chosen(pick(Dim::Extra)));
             if m.extra.values[pick(Dim::Extra)] {
                 args.insert(m.extra_argument(), Value::String("x".to_string()));
             }
-        }
+            name
+        };
         let action = McpAction {
-            binary: c.binary.choices.values[pick(Dim::Binary)].clone(),
-            host: c.host.choices.values[pick(Dim::Host)].clone(),
-            port: c.port.values[pick(Dim::Port)],
-            path: c.path.choices.values[pick(Dim::Path)].clone(),
+            binary: c.binary.choices.values[binary].clone(),
+            host: c.host.choices.values[host].clone(),
+            port: c.port.values[port],
+            path: c.path.choices.values[path].clone(),
             kind,
             name,
             args,

@@ -11,7 +11,7 @@ use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{
-    Caller, ConnectionDecision, decide_connection_indexed, decide_network_indexed,
+    ConnectionDecision, decide_connection_indexed, decide_network_indexed,
 };
 
 /// A compiled policy with its host index: what every decision reads.
@@ -53,25 +53,7 @@ impl Snapshot {
     }
 }
 
-/// The binary that opened a connection, if the proxy could tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binary(pub Option<String>);
-
-impl Binary {
-    /// The matcher's view.
-    pub fn caller(&self) -> Caller<'_> {
-        match &self.0 {
-            Some(path) => Caller::Binary(path),
-            None => Caller::Unknown,
-        }
-    }
-
-    /// As shown in refusals and logs.
-    pub fn shown(&self) -> &str {
-        self.0.as_deref().unwrap_or("(unknown binary)")
-    }
-}
-
+pub use agentgate_policy::matcher::Binary;
 pub use agentgate_policy::refusal::{Refusal, RefusalCode};
 
 /// How a connection proceeds when it is not refused.

@@ -10,7 +10,25 @@ pub use agentgate_policy::mcp_messages::{
 };
 use serde_json::Value;
 
-use crate::decide::{Binary, Snapshot, policy_of};
+use crate::decide::{Binary, Refusal, Snapshot, policy_of};
+
+/// The judge of messages to `server` by the snapshot's policy, or the
+/// refusal every message gets without one.
+fn judge<'a>(
+    snapshot: &'a Snapshot,
+    binary: &'a Binary,
+    server: McpServer<'a>,
+) -> Result<Judge<'a>, Refusal> {
+    let policy = policy_of(snapshot)?;
+    Ok(Judge {
+        policy: &policy.compiled,
+        index: &policy.index,
+        caller: binary.caller(),
+        shown: binary.shown(),
+        findings: &snapshot.findings,
+        server,
+    })
+}
 
 /// Judges the body of a POST to `server` by the snapshot's policy (with
 /// none, every message is refused with that reason).
@@ -20,18 +38,20 @@ pub fn judge_post(
     server: McpServer<'_>,
     body: &[u8],
 ) -> Judged {
-    match policy_of(snapshot) {
-        Ok(policy) => Judge {
-            policy: &policy.compiled,
-            index: &policy.index,
-            caller: binary.caller(),
-            shown: binary.shown(),
-            findings: &snapshot.findings,
-            server,
-        }
-        .body(body),
+    match judge(snapshot, binary, server) {
+        Ok(judge) => judge.body(body),
         Err(refusal) => judge_messages(body, &|_| Err(refusal.clone())),
     }
+}
+
+/// Whether `binary` may hold a session with `server` at all (a GET for the
+/// server's event stream, a DELETE ending the session): [`Judge::session`].
+pub fn judge_session(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    server: McpServer<'_>,
+) -> Result<(), Refusal> {
+    judge(snapshot, binary, server)?.session()
 }
 
 /// Filters the list results of a server-sent event stream as it passes:

@@ -37,7 +37,6 @@ use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::{McpKind, request_path};
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
-use serde_json::json;
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -1110,11 +1109,7 @@ impl Inspected {
             proxy.log_refusal("mcp", &self.binary, &key.host, key.port, refusal);
         };
         if req.method() != Method::POST {
-            let session = {
-                let body = json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}).to_string();
-                mcp::judge_post(snapshot, &self.binary, server, body.as_bytes())
-            };
-            if let Judged::Answer { refusal, .. } = session {
+            if let Err(refusal) = mcp::judge_session(snapshot, &self.binary, server) {
                 refuse(&refusal);
                 return refusal_response(&refusal);
             }

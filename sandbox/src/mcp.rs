@@ -12,7 +12,7 @@ use agentgate_policy::action::request_path;
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
-use agentgate_policy::matcher::{Caller, McpServer};
+use agentgate_policy::matcher::{Binary, McpServer};
 use agentgate_policy::mcp::json_equal;
 use agentgate_policy::mcp_messages::{Judge, Judged, ListRequest, filter_lists};
 use serde_json::Value;
@@ -53,7 +53,7 @@ pub struct Relay {
     index: HostIndex,
     findings: CompiledFindings,
     /// The client's executable (the process that started the wrapper).
-    binary: Option<String>,
+    binary: Binary,
     server: StdioServer,
     /// List requests forwarded and not answered yet.
     pending: Mutex<Vec<ListRequest>>,
@@ -67,7 +67,7 @@ impl Relay {
             policy,
             index,
             findings: CompiledFindings::default(),
-            binary,
+            binary: Binary(binary),
             server,
             pending: Mutex::new(Vec::new()),
         }
@@ -77,11 +77,8 @@ impl Relay {
         Judge {
             policy: &self.policy,
             index: &self.index,
-            caller: match &self.binary {
-                Some(b) => Caller::Binary(b),
-                None => Caller::Unknown,
-            },
-            shown: self.binary.as_deref().unwrap_or("(unknown binary)"),
+            caller: self.binary.caller(),
+            shown: self.binary.shown(),
             findings: &self.findings,
             server: McpServer {
                 host: &self.server.host,

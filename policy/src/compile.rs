@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use crate::action::{Layer, check_absolute_path, check_method};
 use crate::error::{Reason, ReasonCode};
 use crate::glob::{Glob, GlobKind};
-use crate::mcp::{self, CompiledMcp};
+use crate::mcp::{self, CompiledCalls, CompiledMcp};
 use crate::model::{AccessLevel, Endpoint, PolicyDocument, Protocol, Region, RuleEntry};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
@@ -157,6 +157,9 @@ pub struct CompiledRegion {
     pub methods: Option<MethodSet>,
     /// Path globs (REST only).
     pub paths: Option<Vec<Glob>>,
+    /// MCP only: the calls the region holds. `Some` means the region holds
+    /// no network action, only the calls these entries match.
+    pub calls: Option<CompiledCalls>,
 }
 
 const READ_ONLY_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS"];
@@ -545,18 +548,75 @@ pub fn compile_region(region: &Region, field: &str) -> Result<CompiledRegion, Re
             })
             .transpose()
     };
+    let methods = region
+        .methods
+        .as_ref()
+        .map(|m| methods(&format!("{field}.methods"), m))
+        .transpose()?;
+    let calls = region_calls(region, field)?;
+    if calls.is_some() {
+        // A call travels as a REST `POST path`: a region that excludes that
+        // request holds no call at all, which is a mistake, not a region.
+        if let Some(layers) = &region.layers
+            && !layers.contains(&Layer::Rest)
+        {
+            return Err(shape(
+                format!("{field}.layers"),
+                "tools, resources and prompts are calls carried by REST requests: without layer rest the region holds nothing",
+            ));
+        }
+        if let Some(MethodSet::Only(m)) = &methods
+            && !m.iter().any(|m| m == "POST")
+        {
+            return Err(shape(
+                format!("{field}.methods"),
+                "tools, resources and prompts are calls carried by POST: without POST the region holds nothing",
+            ));
+        }
+    }
     Ok(CompiledRegion {
         binaries: globs(GlobKind::Binary, "binaries", &region.binaries)?,
         hosts: globs(GlobKind::Host, "hosts", &region.hosts)?,
         ports: region.ports.clone(),
         layers: region.layers.clone(),
-        methods: region
-            .methods
-            .as_ref()
-            .map(|m| methods(&format!("{field}.methods"), m))
-            .transpose()?,
+        methods,
         paths: globs(GlobKind::Path, "paths", &region.paths)?,
+        calls,
     })
+}
+
+/// The MCP part of a region (docs/policy-semantics.md §8.5), if it has one.
+fn region_calls(region: &Region, field: &str) -> Result<Option<CompiledCalls>, Reason> {
+    // An empty list would hold no call: a typo, never what was meant.
+    fn listed<'r, T>(field: &str, name: &str, list: &'r Option<Vec<T>>) -> Result<&'r [T], Reason> {
+        match list {
+            Some(list) if list.is_empty() => Err(shape(
+                format!("{field}.{name}"),
+                "an empty list holds no call; omit the field instead",
+            )),
+            list => Ok(list.as_deref().unwrap_or_default()),
+        }
+    }
+    if region.tools.is_none() && region.resources.is_none() && region.prompts.is_none() {
+        return Ok(None);
+    }
+    let max = Limits::default().pattern_bytes;
+    let calls = |name: &str, entries: &Option<Vec<crate::model::ToolEntry>>| {
+        listed(field, name, entries)?
+            .iter()
+            .enumerate()
+            .map(|(i, e)| mcp::call_entry(&format!("{field}.{name}[{i}]"), e, max))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(Some(CompiledCalls {
+        tools: calls("tools", &region.tools)?,
+        resources: listed(field, "resources", &region.resources)?
+            .iter()
+            .enumerate()
+            .map(|(i, e)| mcp::resource_entry(&format!("{field}.resources[{i}]"), e, max))
+            .collect::<Result<_, _>>()?,
+        prompts: calls("prompts", &region.prompts)?,
+    }))
 }
 
 impl CompiledPolicy {

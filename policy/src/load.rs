@@ -95,7 +95,16 @@ const ENTRY_FIELDS: &[&str] = &["methods", "path"];
 const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments"];
 const RESOURCE_FIELDS: &[&str] = &["uri"];
 const CONSTRAINT_FIELDS: &[&str] = &[
-    "oneOf", "glob", "minimum", "maximum", "items", "maxItems", "optional", "from",
+    "oneOf",
+    "glob",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "items",
+    "maxItems",
+    "optional",
+    "from",
 ];
 const REVIEW_FIELDS: &[&str] = &["required", "reason"];
 const MAXIMUM_SPEC_FIELDS: &[&str] = &[

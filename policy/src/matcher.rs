@@ -520,8 +520,28 @@ pub fn allows(policy: &CompiledPolicy, action: &Action) -> bool {
 }
 
 /// True when a network action lies in a region. Method and path constraints
-/// hold only for REST actions (an l4 action has neither).
+/// hold only for REST actions (an l4 action has neither); a region that
+/// names tools, resources or prompts holds no network action (§8.5).
 pub fn region_contains(region: &CompiledRegion, a: &NetworkAction) -> bool {
+    region.calls.is_none() && transport_in_region(region, a)
+}
+
+/// True when an action lies in a region (docs/policy-semantics.md §8.5): a
+/// network action as [`region_contains`] says; a tool call iff its transport
+/// request lies in the region's transport part and, where the region names
+/// calls, one of them matches it; a file access never.
+pub fn region_holds(region: &CompiledRegion, action: &Action) -> bool {
+    match action {
+        Action::Network(a) => region_contains(region, a),
+        Action::Mcp(t) => {
+            transport_in_region(region, &t.transport())
+                && region.calls.as_ref().is_none_or(|c| c.holds(t))
+        }
+        Action::Filesystem(_) => false,
+    }
+}
+
+fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
     let rest = a.layer == Layer::Rest;
     region
         .binaries

@@ -371,6 +371,10 @@ pub struct CompiledConstraint {
     pub minimum: Option<Bound>,
     /// `maximum`: the value is a number at most this.
     pub maximum: Option<Bound>,
+    /// `exclusiveMinimum`: the value is a number greater than this.
+    pub exclusive_minimum: Option<Bound>,
+    /// `exclusiveMaximum`: the value is a number less than this.
+    pub exclusive_maximum: Option<Bound>,
     /// `items`: the value is an array whose every element satisfies it.
     pub items: Option<Box<CompiledConstraint>>,
     /// `maxItems`: the value is an array of at most this many elements.
@@ -380,6 +384,23 @@ pub struct CompiledConstraint {
 }
 
 impl CompiledConstraint {
+    /// True when some bound speaks about numbers.
+    pub fn bounds_numbers(&self) -> bool {
+        self.bounds().next().is_some()
+    }
+
+    /// Every numeric bound given, inclusive or not.
+    pub fn bounds(&self) -> impl Iterator<Item = Bound> {
+        [
+            self.minimum,
+            self.maximum,
+            self.exclusive_minimum,
+            self.exclusive_maximum,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
     /// True when a present value satisfies every part of the constraint.
     pub fn admits(&self, value: &Value) -> bool {
         if let Some(one_of) = &self.one_of
@@ -392,11 +413,15 @@ impl CompiledConstraint {
         {
             return false;
         }
-        if self.minimum.is_some() || self.maximum.is_some() {
+        if self.bounds_numbers() {
             let Some(n) = value.as_f64() else {
                 return false;
             };
-            if self.minimum.is_some_and(|m| n < m.0) || self.maximum.is_some_and(|m| n > m.0) {
+            if self.minimum.is_some_and(|m| n < m.0)
+                || self.maximum.is_some_and(|m| n > m.0)
+                || self.exclusive_minimum.is_some_and(|m| n <= m.0)
+                || self.exclusive_maximum.is_some_and(|m| n >= m.0)
+            {
                 return false;
             }
         }
@@ -454,6 +479,41 @@ impl CompiledCall {
     }
 }
 
+/// The calls an invariant or trifecta region holds (docs/policy-semantics.md
+/// §8.5): a call lies in it iff one entry of its kind matches, read as an
+/// allow entry is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CompiledCalls {
+    /// Tool entries.
+    pub tools: Vec<CompiledCall>,
+    /// Resource URI globs.
+    pub resources: Vec<UriGlob>,
+    /// Prompt entries.
+    pub prompts: Vec<CompiledCall>,
+}
+
+impl CompiledCalls {
+    /// True when an entry of the call's kind matches it.
+    pub fn holds(&self, t: &McpAction) -> bool {
+        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t)
+    }
+}
+
+/// True when an entry of the call's kind matches it: the one reading of
+/// allow entries and of a region's calls.
+fn entry_of_kind_matches(
+    tools: &[CompiledCall],
+    prompts: &[CompiledCall],
+    resources: &[UriGlob],
+    t: &McpAction,
+) -> bool {
+    match t.kind {
+        McpKind::Tool => tools.iter().any(|e| e.matches(&t.name, &t.args)),
+        McpKind::Prompt => prompts.iter().any(|e| e.matches(&t.name, &t.args)),
+        McpKind::Resource => resources.iter().any(|g| g.matches(&t.name)),
+    }
+}
+
 /// What an `mcp` endpoint allows and denies beyond host, port and binary.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CompiledMcp {
@@ -473,11 +533,7 @@ impl CompiledMcp {
     /// True when some allow entry of the action's kind matches it (the
     /// path is the caller's to check).
     pub fn entry_allows(&self, t: &McpAction) -> bool {
-        match t.kind {
-            McpKind::Tool => self.tools.iter().any(|e| e.matches(&t.name, &t.args)),
-            McpKind::Prompt => self.prompts.iter().any(|e| e.matches(&t.name, &t.args)),
-            McpKind::Resource => self.resources.iter().any(|g| g.matches(&t.name)),
-        }
+        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t)
     }
 
     /// True when some deny entry matches the action (only tools have them).
@@ -540,13 +596,32 @@ fn constraint(
     };
     let minimum = number("minimum", &c.minimum)?;
     let maximum = number("maximum", &c.maximum)?;
-    if let (Some(lo), Some(hi)) = (minimum, maximum)
-        && lo > hi
-    {
-        return Err(shape(
-            format!("{field}.minimum"),
-            "minimum is greater than maximum: no value satisfies the constraint",
-        ));
+    let exclusive_minimum = number("exclusiveMinimum", &c.exclusive_minimum)?;
+    let exclusive_maximum = number("exclusiveMaximum", &c.exclusive_maximum)?;
+    // The range must hold a number: every lower bound below every upper one
+    // (strictly when either is exclusive).
+    let lower = [
+        (minimum, false, "minimum"),
+        (exclusive_minimum, true, "exclusiveMinimum"),
+    ];
+    let upper = [
+        (maximum, false, "maximum"),
+        (exclusive_maximum, true, "exclusiveMaximum"),
+    ];
+    for (lo, lo_open, lo_name) in lower {
+        for (hi, hi_open, hi_name) in upper {
+            if let (Some(lo), Some(hi)) = (lo, hi)
+                && (lo.0 > hi.0 || (lo.0 == hi.0 && (lo_open || hi_open)))
+            {
+                return Err(shape(
+                    format!("{field}.{lo_name}"),
+                    format!(
+                        "{lo_name} {} and {hi_name} {} leave no number: no value satisfies the constraint",
+                        lo.0, hi.0
+                    ),
+                ));
+            }
+        }
     }
     let glob = c
         .glob
@@ -562,7 +637,13 @@ fn constraint(
     // admit no value at all, which is a mistake rather than a rule.
     let kinds: Vec<&str> = [
         ("glob", glob.is_some()),
-        ("minimum/maximum", minimum.is_some() || maximum.is_some()),
+        (
+            "minimum/maximum",
+            minimum.is_some()
+                || maximum.is_some()
+                || exclusive_minimum.is_some()
+                || exclusive_maximum.is_some(),
+        ),
         ("items/maxItems", items.is_some() || c.max_items.is_some()),
     ]
     .into_iter()
@@ -582,6 +663,8 @@ fn constraint(
         glob,
         minimum,
         maximum,
+        exclusive_minimum,
+        exclusive_maximum,
         items,
         max_items: c.max_items,
         optional: c.optional,

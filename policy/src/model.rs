@@ -208,6 +208,12 @@ pub struct ArgumentConstraint {
     /// The value is a number at most this (inclusive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<serde_json::Number>,
+    /// The value is a number greater than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive_minimum: Option<serde_json::Number>,
+    /// The value is a number less than this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive_maximum: Option<serde_json::Number>,
     /// The value is an array whose every element satisfies this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "nested_constraint_schema")]
@@ -290,6 +296,18 @@ pub struct Region {
     /// Path globs (REST actions only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<Vec<String>>,
+    /// MCP tool calls matching one of these entries (docs/policy-semantics.md
+    /// §8.5). When `tools`, `resources` or `prompts` is given, the region
+    /// holds only MCP actions: calls that one of them matches, whose
+    /// transport request lies in the rest of the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<ToolEntry>>,
+    /// MCP resource reads matching one of these URI globs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceEntry>>,
+    /// MCP prompt requests matching one of these entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<Vec<ToolEntry>>,
 }
 
 /// A hard invariant of a MaximumPolicy: no governed policy may allow any

@@ -218,7 +218,7 @@ pub fn argument_values() -> Vec<serde_json::Value> {
 /// One random argument constraint over the alphabet.
 pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
     use serde_json::json;
-    (0u8..7, any::<bool>()).prop_map(|(kind, optional)| {
+    (0u8..9, any::<bool>()).prop_map(|(kind, optional)| {
         let mut c = ArgumentConstraint {
             optional,
             ..Default::default()
@@ -239,6 +239,11 @@ pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
                 c.max_items = Some(2);
             }
             5 => c.one_of = Some(vec![json!(100), json!("evil")]),
+            6 => c.exclusive_minimum = Some(100.into()),
+            7 => {
+                c.exclusive_minimum = Some(0.into());
+                c.exclusive_maximum = Some(100.into());
+            }
             _ => {} // present, any value
         }
         c

@@ -112,10 +112,7 @@ fn present_classes(
             string_candidates(constraints, &literals, limits)?,
         ),
         (
-            literal(Value::is_number)
-                || constraints
-                    .iter()
-                    .any(|c| c.minimum.is_some() || c.maximum.is_some()),
+            literal(Value::is_number) || constraints.iter().any(|c| c.bounds_numbers()),
             number_candidates(constraints, &literals)?,
         ),
         (
@@ -220,8 +217,7 @@ fn number_candidates(
 ) -> Result<Vec<Value>, ArgumentError> {
     let mut points: Vec<f64> = constraints
         .iter()
-        .flat_map(|c| [c.minimum, c.maximum])
-        .flatten()
+        .flat_map(|c| c.bounds())
         .map(|b| b.0)
         .chain(literals.iter().filter_map(|l| l.value.as_f64()))
         .collect();

@@ -26,7 +26,7 @@ use agentgate_policy::compile::{
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::glob::{Glob, Token};
 use agentgate_policy::mcp::{
-    CompiledCall, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
+    CompiledCall, CompiledCalls, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
 };
 
 /// A question: is there an action that every `positive` policy allows, no
@@ -432,6 +432,14 @@ impl<'q> McpParts<'q> {
                 list.push(c);
             }
         }
+    }
+
+    fn add_region(&mut self, c: &'q CompiledCalls) {
+        c.tools
+            .iter()
+            .chain(&c.prompts)
+            .for_each(|e| self.add_call(e));
+        self.uris.extend(&c.resources);
     }
 
     fn add(&mut self, m: &'q CompiledMcp) {
@@ -917,13 +925,24 @@ impl ComponentFormulas<'_, '_> {
 
     /// Whether some allow entry of an `mcp` endpoint matches the call.
     fn mcp_entry_allows(&self, m: &McpChoices<'_>, e: &CompiledMcp) -> Formula {
-        let mut terms: Vec<Formula> = e
-            .tools
+        self.calls(m, &e.tools, &e.prompts, &e.resources)
+    }
+
+    /// Whether some tool, prompt or resource entry of its kind matches the
+    /// call (an allow entry, or a region's calls, §8.5).
+    fn calls(
+        &self,
+        m: &McpChoices<'_>,
+        tools: &[CompiledCall],
+        prompts: &[CompiledCall],
+        resources: &[UriGlob],
+    ) -> Formula {
+        let mut terms: Vec<Formula> = tools
             .iter()
             .map(|t| self.call(m, t, McpKind::Tool))
-            .chain(e.prompts.iter().map(|p| self.call(m, p, McpKind::Prompt)))
+            .chain(prompts.iter().map(|p| self.call(m, p, McpKind::Prompt)))
             .collect();
-        for g in &e.resources {
+        for g in resources {
             let uri = match g {
                 UriGlob::Any { .. } => Formula::Const(true),
                 UriGlob::Prefixed { pattern, .. } => match m.uris.get(pattern.as_str()) {
@@ -1041,6 +1060,13 @@ impl ComponentFormulas<'_, '_> {
                 self.rest(),
                 Formula::or(paths.iter().map(|g| self.path(g)).collect()),
             ]));
+        }
+        if let Some(calls) = &r.calls {
+            // Such a region holds calls only, never a network action.
+            terms.push(match &self.choices.mcp {
+                Some(m) => self.calls(m, &calls.tools, &calls.prompts, &calls.resources),
+                None => Formula::Const(false),
+            });
         }
         Formula::and(terms)
     }
@@ -1487,6 +1513,9 @@ fn search_transport(question: &Question<'_>, k: usize, budget: &Budget, mcp: boo
             part.ports.extend(r.ports.iter().flatten());
             if let Some(MethodSet::Only(m)) = &r.methods {
                 part.methods.extend(m.iter().cloned());
+            }
+            if mcp && let Some(calls) = &r.calls {
+                part.mcp.add_region(calls);
             }
         }
         let relevant_ids = |ids: &mut Vec<usize>, holders: &Holders| {

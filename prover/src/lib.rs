@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, CompiledRegion, EndpointKind};
 use agentgate_policy::error::{Reason, ReasonCode};
-use agentgate_policy::matcher::{allows, region_contains};
+use agentgate_policy::matcher::{allows, region_holds};
 pub use encode::{Question, Search, SearchEnd};
 
 /// The four answers of §5.
@@ -175,23 +175,12 @@ fn replay(question: &Question<'_>, action: &Action) -> Result<(), Reason> {
     if let Some(i) = question.negative.iter().position(|p| allows(p, action)) {
         return Err(invalid(format!("negative policy {i} allows it")));
     }
-    if !question.regions.is_empty() {
-        // A region holds a tool call iff it holds the call's transport
-        // request (docs/policy-semantics.md §8.2).
-        let request = match action {
-            Action::Network(a) => a.clone(),
-            Action::Mcp(t) => t.transport(),
-            Action::Filesystem(_) => {
-                return Err(invalid("regions hold no file accesses".into()));
-            }
-        };
-        if let Some(i) = question
-            .regions
-            .iter()
-            .position(|r| !region_contains(r, &request))
-        {
-            return Err(invalid(format!("region {i} does not contain it")));
-        }
+    if let Some(i) = question
+        .regions
+        .iter()
+        .position(|r| !region_holds(r, action))
+    {
+        return Err(invalid(format!("region {i} does not contain it")));
     }
     Ok(())
 }
@@ -232,10 +221,10 @@ impl Prover {
     /// Searches network, filesystem, then MCP actions, replaying each example.
     ///
     /// Tool calls are searched only when some policy of the question has an
-    /// `mcp` endpoint: without one, every policy judges a call exactly as
-    /// its transport request `POST path` (§8.2), and regions hold a call iff
-    /// they hold that request, so the network search has already answered
-    /// for every call.
+    /// `mcp` endpoint or some region names calls: without either, every
+    /// policy judges a call exactly as its transport request `POST path`
+    /// (§8.2), and regions hold a call iff they hold that request, so the
+    /// network search has already answered for every call.
     pub fn search(&self, question: &Question<'_>, k: usize) -> (Search, f64) {
         let started = Instant::now();
         let budget = self.budget(started);
@@ -248,7 +237,8 @@ impl Prover {
         let tools = question.positive.iter().chain(question.negative);
         if result.end == SearchEnd::Exhausted
             && result.examples.len() < k
-            && tools.into_iter().any(|p| has_mcp(p))
+            && (tools.into_iter().any(|p| has_mcp(p))
+                || question.regions.iter().any(|r| r.calls.is_some()))
         {
             let calls = encode::search_mcp(question, k - result.examples.len(), &budget);
             result.examples.extend(calls.examples);

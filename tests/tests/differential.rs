@@ -14,10 +14,10 @@ use agentgate_policy::compile::{
     CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
 };
 use agentgate_policy::load::CompiledInvariant;
-use agentgate_policy::matcher::{allows, region_contains};
+use agentgate_policy::matcher::{allows, region_contains, region_holds};
 use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
-    HOST_GLOBS, PATH_GLOBS, PORTS, document, mcp_calls, mcp_document, strings, universe,
+    HOST_GLOBS, PATH_GLOBS, PORTS, document, mcp_calls, mcp_document, strings, tool_entry, universe,
 };
 use agentgate_prover::verdict::{
     Evidence, GoverningMaximum, Mode, Source, Step, VerdictInput, decide, first_escape,
@@ -91,6 +91,29 @@ fn region() -> impl Strategy<Value = Region> {
             layers,
             methods: methods.filter(|m| !m.is_empty()),
             paths: paths.filter(|p| !p.is_empty()),
+            ..Region::default()
+        })
+}
+
+/// A random region that may also name tool calls (§8.5): tool entries of
+/// the tool-call alphabet, kept only where the transport part can carry a
+/// call (a region that cannot is refused when compiled).
+fn mcp_region() -> impl Strategy<Value = Region> {
+    (
+        region(),
+        proptest::option::of(proptest::collection::vec(tool_entry(), 1..=2)),
+    )
+        .prop_map(|(mut region, tools)| {
+            let carries_calls = region
+                .layers
+                .as_ref()
+                .is_none_or(|l| l.contains(&Layer::Rest))
+                && region
+                    .methods
+                    .as_ref()
+                    .is_none_or(|m| m.iter().any(|m| m == "POST"));
+            region.tools = tools.filter(|_| carries_calls);
+            region
         })
 }
 
@@ -167,8 +190,8 @@ fn check_new_authority(
     Ok(())
 }
 
-/// Intersection with a region agrees with the matcher on `actions`; a
-/// region holds a tool call iff it holds the call's transport request.
+/// Intersection with a region agrees with the matcher on `actions`
+/// (`region_holds`, §8.5).
 fn check_intersection(
     actions: &[Action],
     c: &PolicyDocument,
@@ -177,14 +200,7 @@ fn check_intersection(
     let c = compiled(c);
     let region: CompiledRegion = compile_region(region, "region").unwrap();
     let proof = prover().intersection(&c, &region);
-    let inside = |a: &Action| {
-        let request = match a {
-            Action::Network(n) => n.clone(),
-            Action::Mcp(t) => t.transport(),
-            Action::Filesystem(_) => return false,
-        };
-        region_contains(&region, &request) && allows(&c, a)
-    };
+    let inside = |a: &Action| region_holds(&region, a) && allows(&c, a);
     match &proof.outcome {
         Outcome::Within => prop_assert_eq!(actions.iter().find(|a| inside(a)), None),
         Outcome::Exceeds { counterexample } => {
@@ -269,9 +285,9 @@ proptest! {
         check_new_authority(mcp_universe(), &c, &p)?;
     }
 
-    /// Tool calls in regions.
+    /// Tool calls in regions, which may name tools themselves.
     #[test]
-    fn mcp_intersection_agrees_with_matcher((c, _, _) in mcp_pair(), region in region()) {
+    fn mcp_intersection_agrees_with_matcher((c, _, _) in mcp_pair(), region in mcp_region()) {
         check_intersection(mcp_universe(), &c, &region)?;
     }
 }

@@ -574,3 +574,155 @@ fn s8_2_regions_hold_a_call_when_they_hold_its_transport() {
         );
     }
 }
+
+fn compiled_region(yaml: &str) -> agentgate_policy::compile::CompiledRegion {
+    let region: agentgate_policy::model::Region = serde_saphyr::from_str(yaml).unwrap();
+    agentgate_policy::compile::compile_region(&region, "region").unwrap()
+}
+
+fn region_rejection(yaml: &str) -> Reason {
+    let region: agentgate_policy::model::Region = serde_saphyr::from_str(yaml).unwrap();
+    agentgate_policy::compile::compile_region(&region, "region").unwrap_err()
+}
+
+#[test]
+fn s8_2_exclusive_bounds_leave_out_the_bound_itself() {
+    let p = mcp_policy(
+        "tools: [{name: t, arguments: {n: {exclusiveMinimum: 0, exclusiveMaximum: 100}}}]",
+    );
+    let t = |n: Value| tool("t", json!({ "n": n }));
+    assert!(allowed(&p, &t(json!(0.5))));
+    assert!(allowed(&p, &t(json!(99.99))));
+    assert!(!allowed(&p, &t(json!(0))));
+    assert!(!allowed(&p, &t(json!(100))));
+    assert!(!allowed(&p, &t(json!("50"))), "bounds speak about numbers");
+    for (constraint, field) in [
+        ("{exclusiveMinimum: 1, maximum: 1}", "exclusiveMinimum"),
+        ("{minimum: 2, exclusiveMaximum: 1}", "minimum"),
+        (
+            "{exclusiveMinimum: 1, exclusiveMaximum: 1}",
+            "exclusiveMinimum",
+        ),
+    ] {
+        let reason = endpoint_rejection(&format!(
+            "protocol: mcp, path: /mcp, tools: [{{name: x, arguments: {{a: {constraint}}}}}]"
+        ));
+        assert_reason(
+            &reason,
+            ReasonCode::UnsupportedPolicyShape,
+            &format!("network[0].endpoints[0].tools[0].arguments.a.{field}"),
+        );
+    }
+    // The prover tells the bound from the numbers just past it.
+    let prover = prover();
+    let inclusive = mcp_policy("tools: [{name: t, arguments: {n: {minimum: 0, maximum: 100}}}]");
+    assert_eq!(prover.containment(&p, &inclusive).outcome, Outcome::Within);
+    let escape = call_counterexample(prover.containment(&inclusive, &p).outcome);
+    let n = escape.args.get("n").and_then(Value::as_f64);
+    assert!(n == Some(0.0) || n == Some(100.0), "{escape}");
+}
+
+#[test]
+fn s8_5_a_region_with_tools_holds_only_the_calls_its_entries_match() {
+    use agentgate_policy::matcher::{region_contains, region_holds};
+    let deletes = compiled_region("{tools: [{name: '*delete*'}]}");
+    let large = compiled_region(
+        "{hosts: [bank.internal], tools: [{name: send_money, arguments: {amount: {exclusiveMinimum: 100}}}]}",
+    );
+    let holds = |r, t: McpAction| region_holds(r, &Action::Mcp(t));
+    assert!(holds(&deletes, tool("bulk_delete", json!({}))));
+    assert!(!holds(&deletes, tool("get_balance", json!({}))));
+    assert!(
+        !holds(&deletes, call(McpKind::Prompt, "delete", json!({}))),
+        "tools hold tool calls only"
+    );
+    assert!(holds(&large, tool("send_money", json!({"amount": 100.5}))));
+    assert!(!holds(&large, tool("send_money", json!({"amount": 100}))));
+    assert!(
+        !holds(&large, tool("send_money", json!({}))),
+        "a constrained argument must be present"
+    );
+    let mut elsewhere = tool("send_money", json!({"amount": 500}));
+    elsewhere.host = "other.internal".into();
+    assert!(
+        !holds(&large, elsewhere),
+        "the transport part still applies"
+    );
+    // Such a region holds no network action, not even the transport request.
+    let post = tool("bulk_delete", json!({})).transport();
+    assert!(!region_contains(&deletes, &post));
+    assert!(!region_holds(&deletes, &Action::Network(post)));
+}
+
+#[test]
+fn s8_5_invariants_over_tools_are_proved_with_raw_authority_counted() {
+    let prover = prover();
+    let tools = policy(BANK_POLICY, Role::Sandbox);
+    let over_100 = compiled_region(
+        "{tools: [{name: send_money, arguments: {amount: {exclusiveMinimum: 100}}}]}",
+    );
+    assert_eq!(
+        prover.intersection(&tools, &over_100).outcome,
+        Outcome::Within,
+        "send_money.amount <= 100 holds"
+    );
+    let looser = policy(
+        &BANK_POLICY.replace("maximum: 100", "maximum: 101"),
+        Role::Sandbox,
+    );
+    let t = call_counterexample(prover.intersection(&looser, &over_100).outcome);
+    assert_eq!(t.name, "send_money");
+    let amount = t.args.get("amount").and_then(Value::as_f64).unwrap();
+    assert!(amount > 100.0 && amount <= 101.0, "{t}");
+    assert!(allowed(&looser, &t), "{t}");
+
+    // "No tool matching *delete*": denied tools stay outside; a raw REST
+    // grant of POST /mcp allows every call, so it intersects.
+    let deletes = compiled_region("{tools: [{name: '*delete*'}]}");
+    let guarded = mcp_policy("tools: [{name: '*'}], denyTools: [{name: '*delete*'}]");
+    assert_eq!(
+        prover.intersection(&guarded, &deletes).outcome,
+        Outcome::Within
+    );
+    let open = mcp_policy("tools: [{name: '*'}]");
+    let t = call_counterexample(prover.intersection(&open, &deletes).outcome);
+    assert!(t.name.contains("delete") && allowed(&open, &t), "{t}");
+    let post = policy(
+        &format!(
+            "network: [{{name: r, endpoints: [{{host: {BANK}, ports: [443], protocol: rest, rules: [{{methods: [POST], path: /mcp}}]}}]}}]"
+        ),
+        Role::Sandbox,
+    );
+    let t = call_counterexample(prover.intersection(&post, &deletes).outcome);
+    assert!(t.name.contains("delete") && allowed(&post, &t), "{t}");
+    // Outside the region's transport part nothing is held.
+    let elsewhere = compiled_region("{hosts: [other.internal], tools: [{name: '*delete*'}]}");
+    assert_eq!(
+        prover.intersection(&post, &elsewhere).outcome,
+        Outcome::Within
+    );
+}
+
+#[test]
+fn s8_5_a_region_that_can_hold_no_call_is_refused() {
+    let shape = ReasonCode::UnsupportedPolicyShape;
+    for (yaml, field) in [
+        ("{tools: []}", "region.tools"),
+        ("{resources: []}", "region.resources"),
+        ("{layers: [l4], tools: [{name: x}]}", "region.layers"),
+        ("{methods: [GET], prompts: [{name: x}]}", "region.methods"),
+        (
+            "{tools: [{name: x, arguments: {a: {minimum: 3, maximum: 1}}}]}",
+            "region.tools[0].arguments.a.minimum",
+        ),
+    ] {
+        assert_reason(&region_rejection(yaml), shape, field);
+    }
+    // Together they are one region: tools, resources and prompts alike.
+    let r = compiled_region("{tools: [{name: x}], resources: [{uri: 'file:///etc/**'}]}");
+    let read = call(McpKind::Resource, "file:///etc/passwd", json!({}));
+    assert!(agentgate_policy::matcher::region_holds(
+        &r,
+        &Action::Mcp(read)
+    ));
+}

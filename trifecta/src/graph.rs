@@ -313,7 +313,7 @@ impl Capability {
                     ports: destination.port.map(|p| vec![p]),
                     layers: None,
                     methods: destination.method.map(|m| vec![m]),
-                    paths: None,
+                    ..Region::default()
                 })
             }
         }

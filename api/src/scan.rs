@@ -192,6 +192,26 @@ pub struct Capability {
     pub source: Option<SourceLocation>,
 }
 
+/// How the agent reaches a tool that an MCP server serves: the tool's name
+/// there and, when known, the server's address. A policy that provably
+/// denies every such call makes the tool uncallable, which severs every
+/// finding through it (docs/design.md §7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpTool {
+    /// The tool's name on the server (`tools/call` name).
+    pub name: String,
+    /// The server's host, lower-case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The server's port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The server's path, e.g. `/mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
 /// A tool, a model context or a delegated agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -219,6 +239,9 @@ pub struct Node {
     /// Where the tool is defined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceLocation>,
+    /// Set when the agent calls this tool over MCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpTool>,
 }
 
 /// How information moves along an edge.

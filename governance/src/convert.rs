@@ -16,7 +16,7 @@ use agentgate_prover::verdict::{Decision, Mode};
 use agentgate_trifecta::analysis::{Finding, Hop, Severity, Witness};
 use agentgate_trifecta::graph::{
     Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, Integrity,
-    Label, Node, NodeKind, SourceLocation,
+    Label, McpTool, Node, NodeKind, SourceLocation,
 };
 
 /// A domain value's form in the API, for writing it into an object.
@@ -182,6 +182,42 @@ impl ToApi for Destination {
     }
 }
 
+impl ToApi for McpTool {
+    type Api = api::McpTool;
+    fn to_api(&self) -> Self::Api {
+        let McpTool {
+            name,
+            host,
+            port,
+            path,
+        } = self;
+        api::McpTool {
+            name: name.clone(),
+            host: host.clone(),
+            port: *port,
+            path: path.clone(),
+        }
+    }
+}
+
+impl ToDomain for api::McpTool {
+    type Domain = McpTool;
+    fn to_domain(&self) -> Self::Domain {
+        let api::McpTool {
+            name,
+            host,
+            port,
+            path,
+        } = self;
+        McpTool {
+            name: name.clone(),
+            host: host.clone(),
+            port: *port,
+            path: path.clone(),
+        }
+    }
+}
+
 impl ToDomain for api::Destination {
     type Domain = Destination;
     fn to_domain(&self) -> Self::Domain {
@@ -277,6 +313,7 @@ impl ToApi for Node {
             load_bearing,
             declassifies,
             source,
+            mcp,
         } = self;
         api::Node {
             id: id.clone(),
@@ -286,6 +323,7 @@ impl ToApi for Node {
             load_bearing: *load_bearing,
             declassifies: declassifies.to_api(),
             source: source.to_api(),
+            mcp: mcp.to_api(),
         }
     }
 }
@@ -301,6 +339,7 @@ impl ToDomain for api::Node {
             load_bearing,
             declassifies,
             source,
+            mcp,
         } = self;
         Node {
             id: id.clone(),
@@ -310,6 +349,7 @@ impl ToDomain for api::Node {
             load_bearing: *load_bearing,
             declassifies: declassifies.to_domain(),
             source: source.to_domain(),
+            mcp: mcp.to_domain(),
         }
     }
 }
@@ -597,6 +637,12 @@ mod tests {
                     load_bearing: true,
                     declassifies: vec![Channel::Mail, Channel::Chat],
                     source,
+                    mcp: Some(McpTool {
+                        name: "send_money".into(),
+                        host: Some("bank.internal".into()),
+                        port: Some(443),
+                        path: Some("/mcp".into()),
+                    }),
                 },
                 Node::default(),
             ],

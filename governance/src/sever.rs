@@ -9,6 +9,11 @@
 //! capability's region = ∅). Capabilities a network policy cannot stop
 //! (environment reads, files without a literal path) are always kept, and so
 //! is anything the prover cannot decide: severance fails closed.
+//!
+//! A tool the agent calls over MCP (`Node::mcp`) is one more query: when the
+//! policy provably allows no call of it (policy ∩ its invocation region =
+//! ∅), the tool never runs, so it loses every capability and every edge: no
+//! path of any finding passes through it.
 
 use agentgate_policy::action::{Access, FilesystemAction, check_absolute_path};
 use agentgate_policy::compile::{CompiledPolicy, compile_region};
@@ -16,8 +21,9 @@ use agentgate_policy::findings::{FindingRegions, NodeRegion};
 use agentgate_policy::matcher::allows_filesystem;
 use agentgate_prover::{Outcome, Prover};
 
+use agentgate_policy::model::Region;
 use agentgate_trifecta::analysis::{Finding, has_trifecta};
-use agentgate_trifecta::graph::{Capability, Channel, Graph, GraphError};
+use agentgate_trifecta::graph::{Capability, Channel, Graph, GraphError, Node};
 
 /// The network regions of a finding's nodes, sink first, then the control
 /// and the data witness in path order: what a runtime refusal cites
@@ -30,9 +36,15 @@ pub fn finding_regions(finding: &Finding, graph: &Graph) -> FindingRegions {
         .filter(|id| seen.insert(*id))
         .filter_map(|id| graph.node(id))
         .flat_map(|node| {
-            node.capabilities
-                .iter()
-                .filter_map(Capability::network_region)
+            // Calling the tool itself comes first: that is the call a
+            // refusal of it cites.
+            node.invocation_region()
+                .into_iter()
+                .chain(
+                    node.capabilities
+                        .iter()
+                        .filter_map(Capability::network_region),
+                )
                 .filter(|region| compile_region(region, "capability").is_ok())
                 .map(|region| NodeRegion {
                     node: node.id.clone(),
@@ -82,6 +94,11 @@ pub fn reach(capability: &Capability, policy: &CompiledPolicy, prover: &Prover) 
             capability.channel
         ));
     };
+    region_reach(region, policy, prover)
+}
+
+/// Decides whether the policy allows some action in a region.
+fn region_reach(region: Region, policy: &CompiledPolicy, prover: &Prover) -> Reach {
     let region = match compile_region(&region, "capability") {
         Ok(region) => region,
         Err(reason) => return Reach::Possible(format!("destination not modelled: {reason}")),
@@ -98,15 +115,32 @@ pub fn reach(capability: &Capability, policy: &CompiledPolicy, prover: &Prover) 
     }
 }
 
+/// Whether the policy lets the agent call the node at all: `Possible` for
+/// a node it does not reach over MCP.
+pub fn callable(node: &Node, policy: &CompiledPolicy, prover: &Prover) -> Reach {
+    match node.invocation_region() {
+        Some(region) => region_reach(region, policy, prover),
+        None => Reach::Possible("the agent does not call it over MCP".into()),
+    }
+}
+
 /// The graph as a sandbox runs it: capabilities the policy denies are
 /// dropped. Nodes and edges stay: the tool's code still runs and still
 /// relays what flows through it, and a label the graph declares is not a
-/// capability a policy can take away. Returns the graph and the ids of
-/// nodes that lost a capability.
+/// capability a policy can take away. A tool the policy never lets the
+/// agent call runs not at all: it loses every capability and edge.
+/// Returns the graph and the ids of nodes that lost a capability.
 pub fn restrict(graph: &Graph, policy: &CompiledPolicy, prover: &Prover) -> (Graph, Vec<String>) {
     let mut restricted = graph.clone();
     let mut touched = Vec::new();
+    let mut uncallable = Vec::new();
     for node in &mut restricted.nodes {
+        if callable(node, policy, prover) == Reach::Denied {
+            node.capabilities.clear();
+            uncallable.push(node.id.clone());
+            touched.push(node.id.clone());
+            continue;
+        }
         let before = node.capabilities.len();
         node.capabilities
             .retain(|c| reach(c, policy, prover) != Reach::Denied);
@@ -114,6 +148,9 @@ pub fn restrict(graph: &Graph, policy: &CompiledPolicy, prover: &Prover) -> (Gra
             touched.push(node.id.clone());
         }
     }
+    restricted
+        .edges
+        .retain(|e| !uncallable.contains(&e.from) && !uncallable.contains(&e.to));
     (restricted, touched)
 }
 
@@ -285,5 +322,96 @@ mod tests {
             restricted.node("read_email").map(|n| n.capabilities.len()),
             Some(0)
         );
+    }
+
+    /// A bank agent whose sink is a tool it calls over MCP.
+    fn bank_agent() -> Graph {
+        let mut send_money = Node::tool(
+            "send_money",
+            vec![capability(
+                Effect::Egress,
+                Channel::Http,
+                Some("bank.internal"),
+            )],
+            None,
+        );
+        send_money.mcp = Some(agentgate_trifecta::graph::McpTool {
+            name: "send_money".into(),
+            host: Some("bank.internal".into()),
+            port: Some(443),
+            path: Some("/mcp".into()),
+        });
+        Graph::single_agent(vec![
+            Node::tool(
+                "read_email",
+                vec![capability(
+                    Effect::UntrustedInput,
+                    Channel::Mail,
+                    Some("imap.example.com"),
+                )],
+                None,
+            ),
+            Node::tool(
+                "get_user_info",
+                vec![capability(Effect::ReadsSecret, Channel::Env, None)],
+                None,
+            ),
+            send_money,
+        ])
+    }
+
+    #[test]
+    fn a_tool_the_policy_never_lets_the_agent_call_severs_its_findings() {
+        let prover = Prover::new(ProverOptions::default());
+        let graph = bank_agent();
+        let findings = analyze(&graph).unwrap();
+        assert_eq!(findings.len(), 1);
+        assert_eq!(findings[0].sink, "send_money");
+        let bank = |tools: &str| {
+            policy(&format!(
+                "network:\n- name: bank\n  endpoints: [{{host: imap.example.com, ports: [993]}}, {{host: bank.internal, ports: [443], protocol: mcp, path: /mcp, {tools}}}]\n"
+            ))
+        };
+        // Reads only: the request to the bank stays possible (get_balance
+        // travels there), but send_money is never called.
+        let reads = bank("tools: [{name: 'get_*'}]");
+        assert_eq!(callable(&graph.nodes[3], &reads, &prover), Reach::Denied);
+        let (restricted, touched) = restrict(&graph, &reads, &prover);
+        assert!(touched.contains(&"send_money".to_string()));
+        assert!(
+            restricted
+                .edges
+                .iter()
+                .all(|e| e.from != "send_money" && e.to != "send_money")
+        );
+        assert_eq!(
+            severed_by(&findings, &restricted, &touched).unwrap(),
+            vec![Some(vec!["send_money".to_string()])]
+        );
+        // A deny wins, also over a broader allow.
+        let denied = bank("tools: [{name: '*'}], denyTools: [{name: send_money}]");
+        let (restricted, touched) = restrict(&graph, &denied, &prover);
+        assert!(severed_by(&findings, &restricted, &touched).unwrap()[0].is_some());
+        // Allowed with any arguments, or by raw authority: it survives.
+        for open in [
+            bank("tools: [{name: send_money}]"),
+            policy(
+                "network:\n- name: raw\n  endpoints: [{host: imap.example.com, ports: [993]}, {host: bank.internal, ports: [443]}]\n",
+            ),
+        ] {
+            assert!(matches!(
+                callable(&graph.nodes[3], &open, &prover),
+                Reach::Possible(_)
+            ));
+            let (restricted, touched) = restrict(&graph, &open, &prover);
+            assert_eq!(
+                severed_by(&findings, &restricted, &touched).unwrap(),
+                vec![None]
+            );
+        }
+        // A refusal of the call cites the finding; the call comes first.
+        let regions = finding_regions(&findings[0], &graph);
+        assert_eq!(regions.capabilities[0].node, "send_money");
+        assert!(regions.capabilities[0].region.tools.is_some());
     }
 }

@@ -5,10 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::action::NetworkAction;
+use crate::action::Action;
 use crate::compile::{CompiledRegion, compile_region};
 use crate::error::Reason;
-use crate::matcher::region_contains;
+use crate::matcher::region_holds;
 use crate::model::Region;
 
 /// One unfixed trifecta finding of the sandbox's agent.
@@ -79,10 +79,10 @@ impl CompiledFindings {
 
     /// The first finding (in file order, sink first within a finding) with a
     /// node whose region contains the action.
-    pub fn cite(&self, action: &NetworkAction) -> Option<&FindingCitation> {
+    pub fn cite(&self, action: &Action) -> Option<&FindingCitation> {
         self.entries
             .iter()
-            .find(|(_, region)| region_contains(region, action))
+            .find(|(_, region)| region_holds(region, action))
             .map(|(citation, _)| citation)
     }
 
@@ -100,7 +100,7 @@ impl CompiledFindings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Layer;
+    use crate::action::{Layer, McpAction, McpKind, NetworkAction};
 
     #[test]
     fn cites_the_node_whose_region_holds_the_action() {
@@ -118,12 +118,43 @@ mod tests {
             method: "POST".into(),
             path: "/x".into(),
         };
-        assert_eq!(
-            compiled.cite(&action).map(|c| c.node.as_str()),
-            Some("post")
-        );
+        let cite = |a: &NetworkAction| compiled.cite(&Action::Network(a.clone())).cloned();
+        assert_eq!(cite(&action).map(|c| c.node), Some("post".to_string()));
         action.method = "GET".into();
-        assert_eq!(compiled.cite(&action), None);
+        assert_eq!(cite(&action), None);
+    }
+
+    #[test]
+    fn a_tool_the_agent_calls_is_cited_by_its_calls_only() {
+        let findings: Vec<FindingRegions> = serde_json::from_str(
+            r#"[{"id":"AG-TRIFECTA","sink":"send_money","witness":"read_email -> send_money",
+                 "capabilities":[{"node":"send_money","region":{"hosts":["bank.internal"],"tools":[{"name":"send_money"}]}}]}]"#,
+        )
+        .unwrap();
+        let compiled = CompiledFindings::compile(&findings).unwrap();
+        let mut call = McpAction {
+            binary: "/usr/bin/python3".into(),
+            host: "bank.internal".into(),
+            port: 443,
+            path: "/mcp".into(),
+            kind: McpKind::Tool,
+            name: "send_money".into(),
+            args: serde_json::Map::new(),
+        };
+        let transport = Action::Network(call.transport());
+        assert_eq!(
+            compiled
+                .cite(&Action::Mcp(call.clone()))
+                .map(|c| c.node.as_str()),
+            Some("send_money")
+        );
+        assert_eq!(
+            compiled.cite(&transport),
+            None,
+            "the request is not the call"
+        );
+        call.name = "get_balance".into();
+        assert_eq!(compiled.cite(&Action::Mcp(call)), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::action::{McpAction, McpKind};
+use crate::action::{Action, McpAction, McpKind};
 use crate::compile::CompiledPolicy;
 use crate::findings::CompiledFindings;
 use crate::index::HostIndex;
@@ -211,7 +211,7 @@ impl Judge<'_> {
                     rule: decision.rule,
                     finding: self
                         .findings
-                        .cite(&action.transport())
+                        .cite(&Action::Mcp(action.clone()))
                         .cloned()
                         .map(Box::new),
                 })

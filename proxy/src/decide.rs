@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use agentgate_policy::action::{Layer, NetworkAction, check_host, check_method, request_path};
+use agentgate_policy::action::{
+    Action, Layer, NetworkAction, check_host, check_method, request_path,
+};
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
@@ -127,7 +129,11 @@ pub fn judge_connection(
                 RefusalCode::NoRule,
                 format!("{action}: no rule allows any request on this connection"),
             );
-            refusal.finding = snapshot.findings.cite(&action).cloned().map(Box::new);
+            refusal.finding = snapshot
+                .findings
+                .cite(&Action::Network(action.clone()))
+                .cloned()
+                .map(Box::new);
             Err(refusal)
         }
     }
@@ -180,7 +186,11 @@ pub fn judge_request(
         reason: format!("{action}: {}", decision.reason),
         code,
         rule: decision.rule,
-        finding: snapshot.findings.cite(&action).cloned().map(Box::new),
+        finding: snapshot
+            .findings
+            .cite(&Action::Network(action.clone()))
+            .cloned()
+            .map(Box::new),
     })
 }
 

@@ -267,6 +267,37 @@ network:
     }
 
     #[test]
+    fn a_refused_call_of_a_finding_sink_tool_cites_the_finding() {
+        let mut s = snapshot(BANK);
+        let findings: Vec<agentgate_policy::findings::FindingRegions> = serde_json::from_value(json!([{
+            "id": "AG-TRIFECTA", "sink": "send_money",
+            "witness": "read_email -> __llm__ -> send_money",
+            "capabilities": [{"node": "send_money",
+                              "region": {"hosts": ["bank.internal"], "tools": [{"name": "send_money"}]}}]
+        }]))
+        .unwrap();
+        s.findings =
+            Arc::new(agentgate_policy::findings::CompiledFindings::compile(&findings).unwrap());
+        let Judged::Answer { body, refusal, .. } = judge(
+            &s,
+            tool(7, "send_money", json!({"recipient": "evil", "amount": 5})),
+        ) else {
+            panic!("expected an answer");
+        };
+        assert_eq!(
+            refusal.finding.as_ref().map(|f| f.node.as_str()),
+            Some("send_money")
+        );
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["error"]["data"]["finding"]["id"], "AG-TRIFECTA");
+        // A refused call of another tool is not that finding's.
+        let Judged::Answer { refusal, .. } = judge(&s, tool(8, "get_secret", json!({}))) else {
+            panic!("get_secret is denied");
+        };
+        assert_eq!(refusal.finding, None);
+    }
+
+    #[test]
     fn one_refusal_holds_back_its_whole_batch() {
         let s = snapshot(BANK);
         let Judged::Answer { status, body, .. } = judge(

@@ -12,7 +12,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use agentgate_policy::model::Region;
+use agentgate_policy::model::{Region, ToolEntry};
 
 /// The id of the language-model node of a single-agent graph.
 pub const LLM: &str = "__llm__";
@@ -320,6 +320,26 @@ impl Capability {
     }
 }
 
+/// How the agent reaches a tool that an MCP server serves: the tool's name
+/// there and, when known, the server's address. A policy that provably
+/// denies every such call makes the tool uncallable, which severs every
+/// finding through it (docs/design.md §7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct McpTool {
+    /// The tool's name on the server (`tools/call` name).
+    pub name: String,
+    /// The server's host, lower-case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The server's port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The server's path, e.g. `/mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
 /// A tool, a model context or a delegated agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -347,6 +367,9 @@ pub struct Node {
     /// Where the tool is defined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceLocation>,
+    /// Set when the agent calls this tool over MCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpTool>,
 }
 
 impl Node {
@@ -383,6 +406,23 @@ impl Node {
         channels.sort();
         channels.dedup();
         channels
+    }
+
+    /// The calls that invoke the node, as a region (docs/policy-semantics.md
+    /// §8.5): calls of its tool name at its server; `None` for a node the
+    /// agent does not reach over MCP.
+    pub fn invocation_region(&self) -> Option<Region> {
+        let mcp = self.mcp.as_ref()?;
+        Some(Region {
+            hosts: mcp.host.clone().map(|h| vec![h]),
+            ports: mcp.port.map(|p| vec![p]),
+            paths: mcp.path.clone().map(|p| vec![p]),
+            tools: Some(vec![ToolEntry {
+                name: mcp.name.clone(),
+                ..ToolEntry::default()
+            }]),
+            ..Region::default()
+        })
     }
 
     /// True when a fix may remove (restrict) the node.

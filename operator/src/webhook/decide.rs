@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use agentgate_governance::sever::finding_regions;
 use agentgate_policy::action::{
-    Access, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
+    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
 };
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::findings::CompiledFindings;
@@ -144,17 +144,20 @@ pub fn cite_finding(
         });
     }
     // A malformed request is denied for that reason, not by a finding. A
-    // finding's regions hold a call iff they hold its transport request
-    // (docs/policy-semantics.md §8.2), as in the prover.
+    // finding's regions hold calls as docs/policy-semantics.md §8.5 says,
+    // as in the prover.
     let action = if request.call.is_some() {
-        request
-            .mcp_action()
-            .filter(|t| t.check_canonical().is_ok())?
-            .transport()
+        Action::Mcp(
+            request
+                .mcp_action()
+                .filter(|t| t.check_canonical().is_ok())?,
+        )
     } else {
-        request
-            .network_action()
-            .filter(|a| a.check_canonical().is_ok())?
+        Action::Network(
+            request
+                .network_action()
+                .filter(|a| a.check_canonical().is_ok())?,
+        )
     };
     let regions: Vec<_> = findings.iter().map(|f| finding_regions(f, graph)).collect();
     CompiledFindings::compile(&regions)

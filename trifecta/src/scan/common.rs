@@ -210,7 +210,11 @@ pub(super) fn tools_sharing(
             name,
             line,
             events: events.to_vec(),
-            hints: Hints::default(),
+            // Only MCP servers dispatch on the called tool's name.
+            hints: Hints {
+                mcp: true,
+                ..Hints::default()
+            },
         });
     }
 }

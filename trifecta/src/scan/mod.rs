@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::graph::{
-    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, Node, NodeKind, SourceLocation,
+    Capability, Channel, Edge, EdgeKind, Effect, Graph, LLM, McpTool, Node, NodeKind,
+    SourceLocation,
 };
 use crate::report::{Note, NoteLevel};
 use classify::{Event, Lang};
@@ -82,6 +83,10 @@ pub enum ScanError {
 pub(crate) struct Hints {
     pub read_only: Option<bool>,
     pub open_world: Option<bool>,
+    /// An MCP server serves the tool (FastMCP `@mcp.tool()`, a low-level
+    /// `call_tool` dispatch, the TypeScript SDK's `server.tool`): the agent
+    /// calls it over MCP, where a policy can deny the call.
+    pub mcp: bool,
 }
 
 /// A tool as a front end found it, before classification.
@@ -793,6 +798,10 @@ fn build_graph(
             (
                 t.name.clone(),
                 Node {
+                    mcp: t.hints.mcp.then(|| McpTool {
+                        name: t.name.clone(),
+                        ..McpTool::default()
+                    }),
                     id: t.name,
                     kind: NodeKind::Tool,
                     capabilities: t.capabilities,

@@ -820,7 +820,14 @@ impl<'t> File<'t> {
                 // `@agent.tool_plain`, AutoGen `@assistant.register_for_llm`.
                 "tool" | "function_tool" | "tool_plain" | "register_for_llm" => {
                     let mut name = self.text(fname).to_string();
-                    let mut hints = Hints::default();
+                    // `@mcp.tool()` on a FastMCP server (the SDK's or the
+                    // standalone package's) is served over MCP; LangChain's
+                    // `@tool` and Pydantic AI's `@agent.tool` run in process.
+                    let resolved = self.names.resolve(&target, &Scope::default());
+                    let mut hints = Hints {
+                        mcp: resolved.contains("FastMCP()"),
+                        ..Hints::default()
+                    };
                     if let Some(call) = call {
                         let scope = Scope::default();
                         if let Some(site) = self.call_site(call, &scope) {
@@ -835,7 +842,10 @@ impl<'t> File<'t> {
                                 }
                             }
                         }
-                        hints = self.hints(call);
+                        hints = Hints {
+                            mcp: hints.mcp,
+                            ..self.hints(call)
+                        };
                     }
                     let mut events = Vec::new();
                     self.events(body, None, true, &mut events);

@@ -80,6 +80,8 @@ def comment(number: int, body: str) -> str:
         read.source.as_ref().unwrap().to_string(),
         "agent/tools.py:12"
     );
+    // LangChain tools run in the agent's process, not over MCP.
+    assert_eq!(read.mcp, None);
     let cap = &read.capabilities[0];
     assert_eq!(cap.call.as_deref(), Some("requests.get"));
     assert_eq!(cap.source.as_ref().unwrap().line, 14);
@@ -120,8 +122,12 @@ def count() -> int:
         summary(&s),
         vec!["count: ", "sync_notes: Egress/http@notes.example.com"]
     );
-    let cap = &s.graph.node("sync_notes").unwrap().capabilities[0];
+    let sync = s.graph.node("sync_notes").unwrap();
+    let cap = &sync.capabilities[0];
     assert_eq!(cap.call.as_deref(), Some("httpx.AsyncClient().put"));
+    // A FastMCP server's tools are called over MCP, by their served name.
+    assert_eq!(sync.mcp.as_ref().map(|m| m.name.as_str()), Some("sync_notes"));
+    assert!(s.graph.node("count").unwrap().mcp.is_some());
     assert_eq!(s.diagnostics.len(), 2, "{:#?}", s.diagnostics);
     assert!(s.diagnostics[0].message.contains("readOnlyHint"));
     assert!(
@@ -170,6 +176,7 @@ async def call_tool(name: str, arguments: dict):
             "shell: Egress/exec",
         ]
     );
+    assert!(s.graph.nodes[1..].iter().all(|n| n.mcp.is_some()));
 }
 
 #[test]

@@ -848,7 +848,10 @@ impl<'t> File<'t> {
                 let Some(body) = self.handler(&args) else {
                     return false;
                 };
-                let mut hints = Hints::default();
+                let mut hints = Hints {
+                    mcp: true,
+                    ..Hints::default()
+                };
                 for a in &args[1..] {
                     if unwrap_expr(*a).kind() == "object" {
                         self.hints(unwrap_expr(*a), &mut hints);

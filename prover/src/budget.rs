@@ -119,6 +119,66 @@ fn mcp_cost(cost: &mut Cost, w: &CostWeights, at: &str, e: &Endpoint) {
     }
 }
 
+/// The endpoint without its tool-level entries: what names the server.
+fn server_part(e: &Endpoint) -> Endpoint {
+    Endpoint {
+        tools: Vec::new(),
+        deny_tools: Vec::new(),
+        resources: Vec::new(),
+        prompts: Vec::new(),
+        ..e.clone()
+    }
+}
+
+/// Two `mcp` endpoints for the same server, review marker included.
+fn same_server(a: &Endpoint, b: &Endpoint) -> bool {
+    a.protocol == Protocol::Mcp && b.protocol == Protocol::Mcp && server_part(a) == server_part(b)
+}
+
+/// Prices what an `mcp` endpoint gains over the same server's prior grant:
+/// each new tool, prompt and resource entry (a changed entry is a new one),
+/// with its wildcards, and each `denyTools` entry dropped.
+fn mcp_delta_cost(cost: &mut Cost, w: &CostWeights, at: &str, prior: &Endpoint, e: &Endpoint) {
+    let added = Endpoint {
+        tools: e
+            .tools
+            .iter()
+            .filter(|t| !prior.tools.contains(t))
+            .cloned()
+            .collect(),
+        prompts: e
+            .prompts
+            .iter()
+            .filter(|t| !prior.prompts.contains(t))
+            .cloned()
+            .collect(),
+        resources: e
+            .resources
+            .iter()
+            .filter(|r| !prior.resources.contains(r))
+            .cloned()
+            .collect(),
+        ..server_part(e)
+    };
+    for t in &added.tools {
+        cost.add(format!("{at}: new tool {}", t.name), w.grant);
+    }
+    for p in &added.prompts {
+        cost.add(format!("{at}: new prompt {}", p.name), w.grant);
+    }
+    for r in &added.resources {
+        cost.add(format!("{at}: new resource {}", r.uri), w.grant);
+    }
+    for d in prior
+        .deny_tools
+        .iter()
+        .filter(|d| !e.deny_tools.contains(d))
+    {
+        cost.add(format!("{at}: denyTools entry {} removed", d.name), w.grant);
+    }
+    mcp_cost(cost, w, at, &added);
+}
+
 /// Prices the grants of `candidate` that `current` does not already have,
 /// endpoint by endpoint (an endpoint present, unchanged, in the same-named
 /// rule with the same binaries costs nothing; narrowing costs nothing).
@@ -133,13 +193,16 @@ pub fn delta_cost(current: &PolicyDocument, candidate: &PolicyDocument, w: &Cost
             if existing.is_some_and(|r| r.endpoints.contains(e)) {
                 continue;
             }
-            endpoint_cost(
-                &mut cost,
-                w,
-                &format!("network[{}].endpoints[{i}]", rule.name),
-                &rule.binaries,
-                e,
-            );
+            let at = format!("network[{}].endpoints[{i}]", rule.name);
+            // The same MCP server already granted: only the entries it
+            // gains (and the denyTools entries it loses) are new authority.
+            if let Some(prior) =
+                existing.and_then(|r| r.endpoints.iter().find(|p| same_server(p, e)))
+            {
+                mcp_delta_cost(&mut cost, w, &at, prior, e);
+                continue;
+            }
+            endpoint_cost(&mut cost, w, &at, &rule.binaries, e);
         }
     }
     let fs = [
@@ -210,6 +273,54 @@ mod tests {
         assert_eq!(price(&star), 3);
         assert_eq!(price(&recursive), 7);
         assert_eq!(price(&l4), 9);
+    }
+
+    #[test]
+    fn a_tool_added_to_a_granted_server_costs_only_itself() {
+        use agentgate_policy::model::ToolEntry;
+        let w = CostWeights::default();
+        let tool = |name: &str| ToolEntry {
+            name: name.into(),
+            ..ToolEntry::default()
+        };
+        let mut server = endpoint("bank.internal", Protocol::Mcp);
+        server.path = Some("/mcp".into());
+        server.tools = vec![tool("get_*")];
+        server.deny_tools = vec![tool("update_password")];
+        let doc = |e: &Endpoint| PolicyDocument {
+            network: vec![NetworkRule {
+                name: "bank".into(),
+                binaries: vec!["/usr/bin/python3".into()],
+                endpoints: vec![e.clone()],
+                review: None,
+            }],
+            ..Default::default()
+        };
+        let mut more = server.clone();
+        more.tools.push(tool("send_*"));
+        let c = delta_cost(&doc(&server), &doc(&more), &w);
+        let items: Vec<&str> = c.breakdown.iter().map(|i| i.item.as_str()).collect();
+        assert_eq!(
+            items,
+            [
+                "network[bank].endpoints[0]: new tool send_*",
+                "network[bank].endpoints[0]: tool name wildcard send_*",
+            ]
+        );
+        assert_eq!(c.total, 1 + 2);
+        // Dropping a deny entry is new authority too; narrowing is free.
+        let mut undenied = server.clone();
+        undenied.deny_tools.clear();
+        assert_eq!(delta_cost(&doc(&server), &doc(&undenied), &w).total, 1);
+        assert_eq!(delta_cost(&doc(&more), &doc(&server), &w).total, 0);
+        // Another server is a new grant, priced whole.
+        let mut other = more.clone();
+        other.path = Some("/admin".into());
+        let c = delta_cost(&doc(&server), &doc(&other), &w);
+        assert!(
+            c.breakdown[0].item.ends_with("new grant bank.internal"),
+            "{c:?}"
+        );
     }
 
     #[test]

@@ -126,7 +126,10 @@ def count() -> int:
     let cap = &sync.capabilities[0];
     assert_eq!(cap.call.as_deref(), Some("httpx.AsyncClient().put"));
     // A FastMCP server's tools are called over MCP, by their served name.
-    assert_eq!(sync.mcp.as_ref().map(|m| m.name.as_str()), Some("sync_notes"));
+    assert_eq!(
+        sync.mcp.as_ref().map(|m| m.name.as_str()),
+        Some("sync_notes")
+    );
     assert!(s.graph.node("count").unwrap().mcp.is_some());
     assert_eq!(s.diagnostics.len(), 2, "{:#?}", s.diagnostics);
     assert!(s.diagnostics[0].message.contains("readOnlyHint"));

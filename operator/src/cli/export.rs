@@ -542,6 +542,33 @@ spec:
     }
 
     #[test]
+    fn a_tool_grant_folds_in_with_its_argument_constraints_intact() {
+        let text = include_str!("../../../examples/sandbox.yaml");
+        let mut effective = policy(
+            text.split("  policy:\n")
+                .nth(1)
+                .unwrap()
+                .lines()
+                .map(|l| l.strip_prefix("    ").unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+        );
+        let pay: agentgate_policy::model::NetworkRule = serde_saphyr::from_str(
+            "name: bank-pay\nbinaries: [/usr/bin/python3]\nendpoints:\n  - host: bank.internal\n    ports: [443]\n    protocol: mcp\n    path: /mcp\n    tools:\n      - name: send_money\n        arguments:\n          recipient: {oneOf: [GB29NWBK60161331926819]}\n          amount: {minimum: 0, exclusiveMaximum: 100.5}\n          tags: {items: {glob: 't-*'}, maxItems: 2, optional: true}\n        additionalArguments: false\n    denyTools: [{name: '*delete*'}]\n",
+        )
+        .unwrap();
+        effective.network.push(pay.clone());
+        // fold_policy reads the result back and compares it with `effective`.
+        let out = fold_policy("s.yaml", text, "triage-bot", "agents", &effective).unwrap();
+        let diff = unified_diff("s.yaml", text, &out);
+        let lines = changed(&diff);
+        assert!(lines.iter().all(|l| l.starts_with('+')), "{diff}");
+        assert_eq!(lines[0], "+      - name: bank-pay", "{diff}");
+        assert!(diff.contains("exclusiveMaximum: 100.5"), "{diff}");
+    }
+
+    #[test]
     fn a_missing_sandbox_or_namespace_mismatch_is_named() {
         let effective = PolicyDocument::default();
         let err = fold_policy("repo.yaml", REPO, "nobody", "agents", &effective).unwrap_err();

@@ -18,6 +18,11 @@ use crate::pod_runner::UPSTREAM_IP;
 /// - `github`: a POST to the trifecta finding's sink, through TLS
 ///   interception with the sandbox CA from the pod's bundle;
 /// - `bget`: the granted GET by bash, which the rule (curl only) excludes;
+/// - `mcp`/`mcpread`: MCP `tools/call`s (JSON-RPC over POST /mcp) of
+///   `send_money`, which the policy does not grant until a proposal does,
+///   and of the granted `get_balance`: `forwarded` when the upstream
+///   answered, `refused` when the proxy answered with agentgate's JSON-RPC
+///   error;
 /// - `udp`: a datagram to a non-DNS port; `inside`/`outside`: writes inside
 ///   and outside `readWrite`.
 pub fn agent_script() -> String {
@@ -34,6 +39,14 @@ while true; do
   dpost=$(code /tmp/dpost.body --noproxy '*' -X POST -d x http://api.example.test:8080/repos/acme/x)
   ip=$(code /tmp/ip.body --noproxy '*' http://{UPSTREAM_IP}:8080/repos/acme/x)
   github=$(code /tmp/github.body -X POST -d '{{}}' https://api.github.com/repos/acme/widgets/issues/1/comments)
+  mcpcall() {{
+    curl -s --max-time 5 -X POST -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+      -d "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"$1\",\"arguments\":{{\"amount\":5}}}}}}" \
+      http://api.example.test:8080/mcp > "$2" 2>/dev/null
+    if grep -q '"upstream"' "$2"; then echo forwarded; elif grep -q -- '-32010' "$2"; then echo refused; else echo other; fi
+  }}
+  mcp=$(mcpcall send_money /tmp/mcp.body)
+  mcpread=$(mcpcall get_balance /tmp/mcpread.body)
   bget=$(bash -c 'exec 3<>/dev/tcp/api.example.test/8080; printf "GET /repos/acme/x HTTP/1.1\r\nHost: api.example.test:8080\r\nConnection: close\r\n\r\n" >&3; head -1 <&3 | cut -d" " -f2' 2>/dev/null)
   if bash -c "echo x > /dev/udp/{UPSTREAM_IP}/9999" 2>/dev/null; then udp=sent; else udp=dropped; fi
   if echo x > /tmp/inside 2>/dev/null; then inside=ok; else inside=denied; fi
@@ -44,8 +57,9 @@ while true; do
     echo "BODY dpost $(tr -d '\n' < /tmp/dpost.body)"
     echo "BODY ip $(tr -d '\n' < /tmp/ip.body)"
     echo "BODY github $(tr -d '\n' < /tmp/github.body)"
+    echo "BODY mcp $(tr -d '\n' < /tmp/mcp.body)"
   fi
-  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost ip=$ip bget=$bget github=$github udp=$udp inside=$inside"
+  echo "PROBE n=$n t=$t get=$get post=$post dget=$dget dpost=$dpost ip=$ip bget=$bget github=$github udp=$udp inside=$inside mcp=$mcp mcpread=$mcpread"
   sleep 0.1
 done
 "#
@@ -188,6 +202,16 @@ pub fn check_first_round(log: &str) -> Result<(), String> {
         "403",
         "the intercepted POST to the finding's sink",
     )?;
+    expect(
+        "mcpread",
+        "forwarded",
+        "a granted MCP tools/call (get_balance)",
+    )?;
+    expect(
+        "mcp",
+        "refused",
+        "an MCP tools/call of a tool the policy does not grant (send_money), answered by the proxy",
+    )?;
     let outside = line_after(log, "OUTSIDE ");
     if !outside.contains("Permission denied") {
         return Err(format!("a write outside readWrite is EACCES: {outside:?}"));
@@ -208,6 +232,18 @@ pub fn check_first_round(log: &str) -> Result<(), String> {
             return Err(format!("the reason names what was refused: {body}"));
         }
     }
+    // The refused call is answered as JSON-RPC, with a reason the model
+    // can read and the machine-readable refusal in `data`.
+    let mcp = body("mcp")?;
+    let message = mcp["error"]["message"].as_str().unwrap_or_default();
+    if mcp["error"]["code"] != -32010
+        || !message.contains("tools/call send_money")
+        || mcp["error"]["data"]["code"] != "no_rule"
+    {
+        return Err(format!(
+            "the refused tool call is not a readable JSON-RPC error: {mcp}"
+        ));
+    }
     // Refused through TLS interception (curl trusted the sandbox CA from
     // the pod's bundle) and cited.
     let github = body("github")?;
@@ -221,9 +257,16 @@ pub fn check_first_round(log: &str) -> Result<(), String> {
 
 /// The ceiling of the enforced-pod scenarios, `<namespace>-ceiling`,
 /// governing namespaces labelled `team=<namespace>`: GET and POST to the
-/// example API, GET to GitHub. `tightened` leaves the example API GET only.
+/// example API, GET to GitHub, and the example API's MCP tools `get_*` and
+/// `send_money` of at most 100. `tightened` leaves the example API GET
+/// only, and `get_*` only.
 pub fn ceiling(namespace: &str, tightened: bool) -> String {
     let methods = if tightened { "[GET]" } else { "[GET, POST]" };
+    let tools = if tightened {
+        "[{name: \"get_*\"}]"
+    } else {
+        "[{name: \"get_*\"}, {name: send_money, arguments: {amount: {minimum: 0, maximum: 100}}}]"
+    };
     format!(
         "apiVersion: agentgate.dev/v1alpha1
 kind: MaximumPolicy
@@ -244,6 +287,9 @@ spec:
       - name: github
         endpoints:
           - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+      - name: bank
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: {tools}}}
 "
     )
 }
@@ -251,7 +297,7 @@ spec:
 /// Namespace `<namespace>` (team `<namespace>`) and its sandbox
 /// `<namespace>-bot`, whose agent container runs `image` with `command` (a
 /// YAML flow sequence) as uid 1000: the example API by curl only and GET
-/// only, GitHub GET, `/tmp` writable.
+/// only, GitHub GET, the MCP tool `get_balance` by curl, `/tmp` writable.
 pub fn sandbox(namespace: &str, image: &str, pull_policy: &str, command: &str) -> String {
     format!(
         "apiVersion: v1
@@ -286,11 +332,16 @@ spec:
       - name: github-read
         endpoints:
           - {{host: api.github.com, ports: [443], protocol: rest, rules: [{{methods: [GET], path: \"/repos/**\"}}]}}
+      - name: bank-read
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: get_balance}}]}}
 "
     )
 }
 
-/// The proposal granting `<namespace>-bot` POST to the example API.
+/// The proposal granting `<namespace>-bot` POST to the example API and the
+/// MCP tool `send_money` (amounts up to 100) to curl.
 pub fn write_proposal(namespace: &str) -> String {
     format!(
         "apiVersion: agentgate.dev/v1alpha1
@@ -305,6 +356,10 @@ spec:
       - name: example-write
         endpoints:
           - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [POST], path: \"/repos/**\"}}]}}
+      - name: bank-pay
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: send_money, arguments: {{amount: {{minimum: 0, maximum: 100}}}}}}]}}
 "
     )
 }

@@ -7,7 +7,9 @@
 //!    and judged the same, the same GET by another binary refused (the
 //!    rule names curl), UDP to a non-DNS port dropped;
 //! 2. a PolicyProposal applied reaches the running agent without a
-//!    restart; a tightened MaximumPolicy takes it away again;
+//!    restart (a REST POST and an MCP tool, `send_money`, until then refused
+//!    as a JSON-RPC error with its reason); a tightened MaximumPolicy takes
+//!    both away again;
 //! 3. a write outside `readWrite` fails with EACCES, inside succeeds;
 //! 4. a refusal a trifecta finding predicted cites the finding (through
 //!    TLS interception with the sandbox CA from the pod's CA bundle).
@@ -111,9 +113,17 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     let applied_at = now();
     cp.apply_yaml(&probe::write_proposal("runner")).unwrap();
     let gained = first_after(&runner, applied_at, "post", "200");
+    // The same proposal grants the MCP tool send_money: the running agent
+    // calls it through the same proxy, unrestarted.
+    let tool_gained = first_after(&runner, applied_at, "mcp", "forwarded");
+    // Forwarded POST bodies leave the pooled upstream connections usable:
+    // the granted GET still passes in the rounds after.
+    let since = now();
+    first_after(&runner, since, "get", "200");
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling("runner", true)).unwrap();
     let revoked = first_after(&runner, tightened_at, "post", "403");
+    let tool_revoked = first_after(&runner, tightened_at, "mcp", "refused");
     assert_eq!(
         runner.wait_exit("agent", Duration::ZERO),
         None,
@@ -132,7 +142,7 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     let (period, unbroken) = probe::rounds(&rounds);
     assert!(unbroken, "one process, never restarted");
     println!(
-        "pod runner: proposal applied → running agent allowed in {gained:.2} s; maximum tightened → refused in {revoked:.2} s (probe rounds of ~{period:.2} s)"
+        "pod runner: proposal applied → running agent allowed in {gained:.2} s (its tool call in {tool_gained:.2} s); maximum tightened → refused in {revoked:.2} s ({tool_revoked:.2} s) (probe rounds of ~{period:.2} s)"
     );
     drop(runner);
     drop(netns);

@@ -201,6 +201,15 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     cp.apply_yaml(&probe::write_proposal("node")).unwrap();
     let gained = probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit)
         .unwrap_or_else(|_| panic!("the approved POST never reached the agent\n{}", context()));
+    // The same proposal grants the tool: the running session may call it.
+    probe::first_after(|| agent_log(cp), applied_at, "mcp", "forwarded", limit).unwrap_or_else(
+        |_| {
+            panic!(
+                "the approved tool send_money never reached the agent\n{}",
+                context()
+            )
+        },
+    );
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
     let revoked = probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
@@ -210,6 +219,14 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
                 context()
             )
         });
+    probe::first_after(|| agent_log(cp), tightened_at, "mcp", "refused", limit).unwrap_or_else(
+        |_| {
+            panic!(
+                "the tightened ceiling never took send_money away\n{}",
+                context()
+            )
+        },
+    );
     let rounds = probes(&agent_log(cp));
     let (period, unbroken) = probe::rounds(&rounds);
     assert!(

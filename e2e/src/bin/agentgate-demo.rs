@@ -10,8 +10,9 @@
 //! their verdicts, prints them; then scans examples/agent, applies the
 //! AgentScan, shows the agent's pod refused with the trifecta witness and
 //! admitted once the policy severs the sink; then a sandbox's Pod, run by
-//! the kubelet, whose agent is refused by the proxy with the reason and
-//! allowed once a reviewer approves its proposal; prints the KUBECONFIG
+//! the kubelet, whose agent is refused by the proxy with the reason (a REST
+//! request, and an MCP tool call answered as a JSON-RPC error) and allowed
+//! once a reviewer approves its proposal; prints the KUBECONFIG
 //! path and exits, leaving everything running. `agentgate-demo down` stops
 //! it and removes the files.
 
@@ -382,6 +383,15 @@ spec:
       - name: issues
         endpoints:
           - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET, POST], path: \"/repos/acme/**\"}]}
+      - name: tracker
+        endpoints:
+          - host: api.example.test
+            ports: [8080]
+            protocol: mcp
+            path: /mcp
+            tools:
+              - name: \"get_*\"
+              - {name: add_label, arguments: {label: {oneOf: [triaged, needs-info, duplicate]}}}
 ---
 apiVersion: agentgate.dev/v1alpha1
 kind: AgentSandbox
@@ -407,6 +417,9 @@ spec:
       - name: read-issues
         endpoints:
           - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [GET], path: \"/repos/acme/**\"}]}
+      - name: tracker-read
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{name: get_issue}]}
 ";
 
 const DEMO_PROPOSAL: &str = "apiVersion: agentgate.dev/v1alpha1
@@ -421,14 +434,19 @@ spec:
       - name: label-issues
         endpoints:
           - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: \"/repos/acme/*/issues/*/labels\"}]}
+          - {host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{name: add_label, arguments: {label: {oneOf: [triaged]}}}]}
 ";
 
-/// The demo's agent: every half second, label an issue, and say how it went.
+/// The demo's agent: every half second, label an issue, by the REST API
+/// and by the tracker's MCP tool `add_label`, and say how each went.
 const DEMO_AGENT: &str = r#"#!/bin/bash
 while true; do
   code=$(curl -s -o /tmp/body -w '%{http_code}' --max-time 5 -X POST -d '{"labels":["triaged"]}' http://api.example.test:8080/repos/acme/widgets/issues/1/labels)
   echo "POST http://api.example.test:8080/repos/acme/widgets/issues/1/labels -> $code $(tr -d '
 ' < /tmp/body)"
+  curl -s --max-time 5 -X POST -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add_label","arguments":{"issue":1,"label":"triaged"}}}' http://api.example.test:8080/mcp > /tmp/mcp 2>/dev/null
+  echo "MCP tools/call add_label {\"issue\":1,\"label\":\"triaged\"} -> $(tr -d '
+' < /tmp/mcp)"
   sleep 0.5
 done
 "#;
@@ -525,8 +543,12 @@ fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
         }
     };
     let (seen, refused) = line_with("-> 403", 0)?;
+    let (tool_seen, tool_refused) = line_with("refused by agentgate", 0)?;
     println!(
         "\x1b[1m# The agent labels an issue; its policy grants GET only, so the proxy refuses, with the reason\x1b[0m\n$ kubectl logs labeller -n sandboxed -c agent\n{refused}"
+    );
+    println!(
+        "\x1b[1m# It also calls the tracker's MCP tool add_label; only get_issue is granted, so the proxy answers the call itself, as a JSON-RPC error the model reads\x1b[0m\n{tool_refused}"
     );
     println!(
         "\n\x1b[1m# The agent asks for the grant; the sandbox is in ask mode, so a reviewer decides\x1b[0m\n$ kubectl apply -f label-issues.yaml --as system:serviceaccount:sandboxed:labeller"
@@ -585,6 +607,11 @@ fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
     println!(
         "\x1b[1m# Committed, and the running agent is allowed {:.1} s after the approval (no restart: the kubelet refreshes the policy volume, the proxy re-reads it)\x1b[0m\n{allowed}",
         approved_at.elapsed().as_secs_f64()
+    );
+    // The tracker's upstream echoes what it received: the call got there.
+    let (_, tool_allowed) = line_with("\"upstream\"", tool_seen)?;
+    println!(
+        "\x1b[1m# The same proposal granted add_label with label triaged: the call now reaches the tracker\x1b[0m\n{tool_allowed}"
     );
     Ok(())
 }

@@ -14,7 +14,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Echo(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def read_body(self):
+        # A keep-alive connection carries the next request right after this
+        # one's body: leaving the body unread would make it that request's
+        # first bytes (and the next request a 501).
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                self.rfile.read(size + 2)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+
     def answer(self):
+        self.read_body()
         body = json.dumps({"path": self.path, "method": self.command, "upstream": "direct"}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -1079,6 +1079,94 @@ network:
         );
     }
 
+    /// A ceiling over a bank's MCP server: reads auto-eligible, payments
+    /// of at most 100 under review, and two invariants over tools.
+    const BANK_MAXIMUM: &str = r#"
+kind: MaximumPolicy
+metadata: {name: bank-ceiling}
+spec:
+  policy:
+    network:
+      - name: bank
+        binaries: [/usr/bin/python3]
+        endpoints:
+          - {host: bank.internal, ports: [443], protocol: mcp, path: /mcp, tools: [{name: "get_*"}]}
+          - host: bank.internal
+            ports: [443]
+            protocol: mcp
+            path: /mcp
+            tools: [{name: send_money, arguments: {amount: {minimum: 0, maximum: 100}}}]
+            review: {required: true, reason: payments}
+  invariants:
+    - name: no-deletes
+      match: {tools: [{name: "*delete*"}]}
+  budget: {maxCost: 4}
+"#;
+
+    /// A bank case: the current policy reads balances, the candidate adds
+    /// `rule`.
+    fn bank_case(rule: &str) -> Case {
+        let current_yaml = "network:\n  - name: balance\n    binaries: [/usr/bin/python3]\n    endpoints:\n      - {host: bank.internal, ports: [443], protocol: mcp, path: /mcp, tools: [{name: get_balance}]}\n";
+        let current = doc(current_yaml, Role::Sandbox);
+        let candidate = doc(&format!("{current_yaml}{rule}"), Role::Sandbox);
+        let mut added = candidate.1.policy.clone();
+        added
+            .rules
+            .retain(|r| current.1.policy.rules.iter().all(|c| c.name != r.name));
+        Case {
+            maximum: doc(BANK_MAXIMUM, Role::Maximum).1,
+            current,
+            candidate,
+            added,
+            four_eyes: false,
+        }
+    }
+
+    #[test]
+    fn tool_proposals_get_apply_ask_and_reject_with_costs() {
+        let prover = Prover::default();
+        let verdict = |rule: &str| run(&bank_case(rule), 1, Source::Agent, Mode::Auto, &prover);
+        let tool = |tools: &str| {
+            format!(
+                "  - name: more\n    binaries: [/usr/bin/python3]\n    endpoints:\n      - {{host: bank.internal, ports: [443], protocol: mcp, path: /mcp, tools: {tools}}}\n"
+            )
+        };
+        // A read inside the auto-eligible part: applied, priced.
+        let v = verdict(&tool("[{name: get_statement}]"));
+        assert_eq!(v.decision, Decision::Apply, "{}", v.reason);
+        assert_eq!(v.cost.map(|c| c.total), Some(1));
+        // A payment inside the ceiling but in its review region: a person decides.
+        let v = verdict(&tool(
+            "[{name: send_money, arguments: {amount: {minimum: 0, maximum: 50}}}]",
+        ));
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Ask, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        // A payment past the ceiling's bound: refused with the call.
+        let v = verdict(&tool(
+            "[{name: send_money, arguments: {amount: {minimum: 0, maximum: 500}}}]",
+        ));
+        assert_eq!(v.decision, Decision::Reject, "{}", v.reason);
+        assert!(
+            v.reason.contains("tools/call send_money")
+                && v.reason.contains("bank.internal:443/mcp"),
+            "{}",
+            v.reason
+        );
+        // A tool the invariant forbids: the ceiling (consistent, so outside
+        // the invariant too) refuses it first, with the call.
+        let v = verdict(&tool("[{name: delete_account}]"));
+        assert_eq!(v.decision, Decision::Reject, "{}", v.reason);
+        assert!(
+            v.reason.contains("tools/call delete_account {}"),
+            "{}",
+            v.reason
+        );
+    }
+
     /// A maximum as revocation sees it (steps 2–3 read only its name,
     /// ceiling and invariants).
     fn governing<'a>(name: &'a str, compiled: &'a CompiledDocument) -> GoverningMaximum<'a> {

@@ -119,7 +119,9 @@ fn endpoint_kind_allows_mcp(
     match &e.kind {
         EndpointKind::L4 => true,
         EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire.get_or_init(|| t.transport())),
-        EndpointKind::Mcp(m) => m.path.matches(&t.path) && m.entry_allows(t),
+        // The entry first: a name that differs is one comparison, and most
+        // endpoints on a server name other tools; the path glob is dearer.
+        EndpointKind::Mcp(m) => m.entry_allows(t) && m.path.matches(&t.path),
     }
 }
 
@@ -134,7 +136,7 @@ fn endpoint_kind_denies_mcp(
         EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire.get_or_init(|| t.transport()))
             .then_some("a denyRules entry"),
         EndpointKind::Mcp(m) => {
-            (m.path.matches(&t.path) && m.entry_denies(t)).then_some("a denyTools entry")
+            (m.entry_denies(t) && m.path.matches(&t.path)).then_some("a denyTools entry")
         }
     }
 }

@@ -108,18 +108,15 @@ impl NameGlob {
     /// True when `value` matches: the first literal run is a prefix, the
     /// last a suffix, and the others occur in order between them.
     pub fn matches(&self, value: &str) -> bool {
-        let mut parts = self.pattern.split('*');
-        let Some(first) = parts.next() else {
-            return value.is_empty();
+        // No allocation: this runs for every entry a call is judged against.
+        let Some((first, tail)) = self.pattern.split_once('*') else {
+            return self.pattern == value; // no `*`: the whole value is the literal
         };
         let Some(mut rest) = value.strip_prefix(first) else {
             return false;
         };
-        let middle: Vec<&str> = parts.collect();
-        let Some((last, middle)) = middle.split_last() else {
-            return rest.is_empty(); // no `*`: the whole value is the literal
-        };
-        for part in middle {
+        let (middle, last) = tail.rsplit_once('*').unwrap_or(("", tail));
+        for part in middle.split('*').filter(|p| !p.is_empty()) {
             match rest.find(part) {
                 Some(at) => rest = &rest[at + part.len()..],
                 None => return false,
@@ -772,6 +769,31 @@ mod tests {
         assert!(g("a.b[c]").matches("a.b[c]"));
         assert!(NameGlob::parse("f", "", 4096).is_err());
         assert!(NameGlob::parse("f", "tab\there", 4096).is_err());
+    }
+
+    /// `*` as any run, by plain recursion: the reference the fast matcher
+    /// must agree with.
+    fn reference(pattern: &[u8], value: &[u8]) -> bool {
+        match pattern.split_first() {
+            None => value.is_empty(),
+            Some((b'*', rest)) => (0..=value.len()).any(|i| reference(rest, &value[i..])),
+            Some((c, rest)) => value.first() == Some(c) && reference(rest, &value[1..]),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn name_globs_agree_with_the_reference(
+            pattern in "[ab*]{1,7}",
+            value in "[ab]{0,8}",
+        ) {
+            let glob = NameGlob::parse("f", &pattern, 4096).unwrap();
+            proptest::prop_assert_eq!(
+                glob.matches(&value),
+                reference(pattern.as_bytes(), value.as_bytes()),
+                "{} vs {}", pattern, value
+            );
+        }
     }
 
     #[test]

@@ -608,8 +608,8 @@ fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
         "\x1b[1m# Committed, and the running agent is allowed {:.1} s after the approval (no restart: the kubelet refreshes the policy volume, the proxy re-reads it)\x1b[0m\n{allowed}",
         approved_at.elapsed().as_secs_f64()
     );
-    // The tracker's upstream echoes what it received: the call got there.
-    let (_, tool_allowed) = line_with("\"upstream\"", tool_seen)?;
+    // The tracker's upstream echoes the path it was sent: the call got there.
+    let (_, tool_allowed) = line_with("-> {\"path\": \"/mcp\"", tool_seen)?;
     println!(
         "\x1b[1m# The same proposal granted add_label with label triaged: the call now reaches the tracker\x1b[0m\n{tool_allowed}"
     );

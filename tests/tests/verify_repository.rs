@@ -305,3 +305,45 @@ fn a_status_written_into_a_manifest_approves_nothing() {
         "{out}"
     );
 }
+
+/// A sandbox granting more of a tool than its ceiling allows: every output
+/// names the call, and SARIF carries it as a structured counterexample.
+#[test]
+fn tool_grants_are_verified_and_reported_as_calls() {
+    let sandbox = "apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {name: payer, namespace: bank}
+spec:
+  agentServiceAccount: payer
+  policy:
+    network:
+      - name: bank
+        binaries: [/usr/bin/python3]
+        endpoints:
+          - host: bank.internal
+            ports: [443]
+            protocol: mcp
+            path: /mcp
+            tools:
+              - {name: send_money, arguments: {amount: {minimum: 0, maximum: 500}}}
+";
+    let input = format!("{}---\n{sandbox}", example("examples/mcp/maximum.yaml"));
+    let (code, out, err) = verify(&["-o", "sarif", "-"], &input);
+    assert_eq!(code, 1, "{err}");
+    let sarif: Value = serde_json::from_str(&out).unwrap();
+    let results = sarif["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{out}");
+    let message = results[0]["message"]["text"].as_str().unwrap();
+    assert!(
+        message.contains("exceeds MaximumPolicy \"bank-ceiling\": tools/call send_money"),
+        "{message}"
+    );
+    let counterexample = &results[0]["properties"]["counterexample"];
+    assert_eq!(counterexample["kind"], "mcp", "{counterexample}");
+    assert_eq!(counterexample["name"], "send_money", "{counterexample}");
+    assert!(counterexample["args"].is_object(), "{counterexample}");
+    // Text output, the same call.
+    let (code, text, _) = verify(&["-"], &input);
+    assert_eq!(code, 1);
+    assert!(text.contains("tools/call send_money"), "{text}");
+}

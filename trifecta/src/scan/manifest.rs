@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use crate::graph::{Capability, Channel, SourceLocation};
+use crate::graph::{Capability, Channel, McpTool, SourceLocation};
 
 /// The file name looked for at the scan root.
 pub const MANIFEST_FILE: &str = "agentgate.yaml";
@@ -40,6 +40,11 @@ pub struct ManifestTool {
     /// Where it is defined, when known.
     #[serde(default)]
     pub source: Option<SourceLocation>,
+    /// How the agent calls it over MCP (its served name and the server's
+    /// address); replaces what the scanner found, so a sandbox's policy can
+    /// be checked against the server the agent really talks to.
+    #[serde(default)]
+    pub mcp: Option<McpTool>,
 }
 
 /// A declassifying tool.

@@ -821,6 +821,9 @@ fn build_graph(
         for cap in &declared.capabilities {
             push_unique(&mut node.capabilities, cap.clone());
         }
+        if declared.mcp.is_some() {
+            node.mcp = declared.mcp.clone();
+        }
     }
     let known = |field: &'static str, tool: &str, nodes: &BTreeMap<String, Node>| {
         if nodes.contains_key(tool) {

@@ -123,6 +123,7 @@ def count() -> int:
         vec!["count: ", "sync_notes: Egress/http@notes.example.com"]
     );
     let sync = s.graph.node("sync_notes").unwrap();
+    assert_eq!(sync.mcp.as_ref().and_then(|m| m.host.as_deref()), None);
     let cap = &sync.capabilities[0];
     assert_eq!(cap.call.as_deref(), Some("httpx.AsyncClient().put"));
     // A FastMCP server's tools are called over MCP, by their served name.
@@ -1020,4 +1021,38 @@ def stream_page(url: str) -> str:
         None,
     );
     assert_eq!(summary(&s), vec!["stream_page: UntrustedInput/http"]);
+}
+
+#[test]
+fn the_manifest_names_the_server_an_mcp_tool_is_called_at() {
+    let s = scan(
+        &[(
+            "server.py",
+            r#"
+from mcp.server.fastmcp import FastMCP
+import httpx
+
+bank = FastMCP("bank")
+
+@bank.tool()
+def send_money(recipient: str, amount: float) -> str:
+    httpx.post("https://core.bank.internal/transfers", json={"to": recipient, "amount": amount})
+    return "sent"
+"#,
+        )],
+        Some(
+            "tools:\n  - name: send_money\n    mcp: {name: send_money, host: bank.internal, port: 443, path: /mcp}\n",
+        ),
+    );
+    let node = s.graph.node("send_money").unwrap();
+    let mcp = node.mcp.as_ref().unwrap();
+    assert_eq!(
+        (mcp.host.as_deref(), mcp.port, mcp.path.as_deref()),
+        (Some("bank.internal"), Some(443), Some("/mcp"))
+    );
+    // Its capabilities are still the scanned ones.
+    assert_eq!(
+        summary(&s),
+        vec!["send_money: Egress/http@core.bank.internal"]
+    );
 }

@@ -515,25 +515,39 @@ fn compile_mcp(at: &str, endpoint: &Endpoint, max: usize) -> Result<CompiledMcp,
             "an mcp endpoint needs path: the server's path, such as /mcp",
         ));
     };
-    let calls = |name: &str, entries: &[crate::model::ToolEntry]| {
-        entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| mcp::call_entry(&format!("{at}.{name}[{i}]"), e, max))
-            .collect::<Result<Vec<_>, _>>()
-    };
     Ok(CompiledMcp {
         path: glob_within(GlobKind::Path, &format!("{at}.path"), path, max)?,
-        tools: calls("tools", &endpoint.tools)?,
-        deny_tools: calls("denyTools", &endpoint.deny_tools)?,
-        resources: endpoint
-            .resources
-            .iter()
-            .enumerate()
-            .map(|(i, e)| mcp::resource_entry(&format!("{at}.resources[{i}]"), e, max))
-            .collect::<Result<_, _>>()?,
-        prompts: calls("prompts", &endpoint.prompts)?,
+        tools: call_entries(&format!("{at}.tools"), &endpoint.tools, max)?,
+        deny_tools: call_entries(&format!("{at}.denyTools"), &endpoint.deny_tools, max)?,
+        resources: resource_entries(&format!("{at}.resources"), &endpoint.resources, max)?,
+        prompts: call_entries(&format!("{at}.prompts"), &endpoint.prompts, max)?,
     })
+}
+
+/// Compiles a list of tool or prompt entries; `at` is the list's field.
+fn call_entries(
+    at: &str,
+    entries: &[crate::model::ToolEntry],
+    max: usize,
+) -> Result<Vec<mcp::CompiledCall>, Reason> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| mcp::call_entry(&format!("{at}[{i}]"), e, max))
+        .collect()
+}
+
+/// Compiles a list of resource entries; `at` is the list's field.
+fn resource_entries(
+    at: &str,
+    entries: &[crate::model::ResourceEntry],
+    max: usize,
+) -> Result<Vec<mcp::UriGlob>, Reason> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| mcp::resource_entry(&format!("{at}[{i}]"), e, max))
+        .collect()
 }
 
 /// Validates and compiles a region (`field` prefixes error paths).
@@ -602,19 +616,19 @@ fn region_calls(region: &Region, field: &str) -> Result<Option<CompiledCalls>, R
     }
     let max = Limits::default().pattern_bytes;
     let calls = |name: &str, entries: &Option<Vec<crate::model::ToolEntry>>| {
-        listed(field, name, entries)?
-            .iter()
-            .enumerate()
-            .map(|(i, e)| mcp::call_entry(&format!("{field}.{name}[{i}]"), e, max))
-            .collect::<Result<Vec<_>, _>>()
+        call_entries(
+            &format!("{field}.{name}"),
+            listed(field, name, entries)?,
+            max,
+        )
     };
     Ok(Some(CompiledCalls {
         tools: calls("tools", &region.tools)?,
-        resources: listed(field, "resources", &region.resources)?
-            .iter()
-            .enumerate()
-            .map(|(i, e)| mcp::resource_entry(&format!("{field}.resources[{i}]"), e, max))
-            .collect::<Result<_, _>>()?,
+        resources: resource_entries(
+            &format!("{field}.resources"),
+            listed(field, "resources", &region.resources)?,
+            max,
+        )?,
         prompts: calls("prompts", &region.prompts)?,
     }))
 }

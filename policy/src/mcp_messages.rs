@@ -25,7 +25,7 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 /// Client-to-server methods of the MCP specification (revisions 2024-11-05
 /// to 2025-06-18) that grant no authority (§8.1): allowed whenever the
 /// connection to the endpoint is.
-const SESSION_METHODS: &[&str] = &[
+pub(crate) const SESSION_METHODS: &[&str] = &[
     "initialize",
     "ping",
     "tools/list",

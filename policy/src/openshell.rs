@@ -18,6 +18,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Reason, ReasonCode};
+use crate::mcp_messages::SESSION_METHODS;
 use crate::model::{
     AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, ResourceEntry,
     RuleEntry, ToolEntry,
@@ -248,24 +249,6 @@ fn endpoint(value: &Value, field: &str, notes: &mut Vec<String>) -> Result<Endpo
     }
     Ok(out)
 }
-
-/// MCP methods that grant no authority in agentgate (docs/policy-semantics.md
-/// §8.1): an OpenShell rule allowing one is already implied.
-const SESSION_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/unsubscribe",
-    "prompts/list",
-    "completion/complete",
-    "logging/setLevel",
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/roots/list_changed",
-];
 
 /// An OpenShell tool-name glob as ours: `*` and `**` match any run (a
 /// strict tool name has no `/` for them to differ on); `?` and bracket

@@ -238,6 +238,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     ..Limits::default()
                 },
                 upstreams: Upstreams::default(),
+                sse_sessions: agentgate_proxy::mcp::SseSessions::default(),
             });
             let explicit = TcpListener::bind(listen)
                 .await

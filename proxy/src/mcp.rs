@@ -1,6 +1,9 @@
 //! MCP over Streamable HTTP (docs/proxy.md, "MCP"): the proxy's view of
 //! [`agentgate_policy::mcp_messages`] over a policy snapshot, and the
-//! filtering of `*/list` results in server-sent event streams as they pass.
+//! filtering of `*/list` results in server-sent event streams as they pass,
+//! and the link from an HTTP+SSE stream (MCP 2024-11-05) to the messages
+//! endpoint it announces, so that a refusal reaches the stream the client
+//! reads.
 
 use agentgate_policy::action::McpKind;
 use agentgate_policy::matcher::McpServer;
@@ -8,6 +11,11 @@ pub use agentgate_policy::mcp_messages::{
     Judge, Judged, ListRequest, MAX_BODY_BYTES, REFUSED, filter_lists, judge_messages,
     refusal_error,
 };
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+use agentgate_policy::mcp::json_equal;
 use serde_json::Value;
 
 use crate::decide::{Binary, Refusal, Snapshot, policy_of};
@@ -60,7 +68,21 @@ pub fn judge_session(
 pub struct SseFilter {
     pending: Vec<u8>,
     lists: Vec<ListRequest>,
+    endpoint: Option<String>,
 }
+
+/// The largest single event a filtered stream buffers (an `*/list` result
+/// is judged whole); a stream with a longer one is ended.
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+
+/// The most list requests one stream awaits answers to at once; a list
+/// request beyond them is refused rather than answered unfiltered.
+pub const MAX_PENDING_LISTS: usize = 256;
+
+/// An event longer than [`MAX_EVENT_BYTES`] arrived.
+#[derive(Debug, thiserror::Error)]
+#[error("an event of the MCP server's stream is longer than {MAX_EVENT_BYTES} bytes")]
+pub struct EventTooLong;
 
 impl SseFilter {
     /// A filter for the answers to `lists`.
@@ -68,11 +90,28 @@ impl SseFilter {
         SseFilter {
             pending: Vec::new(),
             lists,
+            endpoint: None,
         }
     }
 
+    /// Also filters the answers to `lists` (list requests POSTed to the
+    /// messages endpoint of an HTTP+SSE stream, bounded by
+    /// [`SseSession::expect_lists`]).
+    pub fn expect(&mut self, lists: Vec<ListRequest>) {
+        self.lists.extend(lists);
+    }
+
+    /// How many list requests await their answers.
+    pub fn awaited(&self) -> usize {
+        self.lists.len()
+    }
+
     /// Feeds bytes; returns the complete events among them, filtered.
-    pub fn push(&mut self, chunk: &[u8], visible: &dyn Fn(McpKind, &str) -> bool) -> Vec<u8> {
+    pub fn push(
+        &mut self,
+        chunk: &[u8],
+        visible: &dyn Fn(McpKind, &str) -> bool,
+    ) -> Result<Vec<u8>, EventTooLong> {
         self.pending.extend_from_slice(chunk);
         let mut out = Vec::new();
         while let Some((end, separator)) = event_end(&self.pending) {
@@ -80,7 +119,10 @@ impl SseFilter {
             out.extend(self.rewrite(&event[..end], visible));
             out.extend_from_slice(&event[end..]);
         }
-        out
+        if self.pending.len() > MAX_EVENT_BYTES {
+            return Err(EventTooLong);
+        }
+        Ok(out)
     }
 
     /// The bytes of an unfinished last event, unchanged (the stream ended).
@@ -88,19 +130,33 @@ impl SseFilter {
         std::mem::take(&mut self.pending)
     }
 
-    fn rewrite(&self, event: &[u8], visible: &dyn Fn(McpKind, &str) -> bool) -> Vec<u8> {
+    /// The data of the last `endpoint` event passed (the HTTP+SSE
+    /// transport announces where its messages are POSTed), once.
+    pub fn take_endpoint(&mut self) -> Option<String> {
+        self.endpoint.take()
+    }
+
+    fn rewrite(&mut self, event: &[u8], visible: &dyn Fn(McpKind, &str) -> bool) -> Vec<u8> {
         let Ok(text) = std::str::from_utf8(event) else {
             return event.to_vec();
         };
-        let data: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        let Ok(mut message) = serde_json::from_str::<Value>(&data.join("\n")) else {
+        let field = |name: &'static str| {
+            text.lines()
+                .filter_map(move |l| l.strip_prefix(name))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        };
+        let data = field("data:").collect::<Vec<&str>>().join("\n");
+        if field("event:").next_back() == Some("endpoint") {
+            self.endpoint = Some(data);
+            return event.to_vec();
+        }
+        let Ok(mut message) = serde_json::from_str::<Value>(&data) else {
             return event.to_vec();
         };
-        if filter_lists(&mut message, &self.lists, visible) == 0 {
+        let removed = filter_lists(&mut message, &self.lists, visible);
+        // An answered list request is awaited no more (ids may be reused).
+        self.lists.retain(|list| !answers(&message, &list.id));
+        if removed == 0 {
             return event.to_vec();
         }
         let mut lines: Vec<String> = Vec::new();
@@ -117,6 +173,204 @@ impl SseFilter {
         }
         lines.join("\n").into_bytes()
     }
+}
+
+/// Whether `message` (one JSON-RPC message or a batch) holds the answer to
+/// the request `id`.
+fn answers(message: &Value, id: &Value) -> bool {
+    match message {
+        Value::Array(items) => items.iter().any(|m| answers(m, id)),
+        Value::Object(object) => {
+            (object.contains_key("result") || object.contains_key("error"))
+                && object.get("id").is_some_and(|got| json_equal(got, id))
+        }
+        _ => false,
+    }
+}
+
+/// Where the messages of an HTTP+SSE stream (MCP 2024-11-05) are POSTed,
+/// and by which binary: a POST there is linked to that stream only when it
+/// comes from the binary that holds the stream, so no process can put
+/// answers on another's stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    /// Whether the agent speaks TLS to the server.
+    pub tls: bool,
+    /// The server's host, as the agent named it.
+    pub host: String,
+    /// The server's port.
+    pub port: u16,
+    /// The binary holding the stream.
+    pub binary: Option<String>,
+    /// The messages endpoint: the POST's path and query.
+    pub target: String,
+}
+
+/// The most HTTP+SSE streams linked at once; a stream beyond them is
+/// passed unlinked (its refusals are answered on the POST).
+pub const MAX_SESSIONS: usize = 4096;
+
+/// The most events queued for one stream that its client has not yet
+/// read; a refusal beyond them is answered on the POST instead.
+pub const MAX_QUEUED_EVENTS: usize = 256;
+
+/// The open HTTP+SSE streams, by the messages endpoint each announced.
+#[derive(Debug, Default)]
+pub struct SseSessions {
+    open: Mutex<HashMap<SessionKey, Arc<SseSession>>>,
+}
+
+impl SseSessions {
+    /// Links a new stream to `key`; `None` when another stream holds it or
+    /// [`MAX_SESSIONS`] are open.
+    pub fn open(&self, key: SessionKey) -> Option<Arc<SseSession>> {
+        let mut open = lock(&self.open);
+        if open.len() >= MAX_SESSIONS || open.contains_key(&key) {
+            return None;
+        }
+        let session = Arc::new(SseSession::default());
+        open.insert(key, session.clone());
+        Some(session)
+    }
+
+    /// The stream linked to `key`, if one is open.
+    pub fn get(&self, key: &SessionKey) -> Option<Arc<SseSession>> {
+        lock(&self.open).get(key).cloned()
+    }
+
+    /// Unlinks `session` (its stream ended) if `key` still names it.
+    pub fn close(&self, key: &SessionKey, session: &Arc<SseSession>) {
+        let mut open = lock(&self.open);
+        if open.get(key).is_some_and(|held| Arc::ptr_eq(held, session)) {
+            open.remove(key);
+        }
+    }
+
+    /// How many streams are linked.
+    pub fn len(&self) -> usize {
+        lock(&self.open).len()
+    }
+
+    /// Whether no stream is linked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What the proxy has for one HTTP+SSE stream: its own answers to put on
+/// the stream, and the list requests whose answers the stream will carry.
+#[derive(Debug, Default)]
+pub struct SseSession {
+    inbox: Mutex<Inbox>,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    events: VecDeque<Vec<u8>>,
+    /// List requests the stream has not taken yet.
+    lists: Vec<ListRequest>,
+    /// List requests the stream has taken and awaits answers to.
+    awaited: usize,
+    waker: Option<Waker>,
+}
+
+impl SseSession {
+    /// Queues `message` (the proxy's JSON-RPC answer) as a `message` event
+    /// on the stream. False when [`MAX_QUEUED_EVENTS`] are already queued.
+    pub fn deliver(&self, message: &[u8]) -> bool {
+        let mut inbox = lock(&self.inbox);
+        if inbox.events.len() >= MAX_QUEUED_EVENTS {
+            return false;
+        }
+        let mut event = b"event: message\ndata: ".to_vec();
+        // The body is one line of JSON; a line break would end the field.
+        event.extend(message.iter().filter(|b| !matches!(b, b'\n' | b'\r')));
+        event.extend_from_slice(b"\n\n");
+        inbox.events.push_back(event);
+        if let Some(waker) = inbox.waker.take() {
+            waker.wake();
+        }
+        true
+    }
+
+    /// Awaits the answers to `lists` on the stream, to filter them. False,
+    /// adding none, when the stream would await more than [`MAX_PENDING_LISTS`].
+    pub fn expect_lists(&self, lists: &[ListRequest]) -> bool {
+        let mut inbox = lock(&self.inbox);
+        if inbox.lists.len() + inbox.awaited + lists.len() > MAX_PENDING_LISTS {
+            return false;
+        }
+        inbox.lists.extend(lists.iter().cloned());
+        true
+    }
+
+    /// The list requests added since the last call, now awaited by the
+    /// stream.
+    pub fn take_lists(&self) -> Vec<ListRequest> {
+        let mut inbox = lock(&self.inbox);
+        let taken = std::mem::take(&mut inbox.lists);
+        inbox.awaited += taken.len();
+        taken
+    }
+
+    /// The stream awaits answers to `count` list requests (some were
+    /// answered).
+    pub fn set_awaited(&self, count: usize) {
+        lock(&self.inbox).awaited = count;
+    }
+
+    /// The queued events, concatenated; `waker` is woken when more arrive.
+    pub fn take_events(&self, waker: &Waker) -> Vec<u8> {
+        let mut inbox = lock(&self.inbox);
+        inbox.waker = Some(waker.clone());
+        inbox.events.drain(..).flatten().collect()
+    }
+}
+
+/// A lock even if a holder panicked: the maps stay consistent at every
+/// step, so what a panicking holder left is still good.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The path and query an `endpoint` event's `data` names, resolved against
+/// the stream's own URL (`tls`, `host`, `port`, `stream_path`): `None` when
+/// it names another origin or a form the proxy does not resolve (dot
+/// segments), so that the stream is left unlinked.
+pub fn resolve_endpoint(
+    tls: bool,
+    host: &str,
+    port: u16,
+    stream_path: &str,
+    data: &str,
+) -> Option<String> {
+    let data = data.trim();
+    let dotted = |target: &str| {
+        let path = target.split(['?', '#']).next().unwrap_or_default();
+        path.split('/')
+            .any(|segment| segment == "." || segment == "..")
+    };
+    let resolved = if data.starts_with("http://") || data.starts_with("https://") {
+        let uri: http::Uri = data.parse().ok()?;
+        let scheme_tls = uri.scheme_str() == Some("https");
+        let authority = uri.authority()?;
+        let uri_port = authority
+            .port_u16()
+            .unwrap_or(if scheme_tls { 443 } else { 80 });
+        if scheme_tls != tls || !authority.host().eq_ignore_ascii_case(host) || uri_port != port {
+            return None;
+        }
+        uri.path_and_query().map_or("/", |p| p.as_str()).to_string()
+    } else if data.starts_with("//") || data.contains("://") {
+        return None;
+    } else if data.starts_with('/') {
+        data.to_string()
+    } else {
+        let directory = stream_path.rfind('/').map_or("/", |i| &stream_path[..=i]);
+        format!("{directory}{data}")
+    };
+    let resolved = resolved.split('#').next().unwrap_or_default().to_string();
+    (!dotted(&resolved) && resolved.starts_with('/')).then_some(resolved)
 }
 
 /// Where the first event of `buffer` ends: the offset of its blank-line
@@ -422,8 +676,8 @@ network:
             "event: message\nid: e1\ndata: {list}\n\n: keepalive\n\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}}\n\npartial"
         );
         let (a, b) = stream.as_bytes().split_at(17);
-        let mut out = filter.push(a, &visible_in(&s));
-        out.extend(filter.push(b, &visible_in(&s)));
+        let mut out = filter.push(a, &visible_in(&s)).unwrap();
+        out.extend(filter.push(b, &visible_in(&s)).unwrap());
         out.extend(filter.finish());
         let out = String::from_utf8(out).unwrap();
         assert!(out.starts_with("event: message\nid: e1\ndata: {"), "{out}");
@@ -433,6 +687,169 @@ network:
             out.ends_with("notifications/progress\"}\n\npartial"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_stream_announces_its_endpoint_and_filters_lists_it_is_told_of() {
+        let s = snapshot(BANK);
+        let mut filter = SseFilter::new(Vec::new());
+        let out = filter
+            .push(
+                b"event: endpoint\r\ndata: /messages/?session_id=ab\r\n\r\n",
+                &visible_in(&s),
+            )
+            .unwrap();
+        assert!(out.ends_with(b"\r\n\r\n"));
+        assert_eq!(
+            filter.take_endpoint().as_deref(),
+            Some("/messages/?session_id=ab")
+        );
+        assert_eq!(filter.take_endpoint(), None);
+        let list = |id: u32| {
+            format!(
+                "event: message\ndata: {}\n\n",
+                json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": "get_a"}, {"name": "rm"}]}})
+            )
+        };
+        // Not told of id 7: passed as it is.
+        let out = filter.push(list(7).as_bytes(), &visible_in(&s)).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("\"rm\""));
+        let seven = ListRequest {
+            id: json!(7),
+            kind: McpKind::Tool,
+        };
+        filter.expect(vec![seven]);
+        assert_eq!(filter.awaited(), 1);
+        let out = filter.push(list(7).as_bytes(), &visible_in(&s)).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("\"rm\""));
+        // Answered, so no longer awaited: a reused id is someone else's.
+        assert_eq!(filter.awaited(), 0);
+        let out = filter.push(list(7).as_bytes(), &visible_in(&s)).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("\"rm\""));
+    }
+
+    #[test]
+    fn an_endless_event_ends_the_stream() {
+        let s = snapshot(BANK);
+        let mut filter = SseFilter::new(Vec::new());
+        let chunk = vec![b'x'; 1 << 20];
+        let mut result = Ok(Vec::new());
+        for _ in 0..=MAX_EVENT_BYTES >> 20 {
+            result = filter.push(&chunk, &visible_in(&s));
+        }
+        assert!(result.is_err());
+    }
+
+    #[test]
+    fn endpoints_resolve_against_the_stream_or_not_at_all() {
+        let resolve = |data| resolve_endpoint(true, "bank.internal", 443, "/mcp/sse", data);
+        assert_eq!(
+            resolve("/messages/?session_id=1").as_deref(),
+            Some("/messages/?session_id=1")
+        );
+        assert_eq!(
+            resolve("messages?session_id=1").as_deref(),
+            Some("/mcp/messages?session_id=1")
+        );
+        assert_eq!(
+            resolve("https://BANK.internal/m?s=1").as_deref(),
+            Some("/m?s=1")
+        );
+        assert_eq!(
+            resolve("https://bank.internal:443/m#x").as_deref(),
+            Some("/m")
+        );
+        for other in [
+            "http://bank.internal/m",
+            "https://bank.internal:8443/m",
+            "https://evil.test/m",
+            "//evil.test/m",
+            "/a/../m",
+            "./m",
+            "javascript://x",
+        ] {
+            assert_eq!(resolve(other), None, "{other}");
+        }
+        assert_eq!(
+            resolve_endpoint(false, "h", 80, "/sse", "http://h/m").as_deref(),
+            Some("/m")
+        );
+    }
+
+    fn key(target: &str) -> SessionKey {
+        SessionKey {
+            tls: true,
+            host: "bank.internal".into(),
+            port: 443,
+            binary: Some("/usr/bin/python3".into()),
+            target: target.into(),
+        }
+    }
+
+    #[test]
+    fn sessions_link_one_stream_per_endpoint_and_deliver_in_order() {
+        let sessions = SseSessions::default();
+        let a = sessions.open(key("/m?s=1")).unwrap();
+        assert!(
+            sessions.open(key("/m?s=1")).is_none(),
+            "a second stream took the link"
+        );
+        let other_binary = SessionKey {
+            binary: Some("/usr/bin/curl".into()),
+            ..key("/m?s=1")
+        };
+        assert!(sessions.get(&other_binary).is_none());
+        let got = sessions.get(&key("/m?s=1")).unwrap();
+        assert!(got.deliver(br#"{"id":1}"#));
+        assert!(got.deliver(b"{\"id\":\n2}"));
+        let events = a.take_events(std::task::Waker::noop());
+        assert_eq!(
+            events,
+            b"event: message\ndata: {\"id\":1}\n\nevent: message\ndata: {\"id\":2}\n\n"
+        );
+        assert!(a.take_events(std::task::Waker::noop()).is_empty());
+        for _ in 0..MAX_QUEUED_EVENTS {
+            assert!(a.deliver(b"{}"));
+        }
+        assert!(!a.deliver(b"{}"), "the queue is bounded");
+        let lists = [ListRequest {
+            id: json!("l"),
+            kind: McpKind::Prompt,
+        }];
+        assert!(a.expect_lists(&lists));
+        assert_eq!(a.take_lists(), lists);
+        assert!(a.take_lists().is_empty());
+        // Bounded across taken and untaken requests, so that a list
+        // request beyond the bound is refused, never answered unfiltered.
+        let many = vec![lists[0].clone(); MAX_PENDING_LISTS - 1];
+        assert!(a.expect_lists(&many));
+        assert!(!a.expect_lists(&lists));
+        a.take_lists();
+        assert!(!a.expect_lists(&lists));
+        a.set_awaited(0);
+        assert!(a.expect_lists(&lists));
+        // A stale close (another stream's) leaves the link alone.
+        let stale = Arc::new(SseSession::default());
+        sessions.close(&key("/m?s=1"), &stale);
+        assert_eq!(sessions.len(), 1);
+        sessions.close(&key("/m?s=1"), &a);
+        assert!(sessions.is_empty());
+    }
+
+    #[test]
+    fn delivery_wakes_the_stream() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let flag = Arc::new(Flag(false.into()));
+        let waker = std::task::Waker::from(flag.clone());
+        let session = SseSession::default();
+        assert!(session.take_events(&waker).is_empty());
+        assert!(session.deliver(b"{}"));
+        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     proptest! {

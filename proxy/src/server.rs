@@ -94,6 +94,8 @@ pub struct Proxy {
     pub limits: Limits,
     /// Upstream connections kept for reuse.
     pub upstreams: Upstreams,
+    /// The open HTTP+SSE event streams of MCP servers, by messages endpoint.
+    pub sse_sessions: mcp::SseSessions,
 }
 
 fn refusal_response(refusal: &Refusal) -> Response<Body> {
@@ -140,18 +142,125 @@ fn mcp_path(snapshot: &Snapshot, host: &str, port: u16, target: &str) -> Option<
 /// event by event instead).
 const MAX_LIST_BYTES: usize = 16 << 20;
 
-/// An event stream whose list results are filtered as they pass.
-struct FilteredEvents {
+/// An MCP server's event stream as it passes: its list results filtered
+/// and, on the HTTP+SSE transport (MCP 2024-11-05), linked to the messages
+/// endpoint it announces so that the proxy's refusals of calls POSTed
+/// there are put on the stream the client reads.
+struct McpEvents {
     inner: Body,
     filter: mcp::SseFilter,
     visible: Box<Visible>,
     done: bool,
+    /// Where a GET stream came from, to link it when it announces its
+    /// endpoint (`None` for the answer to a POST, which announces none).
+    origin: Option<StreamOrigin>,
+    link: Option<SessionLink>,
 }
 
 /// Whether a `*/list` result shows an entry (see [`mcp_query`]).
 type Visible = dyn Fn(McpKind, &str) -> bool + Send + Sync;
 
-impl hyper::body::Body for FilteredEvents {
+/// Who opened a GET event stream, and where.
+struct StreamOrigin {
+    proxy: Arc<Proxy>,
+    binary: Binary,
+    upstream: UpstreamKey,
+    /// The GET's path, which a relative endpoint resolves against.
+    path: String,
+}
+
+/// A stream's entry in [`Proxy::sse_sessions`], removed when the stream
+/// ends (the body is dropped).
+struct SessionLink {
+    proxy: Arc<Proxy>,
+    key: mcp::SessionKey,
+    session: Arc<mcp::SseSession>,
+}
+
+impl Drop for SessionLink {
+    fn drop(&mut self) {
+        self.proxy.sse_sessions.close(&self.key, &self.session);
+    }
+}
+
+/// Whether the policy in force when an entry is listed shows it, for lists
+/// answering requests to `path` on the upstream.
+fn visible_at(
+    proxy: Arc<Proxy>,
+    caller: Binary,
+    upstream: &UpstreamKey,
+    path: String,
+) -> Box<Visible> {
+    let host = upstream.host.clone();
+    let port = upstream.port;
+    Box::new(move |kind: McpKind, name: &str| {
+        let snapshot = proxy.snapshot();
+        let Ok(policy) = &snapshot.policy else {
+            return false;
+        };
+        let server = McpServer {
+            host: &host,
+            port,
+            path: &path,
+        };
+        mcp_query(
+            &policy.compiled,
+            &policy.index,
+            caller.caller(),
+            server,
+            McpQuery::Listed(kind, name),
+        )
+    })
+}
+
+impl McpEvents {
+    /// Links the stream to the messages endpoint `data` announces, when
+    /// that is an MCP server of the policy: POSTs there by the same binary
+    /// get their refusals on this stream, and their list results filtered
+    /// by the policy for that path.
+    fn announce(&mut self, data: &str) {
+        let Some(origin) = &self.origin else {
+            return;
+        };
+        let upstream = &origin.upstream;
+        let Some(target) = mcp::resolve_endpoint(
+            upstream.tls,
+            &upstream.host,
+            upstream.port,
+            &origin.path,
+            data,
+        ) else {
+            tracing::info!(host = %upstream.host, port = upstream.port, endpoint = data, "an MCP event stream announced an endpoint the proxy does not link; refusals of its calls are answered on the POST");
+            return;
+        };
+        let snapshot = origin.proxy.snapshot();
+        let target_path = target.split('?').next().unwrap_or_default();
+        let Some(path) = mcp_path(&snapshot, &upstream.host, upstream.port, target_path) else {
+            tracing::info!(host = %upstream.host, port = upstream.port, endpoint = %target, "an MCP event stream announced a messages endpoint no mcp endpoint of the policy covers; its POSTs are judged as REST");
+            return;
+        };
+        let key = mcp::SessionKey {
+            tls: upstream.tls,
+            host: upstream.host.clone(),
+            port: upstream.port,
+            binary: origin.binary.0.clone(),
+            target,
+        };
+        let Some(session) = origin.proxy.sse_sessions.open(key.clone()) else {
+            tracing::warn!(host = %upstream.host, port = upstream.port, endpoint = %key.target, "an MCP event stream could not be linked (another holds its endpoint, or too many are open); refusals of its calls are answered on the POST");
+            return;
+        };
+        tracing::debug!(host = %upstream.host, port = upstream.port, endpoint = %key.target, "MCP event stream linked to its messages endpoint");
+        self.visible = visible_at(origin.proxy.clone(), origin.binary.clone(), upstream, path);
+        self.link = Some(SessionLink {
+            proxy: origin.proxy.clone(),
+            key,
+            session,
+        });
+    }
+}
+
+impl hyper::body::Body for McpEvents {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -165,12 +274,39 @@ impl hyper::body::Body for FilteredEvents {
             if this.done {
                 return Poll::Ready(None);
             }
+            // The proxy's own answers go out between the server's events:
+            // what the filter returns always ends at an event's end.
+            if let Some(link) = &this.link {
+                let queued = link.session.take_events(cx.waker());
+                if !queued.is_empty() {
+                    return Poll::Ready(Some(Ok(hyper::body::Frame::data(queued.into()))));
+                }
+            }
             match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        let out = this.filter.push(&data, &*this.visible);
+                        // Lists POSTed before these bytes were sent are known by now.
+                        if let Some(link) = &this.link {
+                            this.filter.expect(link.session.take_lists());
+                        }
+                        let out = match this.filter.push(&data, &*this.visible) {
+                            Ok(out) => out,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "ending an MCP event stream");
+                                this.done = true;
+                                return Poll::Ready(None);
+                            }
+                        };
+                        if let Some(link) = &this.link {
+                            link.session.set_awaited(this.filter.awaited());
+                        }
+                        if this.link.is_none()
+                            && let Some(endpoint) = this.filter.take_endpoint()
+                        {
+                            this.announce(&endpoint);
+                        }
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(hyper::body::Frame::data(out.into()))));
                         }
@@ -188,6 +324,19 @@ impl hyper::body::Body for FilteredEvents {
             }
         }
     }
+}
+
+/// Whether a response is a server-sent event stream.
+fn is_event_stream(response: &Response<Body>) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
@@ -1114,11 +1263,32 @@ impl Inspected {
                 return refusal_response(&refusal);
             }
             proxy.metrics.decision(true, "mcp", "session");
+            let get = req.method() == Method::GET;
             let (mut parts, body) = req.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            return self
-                .forward(key, Request::from_parts(parts, body.boxed()))
+            let response = self
+                .forward(key.clone(), Request::from_parts(parts, body.boxed()))
                 .await;
+            if !get || response.status() != StatusCode::OK || !is_event_stream(&response) {
+                return response;
+            }
+            let origin = StreamOrigin {
+                proxy: proxy.clone(),
+                binary: self.binary.clone(),
+                upstream: key.clone(),
+                path: path.to_string(),
+            };
+            let visible = visible_at(proxy.clone(), self.binary.clone(), &key, path.to_string());
+            let (parts, body) = response.into_parts();
+            let events = McpEvents {
+                inner: body,
+                filter: mcp::SseFilter::new(Vec::new()),
+                visible,
+                done: false,
+                origin: Some(origin),
+                link: None,
+            };
+            return Response::from_parts(parts, events.boxed());
         }
         if let Some(name) = METHOD_OVERRIDES
             .iter()
@@ -1148,6 +1318,18 @@ impl Inspected {
                 return refusal_response(&refusal);
             }
         };
+        // The HTTP+SSE stream this POST's answers go to, if it is one's
+        // messages endpoint and this binary holds the stream.
+        let stream = proxy.sse_sessions.get(&mcp::SessionKey {
+            tls: key.tls,
+            host: key.host.clone(),
+            port: key.port,
+            binary: self.binary.0.clone(),
+            target: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
+        });
         let lists = match mcp::judge_post(snapshot, &self.binary, server, &bytes) {
             Judged::Answer {
                 status,
@@ -1155,6 +1337,19 @@ impl Inspected {
                 refusal,
             } => {
                 refuse(&refusal);
+                // JSON-RPC errors for the stream's client go on the stream,
+                // which is where it reads answers; the POST is accepted.
+                if status == 200
+                    && let Some(stream) = &stream
+                    && stream.deliver(body.as_bytes())
+                {
+                    let mut response = Response::new(full("Accepted"));
+                    *response.status_mut() = StatusCode::ACCEPTED;
+                    response
+                        .headers_mut()
+                        .insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+                    return response;
+                }
                 let mut response = Response::new(full(body));
                 *response.status_mut() =
                     StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
@@ -1171,6 +1366,19 @@ impl Inspected {
                 return response;
             }
             Judged::Forward { lists, calls } => {
+                if let Some(stream) = &stream
+                    && !stream.expect_lists(&lists)
+                {
+                    let refusal = Refusal::new(
+                        RefusalCode::MalformedMcp,
+                        format!(
+                            "more than {} list requests of this MCP session await answers; their results could not be filtered",
+                            mcp::MAX_PENDING_LISTS
+                        ),
+                    );
+                    refuse(&refusal);
+                    return refusal_response(&refusal);
+                }
                 proxy.metrics.decision(true, "mcp", "allowed");
                 tracing::debug!(decision = "allow", host = %key.host, port = key.port, path, ?calls, "mcp messages allowed");
                 lists
@@ -1196,40 +1404,18 @@ impl Inspected {
         key: UpstreamKey,
         path: String,
     ) -> Response<Body> {
-        let proxy = self.proxy.clone();
-        let caller = self.binary.clone();
-        let visible = move |kind: McpKind, name: &str| {
-            let snapshot = proxy.snapshot();
-            let Ok(policy) = &snapshot.policy else {
-                return false;
-            };
-            let server = McpServer {
-                host: &key.host,
-                port: key.port,
-                path: &path,
-            };
-            mcp_query(
-                &policy.compiled,
-                &policy.index,
-                caller.caller(),
-                server,
-                McpQuery::Listed(kind, name),
-            )
-        };
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let visible = visible_at(self.proxy.clone(), self.binary.clone(), &key, path);
+        let event_stream = is_event_stream(&response);
         let (mut parts, body) = response.into_parts();
         parts.headers.remove(header::CONTENT_LENGTH);
-        if content_type.starts_with("text/event-stream") {
-            let filtered = FilteredEvents {
+        if event_stream {
+            let filtered = McpEvents {
                 inner: body,
                 filter: mcp::SseFilter::new(lists),
-                visible: Box::new(visible),
+                visible,
                 done: false,
+                origin: None,
+                link: None,
             };
             return Response::from_parts(parts, filtered.boxed());
         }
@@ -1245,7 +1431,7 @@ impl Inspected {
         };
         let filtered = match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(mut message) => {
-                if mcp::filter_lists(&mut message, &lists, &visible) > 0 {
+                if mcp::filter_lists(&mut message, &lists, &*visible) > 0 {
                     Bytes::from(message.to_string())
                 } else {
                     bytes

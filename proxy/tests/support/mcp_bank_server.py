@@ -1,8 +1,10 @@
-"""A small bank MCP server (the official Python SDK, Streamable HTTP) for
-the proxy's end-to-end test. Every tool call it receives is appended to the
-log file given as the third argument, so the test can show what reached it.
+"""A small bank MCP server (the official Python SDK) for the proxy's
+end-to-end test. Every tool call it receives is appended to the log file
+given as the third argument, so the test can show what reached it.
 
-usage: mcp_bank_server.py HOST PORT CALL_LOG
+usage: mcp_bank_server.py HOST PORT CALL_LOG TRANSPORT
+TRANSPORT is streamable-http (POST /mcp) or sse (the 2024-11-05 HTTP+SSE
+transport: GET /sse, POST /messages/?session_id=...).
 """
 
 import json
@@ -11,7 +13,7 @@ import sys
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 
-host, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+host, port, log_path, transport = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 # The proxy forwards the Host the agent named (bank.internal): the test
 # runs in its own network namespace, so rebinding protection has nothing to do.
 mcp = FastMCP(
@@ -49,4 +51,4 @@ def delete_account() -> str:
 
 
 if __name__ == "__main__":
-    mcp.run(transport="streamable-http")
+    mcp.run(transport=transport)

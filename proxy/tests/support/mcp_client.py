@@ -1,21 +1,25 @@
 """An MCP client (the official Python SDK) that drives one session through
 the proxy and prints one JSON line per step for the Rust test to check.
 
-usage: mcp_client.py URL STATE_DIR
+usage: mcp_client.py URL STATE_DIR TRANSPORT
+TRANSPORT is streamable-http or sse (the 2024-11-05 HTTP+SSE transport).
 The client writes STATE_DIR/reload-me halfway and waits for STATE_DIR/go
 (the test rewrites the policy meanwhile), all within one session.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from datetime import timedelta
 
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
-url, state = sys.argv[1], sys.argv[2]
+url, state, transport = sys.argv[1], sys.argv[2], sys.argv[3]
 
 
 def say(step, **fields):
@@ -31,9 +35,20 @@ async def call(session, step, name, arguments):
         say(step, ok=False, error=e.error.message, code=e.error.code, data=e.error.data)
 
 
+@contextlib.asynccontextmanager
+async def connect():
+    if transport == "sse":
+        async with sse_client(url) as (read, write):
+            yield read, write
+    else:
+        async with streamablehttp_client(url) as (read, write, _):
+            yield read, write
+
+
 async def main():
-    async with streamablehttp_client(url) as (read, write, _):
-        async with ClientSession(read, write) as session:
+    async with connect() as (read, write):
+        # An answer that never comes fails the step instead of the test hanging.
+        async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=20)) as session:
             await session.initialize()
             tools = await session.list_tools()
             say("list", tools=[t.name for t in tools.tools])

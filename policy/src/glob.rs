@@ -93,6 +93,16 @@ impl Glob {
         &self.tokens
     }
 
+    /// The tokens of exactly the values the glob matches: [`Glob::tokens`],
+    /// with the leading `/` that a path glob of `**` or `/**` also requires
+    /// (the prover's paths always have it, so its tokens leave it out).
+    pub fn value_tokens(&self) -> Vec<Token> {
+        if self.kind != GlobKind::Host && self.tokens == [Token::AnyString] {
+            return vec![Token::Literal(b'/'), Token::AnyString];
+        }
+        self.tokens.clone()
+    }
+
     /// True when the pattern contains a wildcard.
     pub fn has_wildcard(&self) -> bool {
         self.source.contains('*')
@@ -365,6 +375,124 @@ fn host_matches(pattern: &str, value: &str) -> bool {
     }
 }
 
+/// What one move of a token automaton consumes.
+#[derive(Debug, Clone, Copy)]
+enum Class {
+    Byte(u8),
+    /// Any byte but the separator.
+    Other,
+    /// Any byte.
+    Any,
+}
+
+/// The automaton of a token sequence: state `i` is "before token `i`",
+/// `tokens.len()` accepts, and each [`Token::Segments`] adds an inner state
+/// (inside one of its segments).
+struct TokenAutomaton {
+    epsilon: Vec<Vec<usize>>,
+    moves: Vec<Vec<(Class, usize)>>,
+    accept: usize,
+}
+
+impl TokenAutomaton {
+    fn new(tokens: &[Token], separator: u8) -> TokenAutomaton {
+        let accept = tokens.len();
+        let mut epsilon = vec![Vec::new(); accept + 1];
+        let mut moves = vec![Vec::new(); accept + 1];
+        for (i, token) in tokens.iter().enumerate() {
+            match token {
+                Token::Literal(b) => moves[i].push((Class::Byte(*b), i + 1)),
+                Token::Star => {
+                    moves[i].push((Class::Other, i));
+                    epsilon[i].push(i + 1);
+                }
+                Token::AnyString => {
+                    moves[i].push((Class::Any, i));
+                    epsilon[i].push(i + 1);
+                }
+                Token::Segments => {
+                    let inner = moves.len();
+                    epsilon.push(Vec::new());
+                    moves.push(vec![(Class::Other, inner), (Class::Byte(separator), i)]);
+                    moves[i].push((Class::Other, inner));
+                    moves[i].push((Class::Byte(separator), i));
+                    epsilon[i].push(i + 1);
+                }
+            }
+        }
+        TokenAutomaton {
+            epsilon,
+            moves,
+            accept,
+        }
+    }
+}
+
+/// A byte both classes hold, if any (`fill` where either may be anything).
+fn common_byte(a: Class, b: Class, separator: u8, fill: u8) -> Option<u8> {
+    match (a, b) {
+        (Class::Byte(x), Class::Byte(y)) => (x == y).then_some(x),
+        (Class::Byte(x), Class::Other) | (Class::Other, Class::Byte(x)) => {
+            (x != separator).then_some(x)
+        }
+        (Class::Byte(x), Class::Any) | (Class::Any, Class::Byte(x)) => Some(x),
+        _ => Some(fill),
+    }
+}
+
+/// A word that both token sequences match (each [`Token::Star`] excluding
+/// `separator`), if one exists: the one a breadth-first search of the
+/// product automaton reaches first, with `a` wherever a wildcard of both
+/// sides chose the byte. Linear in the product of the lengths.
+pub fn common_word(a: &[Token], b: &[Token], separator: u8) -> Option<Vec<u8>> {
+    let fill = if separator == b'a' { b'b' } else { b'a' };
+    let (left, right) = (
+        TokenAutomaton::new(a, separator),
+        TokenAutomaton::new(b, separator),
+    );
+    let width = right.moves.len();
+    let index = |x: usize, y: usize| x * width + y;
+    // parent[state] = (previous state, byte consumed, if any).
+    let mut parent: Vec<Option<(usize, Option<u8>)>> = vec![None; left.moves.len() * width];
+    let start = index(0, 0);
+    parent[start] = Some((start, None));
+    let mut queue = std::collections::VecDeque::from([(0usize, 0usize)]);
+    while let Some((x, y)) = queue.pop_front() {
+        if x == left.accept && y == right.accept {
+            let mut word = Vec::new();
+            let mut at = index(x, y);
+            while at != start {
+                let Some((previous, byte)) = parent[at] else {
+                    break;
+                };
+                word.extend(byte);
+                at = previous;
+            }
+            word.reverse();
+            return Some(word);
+        }
+        let here = index(x, y);
+        let mut next = Vec::new();
+        next.extend(left.epsilon[x].iter().map(|&x2| (x2, y, None)));
+        next.extend(right.epsilon[y].iter().map(|&y2| (x, y2, None)));
+        for &(ca, x2) in &left.moves[x] {
+            for &(cb, y2) in &right.moves[y] {
+                if let Some(byte) = common_byte(ca, cb, separator, fill) {
+                    next.push((x2, y2, Some(byte)));
+                }
+            }
+        }
+        for (x2, y2, byte) in next {
+            let to = index(x2, y2);
+            if parent[to].is_none() {
+                parent[to] = Some((here, byte));
+                queue.push_back((x2, y2));
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +502,61 @@ mod tests {
     }
     fn host(p: &str) -> Glob {
         Glob::parse(GlobKind::Host, p).unwrap()
+    }
+
+    fn common(a: &str, b: &str) -> Option<String> {
+        common_word(&path(a).value_tokens(), &path(b).value_tokens(), b'/')
+            .map(|w| String::from_utf8(w).unwrap())
+    }
+
+    #[test]
+    fn two_globs_share_a_word_exactly_when_one_exists() {
+        assert_eq!(common("/a/*", "/*/b").as_deref(), Some("/a/b"));
+        assert_eq!(common("/a/**", "/a/*/c").as_deref(), Some("/a//c"));
+        assert_eq!(common("/a/*", "/b/*"), None);
+        // `*` stays within a segment; `**` does not.
+        assert_eq!(common("/a/*", "/a/b/c"), None);
+        assert_eq!(common("/a/**/c", "/a/b/x/c").as_deref(), Some("/a/b/x/c"));
+        assert_eq!(common("/x*", "/*y").as_deref(), Some("/xy"));
+    }
+
+    fn path_glob() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        proptest::collection::vec(
+            prop::sample::select(vec!["a", "b", "*", "**", "a*", "*b", "ab"]),
+            1..4,
+        )
+        .prop_map(|segments| format!("/{}", segments.join("/")))
+    }
+
+    proptest::proptest! {
+        /// The product search against the segment matcher of §3: a word
+        /// both globs match means a common word is found, and the word
+        /// found is matched by both.
+        #[test]
+        fn common_words_agree_with_the_matcher(
+            a in path_glob(),
+            b in path_glob(),
+            values in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["a", "b", "ab", "ba", "abb", ""]),
+                    1..5,
+                ),
+                1..30,
+            ),
+        ) {
+            let (ga, gb) = (path(&a), path(&b));
+            let found = common(&a, &b);
+            if let Some(word) = &found {
+                proptest::prop_assert!(ga.matches(word) && gb.matches(word), "{a} {b} {word}");
+            }
+            for value in values {
+                let value = format!("/{}", value.join("/"));
+                if ga.matches(&value) && gb.matches(&value) {
+                    proptest::prop_assert!(found.is_some(), "{a} {b} share {value}");
+                }
+            }
+        }
     }
 
     #[test]

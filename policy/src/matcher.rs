@@ -440,6 +440,11 @@ pub enum McpQuery<'a> {
     /// entry refuses every call of it. Listing is a courtesy to the model;
     /// every call is still judged.
     Listed(McpKind, &'a str),
+    /// Should a `resources/templates/list` result show this URI template?
+    /// Yes iff some URI it may expand to could be read: a `resources` glob
+    /// and the template share a URI ([`crate::mcp::UriGlob::template_example`]),
+    /// or raw authority covers the server.
+    ListedTemplate(&'a str),
 }
 
 /// Answers an [`McpQuery`] about `server` for `caller`.
@@ -482,6 +487,12 @@ pub fn mcp_query(
                         McpKind::Resource => m.resources.iter().any(|g| g.matches(name)),
                     };
                     allowed |= may_allow && named;
+                }
+                McpQuery::ListedTemplate(template) => {
+                    allowed |= may_allow
+                        && m.resources
+                            .iter()
+                            .any(|g| g.template_example(template).is_some());
                 }
             },
             EndpointKind::Mcp(_) => {}

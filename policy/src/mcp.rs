@@ -217,6 +217,61 @@ impl UriGlob {
     }
 }
 
+/// The URIs a resource template (RFC 6570) may expand to, as glob tokens,
+/// over-approximated: a simple `{var}` is any run of bytes but `/` (its
+/// expansion percent-encodes `/`), every other expression (`{+var}`,
+/// `{#var}`, `{/var}`, `{?var}`, ...) any bytes at all. `None` for a
+/// template that is not well formed (an unclosed or stray brace, an empty
+/// expression, an operator RFC 6570 reserves).
+pub fn template_tokens(template: &str) -> Option<Vec<crate::glob::Token>> {
+    use crate::glob::Token;
+    let mut tokens = Vec::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest.as_bytes()[open] == b'}' {
+            return None;
+        }
+        tokens.extend(rest[..open].bytes().map(Token::Literal));
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let expression = &after[..close];
+        if expression.contains('{') {
+            return None;
+        }
+        let token = match expression.bytes().next()? {
+            b'+' | b'#' | b'.' | b'/' | b';' | b'?' | b'&' => Token::AnyString,
+            b'=' | b',' | b'!' | b'@' | b'|' => return None,
+            _ => Token::Star,
+        };
+        if tokens.last() != Some(&token) {
+            tokens.push(token);
+        }
+        rest = &after[close + 1..];
+    }
+    tokens.extend(rest.bytes().map(Token::Literal));
+    Some(tokens)
+}
+
+impl UriGlob {
+    /// A URI that both this glob matches and `template` may expand to (by
+    /// [`template_tokens`]), if one exists; `None` also for a malformed
+    /// template. Whether a `resources/templates/list` entry is shown.
+    pub fn template_example(&self, template: &str) -> Option<String> {
+        use crate::glob::{Token, common_word};
+        let expansions = template_tokens(template)?;
+        let glob = match self {
+            UriGlob::Any { .. } => vec![Token::AnyString],
+            UriGlob::Prefixed { prefix, path, .. } => prefix
+                .bytes()
+                .map(Token::Literal)
+                .chain(path.value_tokens())
+                .collect(),
+        };
+        let word = common_word(&expansions, &glob, b'/')?;
+        String::from_utf8(word).ok()
+    }
+}
+
 /// A finite bound of a number range. JSON has no NaN, so the order is total.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Bound(pub f64);
@@ -751,6 +806,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn templates_are_shown_where_an_expansion_could_be_read() {
+        let uri = |p: &str| UriGlob::parse("f", p, 4096).unwrap();
+        let reports = uri("file:///reports/**");
+        assert_eq!(
+            reports
+                .template_example("file:///reports/{name}")
+                .as_deref(),
+            Some("file:///reports/")
+        );
+        assert_eq!(
+            reports.template_example("file:///{+path}").as_deref(),
+            Some("file:///reports/")
+        );
+        assert_eq!(reports.template_example("file:///secrets/{name}"), None);
+        // A simple expansion never holds `/`: it cannot reach a deeper glob.
+        let deep = uri("file:///a/*/b");
+        assert_eq!(deep.template_example("file:///{x}/b"), None);
+        assert!(deep.template_example("file:///a/{x}/b").is_some());
+        assert!(deep.template_example("file:///{+x}/b").is_some());
+        // Another authority is another server's resource.
+        assert_eq!(
+            uri("db://main/**").template_example("db://{host}/t"),
+            Some("db://main/t".to_string())
+        );
+        assert_eq!(
+            uri("db://main/**").template_example("db://replica/{t}"),
+            None
+        );
+        assert!(uri("**").template_example("anything:{x}").is_some());
+        for malformed in [
+            "file:///{x",
+            "file:///x}",
+            "file:///{}",
+            "file:///{a{b}}",
+            "f:{=x}",
+        ] {
+            assert_eq!(uri("**").template_example(malformed), None, "{malformed}");
+        }
+    }
+
+    #[test]
     fn name_globs_match_runs_of_any_character() {
         let g = |p: &str| NameGlob::parse("f", p, 4096).unwrap();
         assert!(g("get_*").matches("get_balance"));
@@ -793,6 +889,54 @@ mod tests {
                 reference(pattern.as_bytes(), value.as_bytes()),
                 "{} vs {}", pattern, value
             );
+        }
+    }
+
+    /// Expansions of a template made of `parts`: each variable filled with
+    /// a value of its operator's kind, chosen by `pick`.
+    fn expand(parts: &[&str], pick: &[usize]) -> String {
+        let mut out = String::from("file://h");
+        for (i, part) in parts.iter().enumerate() {
+            let choose = |values: &[&str]| values[pick[i % pick.len()] % values.len()].to_string();
+            out += &match *part {
+                "{x}" => choose(&["", "a", "ab", "b%2Fa"]),
+                "{+y}" => choose(&["", "a", "/a", "a/b", "/a/b/"]),
+                "{/z}" => choose(&["", "/a", "/a/b", "/b"]),
+                literal => literal.to_string(),
+            };
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Template listing against the URI matcher: an expansion the glob
+        /// matches means the template is shown, and the example URI a shown
+        /// template gets is one the glob matches.
+        #[test]
+        fn template_examples_agree_with_the_uri_matcher(
+            glob in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "b", "*", "**", "a*", "*b"]),
+                1..4,
+            ),
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec!["/", "a", "b", "{x}", "{+y}", "{/z}"]),
+                1..6,
+            ),
+            picks in proptest::collection::vec(proptest::collection::vec(0usize..5, 1..6), 1..20),
+        ) {
+            let glob = UriGlob::parse("f", &format!("file://h/{}", glob.join("/")), 4096).unwrap();
+            let template = format!("file://h{}", parts.concat());
+            let example = glob.template_example(&template);
+            if let Some(uri) = &example {
+                let canonical = crate::action::check_request_path(&uri["file://h".len()..]).is_ok();
+                proptest::prop_assert!(!canonical || glob.matches(uri), "{} {} {}", glob.as_str(), template, uri);
+            }
+            for pick in picks {
+                let uri = expand(&parts, &pick);
+                if glob.matches(&uri) {
+                    proptest::prop_assert!(example.is_some(), "{} hides {} though {} matches", glob.as_str(), template, uri);
+                }
+            }
         }
     }
 

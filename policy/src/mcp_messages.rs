@@ -41,13 +41,43 @@ pub(crate) const SESSION_METHODS: &[&str] = &[
     "notifications/roots/list_changed",
 ];
 
+/// What a list request lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// `tools/list`, `prompts/list` or `resources/list`: entries by name
+    /// or URI.
+    Entries(McpKind),
+    /// `resources/templates/list`: URI templates.
+    ResourceTemplates,
+}
+
+impl Listing {
+    /// The result's array and each entry's identifying field.
+    fn fields(self) -> (&'static str, &'static str) {
+        match self {
+            Listing::Entries(McpKind::Tool) => ("tools", "name"),
+            Listing::Entries(McpKind::Prompt) => ("prompts", "name"),
+            Listing::Entries(McpKind::Resource) => ("resources", "uri"),
+            Listing::ResourceTemplates => ("resourceTemplates", "uriTemplate"),
+        }
+    }
+
+    /// The question whose answer keeps the entry `name` in the list.
+    pub fn query(self, name: &str) -> McpQuery<'_> {
+        match self {
+            Listing::Entries(kind) => McpQuery::Listed(kind, name),
+            Listing::ResourceTemplates => McpQuery::ListedTemplate(name),
+        }
+    }
+}
+
 /// A list request whose result is filtered on the way back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListRequest {
     /// The request's JSON-RPC id.
     pub id: Value,
     /// What it lists.
-    pub kind: McpKind,
+    pub kind: Listing,
 }
 
 /// What the proxy does with one POST to an MCP server.
@@ -78,7 +108,7 @@ enum Message {
     Call(McpAction),
     /// A method that grants none (or a response to a server request);
     /// `list` when its result is filtered.
-    Session(Option<McpKind>),
+    Session(Option<Listing>),
 }
 
 fn malformed(reason: impl Into<String>) -> Refusal {
@@ -150,9 +180,14 @@ fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Messa
         "tools/call" => McpKind::Tool,
         "prompts/get" => McpKind::Prompt,
         "resources/read" | "resources/subscribe" => McpKind::Resource,
-        "tools/list" => return Ok(Message::Session(Some(McpKind::Tool))),
-        "prompts/list" => return Ok(Message::Session(Some(McpKind::Prompt))),
-        "resources/list" => return Ok(Message::Session(Some(McpKind::Resource))),
+        "tools/list" => return Ok(Message::Session(Some(Listing::Entries(McpKind::Tool)))),
+        "prompts/list" => return Ok(Message::Session(Some(Listing::Entries(McpKind::Prompt)))),
+        "resources/list" => {
+            return Ok(Message::Session(Some(Listing::Entries(McpKind::Resource))));
+        }
+        "resources/templates/list" => {
+            return Ok(Message::Session(Some(Listing::ResourceTemplates)));
+        }
         m if SESSION_METHODS.contains(&m) => return Ok(Message::Session(None)),
         other => {
             return Err(Refusal::new(
@@ -168,7 +203,7 @@ fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Messa
 
 /// What a message's verdict carries when it is allowed: the list it asks
 /// for (to filter its answer) and the call it makes (for logs).
-pub type Allowed = (Option<McpKind>, Option<String>);
+pub type Allowed = (Option<Listing>, Option<String>);
 
 /// Everything one judgment of an MCP server's messages reads.
 #[derive(Clone, Copy)]
@@ -243,15 +278,10 @@ impl Judge<'_> {
         ))
     }
 
-    /// Whether a `*/list` result shows this entry ([`McpQuery::Listed`]).
-    pub fn listed(&self, kind: McpKind, name: &str) -> bool {
-        mcp_query(
-            self.policy,
-            self.index,
-            self.caller,
-            self.server,
-            McpQuery::Listed(kind, name),
-        )
+    /// Whether a `*/list` result shows an entry ([`McpQuery::Listed`],
+    /// [`McpQuery::ListedTemplate`]).
+    pub fn listed(&self, query: McpQuery<'_>) -> bool {
+        mcp_query(self.policy, self.index, self.caller, self.server, query)
     }
 
     /// [`judge_messages`] with this judge.
@@ -364,7 +394,7 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
 pub fn filter_lists(
     message: &mut Value,
     lists: &[ListRequest],
-    visible: &dyn Fn(McpKind, &str) -> bool,
+    visible: &dyn Fn(McpQuery<'_>) -> bool,
 ) -> usize {
     if let Value::Array(items) = message {
         return items
@@ -378,14 +408,10 @@ pub fn filter_lists(
     let Some(id) = object.get("id") else {
         return 0;
     };
-    let Some(kind) = lists.iter().find(|l| json_equal(&l.id, id)).map(|l| l.kind) else {
+    let Some(listing) = lists.iter().find(|l| json_equal(&l.id, id)).map(|l| l.kind) else {
         return 0;
     };
-    let (field, key) = match kind {
-        McpKind::Tool => ("tools", "name"),
-        McpKind::Prompt => ("prompts", "name"),
-        McpKind::Resource => ("resources", "uri"),
-    };
+    let (field, key) = listing.fields();
     let Some(entries) = object
         .get_mut("result")
         .and_then(|r| r.get_mut(field))
@@ -398,7 +424,7 @@ pub fn filter_lists(
         entry
             .get(key)
             .and_then(Value::as_str)
-            .is_some_and(|name| visible(kind, name))
+            .is_some_and(|name| visible(listing.query(name)))
     });
     before - entries.len()
 }

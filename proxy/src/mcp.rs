@@ -5,10 +5,9 @@
 //! endpoint it announces, so that a refusal reaches the stream the client
 //! reads.
 
-use agentgate_policy::action::McpKind;
-use agentgate_policy::matcher::McpServer;
+use agentgate_policy::matcher::{McpQuery, McpServer};
 pub use agentgate_policy::mcp_messages::{
-    Judge, Judged, ListRequest, MAX_BODY_BYTES, REFUSED, filter_lists, judge_messages,
+    Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, judge_messages,
     refusal_error,
 };
 use std::collections::{HashMap, VecDeque};
@@ -110,7 +109,7 @@ impl SseFilter {
     pub fn push(
         &mut self,
         chunk: &[u8],
-        visible: &dyn Fn(McpKind, &str) -> bool,
+        visible: &dyn Fn(McpQuery<'_>) -> bool,
     ) -> Result<Vec<u8>, EventTooLong> {
         self.pending.extend_from_slice(chunk);
         let mut out = Vec::new();
@@ -136,7 +135,7 @@ impl SseFilter {
         self.endpoint.take()
     }
 
-    fn rewrite(&mut self, event: &[u8], visible: &dyn Fn(McpKind, &str) -> bool) -> Vec<u8> {
+    fn rewrite(&mut self, event: &[u8], visible: &dyn Fn(McpQuery<'_>) -> bool) -> Vec<u8> {
         let Ok(text) = std::str::from_utf8(event) else {
             return event.to_vec();
         };
@@ -401,6 +400,7 @@ mod tests {
 
     use super::*;
     use crate::decide::{EnforcedPolicy, RefusalCode};
+    use agentgate_policy::action::McpKind;
     use agentgate_policy::matcher::{McpQuery, mcp_query};
     use serde_json::json;
 
@@ -474,7 +474,7 @@ network:
             lists,
             [ListRequest {
                 id: json!("l"),
-                kind: McpKind::Tool
+                kind: Listing::Entries(McpKind::Tool)
             }]
         );
         assert_eq!(
@@ -627,16 +627,10 @@ network:
         ));
     }
 
-    fn visible_in(s: &Snapshot) -> impl Fn(McpKind, &str) -> bool + '_ {
-        move |kind, name| {
+    fn visible_in(s: &Snapshot) -> impl Fn(McpQuery<'_>) -> bool + '_ {
+        move |query| {
             let p = s.policy.as_ref().unwrap();
-            mcp_query(
-                &p.compiled,
-                &p.index,
-                python().caller(),
-                SERVER,
-                McpQuery::Listed(kind, name),
-            )
+            mcp_query(&p.compiled, &p.index, python().caller(), SERVER, query)
         }
     }
 
@@ -645,7 +639,7 @@ network:
         let s = snapshot(BANK);
         let lists = [ListRequest {
             id: json!(4),
-            kind: McpKind::Tool,
+            kind: Listing::Entries(McpKind::Tool),
         }];
         let mut result = json!({"jsonrpc": "2.0", "id": 4, "result": {"tools": [
             {"name": "get_balance"}, {"name": "get_secret"}, {"name": "send_money"},
@@ -662,6 +656,24 @@ network:
         // Another id is not touched.
         let mut other = json!({"id": 5, "result": {"tools": [{"name": "x"}]}});
         assert_eq!(filter_lists(&mut other, &lists, &visible_in(&s)), 0);
+        // Templates stay where some expansion could be read.
+        let templates = [ListRequest {
+            id: json!("t"),
+            kind: Listing::ResourceTemplates,
+        }];
+        let mut result = json!({"jsonrpc": "2.0", "id": "t", "result": {"resourceTemplates": [
+            {"uriTemplate": "file:///reports/{year}/{name}"}, {"uriTemplate": "file:///etc/{name}"},
+            {"uriTemplate": "file:///{+path}"}, {"uriTemplate": "file:///reports/{unclosed"},
+            {"name": "no template"}
+        ]}});
+        assert_eq!(filter_lists(&mut result, &templates, &visible_in(&s)), 3);
+        let kept: Vec<&str> = result["result"]["resourceTemplates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["uriTemplate"].as_str().unwrap())
+            .collect();
+        assert_eq!(kept, ["file:///reports/{year}/{name}", "file:///{+path}"]);
     }
 
     #[test]
@@ -669,7 +681,7 @@ network:
         let s = snapshot(BANK);
         let mut filter = SseFilter::new(vec![ListRequest {
             id: json!(1),
-            kind: McpKind::Tool,
+            kind: Listing::Entries(McpKind::Tool),
         }]);
         let list = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "get_a"}, {"name": "rm"}]}});
         let stream = format!(
@@ -716,7 +728,7 @@ network:
         assert!(String::from_utf8(out).unwrap().contains("\"rm\""));
         let seven = ListRequest {
             id: json!(7),
-            kind: McpKind::Tool,
+            kind: Listing::Entries(McpKind::Tool),
         };
         filter.expect(vec![seven]);
         assert_eq!(filter.awaited(), 1);
@@ -814,7 +826,7 @@ network:
         assert!(!a.deliver(b"{}"), "the queue is bounded");
         let lists = [ListRequest {
             id: json!("l"),
-            kind: McpKind::Prompt,
+            kind: Listing::Entries(McpKind::Prompt),
         }];
         assert!(a.expect_lists(&lists));
         assert_eq!(a.take_lists(), lists);

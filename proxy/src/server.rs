@@ -35,7 +35,7 @@ use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
 use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
-use agentgate_policy::action::{McpKind, request_path};
+use agentgate_policy::action::request_path;
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
 
 /// The body type of every response.
@@ -158,7 +158,7 @@ struct McpEvents {
 }
 
 /// Whether a `*/list` result shows an entry (see [`mcp_query`]).
-type Visible = dyn Fn(McpKind, &str) -> bool + Send + Sync;
+type Visible = dyn Fn(McpQuery<'_>) -> bool + Send + Sync;
 
 /// Who opened a GET event stream, and where.
 struct StreamOrigin {
@@ -193,7 +193,7 @@ fn visible_at(
 ) -> Box<Visible> {
     let host = upstream.host.clone();
     let port = upstream.port;
-    Box::new(move |kind: McpKind, name: &str| {
+    Box::new(move |query: McpQuery<'_>| {
         let snapshot = proxy.snapshot();
         let Ok(policy) = &snapshot.policy else {
             return false;
@@ -208,7 +208,7 @@ fn visible_at(
             &policy.index,
             caller.caller(),
             server,
-            McpQuery::Listed(kind, name),
+            query,
         )
     })
 }

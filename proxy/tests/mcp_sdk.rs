@@ -4,8 +4,9 @@
 //! through `agentgate-proxy`, over Streamable HTTP and over the 2024-11-05
 //! HTTP+SSE transport. Allowed calls reach the server, refused ones do not
 //! (the server's own call log shows it) and come back as errors the client
-//! reads, on the stream it reads them from; `tools/list` is filtered (the
-//! SDK asks for event streams, so the SSE path is the one exercised); a
+//! reads, on the stream it reads them from; `tools/list` and
+//! `resources/templates/list` are filtered (the SDK asks for event
+//! streams, so the SSE path is the one exercised); a
 //! policy rewritten mid-session applies to the open session.
 //!
 //! Needs root, unshare, ip, curl and the SDK's virtualenv: `make test`
@@ -49,6 +50,8 @@ const POLICY: &str = r#"network:
               recipient: {glob: "GB*"}
               amount: {minimum: 0, maximum: 100}
             additionalArguments: false
+        resources:
+          - uri: "bank://statements/**"
 "#;
 
 /// What one session of the SDK's client printed, and the calls the
@@ -184,6 +187,11 @@ fn assert_granted_calls_only(session: &Session) {
         step("list")["tools"],
         serde_json::json!(["get_balance", "send_money"]),
         "the list shows the granted tools only: {context}"
+    );
+    assert_eq!(
+        step("templates")["templates"],
+        serde_json::json!(["bank://statements/{month}"]),
+        "only templates whose URIs could be read are listed: {context}"
     );
     assert_eq!(step("balance")["ok"], true, "{context}");
     assert_eq!(step("small")["text"], "sent 50.0 to GB29", "{context}");

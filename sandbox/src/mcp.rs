@@ -127,9 +127,7 @@ impl Relay {
             return line.to_string();
         };
         let judge = self.judge();
-        let removed = filter_lists(&mut message, &pending, &|kind, name| {
-            judge.listed(kind, name)
-        });
+        let removed = filter_lists(&mut message, &pending, &|query| judge.listed(query));
         // An answered list is no longer pending.
         let answered = |m: &Value| m.get("id").cloned();
         let ids: Vec<Value> = match &message {

@@ -50,5 +50,17 @@ def delete_account() -> str:
     return "deleted"
 
 
+@mcp.resource("bank://statements/{month}")
+def statement(month: str) -> str:
+    """A monthly statement."""
+    return f"statement {month}"
+
+
+@mcp.resource("bank://keys/{key_id}")
+def signing_key(key_id: str) -> str:
+    """A signing key."""
+    return f"key {key_id}"
+
+
 if __name__ == "__main__":
     mcp.run(transport=transport)

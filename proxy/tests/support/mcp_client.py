@@ -52,6 +52,8 @@ async def main():
             await session.initialize()
             tools = await session.list_tools()
             say("list", tools=[t.name for t in tools.tools])
+            templates = await session.list_resource_templates()
+            say("templates", templates=[t.uriTemplate for t in templates.resourceTemplates])
             await call(session, "balance", "get_balance", {})
             await call(session, "small", "send_money", {"recipient": "GB29", "amount": 50})
             await call(session, "large", "send_money", {"recipient": "GB29", "amount": 500})

@@ -128,7 +128,9 @@ impl Glob {
     pub fn matches(&self, value: &str) -> bool {
         if self.literal {
             return match self.kind {
-                GlobKind::Host => self.source.eq_ignore_ascii_case(value),
+                // Canonical hosts are lower case, as the source is: one
+                // comparison on the hot path, case folded only otherwise.
+                GlobKind::Host => self.source == value || self.source.eq_ignore_ascii_case(value),
                 GlobKind::Path | GlobKind::Binary => self.source == value,
             };
         }

@@ -13,6 +13,7 @@
 //!   up by each of its proper suffixes;
 //! - a bare `*` or `**` is a candidate for every host.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::compile::CompiledPolicy;
@@ -61,25 +62,62 @@ impl HostIndex {
     }
 
     /// The endpoints whose host glob could match `host`, in policy order.
-    pub fn candidates(&self, host: &str) -> Vec<EndpointRef> {
-        let mut out: Vec<EndpointRef> = self.every_host.clone();
+    /// Borrowed when one key holds them all (a decision on a policy of
+    /// literal hosts allocates nothing here).
+    pub fn candidates(&self, host: &str) -> Cow<'_, [EndpointRef]> {
+        let mut candidates = Candidates::default();
+        candidates.add(&self.every_host);
         if let Some(v) = self.exact.get(host) {
-            out.extend_from_slice(v);
+            candidates.add(v);
         }
-        let mut rest = host;
-        let mut first = true;
-        while let Some((_, suffix)) = rest.split_once('.') {
-            if first && let Some(v) = self.one_label.get(suffix) {
-                out.extend_from_slice(v);
+        if !(self.one_label.is_empty() && self.any_labels.is_empty()) {
+            let mut rest = host;
+            let mut first = true;
+            while let Some((_, suffix)) = rest.split_once('.') {
+                if first && let Some(v) = self.one_label.get(suffix) {
+                    candidates.add(v);
+                }
+                if let Some(v) = self.any_labels.get(suffix) {
+                    candidates.add(v);
+                }
+                first = false;
+                rest = suffix;
             }
-            if let Some(v) = self.any_labels.get(suffix) {
-                out.extend_from_slice(v);
-            }
-            first = false;
-            rest = suffix;
         }
-        out.sort_unstable();
-        out.dedup();
-        out
+        candidates.finish()
+    }
+}
+
+/// The candidate lists found for one host: the first borrowed, merged only
+/// when a second one is found.
+#[derive(Default)]
+struct Candidates<'a> {
+    first: &'a [EndpointRef],
+    merged: Option<Vec<EndpointRef>>,
+}
+
+impl<'a> Candidates<'a> {
+    fn add(&mut self, list: &'a [EndpointRef]) {
+        if list.is_empty() {
+            return;
+        }
+        if self.first.is_empty() {
+            self.first = list;
+            return;
+        }
+        self.merged
+            .get_or_insert_with(|| self.first.to_vec())
+            .extend_from_slice(list);
+    }
+
+    fn finish(self) -> Cow<'a, [EndpointRef]> {
+        match self.merged {
+            None => Cow::Borrowed(self.first),
+            Some(mut out) => {
+                out.sort_unstable();
+                out.dedup();
+                Cow::Owned(out)
+            }
+        }
     }
 }

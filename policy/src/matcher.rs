@@ -185,13 +185,12 @@ fn indexed_pairs<'p>(
     index: &HostIndex,
     host: &str,
 ) -> impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)> {
-    index
-        .candidates(host)
-        .into_iter()
-        .filter_map(move |(r, e)| {
-            let rule = policy.rules.get(r)?;
-            Some((rule, rule.endpoints.get(e)?))
-        })
+    let candidates = index.candidates(host);
+    (0..candidates.len()).filter_map(move |i| {
+        let (r, e) = *candidates.get(i)?;
+        let rule = policy.rules.get(r)?;
+        Some((rule, rule.endpoints.get(e)?))
+    })
 }
 
 /// Classifies a connection so that tunnelling is sound (every action on it
@@ -370,8 +369,15 @@ fn mcp_over<'p>(
 ) -> Decision {
     // The request that carries the call, judged against rest endpoints.
     let wire = OnceCell::new();
+    // An mcp endpoint naming no entry of the call neither allows nor
+    // denies it: most endpoints of a server name other tools, and the
+    // name is cheaper to compare than the host.
+    let concerned = |e: &CompiledEndpoint| match &e.kind {
+        EndpointKind::Mcp(m) => m.mentions(t),
+        EndpointKind::L4 | EndpointKind::Rest { .. } => true,
+    };
     judge_over(
-        pairs.filter(|(_, e)| endpoint_reaches(e, &t.host, t.port)),
+        pairs.filter(|(_, e)| concerned(e) && endpoint_reaches(e, &t.host, t.port)),
         caller,
         |e| endpoint_kind_denies_mcp(e, t, &wire),
         |e| endpoint_kind_allows_mcp(e, t, &wire),

@@ -588,6 +588,19 @@ impl CompiledMcp {
         entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t)
     }
 
+    /// True when some allow or deny entry of the action's kind could
+    /// concern it by name: an endpoint that names none of them neither
+    /// allows nor denies the action, whatever its host, port and path (the
+    /// matcher skips it before those dearer checks).
+    pub fn mentions(&self, t: &McpAction) -> bool {
+        let named = |entries: &[CompiledCall]| entries.iter().any(|e| e.name.matches(&t.name));
+        match t.kind {
+            McpKind::Tool => named(&self.tools) || named(&self.deny_tools),
+            McpKind::Prompt => named(&self.prompts),
+            McpKind::Resource => !self.resources.is_empty(),
+        }
+    }
+
     /// True when some deny entry matches the action (only tools have them).
     pub fn entry_denies(&self, t: &McpAction) -> bool {
         t.kind == McpKind::Tool && self.deny_tools.iter().any(|e| e.matches(&t.name, &t.args))

@@ -388,6 +388,24 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
     }
 }
 
+/// Drops from `lists` the requests `message` (one JSON-RPC message or a
+/// batch) answers, with a result or an error: they are awaited no more, and
+/// a later message reusing the id is someone else's. A server's own request
+/// that happens to carry the same id answers nothing.
+pub fn forget_answered(lists: &mut Vec<ListRequest>, message: &Value) {
+    fn answers(message: &Value, id: &Value) -> bool {
+        match message {
+            Value::Array(items) => items.iter().any(|m| answers(m, id)),
+            Value::Object(object) => {
+                (object.contains_key("result") || object.contains_key("error"))
+                    && object.get("id").is_some_and(|got| json_equal(got, id))
+            }
+            _ => false,
+        }
+    }
+    lists.retain(|list| !answers(message, &list.id));
+}
+
 /// Filters the `*/list` results among `message` (one JSON-RPC message or a
 /// batch) that answer `lists`, keeping the entries `visible` shows.
 /// Returns how many entries were removed.

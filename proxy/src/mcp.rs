@@ -7,14 +7,13 @@
 
 use agentgate_policy::matcher::{McpQuery, McpServer};
 pub use agentgate_policy::mcp_messages::{
-    Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, judge_messages,
-    refusal_error,
+    Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, forget_answered,
+    judge_messages, refusal_error,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
-use agentgate_policy::mcp::json_equal;
 use serde_json::Value;
 
 use crate::decide::{Binary, Refusal, Snapshot, policy_of};
@@ -153,8 +152,7 @@ impl SseFilter {
             return event.to_vec();
         };
         let removed = filter_lists(&mut message, &self.lists, visible);
-        // An answered list request is awaited no more (ids may be reused).
-        self.lists.retain(|list| !answers(&message, &list.id));
+        forget_answered(&mut self.lists, &message);
         if removed == 0 {
             return event.to_vec();
         }
@@ -171,19 +169,6 @@ impl SseFilter {
             }
         }
         lines.join("\n").into_bytes()
-    }
-}
-
-/// Whether `message` (one JSON-RPC message or a batch) holds the answer to
-/// the request `id`.
-fn answers(message: &Value, id: &Value) -> bool {
-    match message {
-        Value::Array(items) => items.iter().any(|m| answers(m, id)),
-        Value::Object(object) => {
-            (object.contains_key("result") || object.contains_key("error"))
-                && object.get("id").is_some_and(|got| json_equal(got, id))
-        }
-        _ => false,
     }
 }
 
@@ -731,6 +716,10 @@ network:
             kind: Listing::Entries(McpKind::Tool),
         };
         filter.expect(vec![seven]);
+        assert_eq!(filter.awaited(), 1);
+        // The server's own request with the same id answers nothing.
+        let request = "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"roots/list\"}\n\n";
+        filter.push(request.as_bytes(), &visible_in(&s)).unwrap();
         assert_eq!(filter.awaited(), 1);
         let out = filter.push(list(7).as_bytes(), &visible_in(&s)).unwrap();
         assert!(!String::from_utf8(out).unwrap().contains("\"rm\""));

@@ -13,8 +13,7 @@ use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{Binary, McpServer};
-use agentgate_policy::mcp::json_equal;
-use agentgate_policy::mcp_messages::{Judge, Judged, ListRequest, filter_lists};
+use agentgate_policy::mcp_messages::{Judge, Judged, ListRequest, filter_lists, forget_answered};
 use serde_json::Value;
 
 /// The server a stdio MCP server stands for in the policy: the `mcp`
@@ -128,13 +127,7 @@ impl Relay {
         };
         let judge = self.judge();
         let removed = filter_lists(&mut message, &pending, &|query| judge.listed(query));
-        // An answered list is no longer pending.
-        let answered = |m: &Value| m.get("id").cloned();
-        let ids: Vec<Value> = match &message {
-            Value::Array(items) => items.iter().filter_map(answered).collect(),
-            single => answered(single).into_iter().collect(),
-        };
-        pending.retain(|l| !ids.iter().any(|id| json_equal(id, &l.id)));
+        forget_answered(&mut pending, &message);
         if removed == 0 {
             line.to_string()
         } else {

@@ -183,6 +183,18 @@ impl Drop for SessionLink {
     }
 }
 
+/// The key of the HTTP+SSE stream `binary` holds whose messages endpoint
+/// on `upstream` is `target` (path and query).
+fn session_key(upstream: &UpstreamKey, binary: &Binary, target: String) -> mcp::SessionKey {
+    mcp::SessionKey {
+        tls: upstream.tls,
+        host: upstream.host.clone(),
+        port: upstream.port,
+        binary: binary.0.clone(),
+        target,
+    }
+}
+
 /// Whether the policy in force when an entry is listed shows it, for lists
 /// answering requests to `path` on the upstream.
 fn visible_at(
@@ -239,13 +251,7 @@ impl McpEvents {
             tracing::info!(host = %upstream.host, port = upstream.port, endpoint = %target, "an MCP event stream announced a messages endpoint no mcp endpoint of the policy covers; its POSTs are judged as REST");
             return;
         };
-        let key = mcp::SessionKey {
-            tls: upstream.tls,
-            host: upstream.host.clone(),
-            port: upstream.port,
-            binary: origin.binary.0.clone(),
-            target,
-        };
+        let key = session_key(upstream, &origin.binary, target);
         let Some(session) = origin.proxy.sse_sessions.open(key.clone()) else {
             tracing::warn!(host = %upstream.host, port = upstream.port, endpoint = %key.target, "an MCP event stream could not be linked (another holds its endpoint, or too many are open); refusals of its calls are answered on the POST");
             return;
@@ -1319,17 +1325,17 @@ impl Inspected {
             }
         };
         // The HTTP+SSE stream this POST's answers go to, if it is one's
-        // messages endpoint and this binary holds the stream.
-        let stream = proxy.sse_sessions.get(&mcp::SessionKey {
-            tls: key.tls,
-            host: key.host.clone(),
-            port: key.port,
-            binary: self.binary.0.clone(),
-            target: parts
+        // messages endpoint and this binary holds the stream. Looked up only
+        // when there is something to put on it: not for an allowed call.
+        let stream = || {
+            let target = parts
                 .uri
                 .path_and_query()
-                .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
-        });
+                .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
+            proxy
+                .sse_sessions
+                .get(&session_key(&key, &self.binary, target))
+        };
         let lists = match mcp::judge_post(snapshot, &self.binary, server, &bytes) {
             Judged::Answer {
                 status,
@@ -1340,7 +1346,7 @@ impl Inspected {
                 // JSON-RPC errors for the stream's client go on the stream,
                 // which is where it reads answers; the POST is accepted.
                 if status == 200
-                    && let Some(stream) = &stream
+                    && let Some(stream) = stream()
                     && stream.deliver(body.as_bytes())
                 {
                     let mut response = Response::new(full("Accepted"));
@@ -1366,7 +1372,8 @@ impl Inspected {
                 return response;
             }
             Judged::Forward { lists, calls } => {
-                if let Some(stream) = &stream
+                if !lists.is_empty()
+                    && let Some(stream) = stream()
                     && !stream.expect_lists(&lists)
                 {
                     let refusal = Refusal::new(

@@ -619,6 +619,16 @@ network:
         }
     }
 
+    /// The `key` of each entry left in a list result's `field`.
+    fn kept<'a>(result: &'a Value, field: &str, key: &str) -> Vec<&'a str> {
+        result["result"][field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| entry[key].as_str().unwrap())
+            .collect()
+    }
+
     #[test]
     fn list_results_show_only_what_could_be_allowed() {
         let s = snapshot(BANK);
@@ -631,13 +641,10 @@ network:
             {"name": "update_password"}, {"title": "no name"}
         ]}});
         assert_eq!(filter_lists(&mut result, &lists, &visible_in(&s)), 3);
-        let names: Vec<&str> = result["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["get_balance", "send_money"]);
+        assert_eq!(
+            kept(&result, "tools", "name"),
+            ["get_balance", "send_money"]
+        );
         // Another id is not touched.
         let mut other = json!({"id": 5, "result": {"tools": [{"name": "x"}]}});
         assert_eq!(filter_lists(&mut other, &lists, &visible_in(&s)), 0);
@@ -652,13 +659,10 @@ network:
             {"name": "no template"}
         ]}});
         assert_eq!(filter_lists(&mut result, &templates, &visible_in(&s)), 3);
-        let kept: Vec<&str> = result["result"]["resourceTemplates"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["uriTemplate"].as_str().unwrap())
-            .collect();
-        assert_eq!(kept, ["file:///reports/{year}/{name}", "file:///{+path}"]);
+        assert_eq!(
+            kept(&result, "resourceTemplates", "uriTemplate"),
+            ["file:///reports/{year}/{name}", "file:///{+path}"]
+        );
     }
 
     #[test]

@@ -13,9 +13,12 @@ pub mod pod_runner;
 pub mod probe;
 pub mod race;
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Why the control plane could not be started or used.
@@ -96,13 +99,50 @@ pub fn assets() -> Result<PathBuf, HarnessError> {
     installed_path("e2e/hack/install-control-plane.sh")
 }
 
+/// Ports this process has handed out. Tests of one binary run on several
+/// threads and each asks the kernel for a free port, then releases it for
+/// etcd, the API server or a webhook to bind; the kernel may offer the same
+/// port to the next thread before the first has bound it.
+static HANDED_OUT_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
 fn free_port() -> Result<u16, HarnessError> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| failed("finding a free port", e))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| failed("finding a free port", e))
+    for _ in 0..64 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| failed("finding a free port", e))?;
+        let port = listener
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|e| failed("finding a free port", e))?;
+        let mut handed_out = HANDED_OUT_PORTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(failed(
+        "finding a free port",
+        "the kernel offered only ports already handed out",
+    ))
+}
+
+/// Control planes started by this process, to name their directories.
+static PLANES_STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// A new, empty directory for one control plane, named `PREFIX-PID-N`
+/// with a counter and created exclusively, so that no two planes share
+/// etcd's data.
+pub(crate) fn fresh_plane_dir(prefix: &str) -> Result<PathBuf, HarnessError> {
+    loop {
+        let n = PLANES_STARTED.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            // Left by an earlier process with the same id.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(failed(format!("creating {}", dir.display()), e)),
+        }
+    }
 }
 
 /// The namespace the chart is installed into.
@@ -176,12 +216,7 @@ pub const OPERATOR_USER: &str = "system:serviceaccount:agentgate-system:agentgat
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API server is ready.
     pub fn start() -> Result<ControlPlane, HarnessError> {
-        let dir = std::env::temp_dir().join(format!(
-            "agentgate-e2e-{}-{}",
-            std::process::id(),
-            free_port()?
-        ));
-        ControlPlane::start_in(dir)
+        ControlPlane::start_in(fresh_plane_dir("agentgate-e2e")?)
     }
 
     /// Like [`ControlPlane::start`], with its files (kubeconfig, logs, etcd

@@ -178,13 +178,19 @@ impl Node {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let id = std::process::id() % 100_000;
+        // Unique to this process and node, so that neither a concurrent
+        // node nor one a crashed run left shares it.
+        let cgroup_root = format!(
+            "agentgate-node-{}-{}",
+            std::process::id(),
+            NODES_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let mut node = Node {
             holder,
             layout: Layout {
                 index: 0,
                 dir: dir.to_path_buf(),
-                cgroup_root: format!("agentgate-node-{id}-{}", free_suffix()),
+                cgroup_root,
             },
         };
         // The first free pair name: another node (a running demo) may hold
@@ -246,6 +252,9 @@ sysctl -qw net.ipv4.ip_forward=1
         Ok(node)
     }
 }
+
+/// Nodes started by this process, to name their cgroups.
+static NODES_STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Layout {
     /// The kubelet's cgroup root in every v1 hierarchy (the kubelet wants it
@@ -365,10 +374,6 @@ fn can_lower_oom_score() -> bool {
         .is_some_and(|caps| caps & (1 << 24) != 0)
 }
 
-fn free_suffix() -> u16 {
-    crate::free_loopback_port().unwrap_or(0)
-}
-
 fn collect_procs(dir: &Path, pids: &mut Vec<String>) {
     if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
         pids.extend(text.split_whitespace().map(str::to_string));
@@ -440,12 +445,7 @@ impl ControlPlane {
     /// A control plane with a real node (see the module docs), its files in
     /// a fresh temporary directory.
     pub fn start_with_node() -> Result<ControlPlane, HarnessError> {
-        let dir = std::env::temp_dir().join(format!(
-            "agentgate-node-{}-{}",
-            std::process::id(),
-            free_suffix()
-        ));
-        ControlPlane::start_with_node_in(dir)
+        ControlPlane::start_with_node_in(crate::fresh_plane_dir("agentgate-node")?)
     }
 
     /// Like [`ControlPlane::start_with_node`], with its files in `dir`.

@@ -45,7 +45,7 @@ helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
 netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transparent-mode test (apt-get, once)
 	@./hack/install-netns-tools.sh
 
-mcp-sdk: ## the official MCP Python SDK, pinned, in a venv under ~/.cache/agentgate (the proxy's MCP end-to-end test; pip, once)
+mcp-sdk: netns-tools ## the official MCP Python SDK, pinned, in a venv of Debian's python3 under ~/.cache/agentgate (the MCP end-to-end tests and the pod runner's SDK agent; pip, once)
 	@./hack/install-mcp-sdk.sh
 
 chart: helm ## helm lint and helm template of charts/agentgate over several value sets
@@ -109,7 +109,7 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk ## every
 
 test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
-e2e: z3 exec-static control-plane node kstatus helm netns-tools ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
+e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
 	@# What the suites run: the operator and plugin, the proxy and
 	@# agentgate-exec (the pod runner copies these), the static agentgate-exec
 	@# (exec-static) and, from them, the node's images (packed by the test

@@ -3,9 +3,9 @@
 # image check need (`make test`):
 # nft (Debian's nftables), setcap/getcap (libcap2-bin: the image's proxy
 # binary carries a file capability), unshare, nsenter and setpriv
-# (util-linux), mount, ip (iproute2),
-# curl and python3. Installs missing Debian packages with apt-get, once;
-# later runs only check. Never skips: if something cannot be had, it says so
+# (util-linux), mount, ip (iproute2), curl, python3 and Debian's
+# python3-venv. Installs missing Debian packages with apt-get, once; later
+# runs only check. Never skips: if something cannot be had, it says so
 # and exits non-zero, and the test would fail the same way.
 set -euo pipefail
 
@@ -18,6 +18,9 @@ for tool in "${!package[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("${package[$tool]}")
 done
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# Debian's own python3 with venv: the MCP SDK's venv is made from it
+# (hack/install-mcp-sdk.sh), so a sandboxed agent can run it.
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3 python3-venv)
 
 if [ "${#missing[@]}" -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
@@ -32,5 +35,6 @@ fi
 for tool in nft setcap getcap unshare setpriv nsenter mount ip curl python3; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is still missing"
 done
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || die "/usr/bin/python3 still has no venv module"
 # Network namespaces need root (or CAP_SYS_ADMIN); say so here, not mid-test.
 unshare --net true 2>/dev/null || die "cannot create a network namespace (unshare --net): run as root"

@@ -86,11 +86,48 @@ pub fn script_output(script: &str, args: &[&str]) -> Result<Vec<String>, Harness
 /// Runs an install script of the repository and returns the path it
 /// prints last: where what it installed is.
 pub(crate) fn installed_path(script: &str) -> Result<PathBuf, HarnessError> {
-    let lines = script_output(script, &[])?;
+    installed_path_with(script, &[])
+}
+
+/// Like [`installed_path`], calling the script with `args`.
+fn installed_path_with(script: &str, args: &[&str]) -> Result<PathBuf, HarnessError> {
+    let lines = script_output(script, args)?;
     let path = lines
         .last()
         .ok_or_else(|| failed(script, "printed no path"))?;
     Ok(PathBuf::from(path.trim()))
+}
+
+/// The official MCP Python SDK, pinned (hack/install-mcp-sdk.sh).
+pub struct McpSdk {
+    /// Its virtualenv's python.
+    pub python: PathBuf,
+    /// The venv's `site-packages`: the SDK and everything it imports.
+    pub site_packages: PathBuf,
+    /// The real path of the interpreter the venv runs (what a policy's
+    /// `binaries` names).
+    pub interpreter: String,
+}
+
+/// The MCP SDK, installed once if needed.
+pub fn mcp_sdk() -> Result<McpSdk, HarnessError> {
+    let python = installed_path_with("hack/install-mcp-sdk.sh", &["--print"])?;
+    let out = run_checked(
+        "asking the SDK's python where it lives",
+        Command::new(&python).args([
+            "-c",
+            "import os, sys, sysconfig; print(sysconfig.get_paths()['purelib']); print(os.path.realpath(sys.executable))",
+        ]),
+    )?;
+    let mut lines = out.lines();
+    match (lines.next(), lines.next()) {
+        (Some(site), Some(interpreter)) => Ok(McpSdk {
+            python,
+            site_packages: PathBuf::from(site.trim()),
+            interpreter: interpreter.trim().to_string(),
+        }),
+        _ => Err(failed("asking the SDK's python where it lives", out)),
+    }
 }
 
 /// The directory with kube-apiserver, etcd and kubectl (installing or

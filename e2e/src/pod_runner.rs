@@ -122,6 +122,17 @@ impl Netns {
     /// Starts a helper inside the namespace, logging to `<dir>/<name>.log`,
     /// and waits until its log says `ready`.
     pub fn spawn_helper(&mut self, name: &str, args: &[&str]) -> Result<(), HarnessError> {
+        self.spawn_helper_until(name, args, "ready")
+    }
+
+    /// Like [`Netns::spawn_helper`], waiting until the log holds `marker`
+    /// (for servers that announce themselves in their own words).
+    pub fn spawn_helper_until(
+        &mut self,
+        name: &str,
+        args: &[&str],
+        marker: &str,
+    ) -> Result<(), HarnessError> {
         let log_path = self.dir.join(format!("{name}.log"));
         let log = std::fs::File::create(&log_path).map_err(|e| failed("creating a log", e))?;
         let err = log.try_clone().map_err(|e| failed("creating a log", e))?;
@@ -141,7 +152,7 @@ impl Netns {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if text.contains("ready") {
+            if text.contains(marker) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -727,13 +738,17 @@ pub const DATA_PLANE_IMAGE: &str = concat!(
 
 /// A pod network for the examples: `api.example.test` and `api.github.com`
 /// resolve (through a DNS server at [`DNS_IP`]) to a plain-HTTP echo
-/// upstream at [`UPSTREAM_IP`]:8080.
+/// upstream at [`UPSTREAM_IP`]:8080; so does the SDK bank's host, whose
+/// server [`example_sdk_bank`] adds.
 pub fn example_network(dir: &Path) -> Result<Netns, HarnessError> {
     let mut netns = Netns::new(dir, &[UPSTREAM_IP, DNS_IP])?;
     let records = dir.join("records.json");
     std::fs::write(
         &records,
-        format!(r#"{{"api.example.test": "{UPSTREAM_IP}", "api.github.com": "{UPSTREAM_IP}"}}"#),
+        format!(
+            r#"{{"api.example.test": "{UPSTREAM_IP}", "api.github.com": "{UPSTREAM_IP}", "{}": "{UPSTREAM_IP}"}}"#,
+            crate::probe::SDK_BANK_HOST
+        ),
     )
     .map_err(|e| failed("writing the DNS records", e))?;
     let root = crate::repo_root();
@@ -758,6 +773,32 @@ pub fn example_network(dir: &Path) -> Result<Netns, HarnessError> {
         ],
     )?;
     Ok(netns)
+}
+
+/// Starts the official MCP SDK's bank server (run by the SDK's `python`)
+/// at [`UPSTREAM_IP`]:[`SDK_BANK_PORT`](crate::probe::SDK_BANK_PORT) in
+/// the example network, over Streamable HTTP. Returns its call log: one
+/// JSON line per tool call that reached it.
+pub fn example_sdk_bank(
+    netns: &mut Netns,
+    dir: &Path,
+    python: &str,
+) -> Result<PathBuf, HarnessError> {
+    let calls = dir.join("sdk-bank-calls.log");
+    let server = crate::repo_root().join("proxy/tests/support/mcp_bank_server.py");
+    netns.spawn_helper_until(
+        "sdk-bank",
+        &[
+            python,
+            &server.display().to_string(),
+            UPSTREAM_IP,
+            &crate::probe::SDK_BANK_PORT.to_string(),
+            &calls.display().to_string(),
+            "streamable-http",
+        ],
+        "Uvicorn running",
+    )?;
+    Ok(calls)
 }
 
 /// The images of an example sandbox Pod: the data plane's binaries (this

@@ -83,10 +83,22 @@ impl Probe {
 
 /// Every complete `PROBE` line of `log`.
 pub fn probes(log: &str) -> Vec<Probe> {
-    log.lines()
-        .filter_map(|l| l.strip_prefix("PROBE "))
-        // A line still being written is not a probe yet.
-        .filter(|l| l.contains(" inside="))
+    rounds_of(log, "PROBE ")
+}
+
+/// Every complete `SDK` line of `log`: the rounds of the agent's MCP SDK
+/// client (e2e/support/mcp_agent.py).
+pub fn sdk_rounds(log: &str) -> Vec<Probe> {
+    rounds_of(log, "SDK ")
+}
+
+/// The rounds of the lines of `log` that start with `prefix`, each
+/// `key=value` separated by spaces, `t` the round's start.
+fn rounds_of(log: &str, prefix: &str) -> Vec<Probe> {
+    log.split_inclusive('\n')
+        // A line still being written is not a round yet.
+        .filter_map(|l| l.strip_suffix('\n'))
+        .filter_map(|l| l.strip_prefix(prefix))
         .map(|l| {
             let fields: BTreeMap<String, String> = l
                 .split(' ')
@@ -126,10 +138,23 @@ pub fn first_after(
     want: &str,
     limit: Duration,
 ) -> Result<f64, String> {
+    first_round_after(read, probes, since, field, want, limit)
+}
+
+/// Like [`first_after`], for the rounds `parse` reads from the log (such
+/// as [`sdk_rounds`]).
+pub fn first_round_after(
+    read: impl Fn() -> String,
+    parse: fn(&str) -> Vec<Probe>,
+    since: f64,
+    field: &str,
+    want: &str,
+    limit: Duration,
+) -> Result<f64, String> {
     let deadline = Instant::now() + limit;
     loop {
         let log = read();
-        if let Some(p) = probes(&log)
+        if let Some(p) = parse(&log)
             .into_iter()
             .find(|p| p.started >= since && p.fields.get(field).map(String::as_str) == Some(want))
         {
@@ -290,6 +315,38 @@ spec:
       - name: bank
         endpoints:
           - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: {tools}}}
+          - {{host: {SDK_BANK_HOST}, ports: [{SDK_BANK_PORT}], protocol: mcp, path: /mcp, tools: {tools}}}
+"
+    )
+}
+
+/// Where the pod runner's network serves the official SDK's bank server
+/// (`proxy/tests/support/mcp_bank_server.py`) to the agent's SDK client
+/// (`e2e/support/mcp_agent.py`).
+pub const SDK_BANK_HOST: &str = "bank.example.test";
+/// The SDK bank server's port.
+pub const SDK_BANK_PORT: u16 = 8931;
+
+/// The sandbox's rule for the SDK client run by `python` (its real path):
+/// `get_balance` on the SDK bank server.
+fn sdk_read_rule(python: &str) -> String {
+    format!(
+        "      - name: bank-sdk-read
+        binaries: [{python}]
+        endpoints:
+          - {{host: {SDK_BANK_HOST}, ports: [{SDK_BANK_PORT}], protocol: mcp, path: /mcp, tools: [{{name: get_balance}}]}}
+"
+    )
+}
+
+/// The proposal's grant for the SDK client run by `python`: `send_money`
+/// of at most 100 on the SDK bank server.
+fn sdk_pay_rule(python: &str) -> String {
+    format!(
+        "      - name: bank-sdk-pay
+        binaries: [{python}]
+        endpoints:
+          - {{host: {SDK_BANK_HOST}, ports: [{SDK_BANK_PORT}], protocol: mcp, path: /mcp, tools: [{{name: send_money, arguments: {{amount: {{minimum: 0, maximum: 100}}}}}}]}}
 "
     )
 }
@@ -297,8 +354,17 @@ spec:
 /// Namespace `<namespace>` (team `<namespace>`) and its sandbox
 /// `<namespace>-bot`, whose agent container runs `image` with `command` (a
 /// YAML flow sequence) as uid 1000: the example API by curl only and GET
-/// only, GitHub GET, the MCP tool `get_balance` by curl, `/tmp` writable.
-pub fn sandbox(namespace: &str, image: &str, pull_policy: &str, command: &str) -> String {
+/// only, GitHub GET, the MCP tool `get_balance` by curl, `/tmp` writable;
+/// with `sdk_python`, also `get_balance` on the SDK bank server by that
+/// python.
+pub fn sandbox(
+    namespace: &str,
+    image: &str,
+    pull_policy: &str,
+    command: &str,
+    sdk_python: Option<&str>,
+) -> String {
+    let sdk = sdk_python.map(sdk_read_rule).unwrap_or_default();
     format!(
         "apiVersion: v1
 kind: Namespace
@@ -336,13 +402,15 @@ spec:
         binaries: [/usr/bin/curl]
         endpoints:
           - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: get_balance}}]}}
-"
+{sdk}"
     )
 }
 
 /// The proposal granting `<namespace>-bot` POST to the example API and the
-/// MCP tool `send_money` (amounts up to 100) to curl.
-pub fn write_proposal(namespace: &str) -> String {
+/// MCP tool `send_money` (amounts up to 100) to curl, and with
+/// `sdk_python`, the same tool on the SDK bank server to that python.
+pub fn write_proposal(namespace: &str, sdk_python: Option<&str>) -> String {
+    let sdk = sdk_python.map(sdk_pay_rule).unwrap_or_default();
     format!(
         "apiVersion: agentgate.dev/v1alpha1
 kind: PolicyProposal
@@ -360,6 +428,6 @@ spec:
         binaries: [/usr/bin/curl]
         endpoints:
           - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: send_money, arguments: {{amount: {{minimum: 0, maximum: 100}}}}}}]}}
-"
+{sdk}"
     )
 }

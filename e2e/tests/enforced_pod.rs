@@ -9,46 +9,102 @@
 //! 2. a PolicyProposal applied reaches the running agent without a
 //!    restart (a REST POST and an MCP tool, `send_money`, until then refused
 //!    as a JSON-RPC error with its reason); a tightened MaximumPolicy takes
-//!    both away again;
+//!    both away again. The same holds for the agent's client from the
+//!    official MCP SDK (e2e/support/mcp_agent.py) against the SDK's bank
+//!    server, within one open Streamable HTTP session: the grant and the
+//!    revocation reach that session, and the server's own call log shows
+//!    exactly the calls the client saw forwarded;
 //! 3. a write outside `readWrite` fails with EACCES, inside succeeds;
 //! 4. a refusal a trifecta finding predicted cites the finding (through
 //!    TLS interception with the sandbox CA from the pod's CA bundle).
 //!
 //! Needs root, unshare/nsenter/setpriv/ip/nft/curl/python3 (`make
-//! netns-tools`); without them the test fails, it never skips.
+//! netns-tools`) and the MCP SDK (`make mcp-sdk`); without them the test
+//! fails, it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::pod_runner::{DNS_IP, PodRunner, example_images, example_network};
-use agentgate_e2e::probe::{self, now, probes, tail};
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane};
+use agentgate_e2e::pod_runner::{
+    DNS_IP, PodRunner, example_images, example_network, example_sdk_bank,
+};
+use agentgate_e2e::probe::{
+    self, Probe, SDK_BANK_HOST, SDK_BANK_PORT, now, probes, sdk_rounds, tail,
+};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, mcp_sdk, repo_root};
+use serde_json::Value;
 
-/// Waits until a probe that started after `since` has `field == want`;
-/// returns the seconds from `since` to that probe's start.
-fn first_after(runner: &PodRunner, since: f64, field: &str, want: &str) -> f64 {
-    probe::first_after(
+/// Waits until a round that started after `since` has `field == want`,
+/// among the probe loop's rounds ([`probes`]) or the SDK client's
+/// ([`sdk_rounds`]); returns the seconds from `since` to that round's start.
+fn first_after(
+    runner: &PodRunner,
+    rounds: fn(&str) -> Vec<Probe>,
+    since: f64,
+    field: &str,
+    want: &str,
+) -> f64 {
+    probe::first_round_after(
         || runner.log("agent"),
+        rounds,
         since,
         field,
         want,
         Duration::from_secs(30),
     )
     .unwrap_or_else(|agent| {
+        // The SDK client's lines and stderr are lost among the probes'.
+        let log = runner.log("agent");
+        let others: Vec<&str> = log.lines().filter(|l| !l.starts_with("PROBE ")).collect();
         panic!(
-            "no probe with {field}={want} after the change\nagent:\n{agent}\nproxy:\n{}",
+            "no round with {field}={want} after the change\nagent:\n{agent}\nits other lines:\n{}\nproxy:\n{}",
+            tail(&others.join("\n"), 40),
             tail(&runner.log("agentgate-proxy"), 40)
         )
     })
 }
 
+/// The agent container's entry point: the SDK client in the background,
+/// then the probe loop in the foreground (one process tree, never
+/// restarted).
+fn launcher(interpreter: &str) -> String {
+    format!(
+        "#!/bin/bash\nPYTHONPATH=/srv/sdk {interpreter} /srv/mcp-agent.py http://{SDK_BANK_HOST}:{SDK_BANK_PORT}/mcp &\nexec /srv/probe\n"
+    )
+}
+
+/// The rounds numbers whose `send_money` the SDK bank server received
+/// (its call log names the round in the recipient).
+fn rounds_the_server_paid(calls_log: &std::path::Path) -> Vec<u64> {
+    std::fs::read_to_string(calls_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|c| c["tool"] == "send_money")
+        .filter_map(|c| {
+            c["arguments"]["recipient"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("GB-round-"))
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
 #[test]
 fn the_sandbox_pod_enforces_the_committed_policy() {
+    let sdk = mcp_sdk().unwrap();
     let (cp, operator, _port) = ControlPlane::with_webhook(&[]).unwrap();
     cp.apply_yaml(&probe::ceiling("runner", false)).unwrap();
     cp.apply_example_scan().unwrap();
-    let sandbox = probe::sandbox("runner", AGENT_IMAGE, "IfNotPresent", "[/srv/agent]");
+    let sandbox = probe::sandbox(
+        "runner",
+        AGENT_IMAGE,
+        "IfNotPresent",
+        "[/srv/agent]",
+        Some(&sdk.interpreter),
+    );
     // The webhook answers from its caches: retry until they hold the ceiling.
     let deadline = Instant::now() + Duration::from_secs(30);
     while let Err(e) = cp.apply_yaml(&sandbox) {
@@ -67,8 +123,29 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     let dir = std::env::temp_dir().join(format!("agentgate-pod-runner-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _cleanup = Cleanup(dir.clone());
-    let images = example_images(&dir, AGENT_IMAGE, &probe::agent_script()).unwrap();
-    let netns = example_network(&dir).unwrap();
+    let mut images = example_images(&dir, AGENT_IMAGE, &launcher(&sdk.interpreter)).unwrap();
+    // The agent image's other files: the probe loop, the SDK client and,
+    // mounted over /srv/sdk, the SDK itself (read-only, as /srv is).
+    let app = dir.join("image-agent");
+    std::fs::write(app.join("probe"), probe::agent_script()).unwrap();
+    std::fs::set_permissions(app.join("probe"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy(
+        repo_root().join("e2e/support/mcp_agent.py"),
+        app.join("mcp-agent.py"),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        app.join("mcp-agent.py"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::create_dir_all(app.join("sdk")).unwrap();
+    images
+        .get_mut(AGENT_IMAGE)
+        .unwrap()
+        .push(("/srv/sdk".to_string(), sdk.site_packages.clone()));
+    let mut netns = example_network(&dir).unwrap();
+    let sdk_calls = example_sdk_bank(&mut netns, &dir, &sdk.python.display().to_string()).unwrap();
     let mut runner = PodRunner::start(
         &cp.kubectl_handle(),
         &netns,
@@ -107,23 +184,45 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     if let Err(e) = probe::check_first_round(&log) {
         panic!("{e}\n{context}");
     }
+    // The SDK client's first round: the granted tool reaches the server,
+    // the other is refused with a JSON-RPC error the SDK raises.
+    first_after(&runner, sdk_rounds, 0.0, "get_balance", "forwarded");
+    let log = runner.log("agent");
+    let first: Probe = sdk_rounds(&log).remove(0);
+    let session = first.field("session");
+    assert_eq!(first.field("get_balance"), "forwarded", "{context}");
+    assert_eq!(first.field("send_money"), "refused", "{log}");
+    assert!(session.len() > 8, "the SDK reports its session id: {log}");
+    let refusal: Value =
+        serde_json::from_str(&probe::line_after(&log, "SDKBODY ")).unwrap_or_default();
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(
+        refusal["code"] == -32010
+            && message.starts_with("refused by agentgate: tools/call send_money")
+            && refusal["data"]["code"] == "no_rule",
+        "the SDK client reads why: {refusal}\n{log}"
+    );
 
     // Scenario 2: a proposal reaches the running agent, a tightened
     // maximum takes it away; the agent is never restarted.
     let applied_at = now();
-    cp.apply_yaml(&probe::write_proposal("runner")).unwrap();
-    let gained = first_after(&runner, applied_at, "post", "200");
+    cp.apply_yaml(&probe::write_proposal("runner", Some(&sdk.interpreter)))
+        .unwrap();
+    let gained = first_after(&runner, probes, applied_at, "post", "200");
     // The same proposal grants the MCP tool send_money: the running agent
-    // calls it through the same proxy, unrestarted.
-    let tool_gained = first_after(&runner, applied_at, "mcp", "forwarded");
+    // calls it through the same proxy, unrestarted, and so does the SDK
+    // client in the session it opened before.
+    let tool_gained = first_after(&runner, probes, applied_at, "mcp", "forwarded");
+    let sdk_gained = first_after(&runner, sdk_rounds, applied_at, "send_money", "forwarded");
     // Forwarded POST bodies leave the pooled upstream connections usable:
     // the granted GET still passes in the rounds after.
     let since = now();
-    first_after(&runner, since, "get", "200");
+    first_after(&runner, probes, since, "get", "200");
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling("runner", true)).unwrap();
-    let revoked = first_after(&runner, tightened_at, "post", "403");
-    let tool_revoked = first_after(&runner, tightened_at, "mcp", "refused");
+    let revoked = first_after(&runner, probes, tightened_at, "post", "403");
+    let tool_revoked = first_after(&runner, probes, tightened_at, "mcp", "refused");
+    let sdk_revoked = first_after(&runner, sdk_rounds, tightened_at, "send_money", "refused");
     assert_eq!(
         runner.wait_exit("agent", Duration::ZERO),
         None,
@@ -141,8 +240,38 @@ fn the_sandbox_pod_enforces_the_committed_policy() {
     );
     let (period, unbroken) = probe::rounds(&rounds);
     assert!(unbroken, "one process, never restarted");
+    // One SDK session throughout, and the server's own log: every
+    // send_money the client saw forwarded reached it, no refused one did
+    // (the client's log is read first, so the server may hold one more
+    // round, in flight then).
+    let sdk_log = runner.log("agent");
+    let sdk = sdk_rounds(&sdk_log);
+    let (_, sdk_unbroken) = probe::rounds(&sdk);
+    assert!(sdk_unbroken, "one SDK client, never restarted: {sdk_log}");
+    assert!(
+        sdk.iter().all(|r| r.field("session") == session),
+        "one MCP session throughout: {sdk_log}"
+    );
+    let forwarded: Vec<u64> = sdk
+        .iter()
+        .filter(|r| r.field("send_money") == "forwarded")
+        .filter_map(|r| r.field("n").parse().ok())
+        .collect();
+    let last_seen: u64 = sdk
+        .last()
+        .and_then(|r| r.field("n").parse().ok())
+        .unwrap_or(0);
+    let paid: Vec<u64> = rounds_the_server_paid(&sdk_calls)
+        .into_iter()
+        .filter(|n| *n <= last_seen)
+        .collect();
+    assert!(!forwarded.is_empty(), "{sdk_log}");
+    assert_eq!(
+        paid, forwarded,
+        "the SDK server received exactly the forwarded calls\nagent:\n{sdk_log}"
+    );
     println!(
-        "pod runner: proposal applied → running agent allowed in {gained:.2} s (its tool call in {tool_gained:.2} s); maximum tightened → refused in {revoked:.2} s ({tool_revoked:.2} s) (probe rounds of ~{period:.2} s)"
+        "pod runner: proposal applied → running agent allowed in {gained:.2} s (its tool call in {tool_gained:.2} s, the SDK client's open session in {sdk_gained:.2} s); maximum tightened → refused in {revoked:.2} s ({tool_revoked:.2} s, {sdk_revoked:.2} s) (probe rounds of ~{period:.2} s)"
     );
     drop(runner);
     drop(netns);

@@ -42,6 +42,7 @@ fn sandbox(image: &str) -> String {
         image,
         "Never",
         &format!("[/bin/bash, -c, {script}]"),
+        None,
     )
 }
 
@@ -198,7 +199,7 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
 
     let limit = Duration::from_secs(90);
     let applied_at = now();
-    cp.apply_yaml(&probe::write_proposal("node")).unwrap();
+    cp.apply_yaml(&probe::write_proposal("node", None)).unwrap();
     let gained = probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit)
         .unwrap_or_else(|_| panic!("the approved POST never reached the agent\n{}", context()));
     // The same proposal grants the tool: the running session may call it.

@@ -17,6 +17,13 @@ RELEASE_DIR := $(TARGET_DIR)/release
 # kubectl-agentgate, agentgate-proxy and agentgate-exec (cargo test builds
 # another package's binaries only for that package's own tests).
 DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
+# Every target of every package (libs, bins, tests, examples): the
+# dev-dependencies' features (the policy crate's `testing`, the proxy's
+# `testkit`, and what jsonschema and mlua turn on in shared crates) are then
+# unified as `cargo test --workspace` unifies them. A narrower `cargo build
+# -p` resolves other features and compiles much of the workspace again.
+ALL_TARGETS := --workspace --all-targets
+DEBUG_DIR := $(TARGET_DIR)/debug
 
 .PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
@@ -99,10 +106,10 @@ check: z3 ## the everyday loop, a few minutes warm: fmt check, clippy, and every
 	$(CARGO) test --locked --workspace --exclude agentgate-e2e
 
 unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
-	@# The golden tests run agentgate's binaries, the pod runner and the
-	@# real-node test run and pack all four: built explicitly, whichever
-	@# packages have integration tests (for which cargo test builds them).
-	$(CARGO) build --locked $(DEV_BINS)
+	@# One build of every target with the features the tests unify: cargo
+	@# test then only runs, and the dev binaries the golden tests, the pod
+	@# runner, the real node and bench-smoke run are these.
+	$(CARGO) build --locked $(ALL_TARGETS)
 	@# --include-ignored: the tests make check leaves out (they need root,
 	@# network namespaces or helm) run here; nothing is skipped.
 	$(CARGO) test --locked --workspace -- --include-ignored
@@ -158,19 +165,19 @@ bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connectio
 	$(RELEASE_DIR)/bench-proxy
 
 bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; fails when one no longer works
-	@# Dev profile, reusing the test build; the e2e benchmarks run target/debug/agentgate.
-	$(CARGO) build --locked -q -p agentgate --bins
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-containment
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-decide
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-scan
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-trifecta
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-verify
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-tests --bin bench-mcp
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-proposals
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-webhook
-	AGENTGATE_BENCH_SMOKE=1 $(CARGO) run --locked -q -p agentgate-e2e --bin bench-scale
-	$(CARGO) build --locked -q -p agentgate-proxy --features testkit --bins
-	AGENTGATE_BENCH_SMOKE=1 $(TARGET_DIR)/debug/bench-proxy
+	@# Dev profile, the build make test's unit-tests made (fresh there); the
+	@# e2e benchmarks run target/debug/agentgate.
+	$(CARGO) build --locked -q $(ALL_TARGETS)
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-containment
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-decide
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scan
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-trifecta
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-verify
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-mcp
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proposals
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-webhook
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scale
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proxy
 
 demo: build control-plane node helm netns-tools ## a local cluster with a real node, the chart installed from make image's image, examples/, an enforcing sandbox Pod run by the kubelet, left running (stop: make demo-down)
 	@# Release, like the image it installs (hack/image.sh from target/release).

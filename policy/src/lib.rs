@@ -17,6 +17,7 @@ pub mod mcp;
 pub mod mcp_messages;
 pub mod model;
 pub mod openshell;
+pub mod provenance;
 pub mod refusal;
 #[cfg(feature = "testing")]
 pub mod testing;

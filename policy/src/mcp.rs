@@ -758,18 +758,7 @@ fn constraint(
 /// Checks a provenance source: `user`, `model`, `tool:NAME` or `host:NAME`
 /// (NAME may be the glob `*`).
 fn check_source(source: &str) -> Result<(), String> {
-    if source == "user" || source == "model" {
-        return Ok(());
-    }
-    let name = source
-        .strip_prefix("tool:")
-        .or_else(|| source.strip_prefix("host:"));
-    match name {
-        Some(name) if check_name(name).is_ok() => Ok(()),
-        _ => Err(format!(
-            "source {source:?} is none of user, model, tool:NAME, host:NAME"
-        )),
-    }
+    crate::provenance::SourcePattern::parse(source).map(|_| ())
 }
 
 /// Compiles a tool or prompt entry.

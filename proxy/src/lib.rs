@@ -9,6 +9,7 @@ pub mod identity;
 pub mod io;
 pub mod mcp;
 pub mod netinit;
+pub mod provider;
 pub mod resolve;
 pub mod server;
 pub mod source;

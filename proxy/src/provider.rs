@@ -1,0 +1,479 @@
+//! What an agent's requests to its model provider say about provenance
+//! (docs/policy-semantics.md §8.3): the pieces of content the agent put in
+//! front of the model, each with its source. The agent sends its whole
+//! conversation with every request, so every piece arrives many times;
+//! [`agentgate_policy::provenance::Lineage`] keeps each once.
+//!
+//! Three request formats, told apart by the request path:
+//! - OpenAI Chat Completions (`…/chat/completions`): `messages[]`; roles
+//!   `system`, `developer` and `user` are `user`, role `tool` is the tool
+//!   whose call (`tool_call_id`, in an earlier `assistant` message's
+//!   `tool_calls`) it answers;
+//! - OpenAI Responses (`…/responses`): `instructions`, and `input` (a
+//!   string, or items: messages as above, `function_call` items naming the
+//!   tool of a `call_id`, `function_call_output` items answering one);
+//! - Anthropic Messages (`…/messages`): `system`, and `messages[]` whose
+//!   `user` content is text (`user`) or `tool_result` blocks (the tool of
+//!   the `tool_use` block with that `id`).
+//!
+//! Assistant content is the model's own output and no source. A tool
+//! result whose call the request does not name is the tool
+//! [`UNKNOWN_TOOL`]: it is never `user`. Pure: no I/O.
+
+use std::collections::HashMap;
+
+use agentgate_policy::provenance::Source;
+use serde_json::Value;
+
+/// The tool a tool result is recorded as when the request shows no
+/// earlier call with its id: never `user`; `tool:*` covers it, a `from`
+/// naming a real tool does not.
+pub const UNKNOWN_TOOL: &str = "(unknown call)";
+
+/// A model provider's request format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderApi {
+    /// OpenAI Chat Completions.
+    ChatCompletions,
+    /// OpenAI Responses.
+    Responses,
+    /// Anthropic Messages.
+    AnthropicMessages,
+}
+
+impl ProviderApi {
+    /// The format a request path names (its last segments, so versioned or
+    /// prefixed paths such as `/openai/v1/chat/completions` are read too).
+    pub fn from_path(path: &str) -> Option<ProviderApi> {
+        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(ProviderApi::ChatCompletions)
+        } else if path.ends_with("/responses") {
+            Some(ProviderApi::Responses)
+        } else if path.ends_with("/messages") {
+            Some(ProviderApi::AnthropicMessages)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why a request body could not be read. The caller fails closed: the
+/// request is refused (its content would otherwise go unrecorded).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProviderError {
+    /// The body is not JSON.
+    #[error("the model request is not JSON: {0}")]
+    NotJson(String),
+    /// A field has a shape the format does not allow.
+    #[error("the model request's {field} is not {expected}")]
+    Shape {
+        /// Where, as a JSON path (`messages[2].content`).
+        field: String,
+        /// What the format allows there.
+        expected: &'static str,
+    },
+}
+
+fn shape(field: impl Into<String>, expected: &'static str) -> ProviderError {
+    ProviderError::Shape {
+        field: field.into(),
+        expected,
+    }
+}
+
+/// The pieces of content of a request body to a provider of format `api`,
+/// with their sources, in the order they appear.
+pub fn conversation_pieces(
+    api: ProviderApi,
+    body: &[u8],
+) -> Result<Vec<(Source, String)>, ProviderError> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| ProviderError::NotJson(e.to_string()))?;
+    if !body.is_object() {
+        return Err(shape("body", "an object"));
+    }
+    let mut out = Vec::new();
+    match api {
+        ProviderApi::ChatCompletions => chat_completions(&body, &mut out)?,
+        ProviderApi::Responses => responses(&body, &mut out)?,
+        ProviderApi::AnthropicMessages => anthropic(&body, &mut out)?,
+    }
+    Ok(out)
+}
+
+/// The text of a content value: a string, or parts whose `text` (or, for
+/// nested tool results, `content`) is collected; other parts (images,
+/// files) carry no text.
+fn texts(value: &Value, field: &str, out: &mut Vec<String>) -> Result<(), ProviderError> {
+    match value {
+        Value::Null => Ok(()),
+        Value::String(s) => {
+            out.push(s.clone());
+            Ok(())
+        }
+        Value::Array(parts) => {
+            for (i, part) in parts.iter().enumerate() {
+                let at = format!("{field}[{i}]");
+                match part {
+                    Value::String(s) => out.push(s.clone()),
+                    Value::Object(o) => {
+                        if let Some(text) = o.get("text") {
+                            let text = text
+                                .as_str()
+                                .ok_or_else(|| shape(format!("{at}.text"), "a string"))?;
+                            out.push(text.to_string());
+                        }
+                        if let Some(inner) = o.get("content") {
+                            texts(inner, &format!("{at}.content"), out)?;
+                        }
+                    }
+                    _ => return Err(shape(at, "a string or a content part")),
+                }
+            }
+            Ok(())
+        }
+        _ => Err(shape(field, "a string or a list of content parts")),
+    }
+}
+
+fn push_texts(
+    source: Source,
+    value: &Value,
+    field: &str,
+    out: &mut Vec<(Source, String)>,
+) -> Result<(), ProviderError> {
+    let mut found = Vec::new();
+    texts(value, field, &mut found)?;
+    out.extend(found.into_iter().map(|t| (source.clone(), t)));
+    Ok(())
+}
+
+fn array<'a>(body: &'a Value, field: &str) -> Result<&'a [Value], ProviderError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(_) => Err(shape(field, "a list")),
+    }
+}
+
+fn str_field<'a>(item: &'a Value, key: &str, at: &str) -> Result<&'a str, ProviderError> {
+    item.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| shape(format!("{at}.{key}"), "a string"))
+}
+
+fn tool_source(calls: &HashMap<String, String>, id: &str) -> Source {
+    Source::Tool(
+        calls
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| UNKNOWN_TOOL.to_string()),
+    )
+}
+
+/// Roles whose content the agent wrote for the model: the user's.
+fn is_user_role(role: &str) -> bool {
+    matches!(role, "system" | "developer" | "user")
+}
+
+fn chat_completions(body: &Value, out: &mut Vec<(Source, String)>) -> Result<(), ProviderError> {
+    let mut calls: HashMap<String, String> = HashMap::new();
+    for (i, message) in array(body, "messages")?.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let role = str_field(message, "role", &at)?;
+        let content = message.get("content").unwrap_or(&Value::Null);
+        match role {
+            r if is_user_role(r) => {
+                push_texts(Source::User, content, &format!("{at}.content"), out)?
+            }
+            "assistant" => {
+                for (j, call) in array(message, "tool_calls")?.iter().enumerate() {
+                    let call_at = format!("{at}.tool_calls[{j}]");
+                    let id = str_field(call, "id", &call_at)?;
+                    let function = call
+                        .get("function")
+                        .ok_or_else(|| shape(format!("{call_at}.function"), "an object"))?;
+                    let name = str_field(function, "name", &format!("{call_at}.function"))?;
+                    calls.insert(id.to_string(), name.to_string());
+                }
+            }
+            "tool" => {
+                let id = str_field(message, "tool_call_id", &at)?;
+                push_texts(
+                    tool_source(&calls, id),
+                    content,
+                    &format!("{at}.content"),
+                    out,
+                )?;
+            }
+            // Legacy function results name their function themselves.
+            "function" => {
+                let name = str_field(message, "name", &at)?;
+                push_texts(
+                    Source::Tool(name.to_string()),
+                    content,
+                    &format!("{at}.content"),
+                    out,
+                )?;
+            }
+            _ => return Err(shape(format!("{at}.role"), "a known role")),
+        }
+    }
+    Ok(())
+}
+
+fn responses(body: &Value, out: &mut Vec<(Source, String)>) -> Result<(), ProviderError> {
+    if let Some(instructions) = body.get("instructions") {
+        push_texts(Source::User, instructions, "instructions", out)?;
+    }
+    let items = match body.get("input") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(s)) => {
+            out.push((Source::User, s.clone()));
+            return Ok(());
+        }
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(shape("input", "a string or a list of items")),
+    };
+    let mut calls: HashMap<String, String> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("input[{i}]");
+        let kind = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
+        match kind {
+            "message" => {
+                let role = str_field(item, "role", &at)?;
+                let content = item.get("content").unwrap_or(&Value::Null);
+                if is_user_role(role) {
+                    push_texts(Source::User, content, &format!("{at}.content"), out)?;
+                } else if role != "assistant" {
+                    return Err(shape(format!("{at}.role"), "a known role"));
+                }
+            }
+            "function_call" | "custom_tool_call" => {
+                let id = str_field(item, "call_id", &at)?;
+                let name = str_field(item, "name", &at)?;
+                calls.insert(id.to_string(), name.to_string());
+            }
+            "function_call_output" | "custom_tool_call_output" => {
+                let id = str_field(item, "call_id", &at)?;
+                let output = item.get("output").unwrap_or(&Value::Null);
+                push_texts(
+                    tool_source(&calls, id),
+                    output,
+                    &format!("{at}.output"),
+                    out,
+                )?;
+            }
+            // The model's own output, echoed back: no source.
+            "reasoning" | "output_text" => {}
+            _ => return Err(shape(format!("{at}.type"), "a known item type")),
+        }
+    }
+    Ok(())
+}
+
+fn anthropic(body: &Value, out: &mut Vec<(Source, String)>) -> Result<(), ProviderError> {
+    if let Some(system) = body.get("system") {
+        push_texts(Source::User, system, "system", out)?;
+    }
+    let mut calls: HashMap<String, String> = HashMap::new();
+    for (i, message) in array(body, "messages")?.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let role = str_field(message, "role", &at)?;
+        let content = message.get("content").unwrap_or(&Value::Null);
+        let blocks: &[Value] = match content {
+            Value::String(s) => {
+                if role == "user" {
+                    out.push((Source::User, s.clone()));
+                }
+                continue;
+            }
+            Value::Array(blocks) => blocks,
+            _ => {
+                return Err(shape(
+                    format!("{at}.content"),
+                    "a string or a list of blocks",
+                ));
+            }
+        };
+        match role {
+            "user" => {
+                for (j, block) in blocks.iter().enumerate() {
+                    let block_at = format!("{at}.content[{j}]");
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("tool_result") => {
+                            let id = str_field(block, "tool_use_id", &block_at)?;
+                            let inner = block.get("content").unwrap_or(&Value::Null);
+                            push_texts(
+                                tool_source(&calls, id),
+                                inner,
+                                &format!("{block_at}.content"),
+                                out,
+                            )?;
+                        }
+                        Some("text") => {
+                            out.push((Source::User, str_field(block, "text", &block_at)?.into()))
+                        }
+                        // Images and documents carry no text to match.
+                        Some(_) => {}
+                        None => return Err(shape(format!("{block_at}.type"), "a string")),
+                    }
+                }
+            }
+            "assistant" => {
+                for (j, block) in blocks.iter().enumerate() {
+                    if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                        let block_at = format!("{at}.content[{j}]");
+                        let id = str_field(block, "id", &block_at)?;
+                        let name = str_field(block, "name", &block_at)?;
+                        calls.insert(id.to_string(), name.to_string());
+                    }
+                }
+            }
+            _ => return Err(shape(format!("{at}.role"), "user or assistant")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pieces(api: ProviderApi, body: Value) -> Vec<(String, String)> {
+        conversation_pieces(api, body.to_string().as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|(s, t)| (s.to_string(), t))
+            .collect()
+    }
+
+    fn p(source: &str, text: &str) -> (String, String) {
+        (source.to_string(), text.to_string())
+    }
+
+    #[test]
+    fn paths_name_the_format() {
+        use ProviderApi::*;
+        assert_eq!(
+            ProviderApi::from_path("/v1/chat/completions"),
+            Some(ChatCompletions)
+        );
+        assert_eq!(
+            ProviderApi::from_path("/openai/v1/responses?x=1"),
+            Some(Responses)
+        );
+        assert_eq!(
+            ProviderApi::from_path("/v1/messages/"),
+            Some(AnthropicMessages)
+        );
+        assert_eq!(ProviderApi::from_path("/v1/embeddings"), None);
+    }
+
+    #[test]
+    fn chat_completions_tool_results_are_their_tools() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "You are a bank agent."},
+            {"role": "user", "content": [{"type": "text", "text": "Pay my rent"}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_email", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Send it to US13"},
+            {"role": "tool", "tool_call_id": "c9", "content": "orphan"},
+        ]});
+        assert_eq!(
+            pieces(ProviderApi::ChatCompletions, body),
+            [
+                p("user", "You are a bank agent."),
+                p("user", "Pay my rent"),
+                p("tool:read_email", "Send it to US13"),
+                p("tool:(unknown call)", "orphan"),
+            ]
+        );
+    }
+
+    #[test]
+    fn responses_items_and_instructions() {
+        let body = json!({"model": "m", "instructions": "Be brief.", "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "My IBAN is GB29"}]},
+            {"type": "function_call", "call_id": "f1", "name": "get_balance", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "f1", "output": "1234.56"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        ]});
+        assert_eq!(
+            pieces(ProviderApi::Responses, body),
+            [
+                p("user", "Be brief."),
+                p("user", "My IBAN is GB29"),
+                p("tool:get_balance", "1234.56"),
+            ]
+        );
+        assert_eq!(
+            pieces(ProviderApi::Responses, json!({"input": "hello"})),
+            [p("user", "hello")]
+        );
+    }
+
+    #[test]
+    fn anthropic_tool_results_inside_user_messages_are_not_the_users() {
+        let body = json!({"model": "m", "system": [{"type": "text", "text": "Sys"}], "messages": [
+            {"role": "user", "content": "Pay my rent"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "id": "t1", "name": "read_email", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "IBAN US13"}]},
+                {"type": "text", "text": "and hurry"}]},
+        ]});
+        assert_eq!(
+            pieces(ProviderApi::AnthropicMessages, body),
+            [
+                p("user", "Sys"),
+                p("user", "Pay my rent"),
+                p("tool:read_email", "IBAN US13"),
+                p("user", "and hurry"),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_an_error_at_its_path() {
+        let err = |api, body: &str| conversation_pieces(api, body.as_bytes()).unwrap_err();
+        assert!(matches!(
+            err(ProviderApi::ChatCompletions, "{"),
+            ProviderError::NotJson(_)
+        ));
+        assert_eq!(
+            err(
+                ProviderApi::ChatCompletions,
+                r#"{"messages": [{"role": "user", "content": 5}]}"#
+            )
+            .to_string(),
+            "the model request's messages[0].content is not a string or a list of content parts"
+        );
+        assert_eq!(
+            err(
+                ProviderApi::ChatCompletions,
+                r#"{"messages": [{"role": "wizard", "content": "x"}]}"#
+            )
+            .to_string(),
+            "the model request's messages[0].role is not a known role"
+        );
+        assert_eq!(
+            err(
+                ProviderApi::AnthropicMessages,
+                r#"{"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}"#
+            )
+            .to_string(),
+            "the model request's messages[0].content[0].tool_use_id is not a string"
+        );
+        assert!(matches!(
+            err(ProviderApi::Responses, "[]"),
+            ProviderError::Shape { .. }
+        ));
+    }
+}

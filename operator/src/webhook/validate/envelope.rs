@@ -1,7 +1,8 @@
 //! The AdmissionReview envelope every admission handler shares: read the
-//! body (garbage gets an AdmissionReview that says why), decode the
-//! objects as the handler's kind, refuse until the caches have synced,
-//! then encode the handler's [`Answer`] and count it.
+//! body (garbage gets an AdmissionReview that says why), refuse a review
+//! of another kind than the handler's, decode the objects as that kind,
+//! refuse until the caches have synced, then encode the handler's
+//! [`Answer`] and count it.
 
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,25 @@ where
             return Json(AdmissionResponse::invalid(e.to_string()).into_review());
         }
     };
+    // A review about another kind would be read as this one with every
+    // unknown field dropped and most of it defaulted: refuse it instead.
+    if request.kind.kind != type_name || request.resource.resource != kind {
+        let message = format!(
+            "{kind}: this endpoint judges {type_name} objects, not {} (resource {:?} of {}/{}): the webhook configuration sends it to the wrong endpoint (fail closed)",
+            request.kind.kind,
+            request.resource.resource,
+            request.resource.group,
+            request.resource.version
+        );
+        tracing::warn!(kind, %message, "admission review of another kind");
+        state
+            .metrics
+            .admission(kind, false, started.elapsed().as_secs_f64());
+        let mut r = AdmissionResponse::from(&request).deny(message);
+        r.result.code = 403;
+        r.result.reason = "Forbidden".into();
+        return Json(r.into_review());
+    }
     let base = AdmissionResponse::from(&request);
     let (uid, name, namespace, user, operation) = (
         request.uid.clone(),
@@ -228,6 +248,23 @@ mod tests {
             "{}",
             response.result.message
         );
+    }
+
+    #[tokio::test]
+    async fn a_review_of_another_kind_is_refused_saying_so() {
+        let harness = Cluster::example().serve();
+        let sandbox = example_sandbox();
+        let create = review(&SANDBOXES, "CREATE", ALICE, Some(&sandbox), None);
+        let response = harness.admit("/validate/pods", &create).await;
+        assert_denied(
+            &response,
+            &[
+                "pods: this endpoint judges Pod objects, not AgentSandbox",
+                "wrong endpoint (fail closed)",
+            ],
+        );
+        assert_eq!(response.uid, REVIEW_UID);
+        assert_eq!(harness.admissions_counted("pods", false), 1);
     }
 
     #[tokio::test]

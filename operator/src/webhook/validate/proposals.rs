@@ -169,10 +169,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_maximum_sent_as_a_proposal_is_refused_as_unreadable() {
+    async fn a_maximum_sent_as_a_proposal_is_refused() {
         let harness = Cluster::example().serve();
         let maximum = example_maximum();
+        // Reviewed as what it is: another kind.
         let create = review(&MAXIMUMS, "CREATE", ALICE, Some(&maximum), None);
+        let response = harness.admit(ENDPOINT, &create).await;
+        assert_denied(
+            &response,
+            &["judges PolicyProposal objects, not MaximumPolicy"],
+        );
+        // Reviewed as a proposal: unreadable as one.
+        let create = review(&PROPOSALS, "CREATE", ALICE, Some(&maximum), None);
         let response = harness.admit(ENDPOINT, &create).await;
         assert_denied(
             &response,

@@ -25,7 +25,7 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 ALL_TARGETS := --workspace --all-targets
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -51,6 +51,9 @@ helm: ## build (once, cached in ~/.cache/agentgate) helm from its Go module
 
 netns-tools: ## nft, unshare, setpriv, ip, curl, python3 for the proxy's transparent-mode test (apt-get, once)
 	@./hack/install-netns-tools.sh
+
+agentdojo: netns-tools ## AgentDojo 0.1.35 and the MCP SDK, every package pinned (e2e/agentdojo/requirements.txt), in a venv of Debian's python3 under ~/.cache/agentgate (pip, once)
+	@./hack/install-agentdojo.sh
 
 mcp-sdk: netns-tools ## the official MCP Python SDK, pinned, in a venv of Debian's python3 under ~/.cache/agentgate (the MCP end-to-end tests and the pod runner's SDK agent; pip, once)
 	@./hack/install-mcp-sdk.sh
@@ -105,7 +108,7 @@ check: z3 ## the everyday loop, a few minutes warm: fmt check, clippy, and every
 	@# crate's `testing`) it would compile the operator crate a second time.
 	$(CARGO) test --locked --workspace --exclude agentgate-e2e
 
-unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
+unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## every Rust test (unit, property, golden, e2e incl. the real node, proxy processes), the ignored ones too
 	@# One build of every target with the features the tests unify: cargo
 	@# test then only runs, and the dev binaries the golden tests, the pod
 	@# runner, the real node and bench-smoke run are these.
@@ -116,7 +119,7 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk ## every
 
 test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
-e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
+e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
 	@# What the suites run: the operator and plugin, the proxy and
 	@# agentgate-exec (the pod runner copies these), the static agentgate-exec
 	@# (exec-static) and, from them, the node's images (packed by the test

@@ -130,6 +130,13 @@ pub fn mcp_sdk() -> Result<McpSdk, HarnessError> {
     }
 }
 
+/// The python of the AgentDojo benchmark's virtualenv (agentdojo 0.1.35 and
+/// the MCP SDK, pinned by e2e/agentdojo/requirements.txt), installed once
+/// if needed with hack/install-agentdojo.sh.
+pub fn agentdojo_python() -> Result<PathBuf, HarnessError> {
+    installed_path_with("hack/install-agentdojo.sh", &["--print"])
+}
+
 /// The directory with kube-apiserver, etcd and kubectl (installing or
 /// building them once if needed).
 pub fn assets() -> Result<PathBuf, HarnessError> {

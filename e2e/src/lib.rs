@@ -654,6 +654,11 @@ pub fn operator_binary() -> Result<PathBuf, HarnessError> {
     built_binary("agentgate")
 }
 
+/// The `agentgate-proxy` binary of this build.
+pub fn proxy_binary() -> Result<PathBuf, HarnessError> {
+    built_binary("agentgate-proxy")
+}
+
 /// The `kubectl-agentgate` plugin binary of this build.
 pub fn plugin_binary() -> Result<PathBuf, HarnessError> {
     built_binary("kubectl-agentgate")

@@ -7,11 +7,16 @@
 //!   task's ground-truth calls, injection vectors filled);
 //! - the traces an agent would produce (e2e/agentdojo/traces.py): the
 //!   split by task number, the trace format, the injected calls right after
-//!   the call that read the injection.
+//!   the call that read the injection;
+//! - their replay (e2e/agentdojo/replay.py) through agentgate-proxy in a
+//!   network namespace: each call is refused exactly when the policy's
+//!   tool allowlist lacks its tool, and the server's call log holds exactly
+//!   the calls allowed.
 //!
-//! Needs the AgentDojo virtualenv (hack/install-agentdojo.sh, which this
-//! test runs: pip, once, cached under ~/.cache/agentgate); without it the
-//! test fails, it never skips.
+//! Needs the AgentDojo virtualenv (hack/install-agentdojo.sh, which these
+//! tests run: pip, once, cached under ~/.cache/agentgate), and for the
+//! replay root, unshare, ip and curl; without them a test fails, it never
+//! skips.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader};
@@ -107,10 +112,9 @@ fn numbers(id: &str) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn traces_split_by_task_number_and_insert_the_injected_calls_once() {
-    let python = agentdojo_python().unwrap();
-    let out = Command::new(&python)
+/// The banking suite's test-split traces, as traces.py prints them.
+fn banking_test_traces(python: &std::path::Path) -> String {
+    let out = Command::new(python)
         .arg(repo_root().join("e2e/agentdojo/traces.py"))
         .args(["banking", "test"])
         .output()
@@ -120,7 +124,13 @@ fn traces_split_by_task_number_and_insert_the_injected_calls_once() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let traces: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn traces_split_by_task_number_and_insert_the_injected_calls_once() {
+    let python = agentdojo_python().unwrap();
+    let traces: Vec<Value> = banking_test_traces(&python)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -177,4 +187,133 @@ fn traces_split_by_task_number_and_insert_the_injected_calls_once() {
             "{id}: the user task's calls are the benign trace's"
         );
     }
+}
+
+/// The tools the replay's policy grants on the banking server: neither
+/// `update_password` nor `update_user_info` (both called by test traces).
+const GRANTED: [&str; 6] = [
+    "get_most_recent_transactions",
+    "get_scheduled_transactions",
+    "read_file",
+    "schedule_transaction",
+    "send_money",
+    "update_scheduled_transaction",
+];
+
+/// A sandbox CA for the proxy (it intercepts nothing here: the server
+/// speaks plain HTTP).
+fn sandbox_ca() -> (String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+#[test]
+fn replayed_calls_are_refused_exactly_where_the_policy_says() {
+    // unshare, ip and curl: installed once, or the reason it cannot be.
+    agentgate_e2e::script_output("hack/install-netns-tools.sh", &[]).unwrap();
+    let python = agentdojo_python().unwrap();
+    let dir =
+        std::env::temp_dir().join(format!("agentgate-agentdojo-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("traces.jsonl"), banking_test_traces(&python)).unwrap();
+    let (cert, key) = sandbox_ca();
+    std::fs::write(dir.join("ca.pem"), cert).unwrap();
+    std::fs::write(dir.join("ca.key"), key).unwrap();
+    let tools: Vec<String> = GRANTED
+        .iter()
+        .map(|t| format!("          - name: {t}\n"))
+        .collect();
+    std::fs::write(
+        dir.join("policy.yaml"),
+        format!(
+            "network:\n  - name: banking\n    endpoints:\n      - host: banking.agentdojo\n        ports: [8931]\n        protocol: mcp\n        path: /mcp\n        tools:\n{}",
+            tools.concat()
+        ),
+    )
+    .unwrap();
+    let support = repo_root().join("e2e/agentdojo");
+    let script = format!(
+        r#"set -u
+d={dir}
+ip link set lo up
+{python} {support}/suite_server.py banking 127.0.0.1 8931 $d/calls.log > $d/server.log 2>&1 &
+{proxy} --policy $d/policy.yaml --listen 127.0.0.1:15000 --metrics-listen 127.0.0.1:15020 \
+  --ca-cert $d/ca.pem --ca-key $d/ca.key --resolve banking.agentdojo:8931:127.0.0.1 > $d/proxy.log 2>&1 &
+for i in $(seq 300); do
+  grep -q ready $d/server.log && curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:15020/readyz 2>/dev/null | grep -q 200 && break
+  sleep 0.1
+done
+HTTP_PROXY=http://127.0.0.1:15000 http_proxy=http://127.0.0.1:15000 NO_PROXY= no_proxy= \
+  {python} {support}/replay.py $d/traces.jsonl banking=http://banking.agentdojo:8931/mcp
+status=$?
+kill $(jobs -p) 2>/dev/null
+wait 2>/dev/null
+exit $status
+"#,
+        dir = dir.display(),
+        python = python.display(),
+        support = support.display(),
+        proxy = agentgate_e2e::proxy_binary().unwrap().display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--net", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!(
+        "{stdout}\n{}\nserver:\n{}\nproxy:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(dir.join("server.log")).unwrap_or_default(),
+        std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default()
+    );
+    assert!(out.status.success(), "{context}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut allowed = Vec::new();
+    let mut refused = 0;
+    for trace in lines.iter().filter(|l| l.get("id").is_some()) {
+        for call in trace["calls"].as_array().unwrap() {
+            let name = call["name"].as_str().unwrap();
+            let granted = GRANTED.contains(&name);
+            assert_eq!(
+                call["decision"],
+                if granted { "allow" } else { "deny" },
+                "{}: {call}",
+                trace["id"]
+            );
+            if granted {
+                allowed.push(name.to_string());
+            } else {
+                refused += 1;
+                assert!(
+                    call["reason"].as_str().unwrap().starts_with(&format!(
+                        "no_rule: refused by agentgate: tools/call {name} "
+                    )),
+                    "{call}"
+                );
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "the traces call tools the policy lacks: {context}"
+    );
+    // The server saw exactly the allowed calls, in order.
+    let reached: Vec<String> = std::fs::read_to_string(dir.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|c| c["tool"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(reached, allowed, "{context}");
+    // The totals agree with the lines.
+    let benign = lines.iter().find(|l| l["totals"] == "benign").unwrap();
+    assert_eq!(benign["traces"], 8, "{context}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

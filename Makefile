@@ -25,7 +25,7 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 ALL_TARGETS := --workspace --all-targets
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -155,6 +155,10 @@ bench-mcp: z3 ## tool-call authority: containment of tool policies and decisions
 	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
 	BENCH_PROXY_ONLY=mcp $(RELEASE_DIR)/bench-proxy
 
+bench-agentdojo: netns-tools agentdojo ## AgentDojo's four suites (test split) replayed through agentgate-proxy with no model, per policy configuration side by side: clean and attacked utility, attack success rate (TRACES=FILE replays that JSONL file instead; docs/benchmarks.md)
+	$(CARGO) build --release --locked -q -p agentgate-proxy --bin agentgate-proxy
+	python3 e2e/agentdojo/bench.py $(RELEASE_DIR)/agentgate-proxy "$$(./hack/install-agentdojo.sh --print)" $(if $(TRACES),--traces $(TRACES))
+
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
 
@@ -167,7 +171,7 @@ bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connectio
 	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
 	$(RELEASE_DIR)/bench-proxy
 
-bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; fails when one no longer works
+bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark program with tiny sizes; fails when one no longer works
 	@# Dev profile, the build make test's unit-tests made (fresh there); the
 	@# e2e benchmarks run target/debug/agentgate.
 	$(CARGO) build --locked -q $(ALL_TARGETS)
@@ -181,6 +185,7 @@ bench-smoke: z3 control-plane helm ## every benchmark program with tiny sizes; f
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-webhook
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scale
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proxy
+	python3 e2e/agentdojo/bench.py $(DEBUG_DIR)/agentgate-proxy "$$(./hack/install-agentdojo.sh --print)" --smoke
 
 demo: build control-plane node helm netns-tools ## a local cluster with a real node, the chart installed from make image's image, examples/, an enforcing sandbox Pod run by the kubelet, left running (stop: make demo-down)
 	@# Release, like the image it installs (hack/image.sh from target/release).

@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import timedelta
@@ -47,8 +48,11 @@ def reset(url, injections):
         method="POST",
         headers={"Content-Type": "application/json"},
     )
-    with direct.open(request, timeout=60) as answer:
-        json.load(answer)
+    try:
+        with direct.open(request, timeout=60) as answer:
+            json.load(answer)
+    except urllib.error.HTTPError as e:
+        sys.exit(f"replay: the server refused the trace's injections: {e.read().decode(errors='replace')}")
 
 
 async def replay(trace):

@@ -1,0 +1,231 @@
+"""`make bench-agentdojo`: AgentDojo's four suites replayed through
+agentgate-proxy, no model, in a network namespace of their own, under each
+policy configuration side by side in one run.
+
+Each suite's server (suite_server.py) listens at 127.0.0.1; the proxy
+resolves SUITE.agentdojo to it. For each configuration the proxy starts with
+that configuration's policy and replay.py plays every trace through it.
+Configurations so far:
+
+- `no policy`: every suite's /mcp granted as raw REST authority (POST),
+  which covers every tool call (the same path through the proxy);
+- `tool names`: per suite, a tool allowlist of the tools the train split's
+  user tasks call (even task numbers): what a tool-name allowlist can
+  express, learnt from the train split only.
+
+Traces are traces.py's, test split (odd task numbers), unless
+`--traces FILE` names a JSONL file of traces (docs/benchmarks.md). Prints
+one JSON line per trace and configuration (replay.py's, with `config`),
+then per configuration and suite: clean utility (benign traces wholly
+allowed), attacked utility (attack traces whose own calls are all allowed)
+and attack success rate (attack traces whose injected calls all pass).
+`--smoke`: the banking suite only.
+
+usage: bench.py PROXY_BINARY AGENTDOJO_PYTHON [--smoke] [--traces FILE]
+(run as root; it enters its own network namespace)
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SUITES = ["banking", "slack", "travel", "workspace"]
+PROXY = "127.0.0.1:15000"
+METRICS = "127.0.0.1:15020"
+
+
+def usage():
+    sys.exit(__doc__.split("usage: ", 1)[1])
+
+
+args = sys.argv[1:]
+if len(args) < 2:
+    usage()
+proxy_binary, python = args[0], args[1]
+smoke = "--smoke" in args
+traces_file = args[args.index("--traces") + 1] if "--traces" in args else None
+suites = ["banking"] if smoke else SUITES
+
+if os.environ.get("AGENTDOJO_NETNS") != "1":
+    # Its own network: loopback only, nothing else to reach.
+    env = dict(os.environ, AGENTDOJO_NETNS="1")
+    sys.exit(subprocess.call(["unshare", "--net", sys.executable, *sys.argv], env=env))
+
+
+def run(cmd, **kwargs):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs).stdout
+
+
+def wait_until(what, ready, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            sys.exit(f"bench-agentdojo: {what} never got ready")
+        time.sleep(0.1)
+
+
+def http_ok(url):
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def sandbox_ca(work):
+    """A CA for the proxy (it intercepts nothing: the servers speak plain HTTP)."""
+    code = """
+import datetime, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+key = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentdojo bench CA")])
+now = datetime.datetime.now(datetime.timezone.utc)
+cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+    .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+    .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    .sign(key, hashes.SHA256()))
+open(sys.argv[1], "wb").write(cert.public_bytes(serialization.Encoding.PEM))
+open(sys.argv[2], "wb").write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+"""
+    run([python, "-c", code, str(work / "ca.pem"), str(work / "ca.key")])
+
+
+def port(suite):
+    return 8931 + SUITES.index(suite)
+
+
+def endpoint(suite, grant):
+    return (
+        f"      - host: {suite}.agentdojo\n        ports: [{port(suite)}]\n{grant}"
+    )
+
+
+def no_policy():
+    grant = '        protocol: rest\n        rules: [{methods: [POST, GET, DELETE], path: "/mcp"}]\n'
+    return "network:\n  - name: agentdojo\n    endpoints:\n" + "".join(endpoint(s, grant) for s in suites)
+
+
+def tool_names(train):
+    out = "network:\n"
+    for suite in suites:
+        names = sorted(
+            {
+                step["call"]["name"]
+                for trace in train[suite]
+                if trace["kind"] == "benign"
+                for step in trace["steps"]
+                if "call" in step
+            }
+        )
+        tools = "".join(f"          - name: {n}\n" for n in names)
+        out += f"  - name: {suite}\n    endpoints:\n" + endpoint(
+            suite, f"        protocol: mcp\n        path: /mcp\n        tools:\n{tools}"
+        )
+    return out
+
+
+def traces_of(suite, split):
+    text = run([python, str(HERE / "traces.py"), suite, split])
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="agentgate-agentdojo-"))
+    run(["ip", "link", "set", "lo", "up"])
+    sandbox_ca(work)
+    servers = []
+    try:
+        for suite in suites:
+            log = open(work / f"{suite}-server.log", "w")
+            servers.append(
+                subprocess.Popen(
+                    [python, str(HERE / "suite_server.py"), suite, "127.0.0.1", str(port(suite)), str(work / f"{suite}-calls.log")],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        for suite in suites:
+            wait_until(f"the {suite} server", lambda: "ready" in (work / f"{suite}-server.log").read_text())
+        train = {s: traces_of(s, "train") for s in suites}
+        if traces_file:
+            test = {s: [] for s in suites}
+            for number, line in enumerate(Path(traces_file).read_text().splitlines(), 1):
+                if line.strip():
+                    try:
+                        trace = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        sys.exit(f"bench-agentdojo: {traces_file} line {number}: not JSON: {e}")
+                    if trace.get("suite") not in test:
+                        sys.exit(f"bench-agentdojo: trace {trace.get('id')!r}: suite {trace.get('suite')!r} is none of {suites}")
+                    test[trace["suite"]].append(trace)
+        else:
+            test = {s: traces_of(s, "test") for s in suites}
+        configs = [("no policy", no_policy()), ("tool names", tool_names(train))]
+        figures = []
+        for config, policy in configs:
+            (work / "policy.yaml").write_text(policy)
+            resolve = [a for s in suites for a in ("--resolve", f"{s}.agentdojo:{port(s)}:127.0.0.1")]
+            proxy_log = open(work / "proxy.log", "w")
+            proxy = subprocess.Popen(
+                [proxy_binary, "--policy", str(work / "policy.yaml"), "--listen", PROXY, "--metrics-listen", METRICS,
+                 "--ca-cert", str(work / "ca.pem"), "--ca-key", str(work / "ca.key"), *resolve],
+                stdout=proxy_log,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_until("agentgate-proxy", lambda: http_ok(f"http://{METRICS}/readyz"))
+                for suite in suites:
+                    path = work / f"{suite}-traces.jsonl"
+                    path.write_text("".join(json.dumps(t) + "\n" for t in test[suite]))
+                    env = dict(os.environ, HTTP_PROXY=f"http://{PROXY}", http_proxy=f"http://{PROXY}", NO_PROXY="", no_proxy="")
+                    out = run([python, str(HERE / "replay.py"), str(path), f"{suite}=http://{suite}.agentdojo:{port(suite)}/mcp"], env=env)
+                    totals = {}
+                    for line in out.splitlines():
+                        record = json.loads(line)
+                        if "totals" in record:
+                            totals[record["totals"]] = record
+                        else:
+                            print(json.dumps({"config": config, **record}), flush=True)
+                    figures.append((config, suite, totals))
+            finally:
+                proxy.terminate()
+                proxy.wait()
+        for config, suite, totals in figures:
+            benign = totals.get("benign", {"traces": 0, "all_allowed": 0})
+            attack = totals.get("attack", {"traces": 0, "own_calls_allowed": 0, "injected_calls_all_allowed": 0})
+            rate = lambda n, d: round(n / d, 3) if d else None
+            print(
+                json.dumps(
+                    {
+                        "totals": config,
+                        "suite": suite,
+                        "benign": benign["traces"],
+                        "attacks": attack["traces"],
+                        "clean_utility": rate(benign["all_allowed"], benign["traces"]),
+                        "attacked_utility": rate(attack["own_calls_allowed"], attack["traces"]),
+                        "attack_success_rate": rate(attack["injected_calls_all_allowed"], attack["traces"]),
+                    }
+                ),
+                flush=True,
+            )
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"bench-agentdojo: {' '.join(map(str, e.cmd[:3]))} failed: {e.stderr[-2000:]}")
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+main()

@@ -24,7 +24,7 @@
 //! Pure: no I/O. The proxy keeps one `Lineage` per session and feeds it.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::hash::BuildHasher;
 
@@ -136,7 +136,7 @@ struct Piece {
 /// One session's record of the content seen and where it came from.
 ///
 /// A piece seen again (an agent sends its whole conversation with every
-/// request to the model) is kept once: `kept` counts the pieces of each
+/// request to the model) is kept once: `kept` holds the digest of each
 /// digest of source and text. The digest's keys are random per process,
 /// so content cannot be crafted to collide with a piece it has not seen.
 #[derive(Debug)]
@@ -144,7 +144,7 @@ pub struct Lineage {
     limit_bytes: usize,
     kept_bytes: usize,
     pieces: VecDeque<Piece>,
-    kept: HashMap<u64, usize>,
+    kept: HashSet<u64>,
     hasher: RandomState,
     evicted: bool,
 }
@@ -156,7 +156,7 @@ impl Lineage {
             limit_bytes,
             kept_bytes: 0,
             pieces: VecDeque::new(),
-            kept: HashMap::new(),
+            kept: HashSet::new(),
             hasher: RandomState::new(),
             evicted: false,
         }
@@ -171,7 +171,7 @@ impl Lineage {
             return;
         }
         let digest = self.hasher.hash_one((&source, content));
-        if self.kept.contains_key(&digest) {
+        if self.kept.contains(&digest) {
             return;
         }
         let mut end = content.len().min(self.limit_bytes);
@@ -187,12 +187,7 @@ impl Lineage {
                 Some(old) => {
                     self.kept_bytes -= old.text.len();
                     self.evicted = true;
-                    if let Some(n) = self.kept.get_mut(&old.digest) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.kept.remove(&old.digest);
-                        }
-                    }
+                    self.kept.remove(&old.digest);
                 }
                 None => break,
             }
@@ -201,7 +196,7 @@ impl Lineage {
             return;
         }
         self.kept_bytes += text.len();
-        *self.kept.entry(digest).or_insert(0) += 1;
+        self.kept.insert(digest);
         self.pieces.push_back(Piece {
             source,
             numbers: number_tokens(text),
@@ -226,8 +221,9 @@ impl Lineage {
         let mut seen = BTreeSet::new();
         match value {
             Value::String(s) if !s.is_empty() => {
+                let finder = memchr::memmem::Finder::new(s.as_bytes());
                 for piece in &self.pieces {
-                    if !seen.contains(&piece.source) && occurs(s, &piece.text) {
+                    if !seen.contains(&piece.source) && occurs(&finder, &piece.text) {
                         seen.insert(piece.source.clone());
                     }
                 }
@@ -321,8 +317,10 @@ fn leaves(value: &Value, out: &mut Vec<String>) {
 }
 
 /// True when `value` occurs in `text` by the rule of the module docs.
-fn occurs(value: &str, text: &str) -> bool {
-    let finder = memchr::memmem::Finder::new(value.as_bytes());
+/// `finder` searches for the value, built once per query rather than per
+/// piece of content.
+fn occurs(finder: &memchr::memmem::Finder<'_>, text: &str) -> bool {
+    let value = finder.needle();
     if value.len() >= MIN_SUBSTRING_BYTES {
         return finder.find(text.as_bytes()).is_some();
     }
@@ -595,7 +593,8 @@ mod tests {
 
         #[test]
         fn strings_occur_by_the_rule(value in "[ab1 -]{1,6}", text in "[ab1 -]{0,24}") {
-            proptest::prop_assert_eq!(occurs(&value, &text), occurs_by_the_rule(&value, &text));
+            let finder = memchr::memmem::Finder::new(value.as_bytes());
+            proptest::prop_assert_eq!(occurs(&finder, &text), occurs_by_the_rule(&value, &text));
         }
 
         /// Bounding memory only ever narrows a value's sources.

@@ -83,23 +83,13 @@ where
     };
     // A review about another kind would be read as this one with every
     // unknown field dropped and most of it defaulted: refuse it instead.
-    if request.kind.kind != type_name || request.resource.resource != kind {
-        let message = format!(
-            "{kind}: this endpoint judges {type_name} objects, not {} (resource {:?} of {}/{}): the webhook configuration sends it to the wrong endpoint (fail closed)",
-            request.kind.kind,
-            request.resource.resource,
-            request.resource.group,
-            request.resource.version
-        );
-        tracing::warn!(kind, %message, "admission review of another kind");
-        state
-            .metrics
-            .admission(kind, false, started.elapsed().as_secs_f64());
-        let mut r = AdmissionResponse::from(&request).deny(message);
-        r.result.code = 403;
-        r.result.reason = "Forbidden".into();
-        return Json(r.into_review());
-    }
+    let wrong_kind = (request.kind.kind != type_name || request.resource.resource != kind)
+        .then(|| {
+            format!(
+                "{kind}: this endpoint judges {type_name} objects, not {} (resource {:?} of {}/{}): the webhook configuration sends it to the wrong endpoint (fail closed)",
+                request.kind.kind, request.resource.resource, request.resource.group, request.resource.version
+            )
+        });
     let base = AdmissionResponse::from(&request);
     let (uid, name, namespace, user, operation) = (
         request.uid.clone(),
@@ -108,16 +98,20 @@ where
         request.user_info.username.clone().unwrap_or_default(),
         format!("{:?}", request.operation),
     );
-    let synced = tokio::time::timeout(Duration::from_secs(2), state.synced())
-        .await
-        .unwrap_or(false);
-    let answer = match decode::<T>(&request, type_name) {
-        _ if !synced => Answer::Deny(format!(
-            "{kind}: the agentgate webhook has not synced its caches yet; retry in a moment (fail closed)"
-        )),
-        Ok((None, None)) => Answer::allow(),
-        Ok((new, old)) => decide(request, new, old).await,
-        Err(e) => Answer::Deny(e),
+    let synced = wrong_kind.is_some()
+        || tokio::time::timeout(Duration::from_secs(2), state.synced())
+            .await
+            .unwrap_or(false);
+    let answer = match wrong_kind {
+        Some(message) => Answer::Deny(message),
+        None => match decode::<T>(&request, type_name) {
+            _ if !synced => Answer::Deny(format!(
+                "{kind}: the agentgate webhook has not synced its caches yet; retry in a moment (fail closed)"
+            )),
+            Ok((None, None)) => Answer::allow(),
+            Ok((new, old)) => decide(request, new, old).await,
+            Err(e) => Answer::Deny(e),
+        },
     };
     let allowed = !matches!(answer, Answer::Deny(_));
     let response = match answer {

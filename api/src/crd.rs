@@ -830,6 +830,7 @@ mod tests {
                     .as_object()
                     .cloned()
                     .unwrap(),
+                sources: None,
             }),
             Action::Mcp(McpAction {
                 binary: "/usr/bin/python3".into(),
@@ -839,6 +840,7 @@ mod tests {
                 kind: McpKind::Resource,
                 name: "file:///reports/q3".into(),
                 args: serde_json::Map::new(),
+                sources: None,
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),

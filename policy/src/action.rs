@@ -114,6 +114,13 @@ pub struct McpAction {
     /// The arguments (`{}` for resources).
     #[serde(default)]
     pub args: serde_json::Map<String, serde_json::Value>,
+    /// Where the argument values were seen (docs/policy-semantics.md §8.3),
+    /// as a counterexample states them. `None` for a call taken off the
+    /// wire: its sources are the session record's to tell, never the
+    /// caller's to claim, and without a record no `from` holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<std::collections::BTreeMap<String, Vec<String>>>")]
+    pub sources: Option<Box<crate::provenance::StatedSources>>,
 }
 
 impl std::hash::Hash for McpAction {
@@ -126,6 +133,7 @@ impl std::hash::Hash for McpAction {
         self.name.hash(state);
         // Equal maps (in any key order) have one canonical text.
         crate::mcp::canonical_object(&self.args).hash(state);
+        self.sources.hash(state);
     }
 }
 
@@ -179,7 +187,11 @@ impl fmt::Display for McpAction {
             f,
             " by {} on {}:{}{}",
             self.binary, self.host, self.port, self.path
-        )
+        )?;
+        match &self.sources {
+            Some(sources) if !sources.0.is_empty() => write!(f, " with {sources}"),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -417,6 +429,9 @@ impl McpAction {
         if self.kind == McpKind::Resource && !self.args.is_empty() {
             return Err(err("args", "a resource read has no arguments"));
         }
+        if let Some(sources) = &self.sources {
+            sources.check(&self.args).map_err(|m| err("sources", m))?;
+        }
         Ok(())
     }
 }
@@ -495,6 +510,7 @@ mod tests {
             kind: McpKind::Tool,
             name: "send_money".into(),
             args: args.as_object().cloned().unwrap_or_default(),
+            sources: None,
         };
         let a = call(serde_json::json!({"recipient": "x", "amount": 101}));
         assert_eq!(

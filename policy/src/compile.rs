@@ -111,6 +111,9 @@ pub struct CompiledEndpoint {
     pub kind: EndpointKind,
     /// True when the endpoint or its rule is marked `review.required`.
     pub review_required: bool,
+    /// `modelProvider`: the requests it allows carry the agent's
+    /// conversation with its model (§8.3); grants nothing by itself.
+    pub model_provider: bool,
 }
 
 /// A compiled network rule.
@@ -341,6 +344,12 @@ pub fn compile(
                     "review markers belong in a MaximumPolicy only",
                 ));
             }
+            if endpoint.model_provider && endpoint.protocol != Protocol::Rest {
+                return Err(shape(
+                    format!("{at}.modelProvider"),
+                    "only a protocol: rest endpoint can be a model provider: the runtime must read its request bodies",
+                ));
+            }
             let kind = match endpoint.protocol {
                 Protocol::L4 => {
                     let l7_field = if endpoint.path.is_some() {
@@ -467,6 +476,7 @@ pub fn compile(
                 kind,
                 review_required: rule_review
                     || endpoint.review.as_ref().is_some_and(|r| r.required),
+                model_provider: endpoint.model_provider,
             });
         }
         rules.push(CompiledRule {

@@ -140,6 +140,7 @@ mod tests {
             kind: McpKind::Tool,
             name: "send_money".into(),
             args: serde_json::Map::new(),
+            sources: None,
         };
         let transport = Action::Network(call.transport());
         assert_eq!(

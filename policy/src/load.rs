@@ -90,6 +90,7 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "resources",
     "prompts",
     "review",
+    "modelProvider",
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
 const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments"];

@@ -8,6 +8,7 @@ use crate::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
 };
 use crate::index::HostIndex;
+use crate::provenance::{Provenance, Record};
 use std::cell::OnceCell;
 
 /// The outcome of matching one action, with the rule that decided it.
@@ -114,6 +115,7 @@ fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
 fn endpoint_kind_allows_mcp(
     e: &CompiledEndpoint,
     t: &McpAction,
+    provenance: Provenance<'_>,
     wire: &OnceCell<NetworkAction>,
 ) -> bool {
     match &e.kind {
@@ -121,7 +123,7 @@ fn endpoint_kind_allows_mcp(
         EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire.get_or_init(|| t.transport())),
         // The entry first: a name that differs is one comparison, and most
         // endpoints on a server name other tools; the path glob is dearer.
-        EndpointKind::Mcp(m) => m.entry_allows(t) && m.path.matches(&t.path),
+        EndpointKind::Mcp(m) => m.entry_allows(t, provenance) && m.path.matches(&t.path),
     }
 }
 
@@ -129,15 +131,15 @@ fn endpoint_kind_allows_mcp(
 fn endpoint_kind_denies_mcp(
     e: &CompiledEndpoint,
     t: &McpAction,
+    provenance: Provenance<'_>,
     wire: &OnceCell<NetworkAction>,
 ) -> Option<&'static str> {
     match &e.kind {
         EndpointKind::L4 => None,
         EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire.get_or_init(|| t.transport()))
             .then_some("a denyRules entry"),
-        EndpointKind::Mcp(m) => {
-            (m.entry_denies(t) && m.path.matches(&t.path)).then_some("a denyTools entry")
-        }
+        EndpointKind::Mcp(m) => (m.entry_denies(t, provenance) && m.path.matches(&t.path))
+            .then_some("a denyTools entry"),
     }
 }
 
@@ -341,14 +343,16 @@ fn judge_over<'p>(
 
 /// Decides an MCP action (docs/policy-semantics.md §8.2): allowed iff some
 /// endpoint allows it (an `mcp` entry, or the raw authority of an `l4` or
-/// `rest` endpoint) and no endpoint of the policy denies it.
+/// `rest` endpoint) and no endpoint of the policy denies it. `from` is read
+/// with the sources the action states ([`McpAction::sources`]); without
+/// them, with no record.
 pub fn decide_mcp(policy: &CompiledPolicy, t: &McpAction) -> Decision {
     decide_mcp_as(policy, Caller::Binary(&t.binary), t)
 }
 
 /// [`decide_mcp`] for a caller the runtime may not know (see [`Caller`]).
 pub fn decide_mcp_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Decision {
-    mcp_over(all_pairs(policy), caller, t)
+    mcp_over(all_pairs(policy), caller, t, stated(t))
 }
 
 /// [`decide_mcp_as`] looking only at the endpoints `index` (built from this
@@ -359,13 +363,39 @@ pub fn decide_mcp_indexed(
     caller: Caller<'_>,
     t: &McpAction,
 ) -> Decision {
-    mcp_over(indexed_pairs(policy, index, &t.host), caller, t)
+    mcp_over(indexed_pairs(policy, index, &t.host), caller, t, stated(t))
+}
+
+/// [`decide_mcp_indexed`] with `from` read from a session's record (the
+/// proxy's [`crate::provenance::Lineage`]) rather than from the action.
+pub fn decide_mcp_recorded(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    t: &McpAction,
+    record: &dyn Record,
+) -> Decision {
+    mcp_over(
+        indexed_pairs(policy, index, &t.host),
+        caller,
+        t,
+        Provenance::of(record),
+    )
+}
+
+/// The provenance an action states: its sources, or no record.
+fn stated(t: &McpAction) -> Provenance<'_> {
+    match &t.sources {
+        Some(sources) => Provenance::of(&**sources),
+        None => Provenance::unrecorded(),
+    }
 }
 
 fn mcp_over<'p>(
     pairs: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
     caller: Caller<'_>,
     t: &McpAction,
+    provenance: Provenance<'_>,
 ) -> Decision {
     // The request that carries the call, judged against rest endpoints.
     let wire = OnceCell::new();
@@ -379,8 +409,8 @@ fn mcp_over<'p>(
     judge_over(
         pairs.filter(|(_, e)| concerned(e) && endpoint_reaches(e, &t.host, t.port)),
         caller,
-        |e| endpoint_kind_denies_mcp(e, t, &wire),
-        |e| endpoint_kind_allows_mcp(e, t, &wire),
+        |e| endpoint_kind_denies_mcp(e, t, provenance, &wire),
+        |e| endpoint_kind_allows_mcp(e, t, provenance, &wire),
         || match t.kind {
             McpKind::Resource => format!("no rule allows resources/read {}", t.name),
             kind => format!(
@@ -429,6 +459,35 @@ pub fn is_mcp_server(policy: &CompiledPolicy, index: &HostIndex, server: McpServ
         endpoint_reaches(e, server.host, server.port)
             && matches!(&e.kind, EndpointKind::Mcp(m) if m.path.matches(server.path))
     })
+}
+
+/// Whether the request `a` reaches the agent's model provider
+/// (docs/policy-semantics.md §8.3): some `modelProvider` endpoint whose rule
+/// admits the caller allows it. Its body is then the conversation the model
+/// sees, recorded as the session's content; a request other rules allow
+/// (another binary's, another path's) is not.
+pub fn is_model_provider(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    a: &NetworkAction,
+) -> bool {
+    indexed_pairs(policy, index, &a.host).any(|(rule, e)| {
+        e.model_provider
+            && caller_ok(rule, caller, false)
+            && endpoint_reaches(e, &a.host, a.port)
+            && endpoint_kind_allows(e, a)
+    })
+}
+
+/// True when some endpoint of the policy is a `modelProvider`: the runtime
+/// then keeps a record of the session's content (§8.3).
+pub fn has_model_provider(policy: &CompiledPolicy) -> bool {
+    policy
+        .rules
+        .iter()
+        .flat_map(|r| &r.endpoints)
+        .any(|e| e.model_provider)
 }
 
 /// What an enforcement point asks about an MCP server beyond single calls.
@@ -548,13 +607,18 @@ pub fn region_contains(region: &CompiledRegion, a: &NetworkAction) -> bool {
 /// True when an action lies in a region (docs/policy-semantics.md §8.5): a
 /// network action as [`region_contains`] says; a tool call iff its transport
 /// request lies in the region's transport part and, where the region names
-/// calls, one of them matches it; a file access never.
+/// calls, one of them matches it; a file access never. A `from` is read
+/// with the sources the call states, and holds where there is no record
+/// (a region is where a refusal may apply, so doubt puts a call inside).
 pub fn region_holds(region: &CompiledRegion, action: &Action) -> bool {
     match action {
         Action::Network(a) => region_contains(region, a),
         Action::Mcp(t) => {
             transport_in_region(region, &t.transport())
-                && region.calls.as_ref().is_none_or(|c| c.holds(t))
+                && region
+                    .calls
+                    .as_ref()
+                    .is_none_or(|c| c.holds(t, stated(t).for_deny()))
         }
         Action::Filesystem(_) => false,
     }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::action::{McpAction, McpKind, check_request_path};
 use crate::error::{Reason, ReasonCode};
 use crate::model::{ArgumentConstraint, ResourceEntry, ToolEntry};
+use crate::provenance::{Position, Provenance, SourcePattern, tracked};
 
 /// The longest tool, prompt or resource name (docs/policy-semantics.md §8.1).
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -433,6 +434,8 @@ pub struct CompiledConstraint {
     pub max_items: Option<u32>,
     /// `optional`: an absent argument satisfies the constraint.
     pub optional: bool,
+    /// `from`: the value was seen from one of these sources (§8.3).
+    pub from: Option<Vec<SourcePattern>>,
 }
 
 impl CompiledConstraint {
@@ -453,8 +456,14 @@ impl CompiledConstraint {
         .flatten()
     }
 
-    /// True when a present value satisfies every part of the constraint.
-    pub fn admits(&self, value: &Value) -> bool {
+    /// True when some `from` lies in this constraint or in its `items`.
+    pub fn speaks_of_sources(&self) -> bool {
+        self.from.is_some() || self.items.as_ref().is_some_and(|i| i.speaks_of_sources())
+    }
+
+    /// True when a present value at `at` satisfies every part of the
+    /// constraint; `from` is read with `provenance`.
+    pub fn admits(&self, value: &Value, provenance: Provenance<'_>, at: &Position<'_>) -> bool {
         if let Some(one_of) = &self.one_of
             && !one_of.iter().any(|l| l.equals(value))
         {
@@ -488,20 +497,33 @@ impl CompiledConstraint {
                 return false;
             }
             if let Some(items) = &self.items
-                && !elements.iter().all(|e| items.admits(e))
+                && !elements
+                    .iter()
+                    .enumerate()
+                    .all(|(i, e)| items.admits(e, provenance, &Position::Element(at, i)))
             {
                 return false;
             }
+        }
+        if let Some(from) = &self.from
+            && !provenance.satisfies(from, at, value)
+        {
+            return false;
         }
         true
     }
 
     /// True when the argument, present (`Some`) or absent (`None`),
     /// satisfies the constraint.
-    pub fn satisfied_by(&self, value: Option<&Value>) -> bool {
+    pub fn satisfied_by(
+        &self,
+        value: Option<&Value>,
+        provenance: Provenance<'_>,
+        at: &Position<'_>,
+    ) -> bool {
         match value {
             None => self.optional,
-            Some(value) => self.admits(value),
+            Some(value) => self.admits(value, provenance, at),
         }
     }
 }
@@ -519,14 +541,23 @@ pub struct CompiledCall {
 
 impl CompiledCall {
     /// True when the entry matches a call of `name` with `args`: the name
-    /// glob matches, every constrained argument satisfies its constraint,
-    /// and without additional arguments no other argument is present.
-    pub fn matches(&self, name: &str, args: &Map<String, Value>) -> bool {
+    /// glob matches, every constrained argument satisfies its constraint
+    /// (`from` read with `provenance`), and without additional arguments no
+    /// other argument is present.
+    pub fn matches(
+        &self,
+        name: &str,
+        args: &Map<String, Value>,
+        provenance: Provenance<'_>,
+    ) -> bool {
         self.name.matches(name)
-            && self
-                .arguments
-                .iter()
-                .all(|(arg, c)| c.satisfied_by(args.get(arg)))
+            && self.arguments.iter().all(|(arg, c)| {
+                c.satisfied_by(
+                    args.get(arg),
+                    provenance,
+                    &Position::Member(&Position::Root, arg),
+                )
+            })
             && (self.additional_arguments || args.keys().all(|k| self.arguments.contains_key(k)))
     }
 }
@@ -546,8 +577,8 @@ pub struct CompiledCalls {
 
 impl CompiledCalls {
     /// True when an entry of the call's kind matches it.
-    pub fn holds(&self, t: &McpAction) -> bool {
-        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t)
+    pub fn holds(&self, t: &McpAction, provenance: Provenance<'_>) -> bool {
+        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t, provenance)
     }
 }
 
@@ -558,10 +589,15 @@ fn entry_of_kind_matches(
     prompts: &[CompiledCall],
     resources: &[UriGlob],
     t: &McpAction,
+    provenance: Provenance<'_>,
 ) -> bool {
     match t.kind {
-        McpKind::Tool => tools.iter().any(|e| e.matches(&t.name, &t.args)),
-        McpKind::Prompt => prompts.iter().any(|e| e.matches(&t.name, &t.args)),
+        McpKind::Tool => tools
+            .iter()
+            .any(|e| e.matches(&t.name, &t.args, provenance)),
+        McpKind::Prompt => prompts
+            .iter()
+            .any(|e| e.matches(&t.name, &t.args, provenance)),
         McpKind::Resource => resources.iter().any(|g| g.matches(&t.name)),
     }
 }
@@ -584,8 +620,8 @@ pub struct CompiledMcp {
 impl CompiledMcp {
     /// True when some allow entry of the action's kind matches it (the
     /// path is the caller's to check).
-    pub fn entry_allows(&self, t: &McpAction) -> bool {
-        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t)
+    pub fn entry_allows(&self, t: &McpAction, provenance: Provenance<'_>) -> bool {
+        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t, provenance)
     }
 
     /// True when some allow or deny entry of the action's kind could
@@ -601,9 +637,15 @@ impl CompiledMcp {
         }
     }
 
-    /// True when some deny entry matches the action (only tools have them).
-    pub fn entry_denies(&self, t: &McpAction) -> bool {
-        t.kind == McpKind::Tool && self.deny_tools.iter().any(|e| e.matches(&t.name, &t.args))
+    /// True when some deny entry matches the action (only tools have them);
+    /// a `from` in doubt holds ([`Provenance::for_deny`]).
+    pub fn entry_denies(&self, t: &McpAction, provenance: Provenance<'_>) -> bool {
+        let provenance = provenance.for_deny();
+        t.kind == McpKind::Tool
+            && self
+                .deny_tools
+                .iter()
+                .any(|e| e.matches(&t.name, &t.args, provenance))
     }
 
     /// True when the endpoint has any allow entry.
@@ -626,23 +668,23 @@ fn constraint(
             format!("items nested more than {MAX_ITEMS_DEPTH} deep"),
         ));
     }
-    if let Some(from) = &c.from {
-        for (i, source) in from.iter().enumerate() {
-            check_source(source).map_err(|m| shape(format!("{field}.from[{i}]"), m))?;
-        }
-        if from.is_empty() {
+    let from = match &c.from {
+        None => None,
+        Some(from) if from.is_empty() => {
             return Err(shape(
                 format!("{field}.from"),
                 "at least one source is required",
             ));
         }
-        // Validated above so that a typo is named; the model of sources
-        // is not built yet, and a constraint it cannot judge fails closed.
-        return Err(shape(
-            format!("{field}.from"),
-            "provenance (from) is not modelled yet: no runtime tracks where values came from",
-        ));
-    }
+        Some(from) => Some(
+            from.iter()
+                .enumerate()
+                .map(|(i, source)| {
+                    SourcePattern::parse(source).map_err(|m| shape(format!("{field}.from[{i}]"), m))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
     if depth > 0 && c.optional {
         return Err(shape(
             format!("{field}.optional"),
@@ -733,6 +775,7 @@ fn constraint(
         items,
         max_items: c.max_items,
         optional: c.optional,
+        from: None,
     };
     let one_of = match &c.one_of {
         None => None,
@@ -743,7 +786,10 @@ fn constraint(
             ));
         }
         Some(values) => {
-            if let Some(i) = values.iter().position(|v| !compiled.admits(v)) {
+            if let Some(i) = values
+                .iter()
+                .position(|v| !compiled.admits(v, Provenance::unrecorded(), &Position::Root))
+            {
                 return Err(shape(
                     format!("{field}.oneOf[{i}]"),
                     "this value fails the constraint's other parts, so it can never be allowed",
@@ -752,13 +798,32 @@ fn constraint(
             Some(values.iter().cloned().map(Literal::new).collect())
         }
     };
-    Ok(CompiledConstraint { one_of, ..compiled })
+    // A value without provenance (a boolean, null, "") satisfies no `from`.
+    if from.is_some()
+        && one_of.as_ref().is_some_and(|literals: &Vec<Literal>| {
+            !literals.iter().any(|l| carries_provenance(&l.value))
+        })
+    {
+        return Err(shape(
+            format!("{field}.from"),
+            "none of the oneOf values can carry provenance (booleans, null and the empty string have none), so no value satisfies the constraint",
+        ));
+    }
+    Ok(CompiledConstraint {
+        one_of,
+        from,
+        ..compiled
+    })
 }
 
-/// Checks a provenance source: `user`, `model`, `tool:NAME` or `host:NAME`
-/// (NAME may be the glob `*`).
-fn check_source(source: &str) -> Result<(), String> {
-    crate::provenance::SourcePattern::parse(source).map(|_| ())
+/// True when some string or number inside `value` can carry provenance,
+/// or it is an empty array or object (which satisfies `from` vacuously).
+fn carries_provenance(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.is_empty() || items.iter().all(carries_provenance),
+        Value::Object(members) => members.is_empty() || members.values().all(carries_provenance),
+        leaf => tracked(leaf),
+    }
 }
 
 /// Compiles a tool or prompt entry.
@@ -981,30 +1046,74 @@ mod tests {
         constraint("arguments.x", &c, 0, 4096)
     }
 
+    /// Outside any recorded session.
+    fn admits(c: &CompiledConstraint, v: &Value) -> bool {
+        c.admits(v, Provenance::unrecorded(), &Position::Root)
+    }
+
+    fn satisfied_by(c: &CompiledConstraint, v: Option<&Value>) -> bool {
+        c.satisfied_by(v, Provenance::unrecorded(), &Position::Root)
+    }
+
+    #[test]
+    fn from_reads_the_record_and_fails_without_one() {
+        use crate::provenance::{Lineage, Source, StatedSources};
+        let recipient = compiled(json!({"glob": "GB*", "from": ["user"]})).unwrap();
+        let mut lineage = Lineage::new(1 << 16);
+        lineage.observe(Source::User, "pay GB29NWBK60161331926819 please");
+        lineage.observe(
+            Source::Tool("read_email".into()),
+            "send to GB33BUKB20201555555555",
+        );
+        let root = Position::Root;
+        let typed = json!("GB29NWBK60161331926819");
+        let injected = json!("GB33BUKB20201555555555");
+        assert!(recipient.admits(&typed, Provenance::of(&lineage), &root));
+        assert!(!recipient.admits(&injected, Provenance::of(&lineage), &root));
+        // No record: an allow never holds, a deny always may.
+        assert!(!admits(&recipient, &typed));
+        assert!(recipient.admits(&typed, Provenance::unrecorded().for_deny(), &root));
+        // Elements are judged at their own positions.
+        let list = compiled(json!({"items": {"from": ["user", "tool:*"]}})).unwrap();
+        let stated = StatedSources(
+            [
+                ("/0".to_string(), [Source::User].into()),
+                ("/1".to_string(), Default::default()),
+            ]
+            .into(),
+        );
+        assert!(!list.admits(&json!(["a@b.c", "d@e.f"]), Provenance::of(&stated), &root));
+        assert!(list.admits(&json!(["a@b.c"]), Provenance::of(&stated), &root));
+        assert!(
+            list.admits(&json!([]), Provenance::unrecorded(), &root),
+            "vacuous"
+        );
+    }
+
     #[test]
     fn constraints_admit_exactly_their_values() {
         let amount = compiled(json!({"minimum": 0, "maximum": 100})).unwrap();
-        assert!(amount.admits(&json!(100)));
-        assert!(amount.admits(&json!(0.5)));
-        assert!(!amount.admits(&json!(100.01)));
-        assert!(!amount.admits(&json!("50")), "a string is not a number");
-        assert!(!amount.satisfied_by(None), "required unless optional");
+        assert!(admits(&amount, &json!(100)));
+        assert!(admits(&amount, &json!(0.5)));
+        assert!(!admits(&amount, &json!(100.01)));
+        assert!(!admits(&amount, &json!("50")), "a string is not a number");
+        assert!(!satisfied_by(&amount, None), "required unless optional");
         let iban = compiled(json!({"oneOf": ["GB29"]})).unwrap();
-        assert!(iban.admits(&json!("GB29")));
-        assert!(!iban.admits(&json!("GB29 ")));
+        assert!(admits(&iban, &json!("GB29")));
+        assert!(!admits(&iban, &json!("GB29 ")));
         let tags = compiled(json!({"items": {"glob": "t-*"}, "maxItems": 2})).unwrap();
-        assert!(tags.admits(&json!([])));
-        assert!(tags.admits(&json!(["t-a", "t-b"])));
-        assert!(!tags.admits(&json!(["t-a", "t-b", "t-c"])));
-        assert!(!tags.admits(&json!(["t-a", 1])));
-        assert!(!tags.admits(&json!("t-a")));
+        assert!(admits(&tags, &json!([])));
+        assert!(admits(&tags, &json!(["t-a", "t-b"])));
+        assert!(!admits(&tags, &json!(["t-a", "t-b", "t-c"])));
+        assert!(!admits(&tags, &json!(["t-a", 1])));
+        assert!(!admits(&tags, &json!("t-a")));
         let date = compiled(json!({"glob": "2022-*", "optional": true})).unwrap();
-        assert!(date.satisfied_by(None));
-        assert!(date.satisfied_by(Some(&json!("2022-01-01"))));
-        assert!(!date.satisfied_by(Some(&json!(2022))));
+        assert!(satisfied_by(&date, None));
+        assert!(satisfied_by(&date, Some(&json!("2022-01-01"))));
+        assert!(!satisfied_by(&date, Some(&json!(2022))));
         let anything = compiled(json!({})).unwrap();
-        assert!(anything.satisfied_by(Some(&json!(null))));
-        assert!(!anything.satisfied_by(None));
+        assert!(satisfied_by(&anything, Some(&json!(null))));
+        assert!(!satisfied_by(&anything, None));
     }
 
     #[test]
@@ -1021,8 +1130,12 @@ mod tests {
                 json!({"items": {"optional": true}}),
                 "arguments.x.items.optional",
             ),
-            (json!({"from": ["user"]}), "arguments.x.from"),
+            (json!({"from": []}), "arguments.x.from"),
             (json!({"from": ["mail"]}), "arguments.x.from[0]"),
+            (
+                json!({"from": ["user"], "oneOf": [true, ""]}),
+                "arguments.x.from",
+            ),
         ] {
             let reason = compiled(bad.clone()).unwrap_err();
             assert_eq!(reason.field.as_deref(), Some(field), "{bad}: {reason}");
@@ -1047,20 +1160,28 @@ mod tests {
         let args = |v: serde_json::Value| v.as_object().cloned().unwrap();
         assert!(e.matches(
             "send_money",
-            &args(json!({"recipient": "GB29", "amount": 100}))
+            &args(json!({"recipient": "GB29", "amount": 100})),
+            Provenance::unrecorded()
         ));
         assert!(!e.matches(
             "send_money",
-            &args(json!({"recipient": "GB29", "amount": 101}))
+            &args(json!({"recipient": "GB29", "amount": 101})),
+            Provenance::unrecorded()
         ));
-        assert!(!e.matches("send_money", &args(json!({"recipient": "GB29"}))));
         assert!(!e.matches(
             "send_money",
-            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"}))
+            &args(json!({"recipient": "GB29"})),
+            Provenance::unrecorded()
+        ));
+        assert!(!e.matches(
+            "send_money",
+            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"})),
+            Provenance::unrecorded()
         ));
         assert!(!e.matches(
             "send_moneyX",
-            &args(json!({"recipient": "GB29", "amount": 1}))
+            &args(json!({"recipient": "GB29", "amount": 1})),
+            Provenance::unrecorded()
         ));
         let open = ToolEntry {
             additional_arguments: None,
@@ -1069,7 +1190,8 @@ mod tests {
         let e = call_entry("tools[0]", &open, 4096).unwrap();
         assert!(e.matches(
             "send_money",
-            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"}))
+            &args(json!({"recipient": "GB29", "amount": 1, "memo": "x"})),
+            Provenance::unrecorded()
         ));
     }
 }

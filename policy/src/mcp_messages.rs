@@ -11,8 +11,11 @@ use crate::action::{Action, McpAction, McpKind};
 use crate::compile::CompiledPolicy;
 use crate::findings::CompiledFindings;
 use crate::index::HostIndex;
-use crate::matcher::{Caller, McpQuery, McpServer, decide_mcp_indexed, mcp_query};
+use crate::matcher::{
+    Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, mcp_query,
+};
 use crate::mcp::json_equal;
+use crate::provenance::{Origin, Position, Record};
 use crate::refusal::{Refusal, RefusalCode};
 
 /// The JSON-RPC error code of a message the policy refuses (an
@@ -104,8 +107,9 @@ pub enum Judged {
 
 /// One message of a body, classified.
 enum Message {
-    /// A call that carries authority.
-    Call(McpAction),
+    /// A call that carries authority (boxed: a call is several times the
+    /// size of a session method, and most bodies hold one message).
+    Call(Box<McpAction>),
     /// A method that grants none (or a response to a server request);
     /// `list` when its result is filtered.
     Session(Option<Listing>),
@@ -149,6 +153,7 @@ fn call(
         kind,
         name: name.to_string(),
         args,
+        sources: None,
     };
     action
         .check_canonical()
@@ -198,7 +203,7 @@ fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Messa
             ));
         }
     };
-    call(method, kind, params, shown, server).map(Message::Call)
+    call(method, kind, params, shown, server).map(|t| Message::Call(Box::new(t)))
 }
 
 /// What a message's verdict carries when it is allowed: the list it asks
@@ -220,6 +225,10 @@ pub struct Judge<'a> {
     pub findings: &'a CompiledFindings,
     /// Where the messages go.
     pub server: McpServer<'a>,
+    /// The session's record of where values were seen (§8.3), where the
+    /// enforcement point keeps one; without it no allow entry's `from`
+    /// holds.
+    pub record: Option<&'a dyn Record>,
 }
 
 impl Judge<'_> {
@@ -228,16 +237,22 @@ impl Judge<'_> {
         let server = self.server;
         match classify(message, self.shown, server)? {
             Message::Call(action) => {
-                let decision = decide_mcp_indexed(self.policy, self.index, self.caller, &action);
+                let decision = match self.record {
+                    Some(record) => {
+                        decide_mcp_recorded(self.policy, self.index, self.caller, &action, record)
+                    }
+                    None => decide_mcp_indexed(self.policy, self.index, self.caller, &action),
+                };
                 if decision.allow {
                     return Ok((
                         None,
                         Some(format!("{} {}", action.kind.method(), action.name)),
                     ));
                 }
+                let seen = self.record.map(|r| sources_seen(r, &action.args));
                 Err(Refusal {
                     decision: "deny",
-                    reason: format!("{action}: {}", decision.reason),
+                    reason: format!("{action}: {}{}", decision.reason, seen.unwrap_or_default()),
                     code: if decision.rule.is_some() {
                         RefusalCode::DeniedByRule
                     } else {
@@ -246,7 +261,7 @@ impl Judge<'_> {
                     rule: decision.rule,
                     finding: self
                         .findings
-                        .cite(&Action::Mcp(action.clone()))
+                        .cite(&Action::Mcp((*action).clone()))
                         .cloned()
                         .map(Box::new),
                 })
@@ -287,6 +302,34 @@ impl Judge<'_> {
     /// [`judge_messages`] with this judge.
     pub fn body(&self, body: &[u8]) -> Judged {
         judge_messages(body, &|m| self.message(m))
+    }
+}
+
+/// Where the session saw each string and number argument of a refused
+/// call, as a refusal's last clause (`; recipient seen in tool:read_email,
+/// amount seen nowhere`): what a person needs to tell an injected value
+/// from a typed one. Nested values are not listed.
+fn sources_seen(record: &dyn Record, args: &Map<String, Value>) -> String {
+    let mut parts = Vec::new();
+    for (name, value) in args {
+        let at = Position::Member(&Position::Root, name);
+        let shown = match record.origin_at(&at, value) {
+            Origin::Seen(sources) => {
+                let list: Vec<String> = sources.iter().map(ToString::to_string).collect();
+                format!("{name} seen in {}", list.join(" and "))
+            }
+            Origin::Nowhere { evicted: false } => format!("{name} seen nowhere"),
+            Origin::Nowhere { evicted: true } => {
+                format!("{name} seen nowhere in what the session still holds")
+            }
+            Origin::Untracked => continue,
+        };
+        parts.push(shown);
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join(", "))
     }
 }
 

@@ -165,6 +165,13 @@ pub struct Endpoint {
     /// MaximumPolicy only: grants under this endpoint need a human.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
+    /// REST only: the agent's model provider (docs/policy-semantics.md
+    /// §8.3). The requests this endpoint allows to a model API path carry
+    /// the conversation the model sees: the runtime records their content
+    /// as the session's `user` and `tool:NAME` content, which `from`
+    /// constraints are judged against. It grants nothing by itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub model_provider: bool,
 }
 
 /// An MCP tool or prompt entry: a name glob and constraints on the

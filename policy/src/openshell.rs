@@ -718,6 +718,7 @@ mod tests {
             kind: crate::action::McpKind::Tool,
             name: name.into(),
             args: Map::new(),
+            sources: None,
         };
         let allowed = |name: &str| crate::matcher::decide_mcp(&compiled, &call(name)).allow;
         assert!(allowed("search_web") && allowed("list_repos"));

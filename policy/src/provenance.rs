@@ -24,10 +24,11 @@
 //! Pure: no I/O. The proxy keeps one `Lineage` per session and feeds it.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::hash::BuildHasher;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::mcp::{NameGlob, check_name};
@@ -37,8 +38,10 @@ use crate::mcp::{NameGlob, check_name};
 /// nothing about where the value came from.
 pub const MIN_SUBSTRING_BYTES: usize = 4;
 
-/// Where a piece of content came from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Where a piece of content came from. Written `user`, `tool:NAME` or
+/// `host:NAME`, as in a `from` list.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Source {
     /// A `system` or `user` message the agent sent to its model provider.
     User,
@@ -56,6 +59,40 @@ impl fmt::Display for Source {
             Source::Tool(name) => write!(f, "tool:{name}"),
             Source::Host(name) => write!(f, "host:{name}"),
         }
+    }
+}
+
+impl Source {
+    /// Parses `user`, `tool:NAME` or `host:NAME` (NAME printable ASCII).
+    pub fn parse(text: &str) -> Result<Source, String> {
+        if text == "user" {
+            return Ok(Source::User);
+        }
+        let invalid = || format!("source {text:?} is none of user, tool:NAME, host:NAME");
+        let (tool, name) = match (text.strip_prefix("tool:"), text.strip_prefix("host:")) {
+            (Some(name), _) => (true, name),
+            (_, Some(name)) => (false, name),
+            _ => return Err(invalid()),
+        };
+        check_name(name).map_err(|_| invalid())?;
+        Ok(if tool {
+            Source::Tool(name.to_string())
+        } else {
+            Source::Host(name.to_string())
+        })
+    }
+}
+
+impl TryFrom<String> for Source {
+    type Error = String;
+    fn try_from(text: String) -> Result<Source, String> {
+        Source::parse(&text)
+    }
+}
+
+impl From<Source> for String {
+    fn from(source: Source) -> String {
+        source.to_string()
     }
 }
 
@@ -83,18 +120,12 @@ impl SourcePattern {
             _ => {}
         }
         let invalid = || format!("source {text:?} is none of user, model, tool:NAME, host:NAME");
-        let (tool, name) = match (text.strip_prefix("tool:"), text.strip_prefix("host:")) {
-            (Some(name), _) => (true, name),
-            (_, Some(name)) => (false, name),
-            _ => return Err(invalid()),
-        };
-        check_name(name).map_err(|_| invalid())?;
-        let glob = NameGlob::parse("from", name, usize::MAX).map_err(|_| invalid())?;
-        Ok(if tool {
-            SourcePattern::Tool(glob)
-        } else {
-            SourcePattern::Host(glob)
-        })
+        let glob = |name: &str| NameGlob::parse("from", name, usize::MAX).map_err(|_| invalid());
+        match Source::parse(text).map_err(|_| invalid())? {
+            Source::User => Ok(SourcePattern::User),
+            Source::Tool(name) => Ok(SourcePattern::Tool(glob(&name)?)),
+            Source::Host(name) => Ok(SourcePattern::Host(glob(&name)?)),
+        }
     }
 
     /// True when content from `source` is what this entry names.
@@ -122,6 +153,270 @@ pub enum Origin {
     /// The value carries no provenance (the empty string, a boolean,
     /// `null`, an array or an object): no source holds for it.
     Untracked,
+}
+
+/// Where a value sits in a call's arguments, for a `from` judged on it:
+/// the arguments object, a member of an object, an element of an array.
+/// Built on the stack as a constraint descends; its JSON pointer
+/// ([`Position::pointer`]) is written only when a record asks for it.
+#[derive(Debug, Clone, Copy)]
+pub enum Position<'a> {
+    /// The value the walk started at (the arguments object at run time,
+    /// an argument's value in the prover).
+    Root,
+    /// The member `name` of the object at the parent position.
+    Member(&'a Position<'a>, &'a str),
+    /// Element `index` of the array at the parent position.
+    Element(&'a Position<'a>, usize),
+}
+
+impl Position<'_> {
+    /// The JSON pointer (RFC 6901) of the position: `""` for the root,
+    /// `/recipients/0` for the first element of the member `recipients`.
+    pub fn pointer(&self) -> String {
+        let mut out = String::new();
+        self.write_pointer(&mut out);
+        out
+    }
+
+    fn write_pointer(&self, out: &mut String) {
+        match self {
+            Position::Root => {}
+            Position::Member(parent, name) => {
+                parent.write_pointer(out);
+                out.push('/');
+                out.push_str(&name.replace('~', "~0").replace('/', "~1"));
+            }
+            Position::Element(parent, index) => {
+                parent.write_pointer(out);
+                out.push('/');
+                out.push_str(&index.to_string());
+            }
+        }
+    }
+}
+
+/// A record of where the argument values of a call were seen: a session's
+/// [`Lineage`] at run time, or the sources a counterexample states
+/// ([`StatedSources`]).
+pub trait Record {
+    /// The origin of the string or number `leaf` at `at`.
+    fn origin_at(&self, at: &Position<'_>, leaf: &Value) -> Origin;
+
+    /// True when content the record once held has been dropped, so a value
+    /// may have had more sources than it shows.
+    fn evicted(&self) -> bool {
+        false
+    }
+}
+
+impl Record for Lineage {
+    fn origin_at(&self, _at: &Position<'_>, leaf: &Value) -> Origin {
+        self.origin(leaf)
+    }
+
+    fn evicted(&self) -> bool {
+        self.evicted
+    }
+}
+
+/// The sources of a call's argument values as a counterexample states
+/// them: JSON pointer into the arguments (`/recipient`) → the sources that
+/// value was seen from; an empty set, or a string or number not listed,
+/// was seen nowhere (`model`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StatedSources(pub BTreeMap<String, BTreeSet<Source>>);
+
+impl Record for StatedSources {
+    fn origin_at(&self, at: &Position<'_>, leaf: &Value) -> Origin {
+        if !tracked(leaf) {
+            return Origin::Untracked;
+        }
+        match self.0.get(&at.pointer()) {
+            Some(sources) if !sources.is_empty() => Origin::Seen(sources.clone()),
+            _ => Origin::Nowhere { evicted: false },
+        }
+    }
+}
+
+impl StatedSources {
+    /// Checks that every pointer names a string or number of `args`.
+    pub fn check(&self, args: &serde_json::Map<String, Value>) -> Result<(), String> {
+        let args = Value::Object(args.clone());
+        for pointer in self.0.keys() {
+            match args.pointer(pointer) {
+                Some(v) if tracked(v) => {}
+                _ => {
+                    return Err(format!(
+                        "{pointer:?} names no string or number of the arguments"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sources a real session would show for these values: a
+    /// [`Lineage`] is fed one piece per stated source and value (the value
+    /// as text), then asked where each listed value was seen. Equal values
+    /// share their sources there, and a value inside another inherits the
+    /// other's, so this is what a counterexample can truthfully state.
+    pub fn realized(&self, args: &serde_json::Map<String, Value>) -> StatedSources {
+        let args = Value::Object(args.clone());
+        let mut lineage = Lineage::new(usize::MAX);
+        for (pointer, sources) in &self.0 {
+            if let Some(text) = args.pointer(pointer).and_then(leaf_text) {
+                for source in sources {
+                    lineage.observe(source.clone(), &text);
+                }
+            }
+        }
+        StatedSources(
+            self.0
+                .keys()
+                .map(|pointer| {
+                    let seen = match args.pointer(pointer).map(|v| lineage.origin(v)) {
+                        Some(Origin::Seen(sources)) => sources,
+                        _ => BTreeSet::new(),
+                    };
+                    (pointer.clone(), seen)
+                })
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Display for StatedSources {
+    /// `recipient from tool:read_email, amount from model`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (pointer, sources)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{} from ", pointer.strip_prefix('/').unwrap_or(pointer))?;
+            if sources.is_empty() {
+                f.write_str("model")?;
+            }
+            for (j, source) in sources.iter().enumerate() {
+                if j > 0 {
+                    f.write_str(" and ")?;
+                }
+                write!(f, "{source}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True for a value that can carry provenance: a non-empty string or a
+/// number.
+pub fn tracked(value: &Value) -> bool {
+    match value {
+        Value::String(s) => !s.is_empty(),
+        Value::Number(_) => true,
+        _ => false,
+    }
+}
+
+/// A string or number as the text a piece of content would hold it in: a
+/// string as itself, a number in plain decimal (never an exponent, which
+/// is no number token).
+pub fn leaf_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Some(i.to_string())
+            } else if let Some(u) = n.as_u64() {
+                Some(u.to_string())
+            } else {
+                n.as_f64().map(|f| format!("{f}"))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// What a `from` constraint is judged with: the record of where values
+/// were seen, if there is one, and which way a doubt falls. An allow entry
+/// holds only where the record shows it holds; a deny entry holds wherever
+/// it might (no record, or content evicted), so doubt never allows.
+#[derive(Clone, Copy)]
+pub struct Provenance<'a> {
+    record: Option<&'a dyn Record>,
+    deny: bool,
+}
+
+impl fmt::Debug for Provenance<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provenance")
+            .field("recorded", &self.record.is_some())
+            .field("deny", &self.deny)
+            .finish()
+    }
+}
+
+impl<'a> Provenance<'a> {
+    /// No record: no value's sources are known (a call judged outside a
+    /// recorded session, such as a stdio server's or `/v1/decide`'s).
+    pub fn unrecorded() -> Provenance<'static> {
+        Provenance {
+            record: None,
+            deny: false,
+        }
+    }
+
+    /// Judged by `record`.
+    pub fn of(record: &'a dyn Record) -> Provenance<'a> {
+        Provenance {
+            record: Some(record),
+            deny: false,
+        }
+    }
+
+    /// The same record, read for a deny entry or a region: a doubt holds.
+    pub fn for_deny(self) -> Provenance<'a> {
+        Provenance { deny: true, ..self }
+    }
+
+    /// True when there is a record.
+    pub fn is_recorded(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// True when `value` at `at` satisfies `from: patterns` (§8.3): a
+    /// string or number has a listed source (`model` when it was seen
+    /// nowhere); an array or object when every value inside does.
+    pub fn satisfies(&self, patterns: &[SourcePattern], at: &Position<'_>, value: &Value) -> bool {
+        match value {
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .all(|(i, v)| self.satisfies(patterns, &Position::Element(at, i), v)),
+            Value::Object(members) => members
+                .iter()
+                .all(|(k, v)| self.satisfies(patterns, &Position::Member(at, k), v)),
+            leaf if !tracked(leaf) => false,
+            leaf => {
+                let Some(record) = self.record else {
+                    return self.deny;
+                };
+                let doubt = self.deny && record.evicted();
+                match record.origin_at(at, leaf) {
+                    Origin::Seen(sources) => {
+                        doubt || sources.iter().any(|s| patterns.iter().any(|p| p.covers(s)))
+                    }
+                    // After eviction a value seen nowhere may have been seen
+                    // somewhere: `model` no longer holds for an allow.
+                    Origin::Nowhere { evicted } => {
+                        doubt || (!evicted && patterns.contains(&SourcePattern::Model))
+                    }
+                    Origin::Untracked => false,
+                }
+            }
+        }
+    }
 }
 
 /// One piece of content kept, with the number tokens it holds.
@@ -177,6 +472,14 @@ impl Lineage {
         let mut end = content.len().min(self.limit_bytes);
         while !content.is_char_boundary(end) {
             end -= 1;
+        }
+        // A cut inside a word would end a token there that the content does
+        // not have ("  11" cut to "  1" holds the token 1): the cut word goes.
+        let glued = |b: u8| b.is_ascii_alphanumeric() || b == b'.';
+        if content.as_bytes().get(end).is_some_and(|&b| glued(b)) {
+            while end > 0 && glued(content.as_bytes()[end - 1]) {
+                end -= 1;
+            }
         }
         if end < content.len() {
             self.evicted = true;
@@ -249,21 +552,10 @@ impl Lineage {
         }
     }
 
-    /// True when `value` satisfies `from: patterns`: a string or number has
-    /// a listed source (`model` when it was seen nowhere); an array or
-    /// object when every value inside does.
+    /// True when `value` satisfies `from: patterns` by this record alone
+    /// ([`Provenance::satisfies`] at the root, for an allow entry).
     pub fn satisfies(&self, patterns: &[SourcePattern], value: &Value) -> bool {
-        match value {
-            Value::Array(items) => items.iter().all(|v| self.satisfies(patterns, v)),
-            Value::Object(members) => members.values().all(|v| self.satisfies(patterns, v)),
-            leaf => match self.origin(leaf) {
-                Origin::Seen(sources) => {
-                    sources.iter().any(|s| patterns.iter().any(|p| p.covers(s)))
-                }
-                Origin::Nowhere { .. } => patterns.contains(&SourcePattern::Model),
-                Origin::Untracked => false,
-            },
-        }
+        Provenance::of(self).satisfies(patterns, &Position::Root, value)
     }
 }
 

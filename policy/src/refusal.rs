@@ -34,6 +34,10 @@ pub enum RefusalCode {
     /// A body or message to an MCP server that is not JSON-RPC as MCP
     /// defines it, or a call whose name is not canonical.
     MalformedMcp,
+    /// A request to the agent's model provider whose conversation could not
+    /// be read (not the format its path names, or too long): its content
+    /// would go unrecorded (docs/policy-semantics.md §8.3).
+    MalformedModelRequest,
 }
 
 impl RefusalCode {
@@ -51,6 +55,7 @@ impl RefusalCode {
             RefusalCode::Revoked => "revoked",
             RefusalCode::UnsupportedMcpMethod => "unsupported_mcp_method",
             RefusalCode::MalformedMcp => "malformed_mcp",
+            RefusalCode::MalformedModelRequest => "malformed_model_request",
         }
     }
 }

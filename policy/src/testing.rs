@@ -218,7 +218,7 @@ pub fn argument_values() -> Vec<serde_json::Value> {
 /// One random argument constraint over the alphabet.
 pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
     use serde_json::json;
-    (0u8..9, any::<bool>()).prop_map(|(kind, optional)| {
+    (0u8..13, any::<bool>()).prop_map(|(kind, optional)| {
         let mut c = ArgumentConstraint {
             optional,
             ..Default::default()
@@ -243,6 +243,22 @@ pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
             7 => {
                 c.exclusive_minimum = Some(0.into());
                 c.exclusive_maximum = Some(100.into());
+            }
+            // Provenance (§8.3), alone and beside the other kinds.
+            8 => c.from = Some(vec!["user".to_string()]),
+            9 => {
+                c.glob = Some("GB*".to_string());
+                c.from = Some(vec!["user".to_string(), "tool:read_*".to_string()]);
+            }
+            10 => {
+                c.items = Some(Box::new(ArgumentConstraint {
+                    from: Some(vec!["user".to_string()]),
+                    ..Default::default()
+                }));
+            }
+            11 => {
+                c.maximum = Some(100.into());
+                c.from = Some(vec!["model".to_string(), "tool:*".to_string()]);
             }
             _ => {} // present, any value
         }
@@ -311,6 +327,69 @@ pub fn mcp_document() -> impl Strategy<Value = PolicyDocument> {
     })
 }
 
+/// Where the values of a call were seen, in the differential tests:
+/// every leaf from the user, from a tool `from` lists name by glob, from a
+/// tool no list names, from a host, nowhere, and the first leaf from the
+/// user with the others from a tool.
+pub const SOURCE_CHOICES: &[&[&str]] = &[
+    &["user"],
+    &["tool:read_email"],
+    &["tool:send_x"],
+    &["host:h.io"],
+    &[],
+    &["user", "tool:read_email"],
+];
+
+/// `args` stating `sources` for each string and number in them; with
+/// `mixed`, the first leaf is the user's and every other one the tool
+/// `read_email`'s.
+pub fn stated_sources(
+    args: &serde_json::Map<String, serde_json::Value>,
+    sources: &[&str],
+    mixed: bool,
+) -> crate::provenance::StatedSources {
+    use crate::provenance::{Source, StatedSources, tracked};
+    fn leaves(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    leaves(item, format!("{at}/{i}"), out);
+                }
+            }
+            serde_json::Value::Object(members) => {
+                for (k, item) in members {
+                    leaves(item, format!("{at}/{k}"), out);
+                }
+            }
+            leaf if tracked(leaf) => out.push(at),
+            _ => {}
+        }
+    }
+    let mut pointers = Vec::new();
+    for (k, v) in args {
+        leaves(v, format!("/{k}"), &mut pointers);
+    }
+    let parse = |list: &[&str]| {
+        list.iter()
+            .filter_map(|s| Source::parse(s).ok())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    StatedSources(
+        pointers
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let set = match (mixed, i) {
+                    (false, _) => parse(sources),
+                    (true, 0) => parse(&["user"]),
+                    (true, _) => parse(&["tool:read_email"]),
+                };
+                (p, set)
+            })
+            .collect(),
+    )
+}
+
 /// MCP calls over the alphabet: every tool with no arguments, with each
 /// argument alone at each value, with two arguments, and with an extra
 /// argument; every prompt and resource; at a fixed binary, host and port
@@ -325,6 +404,7 @@ pub fn mcp_calls(binary: &str, host: &str, port: u16) -> Vec<McpAction> {
             kind,
             name: name.to_string(),
             args,
+            sources: None,
         }
     };
     let values = argument_values();
@@ -351,5 +431,22 @@ pub fn mcp_calls(binary: &str, host: &str, port: u16) -> Vec<McpAction> {
             out.push(call(path, McpKind::Resource, uri, serde_json::Map::new()));
         }
     }
+    // The same tool calls with stated sources (§8.3), on one path.
+    let sourced: Vec<McpAction> = out
+        .iter()
+        .filter(|t| t.kind == McpKind::Tool && t.path == MCP_PATHS[0] && !t.args.is_empty())
+        .flat_map(|t| {
+            let mixed = std::iter::once((&[][..], true));
+            SOURCE_CHOICES
+                .iter()
+                .map(|s| (*s, false))
+                .chain(mixed)
+                .map(|(sources, mixed)| McpAction {
+                    sources: Some(Box::new(stated_sources(&t.args, sources, mixed))),
+                    ..t.clone()
+                })
+        })
+        .collect();
+    out.extend(sourced);
     out
 }

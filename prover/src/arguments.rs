@@ -14,8 +14,22 @@
 //! every `maxItems`. Each candidate's combination is then read with the
 //! matcher's own [`CompiledConstraint::admits`], so a class is never
 //! labelled by a second implementation of the constraints.
+//!
+//! Where a constraint says `from` (§8.3), a class is a value *and* where
+//! each string and number in it was seen: every value candidate is tried
+//! with every realizable origin of its leaves. Sources are told apart only
+//! as far as the `from` lists can tell them apart (`user`, one tool and one
+//! host name per combination of the `tool:`/`host:` globs, and "seen
+//! nowhere"), and a leaf may be seen from several at once, so the origins
+//! of one leaf are the unions of those; an array's or object's leaves get
+//! their origins independently, so its combinations are the intersections
+//! of its elements', as for `items`. Origins are chosen position by
+//! position, which over-approximates a session (there, equal values share
+//! their sources): a proof that nothing exceeds holds a fortiori, and a
+//! counterexample is realized as a session before it is replayed
+//! ([`agentgate_policy::provenance::StatedSources::realized`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
 
 use serde_json::{Map, Number, Value, json};
@@ -23,6 +37,9 @@ use serde_json::{Map, Number, Value, json};
 use crate::automaton::{AutomatonError, Domain, signatures};
 use agentgate_policy::glob::Token;
 use agentgate_policy::mcp::{CompiledConstraint, Literal, MAX_ITEMS_DEPTH};
+use agentgate_policy::provenance::{
+    Position, Provenance, Source, SourcePattern, StatedSources, tracked,
+};
 
 /// The most classes one argument (or one array level) may have.
 pub const MAX_CLASSES: usize = 4096;
@@ -48,14 +65,23 @@ pub enum ArgumentError {
 }
 
 /// The classes of one argument: for each, the constraints it satisfies and
-/// a value that realises it (`None`: the argument is absent).
+/// a value that realises it (`None`: the argument is absent), with where its
+/// strings and numbers were seen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArgumentClasses {
     /// Per class, the indices of the constraints it satisfies, ascending.
     pub satisfied: Vec<Vec<u32>>,
     /// Per class, its value; the absent class has `None`.
     pub values: Vec<Option<Value>>,
+    /// Per class, the sources of its value's leaves by JSON pointer
+    /// relative to the value (`""` for a string or number itself, `/0`
+    /// for an array's first element); empty where no constraint says
+    /// `from`.
+    pub sources: Vec<StatedSources>,
 }
+
+/// A candidate value and where its leaves were seen.
+type Candidate = (Value, StatedSources);
 
 /// Limits of one exploration.
 #[derive(Debug, Clone, Copy)]
@@ -80,12 +106,150 @@ pub fn argument_classes(
                 .collect(),
         ],
         values: vec![None],
+        sources: vec![StatedSources::default()],
     };
-    for (satisfied, value) in present_classes(constraints, 0, limits)? {
+    let origins = leaf_origins(constraints, limits)?;
+    for (satisfied, (value, sources)) in present_classes(constraints, 0, &origins, limits)? {
         classes.satisfied.push(satisfied);
         classes.values.push(Some(value));
+        classes.sources.push(sources);
     }
     Ok(classes)
+}
+
+/// Every `from` list in the constraints, `items` included.
+fn from_lists<'c>(constraints: &[&'c CompiledConstraint], out: &mut Vec<&'c [SourcePattern]>) {
+    for c in constraints {
+        if let Some(from) = &c.from
+            && !out.contains(&from.as_slice())
+        {
+            out.push(from);
+        }
+        if let Some(items) = c.items.as_deref() {
+            from_lists(&[items], out);
+        }
+    }
+}
+
+/// The origins one string or number may have, as far as the `from` lists
+/// of `constraints` tell them apart: seen nowhere (the empty set), and
+/// every union of single sources (`user`, one tool and one host name per
+/// realizable combination of the `tool:` and `host:` globs, including a
+/// name no glob matches). Empty when no constraint says `from`.
+fn leaf_origins(
+    constraints: &[&CompiledConstraint],
+    limits: &Exploration,
+) -> Result<Vec<BTreeSet<Source>>, ArgumentError> {
+    let mut lists = Vec::new();
+    from_lists(constraints, &mut lists);
+    if lists.is_empty() {
+        return Ok(Vec::new());
+    }
+    let globs = |tool: bool| -> Vec<Vec<Token>> {
+        let mut out: Vec<Vec<Token>> = Vec::new();
+        for p in lists.iter().copied().flatten() {
+            let glob = match (p, tool) {
+                (SourcePattern::Tool(g), true) | (SourcePattern::Host(g), false) => g.tokens(),
+                _ => continue,
+            };
+            if !out.contains(&glob) {
+                out.push(glob);
+            }
+        }
+        out
+    };
+    let mut singles = vec![Source::User];
+    for tool in [true, false] {
+        let patterns = globs(tool);
+        if patterns.is_empty() && !tool {
+            continue; // a tool no glob names already stands for "seen, listed nowhere"
+        }
+        let tokens: Vec<&[Token]> = patterns.iter().map(Vec::as_slice).collect();
+        let found = signatures(
+            Domain::Name,
+            "source name",
+            &tokens,
+            limits.max_states,
+            limits.deadline,
+        )?;
+        for sig in found.signatures {
+            singles.push(if tool {
+                Source::Tool(sig.witness)
+            } else {
+                Source::Host(sig.witness)
+            });
+        }
+    }
+    // Which lists a set of sources satisfies; unions, breadth first, one
+    // set per distinct answer.
+    let answer = |set: &BTreeSet<Source>| -> Vec<bool> {
+        lists
+            .iter()
+            .map(|l| set.iter().any(|s| l.iter().any(|p| p.covers(s))))
+            .collect()
+    };
+    let mut seen: HashMap<Vec<bool>, ()> = HashMap::new();
+    let mut out: Vec<BTreeSet<Source>> = vec![BTreeSet::new()];
+    let mut queue: VecDeque<BTreeSet<Source>> = VecDeque::new();
+    for single in &singles {
+        let set = BTreeSet::from([single.clone()]);
+        if seen.insert(answer(&set), ()).is_none() {
+            queue.push_back(set.clone());
+            out.push(set);
+        }
+    }
+    while let Some(set) = queue.pop_front() {
+        for single in &singles {
+            let mut union = set.clone();
+            union.insert(single.clone());
+            if seen.insert(answer(&union), ()).is_none() {
+                if out.len() >= MAX_CLASSES {
+                    return Err(ArgumentError::TooLarge(format!(
+                        "the from lists split sources into more than {MAX_CLASSES} classes"
+                    )));
+                }
+                queue.push_back(union.clone());
+                out.push(union);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `sources` moved under `prefix` (a JSON pointer step such as `/0`).
+fn nested(prefix: &str, sources: &StatedSources, into: &mut StatedSources) {
+    for (pointer, set) in &sources.0 {
+        into.0.insert(format!("{prefix}{pointer}"), set.clone());
+    }
+}
+
+/// A constraint holding only `from`, standing for the `from` of an array or
+/// object on each of its elements (an array satisfies `from` iff every
+/// element does). None below the argument's own value where every
+/// constraint is `from` alone: there a nested array or object answers
+/// every `from` as the intersection of its leaves' answers, which the
+/// leaves already give as elements of the enclosing collection, so the
+/// exploration stops instead of nesting without end.
+fn element_from(constraints: &[&CompiledConstraint], depth: usize) -> Vec<CompiledConstraint> {
+    let from_alone = |c: &&CompiledConstraint| {
+        c.from.is_some()
+            && **c
+                == CompiledConstraint {
+                    from: c.from.clone(),
+                    ..CompiledConstraint::default()
+                }
+    };
+    if depth > 0 && constraints.iter().all(from_alone) {
+        return Vec::new();
+    }
+    constraints
+        .iter()
+        .filter_map(|c| c.from.clone())
+        .map(|from| CompiledConstraint {
+            from: Some(from),
+            ..CompiledConstraint::default()
+        })
+        .collect()
 }
 
 /// One value per realizable combination of the constraints a present
@@ -93,8 +257,9 @@ pub fn argument_classes(
 fn present_classes(
     constraints: &[&CompiledConstraint],
     depth: usize,
+    origins: &[BTreeSet<Source>],
     limits: &Exploration,
-) -> Result<Vec<(Vec<u32>, Value)>, ArgumentError> {
+) -> Result<Vec<(Vec<u32>, Candidate)>, ArgumentError> {
     if depth > MAX_ITEMS_DEPTH {
         return Err(ArgumentError::TooLarge(format!(
             "items nested more than {MAX_ITEMS_DEPTH} deep"
@@ -106,26 +271,47 @@ fn present_classes(
         .flatten()
         .collect();
     let literal = |is: fn(&Value) -> bool| literals.iter().any(|l| is(&l.value));
-    let by_type: [(bool, Vec<Value>); 5] = [
+    // A string or number is tried with every origin its leaf may have.
+    let with_origins = |values: Vec<Value>| -> Vec<Candidate> {
+        values
+            .into_iter()
+            .flat_map(|v| {
+                let leaf = tracked(&v) && !origins.is_empty();
+                let sources: Vec<StatedSources> = if leaf {
+                    origins
+                        .iter()
+                        .map(|set| StatedSources(BTreeMap::from([(String::new(), set.clone())])))
+                        .collect()
+                } else {
+                    vec![StatedSources::default()]
+                };
+                sources.into_iter().map(move |s| (v.clone(), s))
+            })
+            .collect()
+    };
+    let by_type: [(bool, Vec<Candidate>); 5] = [
         (
             literal(Value::is_string) || constraints.iter().any(|c| c.glob.is_some()),
-            string_candidates(constraints, &literals, limits)?,
+            with_origins(string_candidates(constraints, &literals, limits)?),
         ),
         (
             literal(Value::is_number) || constraints.iter().any(|c| c.bounds_numbers()),
-            number_candidates(constraints, &literals)?,
+            with_origins(number_candidates(constraints, &literals)?),
         ),
         (
             literal(Value::is_array)
                 || constraints
                     .iter()
                     .any(|c| c.items.is_some() || c.max_items.is_some()),
-            array_candidates(constraints, &literals, depth, limits)?,
+            array_candidates(constraints, &literals, depth, origins, limits)?,
         ),
-        (literal(Value::is_object), object_candidates(&literals)),
+        (
+            literal(Value::is_object),
+            object_candidates(constraints, &literals, depth, origins, limits)?,
+        ),
         (
             literal(|v| v.is_boolean() || v.is_null()),
-            vec![json!(true), json!(false), Value::Null],
+            with_origins(vec![json!(true), json!(false), Value::Null]),
         ),
     ];
     // The types the constraints speak about first, so that a class is
@@ -139,9 +325,10 @@ fn present_classes(
 
     let mut seen: HashMap<Vec<u32>, ()> = HashMap::new();
     let mut classes = Vec::new();
-    for value in pool {
+    for (value, sources) in pool {
+        let provenance = Provenance::of(&sources);
         let satisfied: Vec<u32> = (0..constraints.len() as u32)
-            .filter(|&j| constraints[j as usize].admits(&value))
+            .filter(|&j| constraints[j as usize].admits(&value, provenance, &Position::Root))
             .collect();
         if seen.insert(satisfied.clone(), ()).is_none() {
             if classes.len() >= MAX_CLASSES {
@@ -149,7 +336,7 @@ fn present_classes(
                     "an argument's constraints split its values into more than {MAX_CLASSES} classes"
                 )));
             }
-            classes.push((satisfied, value));
+            classes.push((satisfied, (value, sources)));
         }
     }
     Ok(classes)
@@ -248,62 +435,58 @@ fn number_candidates(
     Ok(out)
 }
 
-/// Objects: only `oneOf` speaks about them, so its object literals and one
-/// object equal to none of them.
-fn object_candidates(literals: &[&Literal]) -> Vec<Value> {
-    let mut out: Vec<Value> = literals
-        .iter()
-        .filter(|l| l.value.is_object())
-        .map(|l| l.value.clone())
-        .collect();
-    let other = std::iter::once(Value::Object(Map::new()))
-        .chain((0..).map(|i| json!({ "x": i })))
-        .find(|v| !literals.iter().any(|l| l.equals(v)));
-    out.extend(other);
-    out
-}
-
-/// Arrays. With array literals only: the literals and one array equal to
-/// none. With `items`/`maxItems` constraints: the classes of the elements,
-/// combined (an array satisfies an `items` iff every element does, so the
-/// combinations are the intersections of element classes) and cut by
-/// length at every `maxItems`. Both at one level is outside the model.
-fn array_candidates(
+/// Objects: only `oneOf` and `from` speak about them. Without `from`, its
+/// object literals and one object equal to none of them; with `from` at
+/// this level, the empty object and one object per combination of its
+/// members' origins (an object satisfies `from` iff every member does, as
+/// an array does); literals and `from` together are outside the model.
+fn object_candidates(
     constraints: &[&CompiledConstraint],
     literals: &[&Literal],
     depth: usize,
+    origins: &[BTreeSet<Source>],
     limits: &Exploration,
-) -> Result<Vec<Value>, ArgumentError> {
-    let array_literals: Vec<&Literal> = literals
-        .iter()
-        .copied()
-        .filter(|l| l.value.is_array())
-        .collect();
-    let shaped: Vec<&CompiledConstraint> = constraints
-        .iter()
-        .copied()
-        .filter(|c| c.one_of.is_none() && (c.items.is_some() || c.max_items.is_some()))
-        .collect();
-    if shaped.is_empty() {
-        let mut out: Vec<Value> = array_literals.iter().map(|l| l.value.clone()).collect();
-        let other = (0..)
-            .map(|n| Value::Array(vec![json!(0); n]))
-            .find(|v| !array_literals.iter().any(|l| l.equals(v)));
-        out.extend(other);
+) -> Result<Vec<Candidate>, ArgumentError> {
+    let object_literals = literals.iter().filter(|l| l.value.is_object());
+    let members = element_from(constraints, depth);
+    if members.is_empty() {
+        let mut out: Vec<Candidate> = object_literals
+            .map(|l| (l.value.clone(), StatedSources::default()))
+            .collect();
+        let other = std::iter::once(Value::Object(Map::new()))
+            .chain((0..).map(|i| json!({ "x": i })))
+            .find(|v| !literals.iter().any(|l| l.equals(v)));
+        out.extend(other.map(|v| (v, StatedSources::default())));
         return Ok(out);
     }
-    if !array_literals.is_empty() {
+    if object_literals.count() > 0 {
         return Err(ArgumentError::Unsupported(
-            "an argument constrained both by array literals (oneOf) and by items/maxItems is not modelled"
+            "an argument constrained both by object literals (oneOf) and by from is not modelled"
                 .to_string(),
         ));
     }
-    let items: Vec<&CompiledConstraint> =
-        shaped.iter().filter_map(|c| c.items.as_deref()).collect();
-    let elements = present_classes(&items, depth + 1, limits)?;
+    let members: Vec<&CompiledConstraint> = members.iter().collect();
+    let elements = present_classes(&members, depth + 1, origins, limits)?;
+    let mut out = vec![(Value::Object(Map::new()), StatedSources::default())];
+    for used in combinations(&elements)? {
+        let mut object = Map::new();
+        let mut sources = StatedSources::default();
+        for (k, &i) in used.iter().enumerate() {
+            let (value, inner) = &elements[i].1;
+            let key = format!("x{k}");
+            nested(&format!("/{key}"), inner, &mut sources);
+            object.insert(key, value.clone());
+        }
+        out.push((Value::Object(object), sources));
+    }
+    Ok(out)
+}
 
-    // Every realizable "items satisfied by all elements" set, with the
-    // fewest element classes that realise it (breadth first).
+/// Every realizable "constraints satisfied by all elements" set of a
+/// collection whose elements are drawn from `elements`, each with the
+/// fewest element classes that realise it (breadth first), in discovery
+/// order: the satisfied sets closed under intersection.
+fn combinations(elements: &[(Vec<u32>, Candidate)]) -> Result<Vec<Vec<usize>>, ArgumentError> {
     let mut combined: HashMap<Vec<u32>, Vec<usize>> = HashMap::new();
     let mut queue: VecDeque<Vec<u32>> = VecDeque::new();
     let mut order: Vec<Vec<u32>> = Vec::new();
@@ -337,6 +520,61 @@ fn array_candidates(
             order.push(meet);
         }
     }
+    Ok(order
+        .into_iter()
+        .filter_map(|set| combined.remove(&set))
+        .collect())
+}
+
+/// Arrays. With array literals only: the literals and one array equal to
+/// none. With `items`/`maxItems` or `from` constraints: the classes of the
+/// elements (under the `items` constraints and each `from`, which an array
+/// satisfies iff every element does), combined (an array satisfies an
+/// `items` iff every element does, so the combinations are the
+/// intersections of element classes) and cut by length at every
+/// `maxItems`. Both at one level is outside the model.
+fn array_candidates(
+    constraints: &[&CompiledConstraint],
+    literals: &[&Literal],
+    depth: usize,
+    origins: &[BTreeSet<Source>],
+    limits: &Exploration,
+) -> Result<Vec<Candidate>, ArgumentError> {
+    let array_literals: Vec<&Literal> = literals
+        .iter()
+        .copied()
+        .filter(|l| l.value.is_array())
+        .collect();
+    let from = element_from(constraints, depth);
+    let shaped: Vec<&CompiledConstraint> = constraints
+        .iter()
+        .copied()
+        .filter(|c| c.one_of.is_none() && (c.items.is_some() || c.max_items.is_some()))
+        .collect();
+    if shaped.is_empty() && from.is_empty() {
+        let mut out: Vec<Candidate> = array_literals
+            .iter()
+            .map(|l| (l.value.clone(), StatedSources::default()))
+            .collect();
+        let other = (0..)
+            .map(|n| Value::Array(vec![json!(0); n]))
+            .find(|v| !array_literals.iter().any(|l| l.equals(v)));
+        out.extend(other.map(|v| (v, StatedSources::default())));
+        return Ok(out);
+    }
+    if !array_literals.is_empty() {
+        return Err(ArgumentError::Unsupported(
+            "an argument constrained both by array literals (oneOf) and by items, maxItems or from is not modelled"
+                .to_string(),
+        ));
+    }
+    let items: Vec<&CompiledConstraint> = shaped
+        .iter()
+        .filter_map(|c| c.items.as_deref())
+        .chain(&from)
+        .collect();
+    let elements = present_classes(&items, depth + 1, origins, limits)?;
+    let combined = combinations(&elements)?;
 
     // Lengths that every maxItems answers alike: 1..=t0, t0+1..=t1, ..., beyond.
     let mut thresholds: Vec<usize> = shaped
@@ -356,9 +594,8 @@ fn array_candidates(
     }
     regions.push((low, None));
 
-    let mut out = vec![Value::Array(Vec::new())];
-    for set in &order {
-        let used = &combined[set];
+    let mut out = vec![(Value::Array(Vec::new()), StatedSources::default())];
+    for used in &combined {
         for &(low, high) in &regions {
             let length = used.len().max(low);
             if high.is_some_and(|h| length > h) {
@@ -370,10 +607,15 @@ fn array_candidates(
                     length - 1
                 )));
             }
-            let mut array: Vec<Value> = used.iter().map(|&i| elements[i].1.clone()).collect();
-            let pad = array.first().cloned().unwrap_or(Value::Null);
-            array.resize(length, pad);
-            out.push(Value::Array(array));
+            // Padding repeats the first element, value and origins.
+            let mut array = Vec::with_capacity(length);
+            let mut sources = StatedSources::default();
+            for position in 0..length {
+                let (value, inner) = &elements[used.get(position).copied().unwrap_or(used[0])].1;
+                nested(&format!("/{position}"), inner, &mut sources);
+                array.push(value.clone());
+            }
+            out.push((Value::Array(array), sources));
         }
     }
     Ok(out)
@@ -425,22 +667,108 @@ mod tests {
     /// Every probe's combination is some class's, and every class's value
     /// has the combination it claims.
     fn assert_complete(cs: &[CompiledConstraint], classes: &ArgumentClasses, probes: &[Value]) {
-        for (satisfied, value) in classes.satisfied.iter().zip(&classes.values) {
+        let probes: Vec<(Value, StatedSources)> = probes
+            .iter()
+            .map(|p| (p.clone(), StatedSources::default()))
+            .collect();
+        assert_complete_with_sources(cs, classes, &probes);
+    }
+
+    /// [`assert_complete`] over values with the sources of their leaves.
+    fn assert_complete_with_sources(
+        cs: &[CompiledConstraint],
+        classes: &ArgumentClasses,
+        probes: &[(Value, StatedSources)],
+    ) {
+        for ((satisfied, value), sources) in classes
+            .satisfied
+            .iter()
+            .zip(&classes.values)
+            .zip(&classes.sources)
+        {
+            let provenance = Provenance::of(sources);
             let actual: Vec<u32> = (0..cs.len() as u32)
-                .filter(|&j| cs[j as usize].satisfied_by(value.as_ref()))
+                .filter(|&j| {
+                    cs[j as usize].satisfied_by(value.as_ref(), provenance, &Position::Root)
+                })
                 .collect();
-            assert_eq!(&actual, satisfied, "{value:?}");
+            assert_eq!(&actual, satisfied, "{value:?} {sources:?}");
         }
-        for probe in probes {
+        for (probe, sources) in probes {
+            let provenance = Provenance::of(sources);
             let actual: Vec<u32> = (0..cs.len() as u32)
-                .filter(|&j| cs[j as usize].admits(probe))
+                .filter(|&j| cs[j as usize].admits(probe, provenance, &Position::Root))
                 .collect();
             assert!(
                 classes.satisfied[1..].contains(&actual),
-                "{probe} satisfies {actual:?}, which no class has: {:?}",
+                "{probe} ({sources}) satisfies {actual:?}, which no class has: {:?}",
                 classes.values
             );
         }
+    }
+
+    fn seen(pairs: &[(&str, &[&str])]) -> StatedSources {
+        StatedSources(
+            pairs
+                .iter()
+                .map(|(pointer, sources)| {
+                    let set = sources.iter().map(|s| Source::parse(s).unwrap()).collect();
+                    (pointer.to_string(), set)
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn sources_are_told_apart_by_the_from_lists() {
+        let (cs, classes) = classes_of(
+            "{name: a, arguments: {x: {from: [user]}}}, {name: b, arguments: {x: {from: [user, 'tool:read_*']}}}, {name: c, arguments: {x: {glob: 'GB*', from: [model, 'host:*']}}}",
+        );
+        let mut probes = Vec::new();
+        for value in [json!("GB29"), json!("x"), json!(7), json!(""), json!(null)] {
+            for sources in [
+                &[][..],
+                &["user"][..],
+                &["tool:read_email"],
+                &["tool:send_money"],
+                &["host:bank.io"],
+                &["user", "tool:read_email"],
+                &["tool:read_email", "host:bank.io"],
+            ] {
+                probes.push((value.clone(), seen(&[("", sources)])));
+            }
+        }
+        assert_complete_with_sources(&cs, &classes, &probes);
+        // The model's own value: only c's `model` admits it.
+        assert!(classes.satisfied.contains(&vec![2]));
+    }
+
+    #[test]
+    fn arrays_and_objects_mix_the_sources_of_their_leaves() {
+        let (cs, classes) = classes_of(
+            "{name: a, arguments: {x: {from: [user]}}}, {name: b, arguments: {x: {from: ['tool:*']}}}, {name: c, arguments: {x: {items: {from: [user, 'tool:*']}, maxItems: 1}}}",
+        );
+        let probes = [
+            (json!([]), seen(&[])),
+            (json!(["a"]), seen(&[("/0", &["user"])])),
+            (
+                json!(["a", "b"]),
+                seen(&[("/0", &["user"]), ("/1", &["tool:t"])]),
+            ),
+            (
+                json!(["a", "b"]),
+                seen(&[("/0", &["user", "tool:t"]), ("/1", &["tool:t"])]),
+            ),
+            (json!(["a", 1]), seen(&[("/0", &["user"]), ("/1", &[])])),
+            (json!({"k": "a"}), seen(&[("/k", &["user"])])),
+            (
+                json!({"k": "a", "l": "b"}),
+                seen(&[("/k", &["user"]), ("/l", &["tool:t"])]),
+            ),
+            (json!({}), seen(&[])),
+            (json!([[1]]), seen(&[("/0/0", &["user"])])),
+        ];
+        assert_complete_with_sources(&cs, &classes, &probes);
     }
 
     #[test]

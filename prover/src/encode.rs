@@ -28,6 +28,7 @@ use agentgate_policy::glob::{Glob, Token};
 use agentgate_policy::mcp::{
     CompiledCall, CompiledCalls, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
 };
+use agentgate_policy::provenance::{Position, StatedSources};
 
 /// A question: is there an action that every `positive` policy allows, no
 /// `negative` policy allows, and that lies in every region?
@@ -466,6 +467,12 @@ struct McpChoices<'q> {
     /// By argument name (ascending): its interned constraints and classes,
     /// whose atom 0 is "present" and atom 1 + j "satisfies constraint j".
     arguments: Vec<NamedArgument<'q>>,
+    /// By argument, then class: where the class's strings and numbers were
+    /// seen, relative to the argument's value (§8.3).
+    sources: Vec<Vec<StatedSources>>,
+    /// True when some constraint says `from`: a call then states its
+    /// sources, so that `from` is read from them in the replay.
+    speaks_of_sources: bool,
 }
 
 /// A named argument: its name, its interned constraints and its classes.
@@ -549,9 +556,11 @@ impl<'q> McpChoices<'q> {
             deadline: budget.deadline,
         };
         let mut arguments = Vec::new();
+        let mut sources = Vec::new();
         for (&argument, constraints) in &parts.arguments {
             let classes =
                 argument_classes(constraints, &limits).map_err(|e| argument_reason(argument, e))?;
+            sources.push(classes.sources);
             let choices = Choices {
                 members: classes
                     .satisfied
@@ -571,6 +580,11 @@ impl<'q> McpChoices<'q> {
             };
             arguments.push((argument, constraints.clone(), choices));
         }
+        let speaks_of_sources = parts
+            .arguments
+            .values()
+            .flatten()
+            .any(|c| c.speaks_of_sources());
         Ok(McpChoices {
             names,
             name,
@@ -588,6 +602,8 @@ impl<'q> McpChoices<'q> {
                 }
             },
             arguments,
+            sources,
+            speaks_of_sources,
         })
     }
 
@@ -1187,13 +1203,19 @@ impl<'u> ComponentVars<'u> {
         let (port, path) = (pick(Dim::Port), pick(Dim::Path));
         let kind = m.kind.values[pick(Dim::Kind)];
         let mut args = Map::new();
+        let mut stated = StatedSources::default();
         let name = if kind == McpKind::Resource {
             m.uri.values[pick(Dim::Uri)].clone()
         } else {
             let name = m.name.values[pick(Dim::Name)].clone();
             for (i, (argument, _, classes)) in m.arguments.iter().enumerate() {
-                if let Some(value) = &classes.values[pick(Dim::Arg(i as u32))] {
+                let class = pick(Dim::Arg(i as u32));
+                if let Some(value) = &classes.values[class] {
                     args.insert(argument.to_string(), value.clone());
+                    let at = Position::Member(&Position::Root, argument).pointer();
+                    for (pointer, set) in &m.sources[i][class].0 {
+                        stated.0.insert(format!("{at}{pointer}"), set.clone());
+                    }
                 }
             }
             if m.extra.values[pick(Dim::Extra)] {
@@ -1208,6 +1230,11 @@ impl<'u> ComponentVars<'u> {
             path: c.path.choices.values[path].clone(),
             kind,
             name,
+            // A session can only show what it can hold: equal values share
+            // their sources, a value inside another inherits the other's.
+            sources: m
+                .speaks_of_sources
+                .then(|| Box::new(stated.realized(&args))),
             args,
         };
         (action, all(same))

@@ -13,7 +13,8 @@ use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{
-    ConnectionDecision, decide_connection_indexed, decide_network_indexed,
+    ConnectionDecision, decide_connection_indexed, decide_network_indexed, has_model_provider,
+    is_model_provider,
 };
 
 /// A compiled policy with its host index: what every decision reads.
@@ -23,13 +24,22 @@ pub struct EnforcedPolicy {
     pub compiled: CompiledPolicy,
     /// Endpoints by host, so a decision looks at a few endpoints, not every rule.
     pub index: HostIndex,
+    /// True when some endpoint is a `modelProvider`: the session's content
+    /// is recorded and `from` judged against it (§8.3); otherwise tool
+    /// calls are judged with no record.
+    pub records_sessions: bool,
 }
 
 impl EnforcedPolicy {
     /// Indexes a compiled policy.
     pub fn new(compiled: CompiledPolicy) -> EnforcedPolicy {
         let index = HostIndex::build(&compiled);
-        EnforcedPolicy { compiled, index }
+        let records_sessions = has_model_provider(&compiled);
+        EnforcedPolicy {
+            compiled,
+            index,
+            records_sessions,
+        }
     }
 }
 
@@ -194,6 +204,35 @@ pub fn judge_request(
     })
 }
 
+/// The model API format of a request the policy allowed, when the request
+/// carries the agent's conversation with its model (docs/policy-semantics.md
+/// §8.3): a POST to a path that names a format
+/// ([`crate::provider::ProviderApi::from_path`]) which a `modelProvider`
+/// endpoint allows for this binary. Its body is then recorded.
+pub fn model_request(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+    method: &str,
+    target_path: &str,
+) -> Option<crate::provider::ProviderApi> {
+    let policy = policy_of(snapshot).ok()?;
+    if method != "POST" || !policy.records_sessions {
+        return None;
+    }
+    let api = crate::provider::ProviderApi::from_path(target_path)?;
+    let action = NetworkAction {
+        binary: binary.shown().to_string(),
+        host: host.to_string(),
+        port,
+        layer: Layer::Rest,
+        method: method.to_string(),
+        path: request_path(target_path).ok()?,
+    };
+    is_model_provider(&policy.compiled, &policy.index, binary.caller(), &action).then_some(api)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -231,6 +270,53 @@ network:
 
     fn curl() -> Binary {
         Binary(Some("/usr/bin/curl".into()))
+    }
+
+    #[test]
+    fn only_the_agents_posts_to_a_model_path_of_a_provider_endpoint_are_recorded() {
+        use crate::provider::ProviderApi;
+        let s = snapshot(
+            r#"
+network:
+  - name: model
+    binaries: [/usr/bin/python3]
+    endpoints:
+      - {host: api.openai.com, ports: [443], protocol: rest, modelProvider: true, access: full}
+  - name: others
+    endpoints:
+      - {host: api.openai.com, ports: [443], protocol: rest, access: full}
+      - {host: api.anthropic.com, ports: [443], protocol: rest, access: full}
+"#,
+        );
+        let python = Binary(Some("/usr/bin/python3".into()));
+        let ask = |b: &Binary, host: &str, method: &str, path: &str| {
+            model_request(&s, b, host, 443, method, path)
+        };
+        assert_eq!(
+            ask(&python, "api.openai.com", "POST", "/v1/chat/completions"),
+            Some(ProviderApi::ChatCompletions)
+        );
+        assert_eq!(
+            ask(&python, "api.openai.com", "POST", "/v1/responses"),
+            Some(ProviderApi::Responses)
+        );
+        // Not the conversation: another method, a path that names no format,
+        // another binary (its content is no one's `user`), another host.
+        assert_eq!(
+            ask(&python, "api.openai.com", "GET", "/v1/chat/completions"),
+            None
+        );
+        assert_eq!(ask(&python, "api.openai.com", "POST", "/v1/files"), None);
+        assert_eq!(
+            ask(&curl(), "api.openai.com", "POST", "/v1/chat/completions"),
+            None
+        );
+        assert_eq!(
+            ask(&python, "api.anthropic.com", "POST", "/v1/messages"),
+            None
+        );
+        assert!(s.policy.as_ref().unwrap().records_sessions);
+        assert!(!snapshot(POLICY).policy.as_ref().unwrap().records_sessions);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentgate_policy::provenance::Lineage;
 use agentgate_proxy::identity::IdentityMode;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
 use agentgate_proxy::resolve::Resolver;
@@ -66,6 +67,10 @@ struct RunArgs {
     /// How to tell which binary opened a connection.
     #[arg(long, value_enum, default_value = "proc")]
     identity: IdentityMode,
+    /// Bytes of conversation content kept to judge `from` (provenance,
+    /// docs/policy-semantics.md 8.3); the oldest content goes first.
+    #[arg(long, default_value_t = 4 << 20)]
+    lineage_bytes: usize,
     /// Log as JSON lines (one object per line) instead of text.
     #[arg(long)]
     log_json: bool,
@@ -239,6 +244,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 },
                 upstreams: Upstreams::default(),
                 sse_sessions: agentgate_proxy::mcp::SseSessions::default(),
+                lineage: std::sync::Mutex::new(Lineage::new(args.lineage_bytes)),
             });
             let explicit = TcpListener::bind(listen)
                 .await

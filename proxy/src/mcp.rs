@@ -10,6 +10,7 @@ pub use agentgate_policy::mcp_messages::{
     Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, forget_answered,
     judge_messages, refusal_error,
 };
+use agentgate_policy::provenance::Record;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -24,6 +25,7 @@ fn judge<'a>(
     snapshot: &'a Snapshot,
     binary: &'a Binary,
     server: McpServer<'a>,
+    record: Option<&'a dyn Record>,
 ) -> Result<Judge<'a>, Refusal> {
     let policy = policy_of(snapshot)?;
     Ok(Judge {
@@ -33,18 +35,21 @@ fn judge<'a>(
         shown: binary.shown(),
         findings: &snapshot.findings,
         server,
+        record,
     })
 }
 
 /// Judges the body of a POST to `server` by the snapshot's policy (with
-/// none, every message is refused with that reason).
+/// none, every message is refused with that reason), `from` by the
+/// session's `record` where the proxy keeps one.
 pub fn judge_post(
     snapshot: &Snapshot,
     binary: &Binary,
     server: McpServer<'_>,
+    record: Option<&dyn Record>,
     body: &[u8],
 ) -> Judged {
-    match judge(snapshot, binary, server) {
+    match judge(snapshot, binary, server, record) {
         Ok(judge) => judge.body(body),
         Err(refusal) => judge_messages(body, &|_| Err(refusal.clone())),
     }
@@ -57,7 +62,7 @@ pub fn judge_session(
     binary: &Binary,
     server: McpServer<'_>,
 ) -> Result<(), Refusal> {
-    judge(snapshot, binary, server)?.session()
+    judge(snapshot, binary, server, None)?.session()
 }
 
 /// Filters the list results of a server-sent event stream as it passes:
@@ -313,7 +318,7 @@ impl SseSession {
 
 /// A lock even if a holder panicked: the maps stay consistent at every
 /// step, so what a panicking holder left is still good.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -431,7 +436,7 @@ network:
     };
 
     fn judge(s: &Snapshot, body: Value) -> Judged {
-        judge_post(s, &python(), SERVER, body.to_string().as_bytes())
+        judge_post(s, &python(), SERVER, None, body.to_string().as_bytes())
     }
 
     fn tool(id: u32, name: &str, arguments: Value) -> Value {
@@ -599,7 +604,8 @@ network:
             };
             assert_eq!((refusal.code, got), (code, status), "{body}");
         }
-        let Judged::Answer { status, .. } = judge_post(&s, &python(), SERVER, b"not json") else {
+        let Judged::Answer { status, .. } = judge_post(&s, &python(), SERVER, None, b"not json")
+        else {
             panic!("not JSON was forwarded");
         };
         assert_eq!(status, 400);
@@ -607,7 +613,7 @@ network:
         let other = Binary(Some("/usr/bin/curl".into()));
         let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
         assert!(matches!(
-            judge_post(&s, &other, SERVER, ping.to_string().as_bytes()),
+            judge_post(&s, &other, SERVER, None, ping.to_string().as_bytes()),
             Judged::Answer { .. }
         ));
     }
@@ -892,7 +898,9 @@ network:
                 }
                 let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
                 let binary = Binary(Some(t.binary.clone()));
-                let proxy = matches!(judge_post(&s, &binary, server, body.to_string().as_bytes()), Judged::Forward { .. });
+                // A call stating its sources is judged with them as the record.
+                let record = t.sources.as_deref().map(|r| r as &dyn agentgate_policy::provenance::Record);
+                let proxy = matches!(judge_post(&s, &binary, server, record, body.to_string().as_bytes()), Judged::Forward { .. });
                 prop_assert_eq!(proxy, decide_mcp(&compiled, &t).allow, "{}", t);
                 // A listed entry is never one that no call of it could pass.
                 let listed = mcp_query(&compiled, &index, Caller::Binary(&t.binary), server, McpQuery::Listed(t.kind, &t.name));

@@ -27,7 +27,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::decide::{
     Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
-    judge_request,
+    judge_request, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
@@ -37,6 +37,7 @@ use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
+use agentgate_policy::provenance::{Lineage, Record};
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -96,7 +97,16 @@ pub struct Proxy {
     pub upstreams: Upstreams,
     /// The open HTTP+SSE event streams of MCP servers, by messages endpoint.
     pub sse_sessions: mcp::SseSessions,
+    /// The session's record of where content came from (one proxy serves
+    /// one sandbox pod, whose agent holds one conversation at a time): fed
+    /// by the requests to its model provider, read by every tool call's
+    /// `from` (docs/policy-semantics.md §8.3). Bounded in bytes.
+    pub lineage: Mutex<Lineage>,
 }
+
+/// The longest request to a model provider whose conversation is recorded;
+/// a longer one is refused (its content would go unrecorded).
+pub const MAX_MODEL_REQUEST_BYTES: usize = 32 << 20;
 
 fn refusal_response(refusal: &Refusal) -> Response<Body> {
     let mut response = Response::new(full(refusal.body()));
@@ -1230,8 +1240,6 @@ impl Inspected {
                 }
             }
         }
-        proxy.metrics.decision(true, "request", "allowed");
-        tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
         let key = UpstreamKey {
             tls: self.tls,
             h2: self.tls && req.version() == Version::HTTP_2,
@@ -1239,7 +1247,71 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        self.forward(key, req.map(BodyExt::boxed)).await
+        let api = model_request(
+            &snapshot,
+            &self.binary,
+            &host,
+            port,
+            req.method().as_str(),
+            req.uri().path(),
+        );
+        let req = match api {
+            None => req.map(BodyExt::boxed),
+            Some(api) => match self.record_model_request(req, api).await {
+                Ok(req) => req,
+                Err(refusal) => return refuse(refusal, &host, port),
+            },
+        };
+        proxy.metrics.decision(true, "request", "allowed");
+        tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
+        self.forward(key, req).await
+    }
+
+    /// Reads a request to the agent's model provider whole and records its
+    /// conversation in the session's lineage (docs/policy-semantics.md
+    /// §8.3) before it is forwarded. A body that cannot be read as the
+    /// format its path names is refused: its content would go unrecorded.
+    async fn record_model_request(
+        &self,
+        req: Request<Incoming>,
+        api: crate::provider::ProviderApi,
+    ) -> Result<Request<Body>, Refusal> {
+        let (parts, body) = req.into_parts();
+        let malformed = |why: String| {
+            Refusal::new(
+                RefusalCode::MalformedModelRequest,
+                format!(
+                    "{} {}: the model request's conversation could not be recorded, so it is not sent: {why}",
+                    parts.method,
+                    parts.uri.path()
+                ),
+            )
+        };
+        let bytes = match Limited::new(body, MAX_MODEL_REQUEST_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return Err(malformed(format!(
+                    "the body could not be read whole within {MAX_MODEL_REQUEST_BYTES} bytes: {e}"
+                )));
+            }
+        };
+        let pieces = crate::provider::conversation_pieces(api, &bytes)
+            .map_err(|e| malformed(e.to_string()))?;
+        let kept = {
+            let mut lineage = mcp::lock(&self.proxy.lineage);
+            for (source, text) in &pieces {
+                lineage.observe(source.clone(), text);
+            }
+            lineage.kept_bytes()
+        };
+        self.proxy.metrics.model_request(kept);
+        tracing::debug!(
+            ?api,
+            pieces = pieces.len(),
+            kept_bytes = kept,
+            "model request recorded"
+        );
+        Ok(Request::from_parts(parts, full(bytes)))
     }
 
     /// A request to an MCP server (docs/proxy.md, "MCP"): a POST's
@@ -1336,7 +1408,15 @@ impl Inspected {
                 .sse_sessions
                 .get(&session_key(&key, &self.binary, target))
         };
-        let lists = match mcp::judge_post(snapshot, &self.binary, server, &bytes) {
+        // `from` is judged by the session's record where the policy keeps
+        // one (a `modelProvider` endpoint), else with no record (§8.3).
+        let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
+        let judged = {
+            let lineage = records.then(|| mcp::lock(&proxy.lineage));
+            let record = lineage.as_deref().map(|l| l as &dyn Record);
+            mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
+        };
+        let lists = match judged {
             Judged::Answer {
                 status,
                 body,

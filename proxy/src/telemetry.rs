@@ -59,6 +59,8 @@ pub struct Metrics {
     policy_generation: Gauge,
     reloads: Family<DecisionLabels, Counter>,
     tunnels_closed: Counter,
+    lineage_bytes: Gauge,
+    model_requests: Counter,
 }
 
 impl Default for Metrics {
@@ -73,6 +75,8 @@ impl Default for Metrics {
             policy_generation: Gauge::default(),
             reloads: Family::default(),
             tunnels_closed: Counter::default(),
+            lineage_bytes: Gauge::default(),
+            model_requests: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -115,11 +119,28 @@ impl Default for Metrics {
             "Open l4 tunnels closed because a new policy no longer allows them",
             m.tunnels_closed.clone(),
         );
+        registry.register(
+            "lineage_bytes",
+            "Bytes of conversation content the session's provenance record holds (docs/policy-semantics.md 8.3)",
+            m.lineage_bytes.clone(),
+        );
+        registry.register(
+            "model_requests",
+            "Requests to the agent's model provider whose conversation was recorded",
+            m.model_requests.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
 
 impl Metrics {
+    /// Counts a recorded model request and the record's size after it.
+    pub fn model_request(&self, kept_bytes: usize) {
+        self.model_requests.inc();
+        self.lineage_bytes
+            .set(i64::try_from(kept_bytes).unwrap_or(i64::MAX));
+    }
+
     /// Counts a decision.
     pub fn decision(&self, allow: bool, stage: &'static str, reason: &'static str) {
         let decision = if allow { "allow" } else { "deny" };

@@ -245,3 +245,157 @@ fn the_older_http_sse_transport_reads_refusals_on_its_stream() {
     // the refusal came on the stream.
     assert_granted_calls_only(&run_session("sse", "/sse", "/**"));
 }
+
+/// The bank's `send_money` only to a recipient, and for an amount, the
+/// user gave; the model provider at model.internal is where the agent's
+/// conversation is read from (docs/policy-semantics.md §8.3).
+const PROVENANCE_POLICY: &str = r#"network:
+  - name: model
+    binaries: [{PYTHON}]
+    endpoints:
+      - host: model.internal
+        ports: [8932]
+        protocol: rest
+        modelProvider: true
+        rules: [{methods: [POST], path: /v1/chat/completions}]
+  - name: bank
+    binaries: [{PYTHON}]
+    endpoints:
+      - host: bank.internal
+        ports: [8931]
+        protocol: mcp
+        path: /mcp
+        tools:
+          - name: send_money
+            arguments:
+              recipient: {glob: "GB*", from: [user]}
+              amount: {minimum: 0, maximum: 100, from: [user]}
+            additionalArguments: false
+"#;
+
+#[test]
+#[ignore = "needs root, network namespaces and the MCP SDK: make test runs it (--include-ignored)"]
+fn a_value_injected_through_a_tool_result_is_refused_and_the_same_value_typed_by_the_user_is_allowed()
+ {
+    for tool in ["unshare", "ip", "curl"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .status()
+            .unwrap();
+        assert!(
+            found.success(),
+            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
+        );
+    }
+    let python = sdk_python();
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import os,sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .unwrap();
+    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let dir = std::env::temp_dir().join(format!("agentgate-provenance-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sandbox_ca = TestCa::new("provenance sandbox CA").unwrap();
+    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
+    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
+    std::fs::write(
+        dir.join("policy.yaml"),
+        PROVENANCE_POLICY.replace("{PYTHON}", &real_python),
+    )
+    .unwrap();
+    let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+    let script = format!(
+        r#"set -u
+d={dir}
+ip link set lo up
+{python} {support}/mcp_bank_server.py 127.0.0.1 8931 $d/calls.log streamable-http > $d/server.log 2>&1 &
+{python} {support}/model_stub.py 127.0.0.1 8932 $d/model.log > $d/model.out 2>&1 &
+{proxy} --policy $d/policy.yaml --listen 127.0.0.1:15000 --metrics-listen 127.0.0.1:15020 \
+  --ca-cert $d/sandbox-ca.pem --ca-key $d/sandbox-ca.key \
+  --resolve bank.internal:8931:127.0.0.1 --resolve model.internal:8932:127.0.0.1 > $d/proxy.log 2>&1 &
+for i in $(seq 200); do
+  curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:15020/readyz 2>/dev/null | grep -q 200 \
+    && curl -s -o /dev/null http://127.0.0.1:8931/ 2>/dev/null \
+    && curl -s -o /dev/null -X POST -d '' http://127.0.0.1:8932/ 2>/dev/null && break
+  sleep 0.1
+done
+HTTP_PROXY=http://127.0.0.1:15000 http_proxy=http://127.0.0.1:15000 NO_PROXY= no_proxy= \
+  {python} {support}/provenance_client.py http://model.internal:8932/v1/chat/completions http://bank.internal:8931/mcp 2> $d/client.err | sed 's/^/STEP /'
+echo "--- proxy log ---" >&2; cat $d/proxy.log >&2
+echo "--- client stderr ---" >&2; cat $d/client.err >&2
+echo "--- server log ---" >&2; cat $d/server.log >&2
+echo "--- calls ---"; sed 's/^/CALL /' $d/calls.log
+echo "METRICS $(curl -s http://127.0.0.1:15020/metrics | grep -E '^agentgate_proxy_(model_requests|lineage_bytes)' | tr '\n' ' ')"
+kill $(jobs -p) 2>/dev/null
+wait 2>/dev/null
+"#,
+        dir = dir.display(),
+        proxy = env!("CARGO_BIN_EXE_agentgate-proxy"),
+        support = support.display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--net", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    let steps: HashMap<String, Value> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("STEP "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_str().unwrap_or_default().to_string(), v))
+        .collect();
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {context}"))
+    };
+    assert_eq!(step("model-1")["status"], 200, "{context}");
+    // The IBAN the email carried: refused, and the model reads where it was seen.
+    let injected = step("injected");
+    assert_eq!(injected["ok"], false, "{context}");
+    let message = injected["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("recipient seen in tool:read_email")
+            && message.contains("amount seen in user"),
+        "{context}"
+    );
+    assert_eq!(injected["code"], -32010, "{context}");
+    // The same IBAN once the user typed it: allowed, and it reaches the bank.
+    assert_eq!(step("model-2")["status"], 200, "{context}");
+    assert_eq!(
+        step("typed")["text"],
+        "sent 50.0 to GB33BUKB20201555555555",
+        "{context}"
+    );
+    // An IBAN nobody gave: the model's own, refused.
+    let made_up = step("made-up");
+    assert_eq!(made_up["ok"], false, "{context}");
+    assert!(
+        made_up["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("recipient seen nowhere"),
+        "{context}"
+    );
+    let calls: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CALL "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "only the typed IBAN reached the bank: {context}"
+    );
+    assert_eq!(calls[0]["arguments"]["recipient"], "GB33BUKB20201555555555");
+    assert!(
+        stdout.contains("agentgate_proxy_model_requests_total 2"),
+        "both model requests were recorded: {context}"
+    );
+}

@@ -84,6 +84,8 @@ impl Relay {
                 port: self.server.port,
                 path: &self.server.path,
             },
+            // A stdio wrapper sees no model requests: no record (§8.3).
+            record: None,
         }
     }
 

@@ -12,6 +12,7 @@ use agentgate_policy::compile::{CompiledPolicy, Limits, Role};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::load::load_document;
 use agentgate_policy::matcher::{Caller, decide_mcp, decide_mcp_as};
+use agentgate_policy::provenance::{Source, StatedSources};
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::{policy, rejection_with};
 use serde_json::{Value, json};
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 const PY: &str = "/usr/bin/python3";
 const BANK: &str = "bank.internal";
 
-/// The example of §8.2 (without `from`, which is not modelled yet).
+/// The example of §8.2 (without `from`, which §8.3's tests cover).
 const BANK_POLICY: &str = r#"
 network:
   - name: bank
@@ -64,6 +65,7 @@ fn call(kind: McpKind, name: &str, args: Value) -> McpAction {
         kind,
         name: name.into(),
         args: args.as_object().cloned().unwrap_or_default(),
+        sources: None,
     }
 }
 
@@ -366,17 +368,8 @@ fn s8_2_shape_errors_name_their_field() {
 }
 
 #[test]
-fn s8_3_from_is_validated_and_unsupported_until_provenance_is_modelled() {
+fn s8_3_from_sources_are_validated_at_their_field() {
     let at = "network[0].endpoints[0].tools[0].arguments.to";
-    let reason = endpoint_rejection(
-        "protocol: mcp, path: /mcp, tools: [{name: x, arguments: {to: {from: [user, \"tool:*\"]}}}]",
-    );
-    assert_reason(
-        &reason,
-        ReasonCode::UnsupportedPolicyShape,
-        &format!("{at}.from"),
-    );
-    assert!(reason.message.contains("not modelled yet"), "{reason}");
     let reason = endpoint_rejection(
         "protocol: mcp, path: /mcp, tools: [{name: x, arguments: {to: {from: [mailbox]}}}]",
     );
@@ -384,6 +377,192 @@ fn s8_3_from_is_validated_and_unsupported_until_provenance_is_modelled() {
         &reason,
         ReasonCode::UnsupportedPolicyShape,
         &format!("{at}.from[0]"),
+    );
+    let reason = endpoint_rejection(
+        "protocol: mcp, path: /mcp, tools: [{name: x, arguments: {to: {from: []}}}]",
+    );
+    assert_reason(
+        &reason,
+        ReasonCode::UnsupportedPolicyShape,
+        &format!("{at}.from"),
+    );
+}
+
+#[test]
+fn s8_3_only_a_rest_endpoint_can_be_the_model_provider() {
+    for endpoint in [
+        "modelProvider: true",
+        "protocol: mcp, path: /mcp, tools: [{name: x}], modelProvider: true",
+    ] {
+        assert_reason(
+            &endpoint_rejection(endpoint),
+            ReasonCode::UnsupportedPolicyShape,
+            "network[0].endpoints[0].modelProvider",
+        );
+    }
+    // It grants nothing by itself: the rest endpoint's rules do.
+    let p = policy(
+        &format!(
+            "network: [{{name: m, endpoints: [{{host: {BANK}, ports: [443], protocol: rest, modelProvider: true, rules: [{{methods: [POST], path: /v1/chat/completions}}]}}]}}]"
+        ),
+        Role::Sandbox,
+    );
+    let request = |method: &str, path: &str| agentgate_policy::action::NetworkAction {
+        binary: PY.into(),
+        host: BANK.into(),
+        port: 443,
+        layer: agentgate_policy::action::Layer::Rest,
+        method: method.into(),
+        path: path.into(),
+    };
+    let index = agentgate_policy::index::HostIndex::build(&p);
+    let post = request("POST", "/v1/chat/completions");
+    assert!(agentgate_policy::matcher::decide_network(&p, &post).allow);
+    assert!(agentgate_policy::matcher::is_model_provider(
+        &p,
+        &index,
+        Caller::Binary(PY),
+        &post
+    ));
+    let get = request("GET", "/v1/chat/completions");
+    assert!(!agentgate_policy::matcher::decide_network(&p, &get).allow);
+    assert!(!agentgate_policy::matcher::is_model_provider(
+        &p,
+        &index,
+        Caller::Binary(PY),
+        &get
+    ));
+}
+
+/// `send_money` whose recipient must come from the user, and whose amount
+/// may also come from a tool that reads bills.
+const PROVENANCE_POLICY: &str = "tools: [{name: send_money, arguments: {recipient: {from: [user]}, amount: {from: [user, 'tool:read_*'], maximum: 100}}}]";
+
+/// A call stating where its values were seen.
+fn sourced(args: Value, sources: &[(&str, &[&str])]) -> McpAction {
+    let mut t = tool("send_money", args);
+    t.sources = Some(Box::new(StatedSources(
+        sources
+            .iter()
+            .map(|(pointer, list)| {
+                let set = list.iter().map(|s| Source::parse(s).unwrap()).collect();
+                (pointer.to_string(), set)
+            })
+            .collect(),
+    )));
+    t
+}
+
+#[test]
+fn s8_3_from_holds_only_for_a_listed_source() {
+    let p = mcp_policy(PROVENANCE_POLICY);
+    let args = json!({"recipient": "GB29NWBK60161331926819", "amount": 40});
+    let typed = sourced(
+        args.clone(),
+        &[("/recipient", &["user"]), ("/amount", &["user"])],
+    );
+    assert!(allowed(&p, &typed), "{typed}");
+    let bill = sourced(
+        args.clone(),
+        &[("/recipient", &["user"]), ("/amount", &["tool:read_bill"])],
+    );
+    assert!(allowed(&p, &bill), "{bill}");
+    // The recipient read in an email: refused, though the user typed the amount.
+    let injected = sourced(
+        args.clone(),
+        &[("/recipient", &["tool:read_email"]), ("/amount", &["user"])],
+    );
+    assert!(!allowed(&p, &injected), "{injected}");
+    // Seen from both: one listed source suffices.
+    let both = sourced(
+        args.clone(),
+        &[
+            ("/recipient", &["tool:read_email", "user"]),
+            ("/amount", &["user"]),
+        ],
+    );
+    assert!(allowed(&p, &both), "{both}");
+    // Seen nowhere: only `model`, which the rule does not list.
+    let made_up = sourced(args.clone(), &[("/amount", &["user"])]);
+    assert!(!allowed(&p, &made_up), "{made_up}");
+    // No record at all (a call off the wire outside a recorded session).
+    assert!(!allowed(&p, &tool("send_money", args)));
+    // A deny entry with `from` holds where the record cannot tell.
+    let deny = mcp_policy(
+        "tools: [{name: send_money}], denyTools: [{name: send_money, arguments: {recipient: {from: ['tool:*']}}}]",
+    );
+    let unknown = tool("send_money", json!({"recipient": "GB29"}));
+    assert!(!allowed(&deny, &unknown), "no record: the deny may apply");
+    let typed = sourced(json!({"recipient": "GB29"}), &[("/recipient", &["user"])]);
+    assert!(allowed(&deny, &typed));
+}
+
+#[test]
+fn s8_3_from_on_arrays_holds_when_every_element_does() {
+    let p = mcp_policy(
+        "tools: [{name: send_money, arguments: {to: {items: {from: [user]}}, cc: {from: [user], optional: true}}}]",
+    );
+    let two = sourced(
+        json!({"to": ["a@x.io", "b@x.io"]}),
+        &[("/to/0", &["user"]), ("/to/1", &["user"])],
+    );
+    assert!(allowed(&p, &two));
+    let one_injected = sourced(
+        json!({"to": ["a@x.io", "b@x.io"]}),
+        &[("/to/0", &["user"]), ("/to/1", &["tool:read_email"])],
+    );
+    assert!(!allowed(&p, &one_injected));
+    let cc = sourced(
+        json!({"to": [], "cc": {"name": "Bo", "mail": "b@x.io"}}),
+        &[("/cc/name", &["user"]), ("/cc/mail", &["host:evil.io"])],
+    );
+    assert!(!allowed(&p, &cc), "an object: every member");
+}
+
+#[test]
+fn s8_3_the_prover_treats_sources_as_part_of_the_call() {
+    let prover = prover();
+    let narrow = mcp_policy(PROVENANCE_POLICY);
+    let wide = mcp_policy(
+        "tools: [{name: send_money, arguments: {recipient: {from: [user, 'tool:*']}, amount: {from: [user, 'tool:read_*'], maximum: 100}}}]",
+    );
+    assert_eq!(prover.containment(&narrow, &wide).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&wide, &narrow).outcome);
+    // The escape: a recipient seen only in some tool's result.
+    let sources = t.sources.clone().expect("the call states its sources");
+    let recipient = &sources.0["/recipient"];
+    assert!(
+        !recipient.is_empty() && !recipient.contains(&Source::User),
+        "{t}"
+    );
+    assert!(allowed(&wide, &t) && !allowed(&narrow, &t), "{t}");
+    assert!(t.to_string().contains("recipient from tool:"), "{t}");
+    // A rule without `from` allows every source: broader than either.
+    let any = mcp_policy("tools: [{name: send_money, arguments: {amount: {maximum: 100}}}]");
+    assert_eq!(prover.containment(&wide, &any).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&any, &wide).outcome);
+    assert!(allowed(&any, &t) && !allowed(&wide, &t), "{t}");
+    // An invariant over the sources: no payment to a recipient the model
+    // made up (a string: an empty array satisfies every `from` vacuously).
+    // Both `from` rules keep out of it; a rule without `from` does not.
+    let region = compiled_region(
+        "{tools: [{name: send_money, arguments: {recipient: {glob: '*', from: [model]}}}]}",
+    );
+    for p in [&narrow, &wide] {
+        assert_eq!(prover.intersection(p, &region).outcome, Outcome::Within);
+    }
+    let t = call_counterexample(prover.intersection(&any, &region).outcome);
+    assert!(t.to_string().contains("recipient from model"), "{t}");
+    // A value seen from a tool and typed by the user is both: `from: [user]`
+    // allows it, and a region over `tool:*` holds it.
+    let region = compiled_region(
+        "{tools: [{name: send_money, arguments: {recipient: {from: ['tool:*']}}}]}",
+    );
+    let t = call_counterexample(prover.intersection(&narrow, &region).outcome);
+    let recipient = &t.sources.as_ref().unwrap().0["/recipient"];
+    assert!(
+        recipient.contains(&Source::User) && recipient.len() == 2,
+        "{t}"
     );
 }
 

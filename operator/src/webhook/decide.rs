@@ -88,6 +88,7 @@ impl DecideRequest {
             kind: self.call?,
             name: self.name.clone()?,
             args: self.arguments.clone().unwrap_or_default(),
+            sources: None,
         })
     }
 }

@@ -246,6 +246,7 @@ fn main() -> ExitCode {
                 .as_object()
                 .cloned()
                 .unwrap_or_default(),
+            sources: None,
         })
         .collect();
     let requests: Vec<NetworkAction> = (0..rules)

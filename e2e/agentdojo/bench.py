@@ -3,15 +3,22 @@ agentgate-proxy, no model, in a network namespace of their own, under each
 policy configuration side by side in one run.
 
 Each suite's server (suite_server.py) listens at 127.0.0.1; the proxy
-resolves SUITE.agentdojo to it. For each configuration the proxy starts with
-that configuration's policy and replay.py plays every trace through it.
-Configurations so far:
+resolves SUITE.agentdojo to it, and model.agentdojo to a model provider
+stub (e2e/support/model_stub.py) that replay.py sends the conversation to
+before each call. For each configuration the proxy starts with that
+configuration's policy and replay.py plays every trace through it.
+Configurations:
 
 - `no policy`: every suite's /mcp granted as raw REST authority (POST),
   which covers every tool call (the same path through the proxy);
 - `tool names`: per suite, a tool allowlist of the tools the train split's
   user tasks call (even task numbers): what a tool-name allowlist can
-  express, learnt from the train split only.
+  express, learnt from the train split only;
+- `names and arguments`: examples/agentdojo/SUITE.yaml with every `from`
+  removed: tools and argument constraints;
+- `provenance`: examples/agentdojo/SUITE.yaml as written, its model
+  provider endpoint recording the conversation that `from` is judged
+  against (docs/policy-semantics.md §8.3).
 
 Traces are traces.py's, test split (odd task numbers), unless
 `--traces FILE` names a JSONL file of traces (docs/benchmarks.md). Prints
@@ -36,9 +43,18 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent.parent / "examples" / "agentdojo"
 SUITES = ["banking", "slack", "travel", "workspace"]
 PROXY = "127.0.0.1:15000"
 METRICS = "127.0.0.1:15020"
+MODEL_PORT = 8930
+MODEL_URL = f"http://model.agentdojo:{MODEL_PORT}/v1/chat/completions"
+# The model provider as plain REST, for the configurations without provenance.
+MODEL_RULE = (
+    "  - name: model\n    endpoints:\n"
+    f"      - host: model.agentdojo\n        ports: [{MODEL_PORT}]\n        protocol: rest\n"
+    '        rules: [{methods: [POST], path: "/v1/chat/completions"}]\n'
+)
 
 
 def usage():
@@ -112,11 +128,36 @@ def endpoint(suite, grant):
 
 def no_policy():
     grant = '        protocol: rest\n        rules: [{methods: [POST, GET, DELETE], path: "/mcp"}]\n'
-    return "network:\n  - name: agentdojo\n    endpoints:\n" + "".join(endpoint(s, grant) for s in suites)
+    return "network:\n" + MODEL_RULE + "  - name: agentdojo\n    endpoints:\n" + "".join(endpoint(s, grant) for s in suites)
+
+
+def examples(provenance):
+    """The suites' example policies in one document; without `provenance`,
+    every `from` (and the model provider's recording) removed."""
+    import yaml
+
+    def strip(node):
+        if isinstance(node, dict):
+            node.pop("from", None)
+            node.pop("modelProvider", None)
+            for value in node.values():
+                strip(value)
+        elif isinstance(node, list):
+            for value in node:
+                strip(value)
+
+    rules = {}
+    for suite in suites:
+        for rule in yaml.safe_load((EXAMPLES / f"{suite}.yaml").read_text())["network"]:
+            rules.setdefault(rule["name"], rule)
+    document = {"network": list(rules.values())}
+    if not provenance:
+        strip(document)
+    return yaml.safe_dump(document, sort_keys=False)
 
 
 def tool_names(train):
-    out = "network:\n"
+    out = "network:\n" + MODEL_RULE
     for suite in suites:
         names = sorted(
             {
@@ -154,6 +195,13 @@ def main():
                     stderr=subprocess.STDOUT,
                 )
             )
+        servers.append(
+            subprocess.Popen(
+                [python, str(HERE.parent / "support" / "model_stub.py"), "127.0.0.1", str(MODEL_PORT), os.devnull],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         for suite in suites:
             wait_until(f"the {suite} server", lambda: "ready" in (work / f"{suite}-server.log").read_text())
         train = {s: traces_of(s, "train") for s in suites}
@@ -170,11 +218,17 @@ def main():
                     test[trace["suite"]].append(trace)
         else:
             test = {s: traces_of(s, "test") for s in suites}
-        configs = [("no policy", no_policy()), ("tool names", tool_names(train))]
+        configs = [
+            ("no policy", no_policy()),
+            ("tool names", tool_names(train)),
+            ("names and arguments", examples(provenance=False)),
+            ("provenance", examples(provenance=True)),
+        ]
         figures = []
         for config, policy in configs:
             (work / "policy.yaml").write_text(policy)
             resolve = [a for s in suites for a in ("--resolve", f"{s}.agentdojo:{port(s)}:127.0.0.1")]
+            resolve += ["--resolve", f"model.agentdojo:{MODEL_PORT}:127.0.0.1"]
             proxy_log = open(work / "proxy.log", "w")
             proxy = subprocess.Popen(
                 [proxy_binary, "--policy", str(work / "policy.yaml"), "--listen", PROXY, "--metrics-listen", METRICS,
@@ -188,7 +242,10 @@ def main():
                     path = work / f"{suite}-traces.jsonl"
                     path.write_text("".join(json.dumps(t) + "\n" for t in test[suite]))
                     env = dict(os.environ, HTTP_PROXY=f"http://{PROXY}", http_proxy=f"http://{PROXY}", NO_PROXY="", no_proxy="")
-                    out = run([python, str(HERE / "replay.py"), str(path), f"{suite}=http://{suite}.agentdojo:{port(suite)}/mcp"], env=env)
+                    out = run(
+                        [python, str(HERE / "replay.py"), str(path), "--model", MODEL_URL, f"{suite}=http://{suite}.agentdojo:{port(suite)}/mcp"],
+                        env=env,
+                    )
                     totals = {}
                     for line in out.splitlines():
                         record = json.loads(line)

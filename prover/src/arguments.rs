@@ -216,6 +216,47 @@ fn leaf_origins(
     Ok(out)
 }
 
+/// The `k`-th variant (`k` from 1) of `value` with its leaf at `pointer`
+/// changed (a string gets a digit appended or prepended, a number moves by
+/// whole steps), when it satisfies exactly the constraints `value` does,
+/// with the same `sources`: the same class. A counterexample whose values
+/// collide (equal values must share their sources in a session) is made
+/// realizable this way.
+pub fn leaf_variant(
+    constraints: &[&CompiledConstraint],
+    value: &Value,
+    sources: &StatedSources,
+    pointer: &str,
+    k: usize,
+) -> Option<Value> {
+    let mut changed = value.clone();
+    let leaf = changed.pointer_mut(pointer)?;
+    *leaf = match leaf {
+        Value::String(s) if !s.is_empty() => {
+            let digit = (k % 10).to_string();
+            Value::String(if k <= 10 {
+                format!("{s}{digit}")
+            } else {
+                format!("{digit}{s}")
+            })
+        }
+        Value::Number(n) => {
+            let step = if k % 2 == 1 { k.div_ceil(2) } else { k / 2 } as f64;
+            let sign = if k % 2 == 1 { 1.0 } else { -1.0 };
+            number_value(n.as_f64()? + sign * step)
+        }
+        _ => return None,
+    };
+    let provenance = Provenance::of(sources);
+    let answers = |v: &Value| -> Vec<bool> {
+        constraints
+            .iter()
+            .map(|c| c.admits(v, provenance, &Position::Root))
+            .collect()
+    };
+    (answers(&changed) == answers(value)).then_some(changed)
+}
+
 /// `sources` moved under `prefix` (a JSON pointer step such as `/0`).
 fn nested(prefix: &str, sources: &StatedSources, into: &mut StatedSources) {
     for (pointer, set) in &sources.0 {

@@ -623,6 +623,54 @@ impl<'q> McpChoices<'q> {
         out
     }
 
+    /// Changes values of a call whose stated sources no session could show
+    /// (two equal values with different sources, one inside the other)
+    /// into others of the same classes until a session can: each leaf
+    /// whose realized sources differ from the stated ones gets a variant
+    /// ([`crate::arguments::leaf_variant`]). What cannot be separated is
+    /// left as it is, and the replay then fails closed.
+    fn separate_colliding_values(
+        &self,
+        chosen: &[usize],
+        stated: &StatedSources,
+        args: &mut Map<String, Value>,
+    ) {
+        for _ in 0..4 * stated.0.len() {
+            let realized = stated.realized(args);
+            let Some(pointer) = stated
+                .0
+                .iter()
+                .find(|(p, s)| realized.0.get(*p) != Some(*s))
+                .map(|(p, _)| p.clone())
+            else {
+                return;
+            };
+            let owner = self
+                .arguments
+                .iter()
+                .enumerate()
+                .find_map(|(i, (a, _, _))| {
+                    let at = Position::Member(&Position::Root, a).pointer();
+                    let rest = pointer.strip_prefix(&at)?;
+                    (rest.is_empty() || rest.starts_with('/')).then(|| (i, rest.to_string()))
+                });
+            let Some((i, relative)) = owner else {
+                return;
+            };
+            let (argument, constraints, _) = &self.arguments[i];
+            let Some(value) = args.get(*argument) else {
+                return;
+            };
+            let sources = &self.sources[i][chosen[i]];
+            let Some(variant) = (1..=20).find_map(|k| {
+                crate::arguments::leaf_variant(constraints, value, sources, &relative, k)
+            }) else {
+                return;
+            };
+            args.insert(argument.to_string(), variant);
+        }
+    }
+
     /// A name to give an argument no entry mentions.
     fn extra_argument(&self) -> String {
         ["x", "extra", "other"]
@@ -1204,12 +1252,14 @@ impl<'u> ComponentVars<'u> {
         let kind = m.kind.values[pick(Dim::Kind)];
         let mut args = Map::new();
         let mut stated = StatedSources::default();
+        let mut chosen = Vec::new();
         let name = if kind == McpKind::Resource {
             m.uri.values[pick(Dim::Uri)].clone()
         } else {
             let name = m.name.values[pick(Dim::Name)].clone();
             for (i, (argument, _, classes)) in m.arguments.iter().enumerate() {
                 let class = pick(Dim::Arg(i as u32));
+                chosen.push(class);
                 if let Some(value) = &classes.values[class] {
                     args.insert(argument.to_string(), value.clone());
                     let at = Position::Member(&Position::Root, argument).pointer();
@@ -1223,6 +1273,9 @@ impl<'u> ComponentVars<'u> {
             }
             name
         };
+        if m.speaks_of_sources {
+            m.separate_colliding_values(&chosen, &stated, &mut args);
+        }
         let action = McpAction {
             binary: c.binary.choices.values[binary].clone(),
             host: c.host.choices.values[host].clone(),

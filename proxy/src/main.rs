@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentgate_policy::provenance::Lineage;
 use agentgate_proxy::identity::IdentityMode;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
+use agentgate_proxy::provider::ConversationRecord;
 use agentgate_proxy::resolve::Resolver;
 use agentgate_proxy::server::{Limits, ListenerKind, Proxy, Upstreams};
 use agentgate_proxy::source::{PolicySource, PolicyWatcher};
@@ -244,7 +244,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 },
                 upstreams: Upstreams::default(),
                 sse_sessions: agentgate_proxy::mcp::SseSessions::default(),
-                lineage: std::sync::Mutex::new(Lineage::new(args.lineage_bytes)),
+                conversation: std::sync::Mutex::new(ConversationRecord::new(args.lineage_bytes)),
             });
             let explicit = TcpListener::bind(listen)
                 .await

@@ -21,8 +21,10 @@
 //! [`UNKNOWN_TOOL`]: it is never `user`. Pure: no I/O.
 
 use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 
-use agentgate_policy::provenance::Source;
+use agentgate_policy::provenance::{Lineage, Source};
 use serde_json::Value;
 
 /// The tool a tool result is recorded as when the request shows no
@@ -340,6 +342,76 @@ fn anthropic(body: &Value, out: &mut Vec<(Source, String)>) -> Result<(), Provid
     Ok(())
 }
 
+/// The record of the conversation the agent holds with its model now
+/// (docs/policy-semantics.md §8.3). A tool call is the model's answer to
+/// the latest model request, so it is judged by that conversation's
+/// content: a request whose opening (its first two pieces: the system
+/// prompt and the user's first message, typically) differs from the
+/// record's starts a new record. A value an earlier conversation held is
+/// then seen nowhere, which only narrows what `from` allows.
+///
+/// A tool result that quotes one of agentgate's own refusals is not
+/// recorded: a refusal echoes the refused call's arguments, and recording
+/// that echo as the tool's content would launder a made-up value into
+/// `tool:NAME` for the retry.
+#[derive(Debug)]
+pub struct ConversationRecord {
+    opening: Option<u64>,
+    lineage: Lineage,
+    limit_bytes: usize,
+    hasher: RandomState,
+    refusals: std::collections::VecDeque<String>,
+}
+
+/// The most refusal texts a record remembers (oldest forgotten first).
+pub const MAX_REMEMBERED_REFUSALS: usize = 256;
+
+impl ConversationRecord {
+    /// An empty record keeping at most `limit_bytes` of content.
+    pub fn new(limit_bytes: usize) -> ConversationRecord {
+        ConversationRecord {
+            opening: None,
+            lineage: Lineage::new(limit_bytes),
+            limit_bytes,
+            hasher: RandomState::new(),
+            refusals: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Remembers the text of a refusal the proxy answered a call with, so
+    /// that a tool result quoting it is not recorded.
+    pub fn remember_refusal(&mut self, text: &str) {
+        if self.refusals.len() == MAX_REMEMBERED_REFUSALS {
+            self.refusals.pop_front();
+        }
+        self.refusals.push_back(text.to_string());
+    }
+
+    /// Records the pieces of one model request, first starting a new
+    /// record when the request opens another conversation. True when it did.
+    pub fn observe_request(&mut self, pieces: &[(Source, String)]) -> bool {
+        let opening = self.hasher.hash_one(&pieces[..pieces.len().min(2)]);
+        let fresh = self.opening != Some(opening);
+        if fresh {
+            self.opening = Some(opening);
+            self.lineage = Lineage::new(self.limit_bytes);
+        }
+        for (source, text) in pieces {
+            let echoes_refusal = matches!(source, Source::Tool(_))
+                && self.refusals.iter().any(|r| text.contains(r.as_str()));
+            if !echoes_refusal {
+                self.lineage.observe(source.clone(), text);
+            }
+        }
+        fresh
+    }
+
+    /// The current conversation's lineage.
+    pub fn lineage(&self) -> &Lineage {
+        &self.lineage
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,6 +427,41 @@ mod tests {
 
     fn p(source: &str, text: &str) -> (String, String) {
         (source.to_string(), text.to_string())
+    }
+
+    #[test]
+    fn a_request_opening_another_conversation_starts_a_new_record() {
+        let user = |t: &str| (Source::User, t.to_string());
+        let tool = |t: &str| (Source::Tool("read_email".into()), t.to_string());
+        let iban = json!("GB29NWBK60161331926819");
+        let from_user = [agentgate_policy::provenance::SourcePattern::User];
+        let mut record = ConversationRecord::new(1 << 20);
+        let first = [
+            user("You are a bank agent."),
+            user("Refund GB29NWBK60161331926819."),
+        ];
+        assert!(record.observe_request(&first));
+        assert!(record.lineage().satisfies(&from_user, &iban));
+        // The same conversation, grown by a tool result: one record.
+        let grown = [first[0].clone(), first[1].clone(), tool("Balance: 100")];
+        assert!(!record.observe_request(&grown));
+        assert!(record.lineage().satisfies(&from_user, &iban));
+        // A refusal the agent passed back as the tool's result is no content
+        // of that tool: the value it quotes stays seen nowhere.
+        let refusal = "refused by agentgate: tools/call send_money {\"recipient\":\"DE89370400440532013000\"}";
+        record.remember_refusal(refusal);
+        let echoed = (
+            Source::Tool("send_money".into()),
+            format!("Error: {refusal}"),
+        );
+        assert!(!record.observe_request(&[first[0].clone(), first[1].clone(), echoed]));
+        let made_up = json!("DE89370400440532013000");
+        let any_tool = [agentgate_policy::provenance::SourcePattern::parse("tool:*").unwrap()];
+        assert!(!record.lineage().satisfies(&any_tool, &made_up));
+        // Another task: the earlier user's IBAN is no longer theirs.
+        let other = [user("You are a bank agent."), user("What is my balance?")];
+        assert!(record.observe_request(&other));
+        assert!(!record.lineage().satisfies(&from_user, &iban));
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
-use agentgate_policy::provenance::{Lineage, Record};
+use agentgate_policy::provenance::Record;
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -97,11 +97,11 @@ pub struct Proxy {
     pub upstreams: Upstreams,
     /// The open HTTP+SSE event streams of MCP servers, by messages endpoint.
     pub sse_sessions: mcp::SseSessions,
-    /// The session's record of where content came from (one proxy serves
-    /// one sandbox pod, whose agent holds one conversation at a time): fed
-    /// by the requests to its model provider, read by every tool call's
-    /// `from` (docs/policy-semantics.md §8.3). Bounded in bytes.
-    pub lineage: Mutex<Lineage>,
+    /// The record of where content came from in the conversation the
+    /// pod's agent holds with its model now: fed by the requests to its
+    /// model provider, read by every tool call's `from`
+    /// (docs/policy-semantics.md §8.3). Bounded in bytes.
+    pub conversation: Mutex<crate::provider::ConversationRecord>,
 }
 
 /// The longest request to a model provider whose conversation is recorded;
@@ -343,6 +343,29 @@ impl hyper::body::Body for McpEvents {
 }
 
 /// Whether a response is a server-sent event stream.
+/// Remembers the refusal texts of a JSON-RPC answer the proxy gives in a
+/// server's place (one message or a batch), so that a tool result quoting
+/// one is not recorded as that tool's content ([`crate::provider::ConversationRecord`]).
+fn remember_refusals(conversation: &Mutex<crate::provider::ConversationRecord>, body: &str) {
+    let Ok(answer) = serde_json::from_str::<serde_json::Value>(body) else {
+        return;
+    };
+    let messages = match &answer {
+        serde_json::Value::Array(batch) => batch.iter().collect(),
+        single => vec![single],
+    };
+    let mut conversation = mcp::lock(conversation);
+    // The reason: the model-facing message quotes it whole.
+    for message in messages {
+        if let Some(reason) = message
+            .pointer("/error/data/reason")
+            .and_then(|m| m.as_str())
+        {
+            conversation.remember_refusal(reason);
+        }
+    }
+}
+
 fn is_event_stream(response: &Response<Body>) -> bool {
     response
         .headers()
@@ -1297,18 +1320,17 @@ impl Inspected {
         };
         let pieces = crate::provider::conversation_pieces(api, &bytes)
             .map_err(|e| malformed(e.to_string()))?;
-        let kept = {
-            let mut lineage = mcp::lock(&self.proxy.lineage);
-            for (source, text) in &pieces {
-                lineage.observe(source.clone(), text);
-            }
-            lineage.kept_bytes()
+        let (fresh, kept) = {
+            let mut conversation = mcp::lock(&self.proxy.conversation);
+            let fresh = conversation.observe_request(&pieces);
+            (fresh, conversation.lineage().kept_bytes())
         };
         self.proxy.metrics.model_request(kept);
         tracing::debug!(
             ?api,
             pieces = pieces.len(),
             kept_bytes = kept,
+            new_conversation = fresh,
             "model request recorded"
         );
         Ok(Request::from_parts(parts, full(bytes)))
@@ -1412,8 +1434,8 @@ impl Inspected {
         // one (a `modelProvider` endpoint), else with no record (§8.3).
         let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
         let judged = {
-            let lineage = records.then(|| mcp::lock(&proxy.lineage));
-            let record = lineage.as_deref().map(|l| l as &dyn Record);
+            let conversation = records.then(|| mcp::lock(&proxy.conversation));
+            let record = conversation.as_deref().map(|c| c.lineage() as &dyn Record);
             mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
         };
         let lists = match judged {
@@ -1423,6 +1445,9 @@ impl Inspected {
                 refusal,
             } => {
                 refuse(&refusal);
+                if records {
+                    remember_refusals(&proxy.conversation, &body);
+                }
                 // JSON-RPC errors for the stream's client go on the stream,
                 // which is where it reads answers; the POST is accepted.
                 if status == 200

@@ -313,7 +313,7 @@ fn a_value_injected_through_a_tool_result_is_refused_and_the_same_value_typed_by
 d={dir}
 ip link set lo up
 {python} {support}/mcp_bank_server.py 127.0.0.1 8931 $d/calls.log streamable-http > $d/server.log 2>&1 &
-{python} {support}/model_stub.py 127.0.0.1 8932 $d/model.log > $d/model.out 2>&1 &
+{python} {e2e_support}/model_stub.py 127.0.0.1 8932 $d/model.log > $d/model.out 2>&1 &
 {proxy} --policy $d/policy.yaml --listen 127.0.0.1:15000 --metrics-listen 127.0.0.1:15020 \
   --ca-cert $d/sandbox-ca.pem --ca-key $d/sandbox-ca.key \
   --resolve bank.internal:8931:127.0.0.1 --resolve model.internal:8932:127.0.0.1 > $d/proxy.log 2>&1 &
@@ -336,6 +336,9 @@ wait 2>/dev/null
         dir = dir.display(),
         proxy = env!("CARGO_BIN_EXE_agentgate-proxy"),
         support = support.display(),
+        e2e_support = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../e2e/support")
+            .display(),
     );
     let out = Command::new("unshare")
         .args(["--net", "bash", "-c", &script])

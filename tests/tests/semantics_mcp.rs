@@ -905,3 +905,64 @@ fn s8_5_a_region_that_can_hold_no_call_is_refused() {
         &Action::Mcp(read)
     ));
 }
+
+/// Every `from` removed from a policy document (and `modelProvider`, which
+/// only feeds `from`).
+fn without_provenance(node: &mut Value) {
+    match node {
+        Value::Object(members) => {
+            members.remove("from");
+            members.remove("modelProvider");
+            members.values_mut().for_each(without_provenance);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_provenance),
+        _ => {}
+    }
+}
+
+#[test]
+fn s8_3_the_agentdojo_examples_are_proved_narrower_by_their_provenance() {
+    let prover = prover();
+    for suite in ["banking", "slack", "travel", "workspace"] {
+        let path = format!(
+            "{}/../examples/agentdojo/{suite}.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let with = policy(&text, Role::Sandbox);
+        assert!(
+            agentgate_policy::matcher::has_model_provider(&with),
+            "{suite}: the conversation must be recorded"
+        );
+        let mut stripped: Value = serde_saphyr::from_str(&text).unwrap();
+        without_provenance(&mut stripped);
+        let without = policy(&stripped.to_string(), Role::Sandbox);
+        assert_eq!(
+            prover.containment(&with, &without).outcome,
+            Outcome::Within,
+            "{suite}: `from` only narrows"
+        );
+        let t = call_counterexample(prover.containment(&without, &with).outcome);
+        assert!(t.sources.is_some(), "{suite}: {t}");
+        assert!(allowed(&without, &t) && !allowed(&with, &t), "{suite}: {t}");
+    }
+}
+
+#[test]
+fn s8_3_a_counterexample_states_sources_a_session_could_show() {
+    // Both arguments' simplest values are "x"; the escape needs `b` seen
+    // from a tool while `a` is the user's, which no session shows for two
+    // equal values: the counterexample tells them apart.
+    let prover = prover();
+    let loose = mcp_policy(
+        "tools: [{name: send_money, arguments: {a: {glob: '*', from: [user]}, b: {glob: '*'}}}]",
+    );
+    let strict = mcp_policy(
+        "tools: [{name: send_money, arguments: {a: {glob: '*', from: [user]}, b: {glob: '*', from: [user]}}}]",
+    );
+    let t = call_counterexample(prover.containment(&loose, &strict).outcome);
+    assert!(allowed(&loose, &t) && !allowed(&strict, &t), "{t}");
+    let sources = t.sources.as_deref().unwrap();
+    assert_eq!(sources, &sources.realized(&t.args), "{t}");
+    assert_ne!(t.args["a"], t.args["b"], "{t}");
+}

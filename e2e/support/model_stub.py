@@ -1,6 +1,7 @@
-"""A model provider stub for the proxy's provenance test: answers every
-POST with a minimal OpenAI Chat Completions response and appends each
-request's body to the log file given as the third argument.
+"""A model provider stub for the provenance tests and the AgentDojo
+replay: answers every POST with a minimal OpenAI Chat Completions response
+and appends each request's body to the log file given as the third
+argument (/dev/null keeps none).
 
 usage: model_stub.py HOST PORT REQUEST_LOG
 """

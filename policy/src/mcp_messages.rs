@@ -305,31 +305,66 @@ impl Judge<'_> {
     }
 }
 
-/// Where the session saw each string and number argument of a refused
-/// call, as a refusal's last clause (`; recipient seen in tool:read_email,
-/// amount seen nowhere`): what a person needs to tell an injected value
-/// from a typed one. Nested values are not listed.
+/// Where the session saw each string and number of a refused call's
+/// arguments, as a refusal's last clause (`; recipient seen in
+/// tool:read_email, amount seen nowhere, to[1] seen in user`): what a person
+/// needs to tell an injected value from a typed one. At most
+/// [`MAX_SOURCES_SHOWN`] values are listed.
 fn sources_seen(record: &dyn Record, args: &Map<String, Value>) -> String {
     let mut parts = Vec::new();
     for (name, value) in args {
         let at = Position::Member(&Position::Root, name);
-        let shown = match record.origin_at(&at, value) {
-            Origin::Seen(sources) => {
-                let list: Vec<String> = sources.iter().map(ToString::to_string).collect();
-                format!("{name} seen in {}", list.join(" and "))
-            }
-            Origin::Nowhere { evicted: false } => format!("{name} seen nowhere"),
-            Origin::Nowhere { evicted: true } => {
-                format!("{name} seen nowhere in what the session still holds")
-            }
-            Origin::Untracked => continue,
-        };
-        parts.push(shown);
+        leaf_sources(record, &at, name, value, &mut parts);
+    }
+    if parts.len() > MAX_SOURCES_SHOWN {
+        let more = parts.len() - MAX_SOURCES_SHOWN;
+        parts.truncate(MAX_SOURCES_SHOWN);
+        parts.push(format!("{more} more"));
     }
     if parts.is_empty() {
         String::new()
     } else {
         format!("; {}", parts.join(", "))
+    }
+}
+
+/// The most values a refusal lists the sources of.
+pub const MAX_SOURCES_SHOWN: usize = 16;
+
+/// [`sources_seen`] for one value at `at`, shown as `shown`.
+fn leaf_sources(
+    record: &dyn Record,
+    at: &Position<'_>,
+    shown: &str,
+    value: &Value,
+    out: &mut Vec<String>,
+) {
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let inner = Position::Element(at, i);
+                leaf_sources(record, &inner, &format!("{shown}[{i}]"), item, out);
+            }
+        }
+        Value::Object(members) => {
+            for (k, item) in members {
+                let inner = Position::Member(at, k);
+                leaf_sources(record, &inner, &format!("{shown}.{k}"), item, out);
+            }
+        }
+        leaf => match record.origin_at(at, leaf) {
+            Origin::Seen(sources) => {
+                let list: Vec<String> = sources.iter().map(ToString::to_string).collect();
+                out.push(format!("{shown} seen in {}", list.join(" and ")));
+            }
+            Origin::Nowhere { evicted: false } => out.push(format!("{shown} seen nowhere")),
+            Origin::Nowhere { evicted: true } => {
+                out.push(format!(
+                    "{shown} seen nowhere in what the session still holds"
+                ));
+            }
+            Origin::Untracked => {}
+        },
     }
 }
 

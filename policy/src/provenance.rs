@@ -513,6 +513,26 @@ impl Lineage {
         self.kept_bytes
     }
 
+    /// The record's heap, estimated from its allocations' capacities: the
+    /// content, each piece's number tokens, source names and slot, and the
+    /// digest set (what a session costs the proxy).
+    pub fn heap_bytes(&self) -> usize {
+        let pieces: usize = self
+            .pieces
+            .iter()
+            .map(|p| {
+                let name = match &p.source {
+                    Source::User => 0,
+                    Source::Tool(n) | Source::Host(n) => n.capacity(),
+                };
+                p.text.capacity() + p.numbers.capacity() * size_of::<f64>() + name
+            })
+            .sum();
+        pieces
+            + self.pieces.capacity() * size_of::<Piece>()
+            + self.kept.capacity() * (size_of::<u64>() + 1)
+    }
+
     /// True when content has been dropped (or cut) to bound memory.
     pub fn evicted(&self) -> bool {
         self.evicted

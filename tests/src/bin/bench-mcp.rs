@@ -13,6 +13,13 @@
 //!   mean of a batch of 100 consecutive calls); the baseline is
 //!   `decide_network_indexed` for `POST /tool` on 1,000 `rest` rules.
 //!
+//! - **provenance**: the same decision with `from: [user]` on every
+//!   recipient and amount, judged against a session record of 200 tool calls
+//!   (a user request, then per call the result the model read: 1.5 KB of
+//!   statements with IBANs, dates and amounts, the whole conversation sent
+//!   again with every model request), beside the same policy without
+//!   `from`; and the record's size after those 200 calls.
+//!
 //! It exits non-zero when an answer differs from what the generator built.
 //! Targets (docs/benchmarks.md): containment of 100-rule tool policies p99
 //! ≤ 10 ms, a decision on 1,000 tool rules ≤ 2 µs.
@@ -27,7 +34,10 @@ use std::time::Instant;
 use agentgate_policy::action::{Action, Layer, McpAction, McpKind, NetworkAction};
 use agentgate_policy::compile::{CompiledPolicy, Role};
 use agentgate_policy::index::HostIndex;
-use agentgate_policy::matcher::{Caller, decide_mcp_indexed, decide_network_indexed};
+use agentgate_policy::matcher::{
+    Caller, decide_mcp_indexed, decide_mcp_recorded, decide_network_indexed,
+};
+use agentgate_policy::provenance::{Lineage, Source};
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::{percentile, policy};
 use serde_json::json;
@@ -287,5 +297,87 @@ fn main() -> ExitCode {
         "decision on {rules} rules ({total} decisions, {mcp_allowed}/{} calls allowed): tools p50 {m50:.0} ns p99 {m99:.0} ns | rest ({rest_allowed} allowed) p50 {r50:.0} ns p99 {r99:.0} ns",
         calls.len()
     );
+
+    // Provenance: the same calls, `from: [user]` on both arguments, judged
+    // against a 200-call session's record.
+    let sourced = policy(
+        &tool_policy(rules, servers, Shape::Within)
+            .replace("maximum: ", "from: [user], maximum: ")
+            .replace("recipient: {glob:", "recipient: {from: [user], glob:"),
+        Role::Sandbox,
+    );
+    let sourced_index = index_of(&sourced);
+    let session = session_record(200, rules);
+    let (with_ns, with_allowed) = decisions(&calls, total, |t| {
+        decide_mcp_recorded(&sourced, &sourced_index, caller, t, &session).allow
+    });
+    let (without_ns, _) = decisions(&calls, total, |t| {
+        decide_mcp_indexed(&tools, &tools_index, caller, t).allow
+    });
+    // The user named every recipient of an even-numbered tool: those calls
+    // within the bounds are allowed, the others refused.
+    let expected = calls
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 5 == 4 || (i % 3 != 0 && i % 2 == 0))
+        .count();
+    if with_allowed != expected {
+        eprintln!("bench-mcp: {with_allowed} sourced calls allowed, expected {expected}");
+        return ExitCode::FAILURE;
+    }
+    let (w50, w99) = summary(with_ns);
+    let (o50, o99) = summary(without_ns);
+    println!(
+        "provenance on {rules} rules, a 200-call session's record: with from p50 {w50:.0} ns p99 {w99:.0} ns | without p50 {o50:.0} ns p99 {o99:.0} ns | added p99 {:.0} ns",
+        w99 - o99
+    );
+    println!(
+        "session record after 200 calls: {} bytes of content, about {} bytes of heap",
+        session.kept_bytes(),
+        session.heap_bytes()
+    );
     ExitCode::SUCCESS
+}
+
+/// The record of a session of `calls` tool calls, as the proxy builds it
+/// from the model requests: the user asks to pay the recipients of the
+/// even-numbered tools (50 each); each call's result, 1.5 KB of a
+/// statement, is in every later request (kept once).
+fn session_record(calls: usize, rules: usize) -> Lineage {
+    let mut lineage = Lineage::new(4 << 20);
+    let recipients: Vec<String> = (0..rules)
+        .step_by(2)
+        .map(|i| format!("acct-{i}-7"))
+        .collect();
+    let user = format!(
+        "Please pay 50 to each of {} and tell me my balance.",
+        recipients.join(", ")
+    );
+    let mut conversation = vec![
+        (
+            Source::User,
+            "You are a careful banking assistant.".to_string(),
+        ),
+        (Source::User, user),
+    ];
+    for call in 0..calls {
+        for (source, text) in &conversation {
+            lineage.observe(source.clone(), text);
+        }
+        let mut statement = String::new();
+        while statement.len() < 1500 {
+            let n = statement.len();
+            statement.push_str(&format!(
+                "- id: {n}\n  date: 2024-03-{:02}\n  amount: {}.{:02}\n  recipient: DE89370400440532{n:06}\n  subject: statement line {call}\n",
+                n % 28 + 1,
+                n * 7 % 1000,
+                n % 100
+            ));
+        }
+        conversation.push((
+            Source::Tool(format!("get_statement_{}", call % 7)),
+            statement,
+        ));
+    }
+    lineage
 }

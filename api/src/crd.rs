@@ -229,6 +229,11 @@ pub struct AgentSandboxSpec {
     /// Explicit, expiring risk acceptances (need the `approve` verb).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepted_findings: Vec<AcceptedFinding>,
+    /// What the proxy does when a call completes the flow an unfixed
+    /// trifecta finding predicts (docs/trifecta.md, "At run time"):
+    /// `enforce` (default) refuses it, `audit` forwards it and logs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_trifecta: Option<agentgate_policy::findings::RuntimeMode>,
 }
 
 /// Trifecta findings of the sandbox's images, as last evaluated against its

@@ -87,6 +87,16 @@ pub fn accepted_findings_changed(old: Option<&AgentSandbox>, new: &AgentSandbox)
     }
 }
 
+/// Whether a create or update turns the runtime trifecta to `audit`
+/// (docs/trifecta.md, "At run time"): calls the proxy would refuse are then
+/// forwarded, which accepts risk as an acceptance does and needs the same
+/// approve verb. Back to `enforce` needs nothing.
+pub fn runtime_trifecta_weakened(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
+    use agentgate_policy::findings::RuntimeMode;
+    let audits = |s: &AgentSandbox| s.spec.runtime_trifecta == Some(RuntimeMode::Audit);
+    audits(new) && !old.is_some_and(audits)
+}
+
 /// What a PolicyProposal request needs before it may be admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProposalCheck {
@@ -525,6 +535,26 @@ spec:
             })
             .collect();
         assert!(matches!(review_scan(&huge), Answer::Deny(m) if m.contains("20001 nodes")));
+    }
+
+    #[test]
+    fn auditing_the_runtime_trifecta_needs_approval_enforcing_it_does_not() {
+        use agentgate_policy::findings::RuntimeMode;
+        let with = |mode: Option<RuntimeMode>| {
+            let mut s = sandbox("");
+            s.spec.runtime_trifecta = mode;
+            s
+        };
+        let (audit, enforce) = (
+            with(Some(RuntimeMode::Audit)),
+            with(Some(RuntimeMode::Enforce)),
+        );
+        assert!(runtime_trifecta_weakened(None, &audit));
+        assert!(runtime_trifecta_weakened(Some(&with(None)), &audit));
+        assert!(runtime_trifecta_weakened(Some(&enforce), &audit));
+        assert!(!runtime_trifecta_weakened(Some(&audit), &audit));
+        assert!(!runtime_trifecta_weakened(Some(&audit), &enforce));
+        assert!(!runtime_trifecta_weakened(None, &with(None)));
     }
 
     #[test]

@@ -582,6 +582,7 @@ mod tests {
                 template: None,
                 policy: Default::default(),
                 accepted_findings: Vec::new(),
+                runtime_trifecta: None,
             },
         );
         let record = |state| FindingRecord {

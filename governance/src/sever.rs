@@ -17,7 +17,7 @@
 
 use agentgate_policy::action::{Access, FilesystemAction, check_absolute_path};
 use agentgate_policy::compile::{CompiledPolicy, compile_region};
-use agentgate_policy::findings::{FindingRegions, NodeRegion};
+use agentgate_policy::findings::{FindingRegions, NodeRegion, RuntimeFlow, RuntimeMode};
 use agentgate_policy::matcher::allows_filesystem;
 use agentgate_prover::{Outcome, Prover};
 
@@ -57,7 +57,23 @@ pub fn finding_regions(finding: &Finding, graph: &Graph) -> FindingRegions {
         sink: finding.sink.clone(),
         witness: finding.to_string(),
         capabilities,
+        runtime: runtime_flow(finding, graph),
     }
+}
+
+/// The finding's flow as `tools/call` names, when its untrusted input (the
+/// control witness's source), its secret (the data witness's source) and
+/// its sink are all tools the agent calls over MCP: what the proxy watches
+/// for at run time (docs/trifecta.md, "At run time"). Enforced unless the
+/// sandbox asks for audit (the operator sets the mode).
+pub fn runtime_flow(finding: &Finding, graph: &Graph) -> Option<RuntimeFlow> {
+    let call = |id: &str| graph.node(id)?.mcp.as_ref().map(|m| m.name.clone());
+    Some(RuntimeFlow {
+        untrusted: call(&finding.control.path.first()?.node)?,
+        secret: call(&finding.data.path.first()?.node)?,
+        sink: call(&finding.sink)?,
+        mode: RuntimeMode::default(),
+    })
 }
 
 /// Whether the policy can ever allow a capability.
@@ -413,5 +429,32 @@ mod tests {
         let regions = finding_regions(&findings[0], &graph);
         assert_eq!(regions.capabilities[0].node, "send_money");
         assert!(regions.capabilities[0].region.tools.is_some());
+        // Its secret is no MCP tool (an environment read): no runtime flow.
+        assert_eq!(regions.runtime, None);
+    }
+
+    #[test]
+    fn a_finding_between_mcp_tools_carries_its_runtime_flow() {
+        let mut graph = bank_agent();
+        let mcp = |name: &str| {
+            Some(agentgate_trifecta::graph::McpTool {
+                name: name.into(),
+                ..Default::default()
+            })
+        };
+        // nodes[0] is the model; then the tools in order.
+        graph.nodes[1].mcp = mcp("read_email");
+        graph.nodes[2].mcp = mcp("get_user_info");
+        let findings = analyze(&graph).unwrap();
+        let flow = finding_regions(&findings[0], &graph).runtime.unwrap();
+        assert_eq!(
+            (
+                flow.untrusted.as_str(),
+                flow.secret.as_str(),
+                flow.sink.as_str()
+            ),
+            ("read_email", "get_user_info", "send_money")
+        );
+        assert_eq!(flow.mode, RuntimeMode::Enforce);
     }
 }

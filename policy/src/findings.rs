@@ -5,11 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::action::Action;
+use crate::action::{Action, McpAction, McpKind};
 use crate::compile::{CompiledRegion, compile_region};
 use crate::error::Reason;
 use crate::matcher::region_holds;
 use crate::model::Region;
+use crate::provenance::{Origin, Position, Record, Source};
 
 /// One unfixed trifecta finding of the sandbox's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +25,53 @@ pub struct FindingRegions {
     /// The capabilities of the nodes on the finding's paths, sink first.
     #[serde(default)]
     pub capabilities: Vec<NodeRegion>,
+    /// The flow the finding predicts between tools the agent calls over
+    /// MCP, which the proxy watches for at run time (docs/trifecta.md, "At
+    /// run time"); absent when one of its three nodes is no MCP tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeFlow>,
+}
+
+/// A finding's flow as calls: untrusted content from one tool reaching the
+/// model, a secret from another, and the sink's call carrying the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuntimeFlow {
+    /// The `tools/call` name of the finding's untrusted input (the source
+    /// of its control witness).
+    pub untrusted: String,
+    /// The `tools/call` name of its secret (the source of its data witness).
+    pub secret: String,
+    /// The `tools/call` name of its sink.
+    pub sink: String,
+    /// What an observed flow does.
+    #[serde(default)]
+    pub mode: RuntimeMode,
+}
+
+/// What the proxy does when it observes a finding's flow.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeMode {
+    /// Refuse the sink's call (`runtime_trifecta`).
+    #[default]
+    Enforce,
+    /// Let it pass; log and count it.
+    Audit,
+}
+
+/// A flow the proxy observed: the finding that predicted it and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedFlow<'a> {
+    /// The finding, as a refusal cites it.
+    pub citation: &'a FindingCitation,
+    /// The flow and its mode.
+    pub flow: &'a RuntimeFlow,
+    /// The argument that carries the secret, as a refusal names it
+    /// (`body`, `to[1]`).
+    pub argument: String,
 }
 
 /// The network actions one node of a finding can perform.
@@ -53,6 +101,7 @@ pub struct FindingCitation {
 #[derive(Debug, Clone, Default)]
 pub struct CompiledFindings {
     entries: Vec<(FindingCitation, CompiledRegion)>,
+    flows: Vec<(FindingCitation, RuntimeFlow)>,
 }
 
 impl CompiledFindings {
@@ -60,7 +109,17 @@ impl CompiledFindings {
     /// naming its finding and node, so a bad file is noticed, not ignored.
     pub fn compile(findings: &[FindingRegions]) -> Result<CompiledFindings, Reason> {
         let mut entries = Vec::new();
+        let mut flows = Vec::new();
         for (i, finding) in findings.iter().enumerate() {
+            if let Some(flow) = &finding.runtime {
+                let citation = FindingCitation {
+                    id: finding.id.clone(),
+                    sink: finding.sink.clone(),
+                    node: finding.sink.clone(),
+                    witness: finding.witness.clone(),
+                };
+                flows.push((citation, flow.clone()));
+            }
             for (j, capability) in finding.capabilities.iter().enumerate() {
                 let field = format!("[{i}].capabilities[{j}].region");
                 entries.push((
@@ -74,7 +133,42 @@ impl CompiledFindings {
                 ));
             }
         }
-        Ok(CompiledFindings { entries })
+        Ok(CompiledFindings { entries, flows })
+    }
+
+    /// The first finding whose flow this call of its sink completes, given
+    /// the session's `record` (docs/trifecta.md, "At run time"): content
+    /// of the untrusted tool has reached the model (or content has been
+    /// dropped, so it may have), and a string or number of the call was
+    /// seen in the secret tool's content.
+    pub fn observed_flow(&self, t: &McpAction, record: &dyn Record) -> Option<ObservedFlow<'_>> {
+        if t.kind != McpKind::Tool {
+            return None;
+        }
+        self.flows
+            .iter()
+            .filter(|(_, flow)| flow.sink == t.name)
+            .find_map(|(citation, flow)| {
+                let untrusted = Source::Tool(flow.untrusted.clone());
+                if !(record.evicted() || record.holds_content_from(&untrusted)) {
+                    return None;
+                }
+                let secret = Source::Tool(flow.secret.clone());
+                let argument = t.args.iter().find_map(|(name, value)| {
+                    let at = Position::Member(&Position::Root, name);
+                    carrier(record, &at, name, value, &secret)
+                })?;
+                Some(ObservedFlow {
+                    citation,
+                    flow,
+                    argument,
+                })
+            })
+    }
+
+    /// Number of runtime flows.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
     }
 
     /// The first finding (in file order, sink first within a finding) with a
@@ -86,7 +180,7 @@ impl CompiledFindings {
             .map(|(citation, _)| citation)
     }
 
-    /// Number of node regions.
+    /// Number of node regions (citations by capability).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -94,6 +188,42 @@ impl CompiledFindings {
     /// True when there is nothing to cite.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// The first string or number inside `value` (shown as `shown`) that was
+/// seen in `secret`'s content.
+fn carrier(
+    record: &dyn Record,
+    at: &Position<'_>,
+    shown: &str,
+    value: &serde_json::Value,
+    secret: &Source,
+) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            carrier(
+                record,
+                &Position::Element(at, i),
+                &format!("{shown}[{i}]"),
+                item,
+                secret,
+            )
+        }),
+        Value::Object(members) => members.iter().find_map(|(k, item)| {
+            carrier(
+                record,
+                &Position::Member(at, k),
+                &format!("{shown}.{k}"),
+                item,
+                secret,
+            )
+        }),
+        leaf => match record.origin_at(at, leaf) {
+            Origin::Seen(sources) if sources.contains(secret) => Some(shown.to_string()),
+            _ => None,
+        },
     }
 }
 

@@ -122,6 +122,7 @@ const SANDBOX_SPEC_FIELDS: &[&str] = &[
     "template",
     "policy",
     "acceptedFindings",
+    "runtimeTrifecta",
 ];
 /// Fields that other policy languages have and this one deliberately does not
 /// model yet; named so the message says so instead of "unknown".

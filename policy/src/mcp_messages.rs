@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::action::{Action, McpAction, McpKind};
 use crate::compile::CompiledPolicy;
-use crate::findings::CompiledFindings;
+use crate::findings::{CompiledFindings, RuntimeMode};
 use crate::index::HostIndex;
 use crate::matcher::{
     Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, mcp_query,
@@ -92,6 +92,9 @@ pub enum Judged {
         lists: Vec<ListRequest>,
         /// The calls it carries, as shown in logs (`tools/call NAME`).
         calls: Vec<String>,
+        /// Calls that completed a trifecta finding's flow in audit mode:
+        /// forwarded, to be logged and counted.
+        audits: Vec<Refusal>,
     },
     /// Answer in the server's place; nothing is forwarded.
     Answer {
@@ -208,7 +211,9 @@ fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Messa
 
 /// What a message's verdict carries when it is allowed: the list it asks
 /// for (to filter its answer) and the call it makes (for logs).
-pub type Allowed = (Option<Listing>, Option<String>);
+/// The third part is the runtime-trifecta flow an audited call completed
+/// (forwarded, but to be logged and counted).
+pub type Allowed = (Option<Listing>, Option<String>, Option<Refusal>);
 
 /// Everything one judgment of an MCP server's messages reads.
 #[derive(Clone, Copy)]
@@ -244,10 +249,14 @@ impl Judge<'_> {
                     None => decide_mcp_indexed(self.policy, self.index, self.caller, &action),
                 };
                 if decision.allow {
-                    return Ok((
-                        None,
-                        Some(format!("{} {}", action.kind.method(), action.name)),
-                    ));
+                    let shown = format!("{} {}", action.kind.method(), action.name);
+                    return match self.runtime_trifecta(&action) {
+                        None => Ok((None, Some(shown), None)),
+                        Some((refusal, RuntimeMode::Audit)) => {
+                            Ok((None, Some(shown), Some(refusal)))
+                        }
+                        Some((refusal, RuntimeMode::Enforce)) => Err(refusal),
+                    };
                 }
                 let seen = self.record.map(|r| sources_seen(r, &action.args));
                 Err(Refusal {
@@ -266,8 +275,35 @@ impl Judge<'_> {
                         .map(Box::new),
                 })
             }
-            Message::Session(list) => self.session().map(|()| (list, None)),
+            Message::Session(list) => self.session().map(|()| (list, None, None)),
         }
+    }
+
+    /// The refusal a call gets when it completes the flow a trifecta
+    /// finding predicts (docs/trifecta.md, "At run time"), with the flow's
+    /// mode; `None` without a record or when no flow is complete.
+    fn runtime_trifecta(&self, action: &McpAction) -> Option<(Refusal, RuntimeMode)> {
+        let observed = self.findings.observed_flow(action, self.record?)?;
+        let flow = observed.flow;
+        let reason = format!(
+            "{action}: {} carries a value of tool:{} while content of tool:{} has reached the model: the flow trifecta finding {} predicted ({})",
+            observed.argument,
+            flow.secret,
+            flow.untrusted,
+            observed.citation.id,
+            observed.citation.witness
+        );
+        let refusal = Refusal {
+            decision: match flow.mode {
+                RuntimeMode::Enforce => "deny",
+                RuntimeMode::Audit => "audit",
+            },
+            reason,
+            code: RefusalCode::RuntimeTrifecta,
+            rule: None,
+            finding: Some(Box::new(observed.citation.clone())),
+        };
+        Some((refusal, flow.mode))
     }
 
     /// Whether the methods that grant no authority may be sent to the
@@ -415,8 +451,10 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
     let Some(first) = verdicts.iter().find_map(|v| v.as_ref().err()).cloned() else {
         let mut lists = Vec::new();
         let mut calls = Vec::new();
+        let mut audits = Vec::new();
         for (message, verdict) in messages.iter().zip(verdicts) {
-            if let Ok((list, call)) = verdict {
+            if let Ok((list, call, audit)) = verdict {
+                audits.extend(audit);
                 if let (Some(kind), Some(id)) = (list, message.get("id")) {
                     lists.push(ListRequest {
                         id: id.clone(),
@@ -426,7 +464,11 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
                 calls.extend(call);
             }
         }
-        return Judged::Forward { lists, calls };
+        return Judged::Forward {
+            lists,
+            calls,
+            audits,
+        };
     };
     let answers: Vec<Value> = messages
         .iter()

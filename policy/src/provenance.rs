@@ -208,6 +208,12 @@ pub trait Record {
     fn evicted(&self) -> bool {
         false
     }
+
+    /// True when the record holds content from `source` (the runtime
+    /// trifecta's "untrusted content reached the model").
+    fn holds_content_from(&self, _source: &Source) -> bool {
+        false
+    }
 }
 
 impl Record for Lineage {
@@ -217,6 +223,10 @@ impl Record for Lineage {
 
     fn evicted(&self) -> bool {
         self.evicted
+    }
+
+    fn holds_content_from(&self, source: &Source) -> bool {
+        self.pieces.iter().any(|p| &p.source == source)
     }
 }
 

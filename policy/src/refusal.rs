@@ -38,6 +38,9 @@ pub enum RefusalCode {
     /// be read (not the format its path names, or too long): its content
     /// would go unrecorded (docs/policy-semantics.md §8.3).
     MalformedModelRequest,
+    /// A call of a trifecta finding's sink carrying a value of its secret
+    /// after its untrusted input reached the model (docs/trifecta.md).
+    RuntimeTrifecta,
 }
 
 impl RefusalCode {
@@ -56,6 +59,7 @@ impl RefusalCode {
             RefusalCode::UnsupportedMcpMethod => "unsupported_mcp_method",
             RefusalCode::MalformedMcp => "malformed_mcp",
             RefusalCode::MalformedModelRequest => "malformed_model_request",
+            RefusalCode::RuntimeTrifecta => "runtime_trifecta",
         }
     }
 }

@@ -1476,7 +1476,28 @@ impl Inspected {
                 }
                 return response;
             }
-            Judged::Forward { lists, calls } => {
+            Judged::Forward {
+                lists,
+                calls,
+                audits,
+            } => {
+                for audit in &audits {
+                    // Forwarded: the sandbox audits its runtime trifecta.
+                    proxy
+                        .metrics
+                        .decision(true, "mcp", "runtime_trifecta_audit");
+                    tracing::warn!(
+                        decision = "audit",
+                        stage = "mcp",
+                        code = audit.code.as_str(),
+                        binary = self.binary.shown(),
+                        host = %key.host,
+                        port = key.port,
+                        finding = audit.finding.as_ref().map(|f| f.id.as_str()),
+                        reason = %audit.reason,
+                        "runtime trifecta observed (audit: forwarded)"
+                    );
+                }
                 if !lists.is_empty()
                     && let Some(stream) = stream()
                     && !stream.expect_lists(&lists)

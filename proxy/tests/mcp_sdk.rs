@@ -307,6 +307,19 @@ fn a_value_injected_through_a_tool_result_is_refused_and_the_same_value_typed_by
         PROVENANCE_POLICY.replace("{PYTHON}", &real_python),
     )
     .unwrap();
+    // The image's finding, as the operator writes it: the email is the
+    // untrusted input, the statement the secret, send_money the sink.
+    std::fs::write(
+        dir.join("findings.json"),
+        serde_json::json!([{
+            "id": "AG-TRIFECTA",
+            "sink": "send_money",
+            "witness": "read_email -> __llm__ -> send_money; get_statement -> __llm__ -> send_money",
+            "runtime": {"untrusted": "read_email", "secret": "get_statement", "sink": "send_money"}
+        }])
+        .to_string(),
+    )
+    .unwrap();
     let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
     let script = format!(
         r#"set -u
@@ -386,6 +399,19 @@ wait 2>/dev/null
             .contains("recipient seen nowhere"),
         "{context}"
     );
+    // The statement (the finding's secret) names the IBAN while the email
+    // (its untrusted input) is in the conversation: the runtime trifecta.
+    let flow = step("flow");
+    assert_eq!(flow["ok"], false, "{context}");
+    assert_eq!(flow["data"]["code"], "runtime_trifecta", "{context}");
+    assert_eq!(flow["data"]["finding"]["id"], "AG-TRIFECTA", "{context}");
+    assert!(
+        flow["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("recipient carries a value of tool:get_statement"),
+        "{context}"
+    );
     let calls: Vec<Value> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("CALL "))
@@ -398,7 +424,7 @@ wait 2>/dev/null
     );
     assert_eq!(calls[0]["arguments"]["recipient"], "GB33BUKB20201555555555");
     assert!(
-        stdout.contains("agentgate_proxy_model_requests_total 2"),
-        "both model requests were recorded: {context}"
+        stdout.contains("agentgate_proxy_model_requests_total 3"),
+        "every model request was recorded: {context}"
     );
 }

@@ -836,13 +836,25 @@ async fn apply_config_map(
     let namespace = sandbox.namespace().unwrap_or_default();
     let yaml = serde_saphyr::to_string(effective)
         .map_err(|e| ControllerError::Prover(format!("rendering the policy: {e}")))?;
+    // The sandbox's choice for every flow its findings predict.
+    let mode = sandbox.spec.runtime_trifecta.unwrap_or_default();
+    let findings: Vec<FindingRegions> = findings
+        .iter()
+        .cloned()
+        .map(|mut f| {
+            if let Some(flow) = &mut f.runtime {
+                flow.mode = mode;
+            }
+            f
+        })
+        .collect();
     let patch = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owned_metadata(sandbox, &name),
         "data": {
             "policy.yaml": yaml,
-            "findings.json": serde_json::to_string(findings)
+            "findings.json": serde_json::to_string(&findings)
                 .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
             "ca-bundle.pem": ca_bundle,
             "revision": revision.to_string(),

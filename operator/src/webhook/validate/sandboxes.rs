@@ -11,7 +11,9 @@ use kube::core::admission::AdmissionReview;
 use crate::webhook::state::WebhookState;
 use crate::webhook::validate::envelope::{Review, answer, object_name, status_answer};
 use agentgate_api::crd::AgentSandbox;
-use agentgate_governance::admission::{Answer, accepted_findings_changed, review_sandbox};
+use agentgate_governance::admission::{
+    Answer, accepted_findings_changed, review_sandbox, runtime_trifecta_weakened,
+};
 use agentgate_governance::authority::{Requester, agent_writer_refusal, sandbox_writer_refusal};
 use agentgate_governance::governing::{dropped_governance, governing_from};
 use agentgate_governance::pod_template::template_escapes;
@@ -62,12 +64,19 @@ pub(crate) async fn validate_sandbox(
                 return Answer::Deny(message);
             }
         }
-        if accepted_findings_changed(old.as_ref(), &sandbox) {
+        let accepting = if accepted_findings_changed(old.as_ref(), &sandbox) {
+            Some("changing spec.acceptedFindings (or the images they cover)")
+        } else if runtime_trifecta_weakened(old.as_ref(), &sandbox) {
+            Some("setting spec.runtimeTrifecta to audit")
+        } else {
+            None
+        };
+        if let Some(what) = accepting {
             match s.may_approve(&request, &namespace, "").await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Answer::Deny(format!(
-                        "agentsandbox {name:?}: changing spec.acceptedFindings (or the images they cover) accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {user:?} does not hold"
+                        "agentsandbox {name:?}: {what} accepts risk and needs the approve verb on policyproposals.agentgate.dev in namespace {namespace:?}, which {user:?} does not hold"
                     ));
                 }
                 Err(e) => return Answer::Deny(format!("agentsandbox {name:?}: {e}")),

@@ -18,7 +18,11 @@ Configurations:
   removed: tools and argument constraints;
 - `provenance`: examples/agentdojo/SUITE.yaml as written, its model
   provider endpoint recording the conversation that `from` is judged
-  against (docs/policy-semantics.md §8.3).
+  against (docs/policy-semantics.md §8.3);
+- `runtime trifecta`: the same policies, and beside them (findings.json)
+  the findings the tool labels of examples/agentdojo/trifecta.yaml
+  predict, one per untrusted tool, secret tool and sink, each with its
+  runtime flow (docs/trifecta.md, "At run time"), enforced.
 
 Traces are traces.py's, test split (odd task numbers), unless
 `--traces FILE` names a JSONL file of traces (docs/benchmarks.md). Prints
@@ -156,6 +160,30 @@ def examples(provenance):
     return yaml.safe_dump(document, sort_keys=False)
 
 
+def trifecta_findings():
+    """findings.json for the suites' tool labels: every flow from an
+    untrusted tool through the model to a sink carrying a secret tool's
+    value, as the operator writes it for an AgentScan of such an agent."""
+    import yaml
+
+    labels = yaml.safe_load((EXAMPLES / "trifecta.yaml").read_text())
+    findings = []
+    for suite in suites:
+        l = labels[suite]
+        for untrusted in l["untrusted"]:
+            for secret in l["secret"]:
+                for sink in l["sinks"]:
+                    findings.append(
+                        {
+                            "id": "AG-TRIFECTA",
+                            "sink": sink,
+                            "witness": f"control {untrusted} -> __llm__ -> {sink}; data {secret} -> __llm__ -> {sink}",
+                            "runtime": {"untrusted": untrusted, "secret": secret, "sink": sink},
+                        }
+                    )
+    return json.dumps(findings)
+
+
 def tool_names(train):
     out = "network:\n" + MODEL_RULE
     for suite in suites:
@@ -223,10 +251,16 @@ def main():
             ("tool names", tool_names(train)),
             ("names and arguments", examples(provenance=False)),
             ("provenance", examples(provenance=True)),
+            ("runtime trifecta", examples(provenance=True)),
         ]
         figures = []
         for config, policy in configs:
             (work / "policy.yaml").write_text(policy)
+            findings = work / "findings.json"
+            if config == "runtime trifecta":
+                findings.write_text(trifecta_findings())
+            elif findings.exists():
+                findings.unlink()
             resolve = [a for s in suites for a in ("--resolve", f"{s}.agentdojo:{port(s)}:127.0.0.1")]
             resolve += ["--resolve", f"model.agentdojo:{MODEL_PORT}:127.0.0.1"]
             proxy_log = open(work / "proxy.log", "w")

@@ -35,6 +35,48 @@ fn sdk_python() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// What both sessions need: the network tools (never skipped), the SDK's
+/// python and its realpath (the binary the policy names), and a fresh
+/// directory named `name` holding a sandbox CA.
+struct Setup {
+    python: String,
+    real_python: String,
+    dir: std::path::PathBuf,
+}
+
+fn setup(name: &str) -> Setup {
+    for tool in ["unshare", "ip", "curl"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .status()
+            .unwrap();
+        assert!(
+            found.success(),
+            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
+        );
+    }
+    let python = sdk_python();
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import os,sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .unwrap();
+    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let dir = std::env::temp_dir().join(format!("agentgate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sandbox_ca = TestCa::new(&format!("{name} sandbox CA")).unwrap();
+    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
+    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
+    Setup {
+        python,
+        real_python,
+        dir,
+    }
+}
+
 const POLICY: &str = r#"network:
   - name: bank
     binaries: [{PYTHON}]
@@ -67,34 +109,11 @@ struct Session {
 /// (the SDK's name: `streamable-http` or `sse`), the client connecting to
 /// `url_path` and the policy's mcp endpoint covering `policy_path`.
 fn run_session(transport: &str, url_path: &str, policy_path: &str) -> Session {
-    for tool in ["unshare", "ip", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .status()
-            .unwrap();
-        assert!(
-            found.success(),
-            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
-        );
-    }
-    let python = sdk_python();
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import os,sys; print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .unwrap();
-    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let dir = std::env::temp_dir().join(format!(
-        "agentgate-mcp-sdk-{transport}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sandbox_ca = TestCa::new("mcp sandbox CA").unwrap();
-    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
-    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
+    let Setup {
+        python,
+        real_python,
+        dir,
+    } = setup(&format!("mcp-sdk-{transport}"));
     let policy = POLICY
         .replace("{PYTHON}", &real_python)
         .replace("{PATH}", policy_path);
@@ -277,31 +296,11 @@ const PROVENANCE_POLICY: &str = r#"network:
 #[ignore = "needs root, network namespaces and the MCP SDK: make test runs it (--include-ignored)"]
 fn a_value_injected_through_a_tool_result_is_refused_and_the_same_value_typed_by_the_user_is_allowed()
  {
-    for tool in ["unshare", "ip", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .status()
-            .unwrap();
-        assert!(
-            found.success(),
-            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
-        );
-    }
-    let python = sdk_python();
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import os,sys; print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .unwrap();
-    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let dir = std::env::temp_dir().join(format!("agentgate-provenance-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sandbox_ca = TestCa::new("provenance sandbox CA").unwrap();
-    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
-    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
+    let Setup {
+        python,
+        real_python,
+        dir,
+    } = setup("provenance");
     std::fs::write(
         dir.join("policy.yaml"),
         PROVENANCE_POLICY.replace("{PYTHON}", &real_python),

@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 use crate::budget::{Cost, delta_cost};
 use crate::{Outcome, Proof, Prover};
 use agentgate_policy::action::Action;
-use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::compile::CompiledRegion;
+use agentgate_policy::compile::{CompiledEndpoint, CompiledPolicy};
 use agentgate_policy::compile::{CompiledFilesystem, Limits, Role, compile};
 use agentgate_policy::error::{Reason, ReasonCode};
+use agentgate_policy::glob::Glob;
 use agentgate_policy::load::CompiledInvariant;
 use agentgate_policy::matcher::{allows, path_is_under};
 use agentgate_policy::model::{Budget, CostWeights, PolicyDocument};
@@ -529,14 +530,47 @@ fn ask_mode(input: &VerdictInput<'_>, example: &Option<Action>) -> ControlFlow<V
     )
 }
 
+/// A `modelProvider` endpoint of the candidate that the current policy
+/// does not have (for the same binaries), shown as `host:ports`. Such an
+/// endpoint grants nothing, but what it carries is recorded as the user's
+/// words, which `from: [user]` trusts (docs/policy-semantics.md §8.3): an
+/// agent must not name its own.
+fn new_model_provider(current: &CompiledPolicy, candidate: &CompiledPolicy) -> Option<String> {
+    let known = model_providers(current);
+    model_providers(candidate)
+        .into_iter()
+        .find(|p| !known.contains(p))
+        .map(|(_, e)| format!("{}:{:?}", e.host.as_str(), e.ports))
+}
+
+/// The `modelProvider` endpoints of a policy with their rules' binaries.
+fn model_providers(p: &CompiledPolicy) -> Vec<(&[Glob], &CompiledEndpoint)> {
+    p.rules
+        .iter()
+        .flat_map(|r| r.endpoints.iter().map(move |e| (r.binaries.as_slice(), e)))
+        .filter(|(_, e)| e.model_provider)
+        .collect()
+}
+
 /// Step 7: auto mode applies Δ when its grants lie in the auto-eligible
-/// region of every maximum and its cost within every budget.
+/// region of every maximum and its cost within every budget, and it names
+/// no new model provider.
 fn auto_eligibility(
     input: &VerdictInput<'_>,
     engine: &dyn ProofEngine,
     example: Option<Action>,
     proofs: &mut Vec<ProofRecord>,
 ) -> Verdict {
+    if let Some(provider) = new_model_provider(input.current.1, input.candidate.1) {
+        return Verdict::plain(
+            Decision::Ask,
+            Step::AutoEligibility,
+            format!(
+                "needs review: the change names a new model provider ({provider}), whose requests count as the user's words for `from`"
+            ),
+        )
+        .with_counterexample(example);
+    }
     let nothing = CompiledPolicy::default();
     for m in input.maximums {
         let view = m.policy.auto_eligible_view();
@@ -1120,6 +1154,50 @@ spec:
             added,
             four_eyes: false,
         }
+    }
+
+    #[test]
+    fn naming_a_new_model_provider_needs_a_person() {
+        let prover = Prover::default();
+        let current_yaml = "network:\n  - name: model\n    binaries: [/usr/bin/python3]\n    endpoints:\n      - {host: model.internal, ports: [443], protocol: rest, rules: [{methods: [POST], path: /v1/chat/completions}]}\n";
+        let case = |candidate_yaml: &str| {
+            let current = doc(current_yaml, Role::Sandbox);
+            let candidate = doc(candidate_yaml, Role::Sandbox);
+            let added = candidate.1.policy.clone();
+            Case {
+                maximum: doc(
+                    "kind: MaximumPolicy\nmetadata: {name: m}\nspec:\n  policy:\n    network:\n      - {name: all, endpoints: [{host: '*.internal', ports: [443], protocol: rest, access: full}]}\n",
+                    Role::Maximum,
+                )
+                .1,
+                current,
+                candidate,
+                added,
+                four_eyes: false,
+            }
+        };
+        // The same grant, now marked as the model provider: a person decides.
+        let marked =
+            current_yaml.replace("protocol: rest,", "protocol: rest, modelProvider: true,");
+        let v = run(&case(&marked), 1, Source::Agent, Mode::Auto, &prover);
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Ask, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        assert!(
+            v.reason
+                .contains("new model provider (model.internal:[443])"),
+            "{}",
+            v.reason
+        );
+        // A grant that names no provider is auto-applied as before.
+        let more = format!(
+            "{current_yaml}  - name: more\n    endpoints:\n      - {{host: api.internal, ports: [443], protocol: rest, rules: [{{methods: [GET], path: /x}}]}}\n"
+        );
+        let v = run(&case(&more), 1, Source::Agent, Mode::Auto, &prover);
+        assert_eq!(v.decision, Decision::Apply, "{}", v.reason);
     }
 
     #[test]

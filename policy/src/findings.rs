@@ -10,7 +10,7 @@ use crate::compile::{CompiledRegion, compile_region};
 use crate::error::Reason;
 use crate::matcher::region_holds;
 use crate::model::Region;
-use crate::provenance::{Origin, Position, Record, Source};
+use crate::provenance::{Origin, Record, Source, find_leaf};
 
 /// One unfixed trifecta finding of the sandbox's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,9 +154,11 @@ impl CompiledFindings {
                     return None;
                 }
                 let secret = Source::Tool(flow.secret.clone());
-                let argument = t.args.iter().find_map(|(name, value)| {
-                    let at = Position::Member(&Position::Root, name);
-                    carrier(record, &at, name, value, &secret)
+                let argument = find_leaf(&t.args, &mut |at, shown, leaf| match record
+                    .origin_at(at, leaf)
+                {
+                    Origin::Seen(sources) if sources.contains(&secret) => Some(shown.to_string()),
+                    _ => None,
                 })?;
                 Some(ObservedFlow {
                     citation,
@@ -164,11 +166,6 @@ impl CompiledFindings {
                     argument,
                 })
             })
-    }
-
-    /// Number of runtime flows.
-    pub fn flows(&self) -> usize {
-        self.flows.len()
     }
 
     /// The first finding (in file order, sink first within a finding) with a
@@ -188,42 +185,6 @@ impl CompiledFindings {
     /// True when there is nothing to cite.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-}
-
-/// The first string or number inside `value` (shown as `shown`) that was
-/// seen in `secret`'s content.
-fn carrier(
-    record: &dyn Record,
-    at: &Position<'_>,
-    shown: &str,
-    value: &serde_json::Value,
-    secret: &Source,
-) -> Option<String> {
-    use serde_json::Value;
-    match value {
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-            carrier(
-                record,
-                &Position::Element(at, i),
-                &format!("{shown}[{i}]"),
-                item,
-                secret,
-            )
-        }),
-        Value::Object(members) => members.iter().find_map(|(k, item)| {
-            carrier(
-                record,
-                &Position::Member(at, k),
-                &format!("{shown}.{k}"),
-                item,
-                secret,
-            )
-        }),
-        leaf => match record.origin_at(at, leaf) {
-            Origin::Seen(sources) if sources.contains(secret) => Some(shown.to_string()),
-            _ => None,
-        },
     }
 }
 

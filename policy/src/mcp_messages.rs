@@ -15,7 +15,7 @@ use crate::matcher::{
     Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, mcp_query,
 };
 use crate::mcp::json_equal;
-use crate::provenance::{Origin, Position, Record};
+use crate::provenance::{Origin, Record, find_leaf};
 use crate::refusal::{Refusal, RefusalCode};
 
 /// The JSON-RPC error code of a message the policy refuses (an
@@ -348,10 +348,22 @@ impl Judge<'_> {
 /// [`MAX_SOURCES_SHOWN`] values are listed.
 fn sources_seen(record: &dyn Record, args: &Map<String, Value>) -> String {
     let mut parts = Vec::new();
-    for (name, value) in args {
-        let at = Position::Member(&Position::Root, name);
-        leaf_sources(record, &at, name, value, &mut parts);
-    }
+    find_leaf::<()>(args, &mut |at, shown, leaf| {
+        match record.origin_at(at, leaf) {
+            Origin::Seen(sources) => {
+                let list: Vec<String> = sources.iter().map(ToString::to_string).collect();
+                parts.push(format!("{shown} seen in {}", list.join(" and ")));
+            }
+            Origin::Nowhere { evicted: false } => parts.push(format!("{shown} seen nowhere")),
+            Origin::Nowhere { evicted: true } => {
+                parts.push(format!(
+                    "{shown} seen nowhere in what the session still holds"
+                ));
+            }
+            Origin::Untracked => {}
+        }
+        None
+    });
     if parts.len() > MAX_SOURCES_SHOWN {
         let more = parts.len() - MAX_SOURCES_SHOWN;
         parts.truncate(MAX_SOURCES_SHOWN);
@@ -366,43 +378,6 @@ fn sources_seen(record: &dyn Record, args: &Map<String, Value>) -> String {
 
 /// The most values a refusal lists the sources of.
 pub const MAX_SOURCES_SHOWN: usize = 16;
-
-/// [`sources_seen`] for one value at `at`, shown as `shown`.
-fn leaf_sources(
-    record: &dyn Record,
-    at: &Position<'_>,
-    shown: &str,
-    value: &Value,
-    out: &mut Vec<String>,
-) {
-    match value {
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                let inner = Position::Element(at, i);
-                leaf_sources(record, &inner, &format!("{shown}[{i}]"), item, out);
-            }
-        }
-        Value::Object(members) => {
-            for (k, item) in members {
-                let inner = Position::Member(at, k);
-                leaf_sources(record, &inner, &format!("{shown}.{k}"), item, out);
-            }
-        }
-        leaf => match record.origin_at(at, leaf) {
-            Origin::Seen(sources) => {
-                let list: Vec<String> = sources.iter().map(ToString::to_string).collect();
-                out.push(format!("{shown} seen in {}", list.join(" and ")));
-            }
-            Origin::Nowhere { evicted: false } => out.push(format!("{shown} seen nowhere")),
-            Origin::Nowhere { evicted: true } => {
-                out.push(format!(
-                    "{shown} seen nowhere in what the session still holds"
-                ));
-            }
-            Origin::Untracked => {}
-        },
-    }
-}
 
 /// The JSON-RPC error answering `id` with a refusal the model can read.
 pub fn refusal_error(id: &Value, refusal: &Refusal) -> Value {

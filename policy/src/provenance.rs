@@ -319,6 +319,46 @@ impl fmt::Display for StatedSources {
     }
 }
 
+/// The first `Some` that `visit` returns for a string or number inside a
+/// call's arguments, in order, given its position and its name as a
+/// refusal shows it (`recipient`, `to[1]`, `cc.mail`): the one walk over
+/// argument values that refusals, the runtime trifecta and the tests share.
+pub fn find_leaf<T>(
+    args: &serde_json::Map<String, Value>,
+    visit: &mut dyn FnMut(&Position<'_>, &str, &Value) -> Option<T>,
+) -> Option<T> {
+    fn walk<T>(
+        at: &Position<'_>,
+        shown: &str,
+        value: &Value,
+        visit: &mut dyn FnMut(&Position<'_>, &str, &Value) -> Option<T>,
+    ) -> Option<T> {
+        match value {
+            Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+                walk(
+                    &Position::Element(at, i),
+                    &format!("{shown}[{i}]"),
+                    item,
+                    visit,
+                )
+            }),
+            Value::Object(members) => members.iter().find_map(|(k, item)| {
+                walk(
+                    &Position::Member(at, k),
+                    &format!("{shown}.{k}"),
+                    item,
+                    visit,
+                )
+            }),
+            leaf if tracked(leaf) => visit(at, shown, leaf),
+            _ => None,
+        }
+    }
+    args.iter().find_map(|(name, value)| {
+        walk(&Position::Member(&Position::Root, name), name, value, visit)
+    })
+}
+
 /// True for a value that can carry provenance: a non-empty string or a
 /// number.
 pub fn tracked(value: &Value) -> bool {
@@ -388,11 +428,6 @@ impl<'a> Provenance<'a> {
     /// The same record, read for a deny entry or a region: a doubt holds.
     pub fn for_deny(self) -> Provenance<'a> {
         Provenance { deny: true, ..self }
-    }
-
-    /// True when there is a record.
-    pub fn is_recorded(&self) -> bool {
-        self.record.is_some()
     }
 
     /// True when `value` at `at` satisfies `from: patterns` (§8.3): a

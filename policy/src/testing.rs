@@ -348,27 +348,12 @@ pub fn stated_sources(
     sources: &[&str],
     mixed: bool,
 ) -> crate::provenance::StatedSources {
-    use crate::provenance::{Source, StatedSources, tracked};
-    fn leaves(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
-        match v {
-            serde_json::Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    leaves(item, format!("{at}/{i}"), out);
-                }
-            }
-            serde_json::Value::Object(members) => {
-                for (k, item) in members {
-                    leaves(item, format!("{at}/{k}"), out);
-                }
-            }
-            leaf if tracked(leaf) => out.push(at),
-            _ => {}
-        }
-    }
+    use crate::provenance::{Source, StatedSources, find_leaf};
     let mut pointers = Vec::new();
-    for (k, v) in args {
-        leaves(v, format!("/{k}"), &mut pointers);
-    }
+    find_leaf::<()>(args, &mut |at, _, _| {
+        pointers.push(at.pointer());
+        None
+    });
     let parse = |list: &[&str]| {
         list.iter()
             .filter_map(|s| Source::parse(s).ok())

@@ -467,16 +467,20 @@ struct McpChoices<'q> {
     /// By argument name (ascending): its interned constraints and classes,
     /// whose atom 0 is "present" and atom 1 + j "satisfies constraint j".
     arguments: Vec<NamedArgument<'q>>,
-    /// By argument, then class: where the class's strings and numbers were
-    /// seen, relative to the argument's value (§8.3).
-    sources: Vec<Vec<StatedSources>>,
     /// True when some constraint says `from`: a call then states its
     /// sources, so that `from` is read from them in the replay.
     speaks_of_sources: bool,
 }
 
 /// A named argument: its name, its interned constraints and its classes.
-type NamedArgument<'q> = (&'q str, Vec<&'q CompiledConstraint>, Choices<Option<Value>>);
+struct NamedArgument<'q> {
+    name: &'q str,
+    constraints: Vec<&'q CompiledConstraint>,
+    classes: Choices<Option<Value>>,
+    /// Per class, where its strings and numbers were seen, relative to the
+    /// argument's value (§8.3).
+    sources: Vec<StatedSources>,
+}
 
 const KINDS: [McpKind; 3] = [McpKind::Tool, McpKind::Resource, McpKind::Prompt];
 
@@ -556,11 +560,9 @@ impl<'q> McpChoices<'q> {
             deadline: budget.deadline,
         };
         let mut arguments = Vec::new();
-        let mut sources = Vec::new();
         for (&argument, constraints) in &parts.arguments {
             let classes =
                 argument_classes(constraints, &limits).map_err(|e| argument_reason(argument, e))?;
-            sources.push(classes.sources);
             let choices = Choices {
                 members: classes
                     .satisfied
@@ -578,7 +580,12 @@ impl<'q> McpChoices<'q> {
                 values: classes.values,
                 atoms: 1 + constraints.len(),
             };
-            arguments.push((argument, constraints.clone(), choices));
+            arguments.push(NamedArgument {
+                name: argument,
+                constraints: constraints.clone(),
+                classes: choices,
+                sources: classes.sources,
+            });
         }
         let speaks_of_sources = parts
             .arguments
@@ -602,7 +609,6 @@ impl<'q> McpChoices<'q> {
                 }
             },
             arguments,
-            sources,
             speaks_of_sources,
         })
     }
@@ -618,7 +624,7 @@ impl<'q> McpChoices<'q> {
         out.extend(
             self.arguments
                 .iter()
-                .map(|(_, _, c)| (c.members.clone(), c.atoms)),
+                .map(|a| (a.classes.members.clone(), a.classes.atoms)),
         );
         out
     }
@@ -645,29 +651,25 @@ impl<'q> McpChoices<'q> {
             else {
                 return;
             };
-            let owner = self
-                .arguments
-                .iter()
-                .enumerate()
-                .find_map(|(i, (a, _, _))| {
-                    let at = Position::Member(&Position::Root, a).pointer();
-                    let rest = pointer.strip_prefix(&at)?;
-                    (rest.is_empty() || rest.starts_with('/')).then(|| (i, rest.to_string()))
-                });
+            let owner = self.arguments.iter().enumerate().find_map(|(i, a)| {
+                let at = Position::Member(&Position::Root, a.name).pointer();
+                let rest = pointer.strip_prefix(&at)?;
+                (rest.is_empty() || rest.starts_with('/')).then(|| (i, rest.to_string()))
+            });
             let Some((i, relative)) = owner else {
                 return;
             };
-            let (argument, constraints, _) = &self.arguments[i];
-            let Some(value) = args.get(*argument) else {
+            let argument = &self.arguments[i];
+            let Some(value) = args.get(argument.name) else {
                 return;
             };
-            let sources = &self.sources[i][chosen[i]];
+            let sources = &argument.sources[chosen[i]];
             let Some(variant) = (1..=20).find_map(|k| {
-                crate::arguments::leaf_variant(constraints, value, sources, &relative, k)
+                crate::arguments::leaf_variant(&argument.constraints, value, sources, &relative, k)
             }) else {
                 return;
             };
-            args.insert(argument.to_string(), variant);
+            args.insert(argument.name.to_string(), variant);
         }
     }
 
@@ -679,7 +681,7 @@ impl<'q> McpChoices<'q> {
             .chain((0..).map(|i| format!("extra{i}")))
             .find(|n| {
                 self.arguments
-                    .binary_search_by(|(a, _, _)| (*a).cmp(n.as_str()))
+                    .binary_search_by(|a| a.name.cmp(n.as_str()))
                     .is_err()
             })
             .unwrap_or_default()
@@ -968,10 +970,10 @@ impl ComponentFormulas<'_, '_> {
                 None => Formula::Const(false),
             },
         ];
-        for (i, (argument, constraints, _)) in m.arguments.iter().enumerate() {
+        for (i, argument) in m.arguments.iter().enumerate() {
             let arg = Dim::Arg(i as u32);
-            match e.arguments.get(*argument) {
-                Some(c) => terms.push(match constraints.iter().position(|x| *x == c) {
+            match e.arguments.get(argument.name) {
+                Some(c) => terms.push(match argument.constraints.iter().position(|x| *x == c) {
                     Some(j) => Formula::Atom(arg, 1 + j as u32),
                     None => Formula::Const(false),
                 }),
@@ -1201,8 +1203,8 @@ impl<'u> ComponentVars<'u> {
                     DimVars::new("uri", &m.uri, solver, &always),
                     DimVars::new("extra", &m.extra, solver, &always),
                 ];
-                vars.extend(m.arguments.iter().map(|(argument, _, classes)| {
-                    DimVars::new(&format!("arg:{argument}"), classes, solver, &always)
+                vars.extend(m.arguments.iter().map(|a| {
+                    DimVars::new(&format!("arg:{}", a.name), &a.classes, solver, &always)
                 }));
                 vars
             }),
@@ -1257,13 +1259,13 @@ impl<'u> ComponentVars<'u> {
             m.uri.values[pick(Dim::Uri)].clone()
         } else {
             let name = m.name.values[pick(Dim::Name)].clone();
-            for (i, (argument, _, classes)) in m.arguments.iter().enumerate() {
+            for (i, argument) in m.arguments.iter().enumerate() {
                 let class = pick(Dim::Arg(i as u32));
                 chosen.push(class);
-                if let Some(value) = &classes.values[class] {
-                    args.insert(argument.to_string(), value.clone());
-                    let at = Position::Member(&Position::Root, argument).pointer();
-                    for (pointer, set) in &m.sources[i][class].0 {
+                if let Some(value) = &argument.classes.values[class] {
+                    args.insert(argument.name.to_string(), value.clone());
+                    let at = Position::Member(&Position::Root, argument.name).pointer();
+                    for (pointer, set) in &argument.sources[class].0 {
                         stated.0.insert(format!("{at}{pointer}"), set.clone());
                     }
                 }

@@ -160,6 +160,19 @@ pub fn judge_request(
     method: &str,
     target_path: &str,
 ) -> Result<String, Refusal> {
+    judge_request_action(snapshot, binary, host, port, method, target_path).map(|(rule, _)| rule)
+}
+
+/// [`judge_request`], also returning the action the request was judged as
+/// (for the questions asked of an allowed request: [`model_request`]).
+pub fn judge_request_action(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+    method: &str,
+    target_path: &str,
+) -> Result<(String, NetworkAction), Refusal> {
     let policy = policy_of(snapshot)?;
     let path = request_path(target_path).map_err(|e| {
         Refusal::new(
@@ -184,7 +197,7 @@ pub fn judge_request(
     let decision =
         decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
     if decision.allow {
-        return Ok(decision.rule.unwrap_or_default());
+        return Ok((decision.rule.unwrap_or_default(), action));
     }
     let code = if decision.rule.is_some() {
         RefusalCode::DeniedByRule
@@ -204,33 +217,23 @@ pub fn judge_request(
     })
 }
 
-/// The model API format of a request the policy allowed, when the request
-/// carries the agent's conversation with its model (docs/policy-semantics.md
-/// §8.3): a POST to a path that names a format
+/// The model API format of a request the policy allowed (`action`, as
+/// [`judge_request_action`] judged it), when the request carries the
+/// agent's conversation with its model (docs/policy-semantics.md §8.3): a
+/// POST to a path that names a format
 /// ([`crate::provider::ProviderApi::from_path`]) which a `modelProvider`
 /// endpoint allows for this binary. Its body is then recorded.
 pub fn model_request(
     snapshot: &Snapshot,
     binary: &Binary,
-    host: &str,
-    port: u16,
-    method: &str,
-    target_path: &str,
+    action: &NetworkAction,
 ) -> Option<crate::provider::ProviderApi> {
     let policy = policy_of(snapshot).ok()?;
-    if method != "POST" || !policy.records_sessions {
+    if action.method != "POST" || !policy.records_sessions {
         return None;
     }
-    let api = crate::provider::ProviderApi::from_path(target_path)?;
-    let action = NetworkAction {
-        binary: binary.shown().to_string(),
-        host: host.to_string(),
-        port,
-        layer: Layer::Rest,
-        method: method.to_string(),
-        path: request_path(target_path).ok()?,
-    };
-    is_model_provider(&policy.compiled, &policy.index, binary.caller(), &action).then_some(api)
+    let api = crate::provider::ProviderApi::from_path(&action.path)?;
+    is_model_provider(&policy.compiled, &policy.index, binary.caller(), action).then_some(api)
 }
 
 #[cfg(test)]
@@ -290,7 +293,8 @@ network:
         );
         let python = Binary(Some("/usr/bin/python3".into()));
         let ask = |b: &Binary, host: &str, method: &str, path: &str| {
-            model_request(&s, b, host, 443, method, path)
+            let (_, action) = judge_request_action(&s, b, host, 443, method, path).ok()?;
+            model_request(&s, b, &action)
         };
         assert_eq!(
             ask(&python, "api.openai.com", "POST", "/v1/chat/completions"),

@@ -27,7 +27,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::decide::{
     Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
-    judge_request, model_request, policy_of,
+    judge_request, judge_request_action, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
@@ -1234,7 +1234,7 @@ impl Inspected {
             };
             return self.mcp_request(req, &snapshot, key, &path).await;
         }
-        let rule = match judge_request(
+        let (rule, action) = match judge_request_action(
             &snapshot,
             &self.binary,
             &host,
@@ -1242,7 +1242,7 @@ impl Inspected {
             req.method().as_str(),
             req.uri().path(),
         ) {
-            Ok(rule) => rule,
+            Ok(judged) => judged,
             Err(refusal) => return refuse(refusal, &host, port),
         };
         // Servers that honour a method override run the overriding method:
@@ -1270,14 +1270,7 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        let api = model_request(
-            &snapshot,
-            &self.binary,
-            &host,
-            port,
-            req.method().as_str(),
-            req.uri().path(),
-        );
+        let api = model_request(&snapshot, &self.binary, &action);
         let req = match api {
             None => req.map(BodyExt::boxed),
             Some(api) => match self.record_model_request(req, api).await {

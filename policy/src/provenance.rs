@@ -682,12 +682,21 @@ fn occurs(finder: &memchr::memmem::Finder<'_>, text: &str) -> bool {
         return finder.find(text.as_bytes()).is_some();
     }
     let bytes = text.as_bytes();
-    finder.find_iter(bytes).any(|at| {
+    // Every occurrence, overlapping ones too: `---` in `1----` is bounded
+    // only where it starts at the second dash (find_iter would skip it).
+    let mut start = 0;
+    while let Some(found) = bytes.get(start..).and_then(|rest| finder.find(rest)) {
+        let at = start + found;
         let before = at.checked_sub(1).map(|i| bytes[i]);
         let after = bytes.get(at + value.len()).copied();
-        !before.is_some_and(|b| b.is_ascii_alphanumeric())
+        if !before.is_some_and(|b| b.is_ascii_alphanumeric())
             && !after.is_some_and(|b| b.is_ascii_alphanumeric())
-    })
+        {
+            return true;
+        }
+        start = at + 1;
+    }
+    false
 }
 
 /// The values of the number tokens of `text`, without repeats.

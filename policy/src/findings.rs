@@ -105,6 +105,11 @@ pub struct CompiledFindings {
 }
 
 impl CompiledFindings {
+    /// The runtime flows of the findings (docs/trifecta.md, "At run time").
+    pub fn runtime_flows(&self) -> impl Iterator<Item = &RuntimeFlow> {
+        self.flows.iter().map(|(_, flow)| flow)
+    }
+
     /// Compiles every region; a region that does not compile is an error
     /// naming its finding and node, so a bad file is noticed, not ignored.
     pub fn compile(findings: &[FindingRegions]) -> Result<CompiledFindings, Reason> {

@@ -90,8 +90,8 @@ pub enum Judged {
     Forward {
         /// The list requests of the body.
         lists: Vec<ListRequest>,
-        /// The calls it carries, as shown in logs (`tools/call NAME`).
-        calls: Vec<String>,
+        /// The calls it carries (shown in logs as `tools/call NAME`).
+        calls: Vec<ForwardedCall>,
         /// Calls that completed a trifecta finding's flow in audit mode:
         /// forwarded, to be logged and counted.
         audits: Vec<Refusal>,
@@ -209,11 +209,33 @@ fn classify(message: &Value, shown: &str, server: McpServer<'_>) -> Result<Messa
     call(method, kind, params, shown, server).map(|t| Message::Call(Box::new(t)))
 }
 
-/// What a message's verdict carries when it is allowed: the list it asks
-/// for (to filter its answer) and the call it makes (for logs).
-/// The third part is the runtime-trifecta flow an audited call completed
-/// (forwarded, but to be logged and counted).
-pub type Allowed = (Option<Listing>, Option<String>, Option<Refusal>);
+/// What a message's verdict carries when it is allowed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Allowed {
+    /// The list it asks for, to filter its answer.
+    pub list: Option<Listing>,
+    /// The call it makes: for logs, and for the enforcement point to
+    /// record its result and the flows into its arguments.
+    pub call: Option<Box<McpAction>>,
+    /// The runtime-trifecta flow an audited call completed (forwarded, but
+    /// to be logged and counted).
+    pub audit: Option<Refusal>,
+}
+
+/// A call a forwarded body carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardedCall {
+    /// Its JSON-RPC id (`None` for a notification, which has no result).
+    pub id: Option<Value>,
+    /// The call, as judged.
+    pub action: Box<McpAction>,
+}
+
+impl std::fmt::Display for ForwardedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.action.kind.method(), self.action.name)
+    }
+}
 
 /// Everything one judgment of an MCP server's messages reads.
 #[derive(Clone, Copy)]
@@ -249,14 +271,16 @@ impl Judge<'_> {
                     None => decide_mcp_indexed(self.policy, self.index, self.caller, &action),
                 };
                 if decision.allow {
-                    let shown = format!("{} {}", action.kind.method(), action.name);
-                    return match self.runtime_trifecta(&action) {
-                        None => Ok((None, Some(shown), None)),
-                        Some((refusal, RuntimeMode::Audit)) => {
-                            Ok((None, Some(shown), Some(refusal)))
-                        }
-                        Some((refusal, RuntimeMode::Enforce)) => Err(refusal),
+                    let audit = match self.runtime_trifecta(&action) {
+                        None => None,
+                        Some((refusal, RuntimeMode::Audit)) => Some(refusal),
+                        Some((refusal, RuntimeMode::Enforce)) => return Err(refusal),
                     };
+                    return Ok(Allowed {
+                        list: None,
+                        call: Some(action),
+                        audit,
+                    });
                 }
                 let seen = self.record.map(|r| sources_seen(r, &action.args));
                 Err(Refusal {
@@ -275,7 +299,10 @@ impl Judge<'_> {
                         .map(Box::new),
                 })
             }
-            Message::Session(list) => self.session().map(|()| (list, None, None)),
+            Message::Session(list) => self.session().map(|()| Allowed {
+                list,
+                ..Allowed::default()
+            }),
         }
     }
 
@@ -428,15 +455,20 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
         let mut calls = Vec::new();
         let mut audits = Vec::new();
         for (message, verdict) in messages.iter().zip(verdicts) {
-            if let Ok((list, call, audit)) = verdict {
-                audits.extend(audit);
-                if let (Some(kind), Some(id)) = (list, message.get("id")) {
+            if let Ok(allowed) = verdict {
+                audits.extend(allowed.audit);
+                if let (Some(kind), Some(id)) = (allowed.list, message.get("id")) {
                     lists.push(ListRequest {
                         id: id.clone(),
                         kind,
                     });
                 }
-                calls.extend(call);
+                if let Some(action) = allowed.call {
+                    calls.push(ForwardedCall {
+                        id: message.get("id").cloned(),
+                        action,
+                    });
+                }
             }
         }
         return Judged::Forward {

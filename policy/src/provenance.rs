@@ -553,6 +553,13 @@ impl Lineage {
         });
     }
 
+    /// Content reached the agent that the record could not read: from now
+    /// on it counts as evicted, so no value is `model` by absence and every
+    /// deny entry's `from` holds, as after an eviction.
+    pub fn mark_lost(&mut self) {
+        self.evicted = true;
+    }
+
     /// Bytes of content kept.
     pub fn kept_bytes(&self) -> usize {
         self.kept_bytes

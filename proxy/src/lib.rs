@@ -12,6 +12,7 @@ pub mod netinit;
 pub mod provider;
 pub mod resolve;
 pub mod server;
+pub mod session;
 pub mod source;
 pub mod telemetry;
 #[cfg(feature = "testkit")]

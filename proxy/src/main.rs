@@ -10,6 +10,7 @@ use agentgate_proxy::netinit::{NetRules, resolvers_from};
 use agentgate_proxy::provider::ConversationRecord;
 use agentgate_proxy::resolve::Resolver;
 use agentgate_proxy::server::{Limits, ListenerKind, Proxy, Upstreams};
+use agentgate_proxy::session::SessionGraph;
 use agentgate_proxy::source::{PolicySource, PolicyWatcher};
 use agentgate_proxy::telemetry::{self, Metrics};
 use agentgate_proxy::tls::{Interceptor, upstream_config};
@@ -228,6 +229,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let (watcher, receiver) =
                 PolicyWatcher::start(PolicySource::new(&policy), metrics.clone());
             tokio::spawn(watcher.run());
+            let session = Arc::new(std::sync::Mutex::new(SessionGraph::default()));
             let proxy = Arc::new(Proxy {
                 policy: receiver.clone(),
                 interceptor,
@@ -245,6 +247,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 upstreams: Upstreams::default(),
                 sse_sessions: agentgate_proxy::mcp::SseSessions::default(),
                 conversation: std::sync::Mutex::new(ConversationRecord::new(args.lineage_bytes)),
+                session: session.clone(),
             });
             let explicit = TcpListener::bind(listen)
                 .await
@@ -259,6 +262,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     listener,
                     receiver.clone(),
                     metrics.clone(),
+                    session.clone(),
                 ));
             }
             if let Some(addr) = args.transparent_listen {

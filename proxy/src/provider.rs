@@ -406,6 +406,19 @@ impl ConversationRecord {
         fresh
     }
 
+    /// Records a piece of content an answer showed the agent (a tool's
+    /// result as the MCP server sent it, a host's response body), in the
+    /// current conversation.
+    pub fn observe_answer(&mut self, source: Source, content: &str) {
+        self.lineage.observe(source, content);
+    }
+
+    /// Content reached the agent that could not be read to record: the
+    /// record counts as evicted from now on (doubt never allows).
+    pub fn lose(&mut self) {
+        self.lineage.mark_lost();
+    }
+
     /// The current conversation's lineage.
     pub fn lineage(&self) -> &Lineage {
         &self.lineage

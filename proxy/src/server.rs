@@ -33,11 +33,13 @@ use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
+use crate::session::{RefusalSeen, SessionGraph};
 use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
+use agentgate_policy::action::McpKind;
 use agentgate_policy::action::request_path;
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
-use agentgate_policy::provenance::Record;
+use agentgate_policy::provenance::{Record, Source};
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -102,6 +104,9 @@ pub struct Proxy {
     /// model provider, read by every tool call's `from`
     /// (docs/policy-semantics.md §8.3). Bounded in bytes.
     pub conversation: Mutex<crate::provider::ConversationRecord>,
+    /// What the session did: flows, tools called, last refusals
+    /// (`/lineage` on the metrics port).
+    pub session: Arc<Mutex<SessionGraph>>,
 }
 
 /// The longest request to a model provider whose conversation is recorded;
@@ -165,6 +170,9 @@ struct McpEvents {
     /// endpoint (`None` for the answer to a POST, which announces none).
     origin: Option<StreamOrigin>,
     link: Option<SessionLink>,
+    /// The proxy whose session records the answers' content, when the
+    /// policy keeps a record (docs/policy-semantics.md §8.3).
+    recorder: Option<Arc<Proxy>>,
 }
 
 /// Whether a `*/list` result shows an entry (see [`mcp_query`]).
@@ -303,9 +311,11 @@ impl hyper::body::Body for McpEvents {
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        // Lists POSTed before these bytes were sent are known by now.
+                        // Lists and calls POSTed before these bytes were
+                        // sent are known by now.
                         if let Some(link) = &this.link {
                             this.filter.expect(link.session.take_lists());
+                            this.filter.expect_results(link.session.take_results());
                         }
                         let out = match this.filter.push(&data, &*this.visible) {
                             Ok(out) => out,
@@ -315,8 +325,17 @@ impl hyper::body::Body for McpEvents {
                                 return Poll::Ready(None);
                             }
                         };
+                        // Recorded before the bytes that carry them pass.
+                        let observed = this.filter.take_observed();
+                        if let Some(proxy) = &this.recorder
+                            && !observed.is_empty()
+                        {
+                            proxy.record_answers(observed);
+                        }
                         if let Some(link) = &this.link {
                             link.session.set_awaited(this.filter.awaited());
+                            link.session
+                                .set_awaited_results(this.filter.awaited_results());
                         }
                         if this.link.is_none()
                             && let Some(endpoint) = this.filter.take_endpoint()
@@ -643,6 +662,7 @@ impl Proxy {
         refusal: &Refusal,
     ) {
         self.metrics.decision(false, stage, refusal.code.as_str());
+        self.keep_refusal(stage, binary, host, port, refusal);
         tracing::warn!(
             decision = "deny",
             stage,
@@ -655,6 +675,49 @@ impl Proxy {
             reason = %refusal.reason,
             "refused"
         );
+    }
+
+    /// Keeps a refusal (or an audited flow) in the session's last ones.
+    fn keep_refusal(
+        &self,
+        stage: &'static str,
+        binary: &Binary,
+        host: &str,
+        port: u16,
+        refusal: &Refusal,
+    ) {
+        let at = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        mcp::lock(&self.session).refused(RefusalSeen {
+            at,
+            stage,
+            binary: binary.shown().to_string(),
+            host: host.to_string(),
+            port,
+            refusal: refusal.clone(),
+        });
+    }
+
+    /// Records what answers showed the agent (tool results, resources,
+    /// prompts) in the conversation's record, before they are passed on.
+    fn record_answers(&self, observed: Vec<mcp::Observed>) {
+        let mut conversation = mcp::lock(&self.conversation);
+        let mut session = mcp::lock(&self.session);
+        for answer in observed {
+            match answer {
+                Some((source, pieces)) => {
+                    for piece in &pieces {
+                        conversation.observe_answer(source.clone(), piece);
+                    }
+                    session.content_read(&source);
+                }
+                None => conversation.lose(),
+            }
+        }
+        let lineage = conversation.lineage();
+        session.record_state(lineage.kept_bytes(), lineage.evicted());
+        self.metrics.lineage(lineage.kept_bytes());
     }
 
     /// Accepts connections on `listener` forever. An accept error (out of
@@ -1316,7 +1379,13 @@ impl Inspected {
         let (fresh, kept) = {
             let mut conversation = mcp::lock(&self.proxy.conversation);
             let fresh = conversation.observe_request(&pieces);
-            (fresh, conversation.lineage().kept_bytes())
+            let lineage = conversation.lineage();
+            let mut session = mcp::lock(&self.proxy.session);
+            for (source, _) in &pieces {
+                session.content_read(source);
+            }
+            session.record_state(lineage.kept_bytes(), lineage.evicted());
+            (fresh, lineage.kept_bytes())
         };
         self.proxy.metrics.model_request(kept);
         tracing::debug!(
@@ -1373,6 +1442,7 @@ impl Inspected {
             };
             let visible = visible_at(proxy.clone(), self.binary.clone(), &key, path.to_string());
             let (parts, body) = response.into_parts();
+            let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
             let events = McpEvents {
                 inner: body,
                 filter: mcp::SseFilter::new(Vec::new()),
@@ -1380,6 +1450,7 @@ impl Inspected {
                 done: false,
                 origin: Some(origin),
                 link: None,
+                recorder: records.then(|| proxy.clone()),
             };
             return Response::from_parts(parts, events.boxed());
         }
@@ -1431,7 +1502,7 @@ impl Inspected {
             let record = conversation.as_deref().map(|c| c.lineage() as &dyn Record);
             mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
         };
-        let lists = match judged {
+        let (lists, results) = match judged {
             Judged::Answer {
                 status,
                 body,
@@ -1475,6 +1546,7 @@ impl Inspected {
                 audits,
             } => {
                 for audit in &audits {
+                    proxy.keep_refusal("mcp", &self.binary, &key.host, key.port, audit);
                     // Forwarded: the sandbox audits its runtime trifecta.
                     proxy
                         .metrics
@@ -1491,42 +1563,71 @@ impl Inspected {
                         "runtime trifecta observed (audit: forwarded)"
                     );
                 }
-                if !lists.is_empty()
-                    && let Some(stream) = stream()
-                    && !stream.expect_lists(&lists)
+                // The answers' content is recorded where the policy keeps
+                // a record: a call's result as its tool's, a resource or
+                // prompt as the server host's.
+                let results: Vec<mcp::ResultRequest> = if records {
+                    calls
+                        .iter()
+                        .filter_map(|call| {
+                            let id = call.id.clone()?;
+                            let source = match call.action.kind {
+                                McpKind::Tool => Source::Tool(call.action.name.clone()),
+                                McpKind::Resource | McpKind::Prompt => {
+                                    Source::Host(key.host.clone())
+                                }
+                            };
+                            Some(mcp::ResultRequest { id, source })
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let linked = stream();
+                if let Some(stream) = &linked
+                    && (!stream.expect_lists(&lists) || !stream.expect_results(&results))
                 {
                     let refusal = Refusal::new(
                         RefusalCode::MalformedMcp,
                         format!(
-                            "more than {} list requests of this MCP session await answers; their results could not be filtered",
+                            "more than {} requests of this MCP session await answers; their results could not be filtered and recorded",
                             mcp::MAX_PENDING_LISTS
                         ),
                     );
                     refuse(&refusal);
                     return refusal_response(&refusal);
                 }
+                if records {
+                    let conversation = mcp::lock(&proxy.conversation);
+                    let mut session = mcp::lock(&proxy.session);
+                    for call in &calls {
+                        session.called(&call.action, conversation.lineage());
+                    }
+                }
                 proxy.metrics.decision(true, "mcp", "allowed");
-                tracing::debug!(decision = "allow", host = %key.host, port = key.port, path, ?calls, "mcp messages allowed");
-                lists
+                tracing::debug!(decision = "allow", host = %key.host, port = key.port, path, calls = ?calls.iter().map(ToString::to_string).collect::<Vec<_>>(), "mcp messages allowed");
+                (lists, results)
             }
         };
         strip_hop_by_hop(&mut parts.headers);
         let response = self
             .forward(key.clone(), Request::from_parts(parts, full(bytes)))
             .await;
-        if lists.is_empty() {
+        if lists.is_empty() && results.is_empty() {
             return response;
         }
-        self.filter_lists(response, lists, key, path.to_string())
+        self.answer(response, lists, results, key, path.to_string())
             .await
     }
 
     /// Filters the `*/list` results in an MCP server's answer, as JSON or
-    /// as an event stream, by the policy in force when they arrive.
-    async fn filter_lists(
+    /// as an event stream, by the policy in force when they arrive, and
+    /// records the content of the answers to `results` before they pass.
+    async fn answer(
         &self,
         response: Response<Body>,
         lists: Vec<mcp::ListRequest>,
+        mut results: Vec<mcp::ResultRequest>,
         key: UpstreamKey,
         path: String,
     ) -> Response<Body> {
@@ -1535,13 +1636,17 @@ impl Inspected {
         let (mut parts, body) = response.into_parts();
         parts.headers.remove(header::CONTENT_LENGTH);
         if event_stream {
+            let recorder = (!results.is_empty()).then(|| self.proxy.clone());
+            let mut filter = mcp::SseFilter::new(lists);
+            filter.expect_results(results);
             let filtered = McpEvents {
                 inner: body,
-                filter: mcp::SseFilter::new(lists),
+                filter,
                 visible,
                 done: false,
                 origin: None,
                 link: None,
+                recorder,
             };
             return Response::from_parts(parts, filtered.boxed());
         }
@@ -1555,16 +1660,26 @@ impl Inspected {
                 );
             }
         };
+        let mut observed = Vec::new();
         let filtered = match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(mut message) => {
+                mcp::observe_answers(&message, &mut results, &mut observed);
                 if mcp::filter_lists(&mut message, &lists, &*visible) > 0 {
                     Bytes::from(message.to_string())
                 } else {
                     bytes
                 }
             }
-            Err(_) => bytes,
+            Err(_) => {
+                if !results.is_empty() && !bytes.is_empty() {
+                    observed.push(None);
+                }
+                bytes
+            }
         };
+        if !observed.is_empty() {
+            self.proxy.record_answers(observed);
+        }
         Response::from_parts(parts, full(filtered))
     }
 

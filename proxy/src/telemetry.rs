@@ -1,10 +1,12 @@
 //! Prometheus metrics (prometheus-client) and the health endpoints, served on
 //! `--metrics-listen`, a plain port apart from the proxy's: `/healthz` (the
 //! process runs), `/readyz` (a valid policy is loaded; the Pod's startup
-//! probe, so agent containers start only then) and `/metrics`.
+//! probe, so agent containers start only then), `/metrics`, and
+//! `/lineage` (the session's observed graph and last refusals, see
+//! [`crate::session`]).
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -22,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::decide::Snapshot;
+use crate::session::SessionGraph;
 
 /// A decision on a connection or request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,6 +144,12 @@ impl Metrics {
             .set(i64::try_from(kept_bytes).unwrap_or(i64::MAX));
     }
 
+    /// The record's size after content was recorded from an answer.
+    pub fn lineage(&self, kept_bytes: usize) {
+        self.lineage_bytes
+            .set(i64::try_from(kept_bytes).unwrap_or(i64::MAX));
+    }
+
     /// Counts a decision.
     pub fn decision(&self, allow: bool, stage: &'static str, reason: &'static str) {
         let decision = if allow { "allow" } else { "deny" };
@@ -213,13 +222,26 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// Answers one health or metrics request.
+/// Answers one health, metrics or lineage request.
 pub fn health_response(
     path: &str,
     snapshot: &Snapshot,
     metrics: &Metrics,
+    session: &Mutex<SessionGraph>,
 ) -> Response<Full<Bytes>> {
     match path {
+        "/lineage" => {
+            let report = session
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .report(&snapshot.findings);
+            let mut r = text(StatusCode::OK, report.to_string());
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => match &snapshot.policy {
             Ok(_) => text(
@@ -243,16 +265,18 @@ pub fn health_response(
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "try /healthz, /readyz or /metrics\n".into(),
+            "try /healthz, /readyz, /metrics or /lineage\n".into(),
         ),
     }
 }
 
-/// Serves health and metrics until the process ends.
+/// Serves health, metrics and the session's lineage until the process
+/// ends.
 pub async fn serve(
     listener: TcpListener,
     policy: watch::Receiver<Arc<Snapshot>>,
     metrics: Arc<Metrics>,
+    session: Arc<Mutex<SessionGraph>>,
 ) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -260,11 +284,11 @@ pub async fn serve(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
-        let (policy, metrics) = (policy.clone(), metrics.clone());
+        let (policy, metrics, session) = (policy.clone(), metrics.clone(), session.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let snapshot = policy.borrow().clone();
-                let response = health_response(req.uri().path(), &snapshot, &metrics);
+                let response = health_response(req.uri().path(), &snapshot, &metrics, &session);
                 async move { Ok::<_, Infallible>(response) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

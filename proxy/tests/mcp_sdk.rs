@@ -290,6 +290,11 @@ const PROVENANCE_POLICY: &str = r#"network:
               recipient: {glob: "GB*", from: [user]}
               amount: {minimum: 0, maximum: 100, from: [user]}
             additionalArguments: false
+          - name: read_inbox
+        denyTools:
+          - name: send_money
+            arguments:
+              recipient: {from: ["tool:read_inbox"]}
 "#;
 
 #[test]
@@ -342,6 +347,7 @@ echo "--- client stderr ---" >&2; cat $d/client.err >&2
 echo "--- server log ---" >&2; cat $d/server.log >&2
 echo "--- calls ---"; sed 's/^/CALL /' $d/calls.log
 echo "METRICS $(curl -s http://127.0.0.1:15020/metrics | grep -E '^agentgate_proxy_(model_requests|lineage_bytes)' | tr '\n' ' ')"
+echo "LINEAGE $(curl -s http://127.0.0.1:15020/lineage)"
 kill $(jobs -p) 2>/dev/null
 wait 2>/dev/null
 "#,
@@ -416,14 +422,74 @@ wait 2>/dev/null
         .filter_map(|l| l.strip_prefix("CALL "))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // The inbox's IBAN, passed to the model as the user's words: the
+    // proxy recorded read_inbox's result as the server sent it, so the
+    // deny entry holds whatever the conversation calls it.
+    assert_eq!(step("model-4")["status"], 200, "{context}");
+    let relabelled = step("relabelled");
+    assert_eq!(relabelled["ok"], false, "{context}");
+    assert_eq!(relabelled["data"]["code"], "denied_by_rule", "{context}");
+    assert!(
+        relabelled["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("recipient seen in user and tool:read_inbox"),
+        "{context}"
+    );
+    let sent: Vec<&Value> = calls.iter().filter(|c| c["tool"] == "send_money").collect();
     assert_eq!(
-        calls.len(),
+        sent.len(),
         1,
         "only the typed IBAN reached the bank: {context}"
     );
-    assert_eq!(calls[0]["arguments"]["recipient"], "GB33BUKB20201555555555");
+    assert_eq!(sent[0]["arguments"]["recipient"], "GB33BUKB20201555555555");
     assert!(
-        stdout.contains("agentgate_proxy_model_requests_total 3"),
+        stdout.contains("agentgate_proxy_model_requests_total 4"),
         "every model request was recorded: {context}"
+    );
+    // The session as `kubectl agentgate lineage` reads it: the typed IBAN
+    // flowed from the user into send_money, the refusals are kept with the
+    // finding they cite, and the graph is an AgentScan graph.
+    let lineage: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("LINEAGE "))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no lineage: {context}"));
+    let flows = lineage["flows"].as_array().unwrap();
+    assert!(
+        flows.iter().any(|f| f["from"] == "__user__"
+            && f["to"] == "send_money"
+            && f["argument"] == "/recipient"),
+        "{lineage}"
+    );
+    let refusals = lineage["refusals"].as_array().unwrap();
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r["code"] == "runtime_trifecta" && r["finding"]["id"] == "AG-TRIFECTA"),
+        "{lineage}"
+    );
+    let graph: agentgate_trifecta::graph::Graph =
+        serde_json::from_value(lineage["graph"].clone()).unwrap();
+    graph.indexed().unwrap();
+    let inbox = graph.nodes.iter().find(|n| n.id == "read_inbox").unwrap();
+    assert_eq!(
+        inbox.mcp.as_ref().map(|m| m.host.as_deref()),
+        Some(Some("bank.internal"))
+    );
+    assert!(
+        graph
+            .edges
+            .iter()
+            .any(|e| e.from == "read_inbox" && e.to == "__llm__")
+    );
+    let statement = graph
+        .nodes
+        .iter()
+        .find(|n| n.id == "get_statement")
+        .unwrap();
+    assert_eq!(
+        statement.label.confidentiality,
+        agentgate_trifecta::graph::Confidentiality::Secret
     );
 }

@@ -9,7 +9,11 @@ the agent reads the email (a tool result that carries an attacker's IBAN)
 and tries to pay that IBAN; then the user types that IBAN themselves and
 the agent tries again; then the agent reads a statement (the secret of
 the test's trifecta finding) that names the same IBAN and pays it once
-more, which completes the finding's flow.
+more, which completes the finding's flow. Last, the agent reads the
+inbox over MCP and passes the email to its model as the user's own words
+(a framework, or a compromised agent, relabelling a tool result), then
+pays the IBAN the email names: the proxy recorded the tool's result as the
+server sent it, so the value is still seen in tool:read_inbox.
 """
 
 import asyncio
@@ -24,6 +28,7 @@ from mcp.shared.exceptions import McpError
 
 model_url, mcp_url = sys.argv[1], sys.argv[2]
 INJECTED = "GB33BUKB20201555555555"
+RELABELLED = "GB82WEST12345698765432"
 
 
 def say(step, **fields):
@@ -89,6 +94,11 @@ async def main():
             )
             say("model-3", status=ask_model(messages))
             await call(session, "flow", "send_money", {"recipient": INJECTED, "amount": 50})
+            inbox = await session.call_tool("read_inbox", {})
+            email = " ".join(c.text for c in inbox.content if hasattr(c, "text"))
+            messages.append({"role": "user", "content": email})
+            say("model-4", status=ask_model(messages))
+            await call(session, "relabelled", "send_money", {"recipient": RELABELLED, "amount": 50})
 
 
 asyncio.run(main())

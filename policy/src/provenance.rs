@@ -890,6 +890,20 @@ mod tests {
             l.origin(&json!("GB29NWBK60161331926819")),
             Origin::Nowhere { evicted: true }
         );
+        // Content that reached the agent unread counts as evicted content:
+        // a value seen nowhere is no longer `model`, and a deny entry's
+        // `from` holds for it.
+        let mut l = Lineage::new(1 << 10);
+        l.observe(Source::User, "pay GB29NWBK60161331926819");
+        l.mark_lost();
+        assert!(l.evicted());
+        assert!(l.satisfies(&patterns(&["user"]), &json!("GB29NWBK60161331926819")));
+        assert!(!l.satisfies(&patterns(&["model"]), &json!("GB94BARC10201530093459")));
+        assert!(Provenance::of(&l).for_deny().satisfies(
+            &patterns(&["host:*"]),
+            &Position::Root,
+            &json!("GB94BARC10201530093459")
+        ));
         // Longer than the bound: kept up to it, at a character boundary.
         let mut l = Lineage::new(5);
         l.observe(Source::User, "abcdé");

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::decide::{
-    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
-    judge_request, judge_request_action, model_request, policy_of,
+    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, is_model_provider_action,
+    judge_connection, judge_request, judge_request_action, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
@@ -357,6 +357,58 @@ impl hyper::body::Body for McpEvents {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The longest host response body the session records; a longer one
+/// passes unrecorded, and the record counts as evicted.
+pub const MAX_RECORDED_BODY_BYTES: usize = 4 << 20;
+
+/// Whether a media type is text the model can read as such: `text/*`
+/// (an event stream aside, which never ends), JSON, XML, JavaScript, YAML
+/// and forms.
+fn textual_type(media_type: &str) -> bool {
+    let essence = media_type.split(';').next().unwrap_or_default().trim();
+    if essence == "text/event-stream" {
+        return false;
+    }
+    essence.starts_with("text/")
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+        || matches!(
+            essence,
+            "application/json"
+                | "application/xml"
+                | "application/javascript"
+                | "application/x-www-form-urlencoded"
+                | "application/yaml"
+                | "application/x-yaml"
+                | "application/graphql-response+json"
+        )
+}
+
+/// A body read ahead (to record it) and passed on: its frames as they
+/// came, then whatever of it is still unread.
+struct Replay {
+    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+    rest: Option<Body>,
+}
+
+impl hyper::body::Body for Replay {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        if let Some(frame) = self.frames.pop_front() {
+            return std::task::Poll::Ready(Some(frame));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => std::pin::Pin::new(rest).poll_frame(cx),
+            None => std::task::Poll::Ready(None),
         }
     }
 }
@@ -1007,6 +1059,16 @@ impl Proxy {
             return;
         }
         tracing::debug!(host, port, rule, binary = binary.shown(), "tunnel open");
+        if policy_of(&current).is_ok_and(|p| p.records_sessions) {
+            // What comes back through a tunnel is unread: the record can no
+            // longer say a value was seen nowhere (docs/policy-semantics.md §8.3).
+            mcp::lock(&self.conversation).lose();
+            tracing::info!(
+                host,
+                port,
+                "content through an l4 tunnel is not recorded; the session's record now counts as evicted"
+            );
+        }
         let mut copy =
             tokio::spawn(
                 async move { tokio::io::copy_bidirectional(&mut client, &mut upstream).await },
@@ -1334,6 +1396,18 @@ impl Inspected {
         };
         strip_hop_by_hop(req.headers_mut());
         let api = model_request(&snapshot, &self.binary, &action);
+        // A host's response body is content the agent reads: recorded as
+        // host:NAME where the policy keeps a record, except the model
+        // provider's (the model's own output is no source).
+        let records_body = policy_of(&snapshot).is_ok_and(|p| p.records_sessions)
+            && !is_model_provider_action(&snapshot, &self.binary, &action);
+        if records_body {
+            // Compressed content could not be read to record.
+            req.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         let req = match api {
             None => req.map(BodyExt::boxed),
             Some(api) => match self.record_model_request(req, api).await {
@@ -1343,7 +1417,87 @@ impl Inspected {
         };
         proxy.metrics.decision(true, "request", "allowed");
         tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
-        self.forward(key, req).await
+        let response = self.forward(key, req).await;
+        if !records_body {
+            return response;
+        }
+        self.record_host_response(response, &host).await
+    }
+
+    /// Records an intercepted host's response body as `host:NAME` before
+    /// it is passed on (docs/policy-semantics.md §8.3). A body that cannot
+    /// be read as text (compressed, an event stream, a binary type, longer
+    /// than [`MAX_RECORDED_BODY_BYTES`]) passes unrecorded and the record
+    /// counts as evicted from then on: doubt never allows.
+    async fn record_host_response(&self, response: Response<Body>, host: &str) -> Response<Body> {
+        let headers = response.headers();
+        let header_text = |name: header::HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_ascii_lowercase())
+        };
+        let encoded = header_text(header::CONTENT_ENCODING).is_some_and(|e| e != "identity");
+        let textual = header_text(header::CONTENT_TYPE).is_none_or(|t| textual_type(&t));
+        let too_long = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|n| n > MAX_RECORDED_BODY_BYTES);
+        let lose = |why: &str| {
+            mcp::lock(&self.proxy.conversation).lose();
+            tracing::info!(
+                host,
+                why,
+                "a response body is not recorded; the session's record now counts as evicted"
+            );
+        };
+        if encoded || !textual || too_long {
+            lose(if encoded {
+                "compressed"
+            } else if too_long {
+                "too long"
+            } else {
+                "not text"
+            });
+            return response;
+        }
+        let (parts, mut body) = response.into_parts();
+        let mut frames = std::collections::VecDeque::new();
+        let mut text: Vec<u8> = Vec::new();
+        loop {
+            match body.frame().await {
+                None => break,
+                Some(Err(e)) => {
+                    // Passed on as it came: the client sees the failure.
+                    lose("the body failed");
+                    frames.push_back(Err(e));
+                    break;
+                }
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        text.extend_from_slice(data);
+                    }
+                    frames.push_back(Ok(frame));
+                    if text.len() > MAX_RECORDED_BODY_BYTES {
+                        lose("too long");
+                        let replay = Replay {
+                            frames,
+                            rest: Some(body),
+                        };
+                        return Response::from_parts(parts, replay.boxed());
+                    }
+                }
+            }
+        }
+        if !text.is_empty() {
+            let source = Source::Host(host.to_string());
+            let content = String::from_utf8_lossy(&text);
+            self.proxy
+                .record_answers(vec![Some((source, vec![content.into_owned()]))]);
+        }
+        let replay = Replay { frames, rest: None };
+        Response::from_parts(parts, replay.boxed())
     }
 
     /// Reads a request to the agent's model provider whole and records its
@@ -1798,6 +1952,27 @@ mod tests {
             builder = builder.header(header::HOST, *host);
         }
         request_authority(&builder.body(()).unwrap()).map_err(|r| r.code)
+    }
+
+    #[test]
+    fn only_text_bodies_are_recorded() {
+        for text in [
+            "text/html; charset=utf-8",
+            "application/json",
+            "application/problem+json",
+            "application/atom+xml",
+            "application/x-www-form-urlencoded",
+        ] {
+            assert!(textual_type(text), "{text}");
+        }
+        for binary in [
+            "text/event-stream",
+            "image/png",
+            "application/pdf",
+            "application/octet-stream",
+        ] {
+            assert!(!textual_type(binary), "{binary}");
+        }
     }
 
     #[test]

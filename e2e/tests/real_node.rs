@@ -15,6 +15,8 @@
 //!    with the reason (a direct connection to an IP, another binary, UDP,
 //!    a write outside the grant), a proposal reaches the running agent
 //!    without a restart, a tightened ceiling takes it away again;
+//!    `kubectl agentgate lineage` reads the session from the running
+//!    proxy, and the refused tool call is an Event on the sandbox;
 //!    the sandbox CA rotated under the running agent (a CA a day from its
 //!    end: the next minted, published and signing) without a restart;
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
@@ -228,6 +230,7 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
             )
         },
     );
+    session_lineage(cp, &context);
     let rounds = probes(&agent_log(cp));
     let (period, unbroken) = probe::rounds(&rounds);
     assert!(
@@ -254,6 +257,78 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
         agentgate_e2e::node::KUBELET_SYNC_SECONDS
     );
     gained
+}
+
+/// `kubectl agentgate lineage` reads the running proxy's session through
+/// the API server's pod proxy: the tool the agent called is a node of the
+/// observed graph, and the refusals the agent just met are listed, the
+/// refused call's argument values redacted; the leader publishes the
+/// refused tool call as an Event on the sandbox. (The graph's schema is
+/// checked against the AgentScan types in proxy/tests/mcp_sdk.rs.)
+fn session_lineage(cp: &ControlPlane, context: &dyn Fn() -> String) {
+    let run = |args: &[&str]| {
+        let out = cp.plugin(args).unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl agentgate {args:?}: {stdout}{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            context()
+        );
+        stdout
+    };
+    let text = run(&["lineage", "node-bot", "-n", "node"]);
+    assert!(
+        text.contains("pod node/node-bot: record")
+            && text.contains("mcp no_rule: tools/call send_money {")
+            && text.contains("\"…\""),
+        "{text}"
+    );
+    let graph: serde_json::Value =
+        serde_json::from_str(&run(&["lineage", "node-bot", "-n", "node", "-o", "graph"])).unwrap();
+    let ids: Vec<&str> = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"get_balance"), "{graph}");
+    // The leader publishes the refused tool call as an Event on the sandbox.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let events = cp
+            .run(&[
+                "get",
+                "events",
+                "-n",
+                "node",
+                "--field-selector",
+                "reason=ToolCallRefused,involvedObject.kind=AgentSandbox,involvedObject.name=node-bot",
+                "-o",
+                "jsonpath={.items[*].note}{.items[*].message}",
+            ])
+            .unwrap_or_default();
+        if events.contains("no_rule: tools/call send_money {") {
+            assert!(
+                events.contains("\"…\""),
+                "argument values redacted: {events}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ToolCallRefused Event on the sandbox: {events}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(
+        graph["edges"].as_array().unwrap().iter().all(|e| {
+            ids.contains(&e["from"].as_str().unwrap_or_default())
+                && ids.contains(&e["to"].as_str().unwrap_or_default())
+        }),
+        "{graph}"
+    );
 }
 
 /// A CA as the operator mints them, with one day of its ten left.
@@ -440,16 +515,18 @@ fn leader_pod(cp: &ControlPlane) -> String {
 fn operator_killed_mid_burst(cp: &ControlPlane) {
     let logs = || report(cp);
     cp.create_team_namespace().unwrap();
-    race::run(
-        cp,
-        &[
-            "apply",
-            "-f",
-            "examples/maximum.yaml",
-            "-f",
-            "examples/sandbox.yaml",
-        ],
-    );
+    race::run(cp, &["apply", "-f", "examples/maximum.yaml"]);
+    // Each webhook replica admits by its own cache of MaximumPolicies: the
+    // one that answers may not have seen the ceiling yet.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = cp.run(&["apply", "-f", "examples/sandbox.yaml"]) {
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox was never admitted under its ceiling: {e}\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     // The webhook checks requestedBy against the requester: the agent
     // proposes, with the chart's agentgate-agent role.
     cp.run(&[

@@ -1751,11 +1751,12 @@ impl Inspected {
                     refuse(&refusal);
                     return refusal_response(&refusal);
                 }
-                if records {
-                    let conversation = mcp::lock(&proxy.conversation);
+                {
+                    let conversation = records.then(|| mcp::lock(&proxy.conversation));
+                    let record = conversation.as_deref().map(|c| c.lineage() as &dyn Record);
                     let mut session = mcp::lock(&proxy.session);
                     for call in &calls {
-                        session.called(&call.action, conversation.lineage());
+                        session.called(&call.action, record);
                     }
                 }
                 proxy.metrics.decision(true, "mcp", "allowed");

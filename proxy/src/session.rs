@@ -117,8 +117,9 @@ impl SessionGraph {
     }
 
     /// The model called `action` (allowed and forwarded): its argument
-    /// values' origins in `record` are the flows into it.
-    pub fn called(&mut self, action: &McpAction, record: &dyn Record) {
+    /// values' origins in `record`, where the proxy keeps one, are the
+    /// flows into it.
+    pub fn called(&mut self, action: &McpAction, record: Option<&dyn Record>) {
         if !self.called.contains_key(&action.name) {
             if self.nodes() >= MAX_NODES {
                 self.dropped_nodes += 1;
@@ -131,6 +132,9 @@ impl SessionGraph {
             };
             self.called.insert(action.name.clone(), server);
         }
+        let Some(record) = record else {
+            return;
+        };
         let mut flows = Vec::new();
         find_leaf::<()>(&action.args, &mut |at, _, leaf| {
             let argument = at.pointer();
@@ -166,8 +170,10 @@ impl SessionGraph {
         self.record_evicted = evicted;
     }
 
-    /// Keeps a refusal (the oldest goes past [`MAX_REFUSALS`]).
-    pub fn refused(&mut self, refusal: RefusalSeen) {
+    /// Keeps a refusal (the oldest goes past [`MAX_REFUSALS`]), its
+    /// argument values redacted ([`redact_arguments`]).
+    pub fn refused(&mut self, mut refusal: RefusalSeen) {
+        refusal.refusal.reason = redact_arguments(&refusal.refusal.reason);
         if self.refusals.len() == MAX_REFUSALS {
             self.refusals.pop_front();
         }
@@ -249,6 +255,34 @@ impl SessionGraph {
     }
 }
 
+/// A refusal's reason with the values of the call it quotes replaced by
+/// `"…"`: `/lineage` is served on the metrics port, which more can reach
+/// than the proxy's logs, and a refused call's arguments may hold the very
+/// secret it tried to send. Argument names, sources and the rest of the
+/// reason stay. A reason that quotes no arguments object is unchanged.
+pub fn redact_arguments(reason: &str) -> String {
+    fn redact(value: &mut Value) {
+        match value {
+            Value::String(_) | Value::Number(_) => *value = Value::String("…".into()),
+            Value::Array(items) => items.iter_mut().for_each(redact),
+            Value::Object(members) => members.values_mut().for_each(redact),
+            Value::Bool(_) | Value::Null => {}
+        }
+    }
+    let Some(start) = reason.find(" {").map(|i| i + 1) else {
+        return reason.to_string();
+    };
+    let mut values = serde_json::Deserializer::from_str(&reason[start..]).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(mut arguments @ Value::Object(_))) => {
+            let end = start + values.byte_offset();
+            redact(&mut arguments);
+            format!("{}{arguments}{}", &reason[..start], &reason[end..])
+        }
+        _ => reason.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,8 +317,8 @@ mod tests {
             "send_money",
             json!({"recipient": "GB29NWBK60161331926819", "amount": 100, "subject": "x y z", "urgent": true}),
         );
-        session.called(&pay, &lineage);
-        session.called(&pay, &lineage);
+        session.called(&pay, Some(&lineage));
+        session.called(&pay, Some(&lineage));
         let report = session.report(&CompiledFindings::default());
         let flows = report["flows"].as_array().unwrap();
         let shown: Vec<(String, String, u64)> = flows
@@ -312,6 +346,19 @@ mod tests {
     }
 
     #[test]
+    fn refusals_shown_hold_no_argument_values() {
+        let reason = r#"tools/call send_money {"recipient":"GB33BUKB20201555555555","amount":50,"to":["a@b.c"]} by /usr/bin/python3 on bank.internal:443/mcp: recipient carries a value of tool:get_statement"#;
+        assert_eq!(
+            redact_arguments(reason),
+            r#"tools/call send_money {"recipient":"…","amount":"…","to":["…"]} by /usr/bin/python3 on bank.internal:443/mcp: recipient carries a value of tool:get_statement"#
+        );
+        let plain = "POST https://example.com/upload by /usr/bin/curl: no rule allows it";
+        assert_eq!(redact_arguments(plain), plain);
+        let broken = "tools/call x {\"a\": by /bin/agent";
+        assert_eq!(redact_arguments(broken), broken);
+    }
+
+    #[test]
     fn refusals_and_flows_are_bounded() {
         let mut session = SessionGraph::default();
         for i in 0..MAX_REFUSALS + 3 {
@@ -333,7 +380,7 @@ mod tests {
         for i in 0..MAX_FLOWS + 5 {
             session.called(
                 &call("t", json!({format!("a{i}"): "made up value"})),
-                &lineage,
+                Some(&lineage),
             );
         }
         assert_eq!(session.flows.len(), MAX_FLOWS);

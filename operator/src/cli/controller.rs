@@ -12,7 +12,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::fence::{LeaseFence, grace_seconds};
-use crate::controller::{Context, maximum, proposal, sandbox, scan};
+use crate::controller::{Context, maximum, proposal, runtime_events, sandbox, scan};
 use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};
 use agentgate_prover::{Prover, ProverOptions};
@@ -86,6 +86,7 @@ async fn run_controllers(ctx: std::sync::Arc<Context>) {
         maximum::run(ctx.clone()),
         sandbox::run(ctx.clone()),
         scan::run(ctx.clone()),
+        runtime_events::run(ctx.clone()),
         proposal::run(ctx)
     );
 }

@@ -6,6 +6,7 @@ pub mod crds;
 pub mod diff;
 pub mod export;
 pub mod import;
+pub mod lineage;
 pub mod manifests;
 pub mod plugin;
 pub mod scan;

@@ -7,6 +7,8 @@
 //!   proof record of a proposal.
 //! - `export SANDBOX`: the committed effective policy as an AgentSandbox
 //!   manifest, to promote runtime-approved grants into git.
+//! - `lineage SANDBOX`: what the sandbox's agent did in its session, as its
+//!   proxy observed it ([`crate::cli::lineage`]).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -88,6 +90,16 @@ pub enum PluginCommand {
         /// or without it, from the declared to the effective policy.
         #[arg(long)]
         diff: bool,
+    },
+    /// Print what a sandbox's agent did in its session, as its proxy saw
+    /// it: where each argument value came from, and the last refusals.
+    Lineage {
+        /// The sandbox.
+        sandbox: String,
+        /// `text`, `json` (the proxy's whole answer) or `graph` (the
+        /// observed graph in the AgentScan graph schema).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: crate::cli::lineage::LineageFormat,
     },
 }
 
@@ -183,6 +195,13 @@ async fn run(cli: PluginCli) -> anyhow::Result<u8> {
                 None => print!("{}", export_diff(&sandbox)?),
                 Some(path) => export_into(&sandbox, &path, diff)?,
             }
+            Ok(EXIT_WITHIN)
+        }
+        PluginCommand::Lineage { sandbox, output } => {
+            print!(
+                "{}",
+                crate::cli::lineage::lineage(&client, &namespace, &sandbox, output).await?
+            );
             Ok(EXIT_WITHIN)
         }
     }

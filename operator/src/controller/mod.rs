@@ -7,6 +7,7 @@ pub mod fence;
 pub mod maximum;
 pub mod proposal;
 pub mod revoke;
+pub mod runtime_events;
 pub mod sandbox;
 pub mod sandbox_ca;
 pub mod scan;
@@ -277,7 +278,16 @@ pub async fn publish<K>(ctx: &Context, obj: &K, action: &str, notes: Vec<Note>)
 where
     K: Resource<DynamicType = ()>,
 {
-    let reference = obj.object_ref(&());
+    publish_to(ctx, &obj.object_ref(&()), action, notes).await;
+}
+
+/// [`publish`] to the object `reference` names.
+pub async fn publish_to(
+    ctx: &Context,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    action: &str,
+    notes: Vec<Note>,
+) {
     for (type_, reason, note) in notes {
         let event = Event {
             type_,
@@ -286,7 +296,7 @@ where
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        if let Err(e) = ctx.recorder.publish(&event, reference).await {
             tracing::warn!(object = ?reference.name, reason, error = %e, "could not publish an event");
         }
     }

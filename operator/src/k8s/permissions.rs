@@ -122,7 +122,7 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
         "",
         "pods",
         &["get", "list", "watch", "create"],
-        "the sandbox's enforced Pod: created once, read back to adopt or report it, watched as owned",
+        "the sandbox's enforced Pod: created once, read back to adopt or report it, watched as owned; the running ones' addresses, whose proxies' refusals become Events",
     ),
     cluster(
         "",

@@ -234,6 +234,66 @@ pub struct AgentSandboxSpec {
     /// `enforce` (default) refuses it, `audit` forwards it and logs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_trifecta: Option<agentgate_policy::findings::RuntimeMode>,
+    /// Trifecta labels for tools of the sandbox's images, over what their
+    /// AgentScans say (docs/trifecta.md, "Labels per sandbox"): the same
+    /// image may read mail from strangers in one sandbox and from a
+    /// colleague in another. Raising (`untrusted`, `secret`) needs nothing;
+    /// lowering (`trusted`, `internal`, `public`) accepts risk and needs the
+    /// `approve` verb.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub tool_labels: Vec<ToolLabel>,
+}
+
+/// One tool's labels in a sandbox's `toolLabels`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolLabel {
+    /// The tool: its node id in the AgentScan graph, or its `tools/call`
+    /// name (`mcp.name`); every node either names is labelled.
+    #[schemars(length(min = 1, max = 253))]
+    pub tool: String,
+    /// Whether its output may be written by an attacker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<ToolIntegrity>,
+    /// How secret its output is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidentiality: Option<ToolConfidentiality>,
+}
+
+impl ToolLabel {
+    /// True when the label may lower what the scan says (`trusted`,
+    /// `internal`, `public`): that accepts risk.
+    pub fn lowers(&self) -> bool {
+        self.integrity == Some(ToolIntegrity::Trusted)
+            || matches!(
+                self.confidentiality,
+                Some(ToolConfidentiality::Public | ToolConfidentiality::Internal)
+            )
+    }
+}
+
+/// A tool's integrity in a sandbox.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolIntegrity {
+    /// Content an attacker may control: an untrusted input.
+    Untrusted,
+    /// Content the operator controls: no untrusted input, whatever the
+    /// scanner found.
+    Trusted,
+}
+
+/// A tool's confidentiality in a sandbox.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolConfidentiality {
+    /// Anyone may see it.
+    Public,
+    /// Business data.
+    Internal,
+    /// Credentials, keys, private data: a secret.
+    Secret,
 }
 
 /// Trifecta findings of the sandbox's images, as last evaluated against its

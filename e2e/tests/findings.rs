@@ -217,6 +217,50 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         "{deny}"
     );
 
+    // This sandbox's issues come from its own team: its owner (who holds
+    // the approve verb) lowers fetch_issue to trusted. No untrusted input
+    // is left in this sandbox's analysis, so the operator's findings clear
+    // and pod admission, reading the same relabelled graph, admits its pod.
+    cp.run(&[
+        "patch",
+        "asbx",
+        "issue-responder",
+        "-n",
+        "agents",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"toolLabels":[{"tool":"fetch_issue","integrity":"trusted"}]}}"#,
+    ])
+    .unwrap();
+    findings_clear(&cp, &operator, "True", Duration::from_secs(30));
+    cp.wait_pod("agents", "issue-responder", Duration::from_secs(30))
+        .unwrap_or_else(|last| panic!("no pod after relabelling ({last:?})\n{}", operator.log()));
+    let total = cp
+        .run(&[
+            "get",
+            "asbx",
+            "issue-responder",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.status.findings.total}",
+        ])
+        .unwrap();
+    assert_eq!(total.trim(), "0", "no finding under the sandbox's labels");
+    // Taken back: the finding is open again (the running pod stays).
+    cp.run(&[
+        "patch",
+        "asbx",
+        "issue-responder",
+        "-n",
+        "agents",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"toolLabels":null}}"#,
+    ])
+    .unwrap();
+    findings_clear(&cp, &operator, "False", Duration::from_secs(30));
+
     // Severing the sink (no more POST) admits the sandbox's pod.
     cp.run(&["apply", "-f", "examples/agent/sandbox-severed.yaml"])
         .unwrap();

@@ -97,6 +97,24 @@ pub fn runtime_trifecta_weakened(old: Option<&AgentSandbox>, new: &AgentSandbox)
     audits(new) && !old.is_some_and(audits)
 }
 
+/// Whether an AgentSandbox write lowers a tool's labels below what its
+/// AgentScan may say (docs/trifecta.md, "Labels per sandbox"): a new or
+/// changed `trusted`, `internal` or `public` label removes findings, which
+/// accepts risk as an acceptance does and needs the same approve verb.
+/// Raising labels, or dropping a lowering one, needs nothing.
+pub fn tool_labels_lowered(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
+    let lowering = |s: &AgentSandbox| {
+        s.spec
+            .tool_labels
+            .iter()
+            .filter(|l| l.lowers())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let before = old.map(lowering).unwrap_or_default();
+    lowering(new).iter().any(|l| !before.contains(l))
+}
+
 /// What a PolicyProposal request needs before it may be admitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProposalCheck {
@@ -555,6 +573,33 @@ spec:
         assert!(!runtime_trifecta_weakened(Some(&audit), &audit));
         assert!(!runtime_trifecta_weakened(Some(&audit), &enforce));
         assert!(!runtime_trifecta_weakened(None, &with(None)));
+    }
+
+    #[test]
+    fn lowering_a_tool_label_needs_approval_and_raising_one_does_not() {
+        use agentgate_api::crd::{ToolConfidentiality, ToolIntegrity, ToolLabel};
+        let with = |labels: Vec<ToolLabel>| {
+            let mut s = sandbox("");
+            s.spec.tool_labels = labels;
+            s
+        };
+        let label = |integrity, confidentiality| ToolLabel {
+            tool: "read_email".into(),
+            integrity,
+            confidentiality,
+        };
+        let untrusted = with(vec![label(Some(ToolIntegrity::Untrusted), None)]);
+        let secret = with(vec![label(None, Some(ToolConfidentiality::Secret))]);
+        let trusted = with(vec![label(Some(ToolIntegrity::Trusted), None)]);
+        let public = with(vec![label(None, Some(ToolConfidentiality::Public))]);
+        assert!(!tool_labels_lowered(None, &untrusted));
+        assert!(!tool_labels_lowered(None, &secret));
+        assert!(tool_labels_lowered(None, &trusted));
+        assert!(tool_labels_lowered(Some(&untrusted), &trusted));
+        assert!(tool_labels_lowered(Some(&trusted), &public));
+        // Unchanged, or taken back: nothing more is accepted.
+        assert!(!tool_labels_lowered(Some(&trusted), &trusted));
+        assert!(!tool_labels_lowered(Some(&trusted), &untrusted));
     }
 
     #[test]

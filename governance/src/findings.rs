@@ -11,6 +11,7 @@ use kube_core::ResourceExt;
 
 use agentgate_api::crd::{
     AcceptedFinding, AgentScan, FindingRecord, FindingState, FindingsSummary, ImageFindings,
+    ToolConfidentiality, ToolIntegrity, ToolLabel,
 };
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_prover::Prover;
@@ -20,7 +21,7 @@ use crate::convert::{ToApi, ToDomain};
 use crate::sever::{finding_regions, restrict, severed_by};
 use agentgate_policy::findings::FindingRegions;
 use agentgate_trifecta::analysis::{Finding, analyze};
-use agentgate_trifecta::graph::Graph;
+use agentgate_trifecta::graph::{Confidentiality, Effect, Graph, Integrity};
 
 /// The one AgentScan describing `digest` among `scans`, `None` when there
 /// is none, and an error naming them when several claim it (which one is
@@ -179,10 +180,11 @@ pub fn assess_sandbox(
     scans: &[&AgentScan],
     policy: Option<&CompiledPolicy>,
     prover: &Prover,
-    accepted: &[AcceptedFinding],
+    sandbox: SandboxRisk<'_>,
     now: Timestamp,
     revision: u64,
 ) -> (FindingsSummary, Vec<FindingRegions>) {
+    let accepted = sandbox.accepted;
     let mut runtime = Vec::new();
     let mut summary = FindingsSummary {
         revision: Some(revision),
@@ -203,8 +205,9 @@ pub fn assess_sandbox(
         };
         let name = scan.map(|s| s.name_any());
         let uid = scan.map(|s| s.uid().unwrap_or_default());
-        // The graph as the analysis reads it, converted once per image.
-        let graph = scan.map(|s| s.spec.graph.to_domain());
+        // The graph as the analysis reads it, converted once per image,
+        // with the sandbox's own tool labels.
+        let graph = scan.map(|s| sandbox_graph(&s.spec.graph, sandbox.labels));
         let findings = graph
             .as_ref()
             .map(|g| analyze(g).map_err(|e| e.to_string()));
@@ -231,6 +234,66 @@ pub fn assess_sandbox(
         summary.images.push(assessed);
     }
     (summary, runtime)
+}
+
+/// What a sandbox says about the risk of its images: its acceptances and
+/// its own tool labels.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SandboxRisk<'a> {
+    /// `spec.acceptedFindings`.
+    pub accepted: &'a [AcceptedFinding],
+    /// `spec.toolLabels`.
+    pub labels: &'a [ToolLabel],
+}
+
+/// An AgentScan's graph as a sandbox's analysis reads it: converted, with
+/// the sandbox's tool labels applied ([`relabel`]). Every analysis of a
+/// sandbox's images (the operator's findings, pod admission, `/v1/decide`'s
+/// citations) reads this one graph.
+pub fn sandbox_graph(graph: &agentgate_api::scan::Graph, labels: &[ToolLabel]) -> Graph {
+    let mut graph = graph.to_domain();
+    relabel(&mut graph, labels);
+    graph
+}
+
+/// Applies a sandbox's tool labels (docs/trifecta.md, "Labels per
+/// sandbox") to every node whose id or `tools/call` name a label names.
+/// Raising sets the node's declared label (`untrusted`, `secret`), which
+/// the analysis joins with its capabilities'. Lowering states what the
+/// capabilities claimed is not so here: `trusted` drops the node's
+/// untrusted-input capabilities, `internal` its secret reads, `public`
+/// its secret and internal reads, and sets the declared label. Egress
+/// capabilities are never touched: a label says what a tool's output is,
+/// not where it sends. A name no node has changes nothing.
+pub fn relabel(graph: &mut Graph, labels: &[ToolLabel]) {
+    for label in labels {
+        let named = |node: &agentgate_trifecta::graph::Node| {
+            node.id == label.tool || node.mcp.as_ref().is_some_and(|m| m.name == label.tool)
+        };
+        for node in graph.nodes.iter_mut().filter(|n| named(n)) {
+            match label.integrity {
+                Some(ToolIntegrity::Untrusted) => node.label.integrity = Integrity::Untrusted,
+                Some(ToolIntegrity::Trusted) => {
+                    node.label.integrity = Integrity::Trusted;
+                    node.capabilities
+                        .retain(|c| c.effect != Effect::UntrustedInput);
+                }
+                None => {}
+            }
+            let level = match label.confidentiality {
+                Some(ToolConfidentiality::Public) => Confidentiality::Public,
+                Some(ToolConfidentiality::Internal) => Confidentiality::Internal,
+                Some(ToolConfidentiality::Secret) => Confidentiality::Secret,
+                None => continue,
+            };
+            node.label.confidentiality = level;
+            node.capabilities.retain(|c| match c.effect {
+                Effect::ReadsSecret => level >= Confidentiality::Secret,
+                Effect::ReadsInternal => level >= Confidentiality::Internal,
+                Effect::UntrustedInput | Effect::Egress => true,
+            });
+        }
+    }
 }
 
 /// The problem when several AgentScans describe one digest: which one is
@@ -311,6 +374,65 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_sandbox_labels_its_tools_up_or_down_and_the_findings_follow() {
+        let label = |tool: &str, integrity, confidentiality| ToolLabel {
+            tool: tool.into(),
+            integrity,
+            confidentiality,
+        };
+        let findings = |labels: &[ToolLabel]| {
+            let mut graph = agentgate_trifecta::fixtures::mail_agent();
+            relabel(&mut graph, labels);
+            analyze(&graph).unwrap().len()
+        };
+        // The scan: mail is untrusted, the customer table internal, mail
+        // goes out: one finding.
+        assert_eq!(findings(&[]), 1);
+        // This sandbox's mail is its own team's: no untrusted input left.
+        let trusted = label("read_email", Some(ToolIntegrity::Trusted), None);
+        assert_eq!(findings(std::slice::from_ref(&trusted)), 0);
+        // The customer table is public here: nothing to leak.
+        let public = label("query_customers", None, Some(ToolConfidentiality::Public));
+        assert_eq!(findings(std::slice::from_ref(&public)), 0);
+        // Raising never removes: marking the table secret keeps the finding.
+        let secret = label("query_customers", None, Some(ToolConfidentiality::Secret));
+        assert_eq!(findings(&[secret]), 1);
+        // Egress is not a label: a sink stays a sink.
+        let mut graph = agentgate_trifecta::fixtures::mail_agent();
+        relabel(
+            &mut graph,
+            &[label(
+                "send_email",
+                Some(ToolIntegrity::Trusted),
+                Some(ToolConfidentiality::Public),
+            )],
+        );
+        assert!(
+            graph
+                .nodes
+                .iter()
+                .any(|n| n.id == "send_email" && n.is_egress())
+        );
+        // Raising creates one: a second untrusted input is a second path,
+        // and a name no node has changes nothing.
+        let mut graph = agentgate_trifecta::fixtures::mail_agent();
+        relabel(
+            &mut graph,
+            &[
+                label("query_customers", Some(ToolIntegrity::Untrusted), None),
+                label("no_such_tool", Some(ToolIntegrity::Trusted), None),
+            ],
+        );
+        let node = graph
+            .nodes
+            .iter()
+            .find(|n| n.id == "query_customers")
+            .unwrap();
+        assert_eq!(node.intrinsic_label().integrity, Integrity::Untrusted);
+        assert!(!analyze(&graph).unwrap().is_empty());
+    }
 
     #[test]
     fn digests_are_recognised_and_shortened() {

@@ -583,6 +583,7 @@ mod tests {
                 policy: Default::default(),
                 accepted_findings: Vec::new(),
                 runtime_trifecta: None,
+                tool_labels: Vec::new(),
             },
         );
         let record = |state| FindingRecord {

@@ -37,7 +37,9 @@ use agentgate_api::crd::{
     MaximumPolicy, MaximumRef, PolicyProposal, Pruned,
 };
 use agentgate_api::openreports;
-use agentgate_governance::findings::{assess_sandbox, findings_condition, next_expiry};
+use agentgate_governance::findings::{
+    SandboxRisk, assess_sandbox, findings_condition, next_expiry,
+};
 use agentgate_governance::governing::{Governance, governing_from};
 use agentgate_governance::pod_template::{
     owning_sandbox, pod_service_account, template_escapes, template_images,
@@ -361,16 +363,21 @@ async fn assess_findings(
     // A policy that does not compile severs nothing (fail closed).
     let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
     let accepted = sandbox.spec.accepted_findings.clone();
+    let labels = sandbox.spec.tool_labels.clone();
     let prover = ctx.prover.clone();
     let started = std::time::Instant::now();
     let result = tokio::task::spawn_blocking(move || {
         let refs: Vec<&AgentScan> = scans.items.iter().collect();
+        let risk = SandboxRisk {
+            accepted: &accepted,
+            labels: &labels,
+        };
         assess_sandbox(
             &images,
             &refs,
             policy.as_ref(),
             &prover,
-            &accepted,
+            risk,
             now,
             revision,
         )

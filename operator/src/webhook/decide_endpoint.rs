@@ -173,11 +173,12 @@ fn cite_unfixed(
         .filter(|f| f.revision == Some(status.revision))?;
     let now = Timestamp::now();
     summary.images.iter().find_map(|image| {
-        let (scan, cached) = state.scan_for(image_digest(&image.image)?).ok()??;
+        let labels = &sandbox.spec.tool_labels;
+        let (scan, cached) = state.scan_for(image_digest(&image.image)?, labels).ok()??;
         let findings = cached.findings.as_ref().as_ref().ok()?;
         let accepted = &sandbox.spec.accepted_findings;
         let unfixed = open_findings(findings, Some(image), &cached, accepted, now);
-        let graph = agentgate_governance::convert::ToDomain::to_domain(&scan.spec.graph);
+        let graph = agentgate_governance::findings::sandbox_graph(&scan.spec.graph, labels);
         cite_finding(request, &unfixed, &graph)
     })
 }

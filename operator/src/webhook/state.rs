@@ -22,9 +22,9 @@ use crate::webhook::WebhookArgs;
 use crate::webhook::caller::{AccessKey, ReviewCache};
 use crate::webhook::certs::CertResolver;
 use crate::webhook::decide::CompiledPolicies;
-use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy};
+use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, ToolLabel};
 use agentgate_governance::admission::Answer;
-use agentgate_governance::findings::scan_of_digest;
+use agentgate_governance::findings::{sandbox_graph, scan_of_digest};
 use agentgate_governance::governing::CompiledMaximums;
 use agentgate_governance::pod_admission::CachedScan;
 use agentgate_governance::sandbox_pod::DataPlane;
@@ -152,11 +152,14 @@ impl WebhookState {
     /// The AgentScan for an image digest in the cache, with its findings
     /// recomputed from the graph; an error when several scans claim the
     /// digest.
+    /// `labels` are the sandbox's tool labels (empty for a pod that
+    /// borrows no sandbox's records).
     pub(super) fn scan_for(
         &self,
         digest: &str,
+        labels: &[ToolLabel],
     ) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
-        self.scan_in(&self.scans.state(), digest)
+        self.scan_in(&self.scans.state(), digest, labels)
     }
 
     /// [`Self::scan_for`] over a given set of scans.
@@ -164,11 +167,12 @@ impl WebhookState {
         &self,
         all: &[Arc<AgentScan>],
         digest: &str,
+        labels: &[ToolLabel],
     ) -> Result<Option<(Arc<AgentScan>, CachedScan)>, String> {
         let Some(scan) = scan_of_digest(all, digest)? else {
             return Ok(None);
         };
-        let cached = self.analyses.get(scan, all);
+        let cached = self.analyses.get(scan, all, labels);
         Ok(Some((scan.clone(), cached)))
     }
 
@@ -238,33 +242,55 @@ pub(super) type SharedFindings = Arc<Result<Vec<Finding>, String>>;
 /// analysed once per generation, not once per admission.
 #[derive(Default)]
 pub(super) struct ScanAnalyses {
-    by_uid: std::sync::Mutex<HashMap<String, (Option<i64>, SharedFindings)>>,
+    /// By scan uid and the tool labels analysed with (as JSON; most
+    /// sandboxes have none, so most scans have one entry).
+    by_uid: std::sync::Mutex<HashMap<AnalysisKey, (Option<i64>, SharedFindings)>>,
 }
 
+/// A scan's uid and the tool labels (as JSON) it was analysed with.
+type AnalysisKey = (String, String);
+
+/// The most label sets analysed per scan that are kept; past it the
+/// scan's entries are dropped and analysed again when asked.
+const MAX_LABEL_SETS: usize = 64;
+
 impl ScanAnalyses {
-    /// The findings of `scan`, analysing it when its generation is new;
-    /// entries of scans no longer in `all` are dropped then. The analysis
-    /// runs outside the lock (bounded by the AgentScan size limits).
-    pub(super) fn get(&self, scan: &AgentScan, all: &[Arc<AgentScan>]) -> CachedScan {
+    /// The findings of `scan` with a sandbox's tool `labels`, analysing it
+    /// when its generation (or the labels) are new; entries of scans no
+    /// longer in `all` are dropped then. The analysis runs outside the
+    /// lock (bounded by the AgentScan size limits).
+    pub(super) fn get(
+        &self,
+        scan: &AgentScan,
+        all: &[Arc<AgentScan>],
+        labels: &[ToolLabel],
+    ) -> CachedScan {
         let uid = scan.uid().unwrap_or_default();
+        let key = (
+            uid.clone(),
+            serde_json::to_string(labels).unwrap_or_default(),
+        );
         let generation = scan.metadata.generation;
         let cached = self
             .by_uid
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&uid)
+            .get(&key)
             .filter(|(g, _)| *g == generation)
             .map(|(_, findings)| findings.clone());
         let findings = match cached {
             Some(findings) => findings,
             None => {
-                let graph = agentgate_governance::convert::ToDomain::to_domain(&scan.spec.graph);
+                let graph = sandbox_graph(&scan.spec.graph, labels);
                 let findings = Arc::new(analyze(&graph).map_err(|e| e.to_string()));
                 let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
                 let live: std::collections::HashSet<String> =
                     all.iter().filter_map(|s| s.uid()).collect();
-                by_uid.retain(|uid, _| live.contains(uid));
-                by_uid.insert(uid.clone(), (generation, findings.clone()));
+                by_uid.retain(|(uid, _), _| live.contains(uid));
+                if by_uid.keys().filter(|(u, _)| *u == uid).count() >= MAX_LABEL_SETS {
+                    by_uid.retain(|(u, _), _| *u != uid);
+                }
+                by_uid.insert(key, (generation, findings.clone()));
                 findings
             }
         };

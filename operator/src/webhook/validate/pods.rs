@@ -54,8 +54,12 @@ pub(crate) async fn validate_pod(
             // ungoverned pods and images already running cost no API call.
             let judge = |scans: &[Arc<AgentScan>]| {
                 let missed = Cell::new(false);
+                let tool_labels = sandbox
+                    .as_deref()
+                    .map(|sb| sb.spec.tool_labels.as_slice())
+                    .unwrap_or_default();
                 let scan_for = |digest: &str| {
-                    let found = s.scan_in(scans, digest);
+                    let found = s.scan_in(scans, digest, tool_labels);
                     missed.set(missed.get() || matches!(found, Ok(None)));
                     found.map(|found| found.map(|(_, cached)| cached))
                 };

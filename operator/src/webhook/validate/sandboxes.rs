@@ -13,6 +13,7 @@ use crate::webhook::validate::envelope::{Review, answer, object_name, status_ans
 use agentgate_api::crd::AgentSandbox;
 use agentgate_governance::admission::{
     Answer, accepted_findings_changed, review_sandbox, runtime_trifecta_weakened,
+    tool_labels_lowered,
 };
 use agentgate_governance::authority::{Requester, agent_writer_refusal, sandbox_writer_refusal};
 use agentgate_governance::governing::{dropped_governance, governing_from};
@@ -68,6 +69,8 @@ pub(crate) async fn validate_sandbox(
             Some("changing spec.acceptedFindings (or the images they cover)")
         } else if runtime_trifecta_weakened(old.as_ref(), &sandbox) {
             Some("setting spec.runtimeTrifecta to audit")
+        } else if tool_labels_lowered(old.as_ref(), &sandbox) {
+            Some("lowering a tool's label in spec.toolLabels (trusted, internal or public)")
         } else {
             None
         };
@@ -307,6 +310,30 @@ mod tests {
 
         let reviewer = Cluster::example().grant(ALICE, "approve", "policyproposals");
         let admitted = reviewer.serve().admit(ENDPOINT, &update).await;
+        assert!(admitted.allowed, "{}", admitted.result.message);
+    }
+
+    #[tokio::test]
+    async fn lowering_a_tool_label_needs_the_approve_verb_and_raising_one_does_not() {
+        let old = example_sandbox();
+        let labelled = |label: serde_json::Value| {
+            let mut new = old.clone();
+            new["spec"]["toolLabels"] = json!([label]);
+            review(&SANDBOXES, "UPDATE", ALICE, Some(&new), Some(&old))
+        };
+        let raise = labelled(json!({"tool": "fetch_issue", "integrity": "untrusted"}));
+        let admitted = Cluster::example().serve().admit(ENDPOINT, &raise).await;
+        assert!(admitted.allowed, "{}", admitted.result.message);
+        let lower = labelled(json!({"tool": "fetch_issue", "integrity": "trusted"}));
+        assert_denied(
+            &Cluster::example().serve().admit(ENDPOINT, &lower).await,
+            &[
+                "lowering a tool's label in spec.toolLabels",
+                "needs the approve verb on policyproposals.agentgate.dev",
+            ],
+        );
+        let reviewer = Cluster::example().grant(ALICE, "approve", "policyproposals");
+        let admitted = reviewer.serve().admit(ENDPOINT, &lower).await;
         assert!(admitted.allowed, "{}", admitted.result.message);
     }
 

@@ -97,22 +97,23 @@ pub fn runtime_trifecta_weakened(old: Option<&AgentSandbox>, new: &AgentSandbox)
     audits(new) && !old.is_some_and(audits)
 }
 
-/// Whether an AgentSandbox write lowers a tool's labels below what its
-/// AgentScan may say (docs/trifecta.md, "Labels per sandbox"): a new or
-/// changed `trusted`, `internal` or `public` label removes findings, which
-/// accepts risk as an acceptance does and needs the same approve verb.
-/// Raising labels, or dropping a lowering one, needs nothing.
+/// Whether an AgentSandbox write may lower a tool's labels below what its
+/// AgentScan says (docs/trifecta.md, "Labels per sandbox"), which removes
+/// findings: it accepts risk as an acceptance does and needs the same
+/// approve verb. While any entry lowers (`trusted`, `internal`, `public`),
+/// every change of the list (an entry, their order: later entries win) or
+/// of the template's images (a label names tools of whatever image runs)
+/// needs it, as for `acceptedFindings`. Raising labels, or dropping every
+/// lowering one, needs nothing.
 pub fn tool_labels_lowered(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
-    let lowering = |s: &AgentSandbox| {
-        s.spec
-            .tool_labels
-            .iter()
-            .filter(|l| l.lowers())
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    let before = old.map(lowering).unwrap_or_default();
-    lowering(new).iter().any(|l| !before.contains(l))
+    if !new.spec.tool_labels.iter().any(|l| l.lowers()) {
+        return false;
+    }
+    let images = |s: &AgentSandbox| template_images(&s.spec).unwrap_or_default();
+    match old {
+        None => true,
+        Some(old) => old.spec.tool_labels != new.spec.tool_labels || images(old) != images(new),
+    }
 }
 
 /// What a PolicyProposal request needs before it may be admitted.
@@ -600,6 +601,23 @@ spec:
         // Unchanged, or taken back: nothing more is accepted.
         assert!(!tool_labels_lowered(Some(&trusted), &trusted));
         assert!(!tool_labels_lowered(Some(&trusted), &untrusted));
+        // While one lowers, reordering (later entries win) or another image
+        // (whose tools the label may name) is a new acceptance.
+        let both = with(vec![
+            label(Some(ToolIntegrity::Untrusted), None),
+            label(Some(ToolIntegrity::Trusted), None),
+        ]);
+        let mut swapped = both.clone();
+        swapped.spec.tool_labels.reverse();
+        assert!(tool_labels_lowered(Some(&swapped), &both));
+        let mut other_image = trusted.clone();
+        other_image.spec.template = Some(
+            serde_json::from_value(
+                serde_json::json!({"spec": {"containers": [{"name": "a", "image": "other@sha256:00"}]}}),
+            )
+            .unwrap(),
+        );
+        assert!(tool_labels_lowered(Some(&trusted), &other_image));
     }
 
     #[test]

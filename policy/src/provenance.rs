@@ -631,27 +631,41 @@ impl Lineage {
     }
 }
 
-/// The content a JSON-RPC answer to a `tools/call` carries, as the pieces
-/// a [`Lineage`] records for that tool (§8.3): each `text` of the result's
-/// `content` (text blocks, embedded resources), every string and number of
-/// its `structuredContent` (numbers in their JSON form), and an error's
-/// message and every string and number of its `data`. A server's error
-/// text reaches the model as surely as its results do.
+/// The content a JSON-RPC answer carries, as the pieces a [`Lineage`]
+/// records for its source (§8.3). For a `tools/call`: each `text` of the
+/// result's `content` (text blocks, embedded resources), every string and
+/// number of its `structuredContent` (numbers in their JSON form); for a
+/// `resources/read`: each `text` of its `contents`; for a `prompts/get`:
+/// its `description` and the text of each message's `content`. For any:
+/// an error's message and every string and number of its `data`. A
+/// server's error text reaches the model as surely as its results do.
+/// Content that is not text (images, audio, blobs) is no piece:
+/// [`answer_has_unread_content`] says when an answer carries some.
 pub fn tool_answer_pieces(answer: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(result) = answer.get("result") {
-        for block in result
-            .get("content")
-            .and_then(Value::as_array)
-            .into_iter()
+        let blocks = ["content", "contents"]
+            .iter()
+            .filter_map(|field| result.get(*field).and_then(Value::as_array))
             .flatten()
-        {
+            .chain(
+                result
+                    .get("messages")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m.get("content")),
+            );
+        for block in blocks {
             if let Some(text) = block.get("text").and_then(Value::as_str) {
                 out.push(text.to_string());
             }
             if let Some(text) = block.pointer("/resource/text").and_then(Value::as_str) {
                 out.push(text.to_string());
             }
+        }
+        if let Some(description) = result.get("description").and_then(Value::as_str) {
+            out.push(description.to_string());
         }
         if let Some(structured) = result.get("structuredContent") {
             leaves(structured, &mut out);
@@ -665,6 +679,47 @@ pub fn tool_answer_pieces(answer: &Value) -> Vec<String> {
             leaves(data, &mut out);
         }
     }
+    out.retain(|t| !t.is_empty());
+    out
+}
+
+/// True when an answer carries content no piece holds (an image, audio,
+/// a blob, a block of a type not known here) that the model may still
+/// read: the record cannot say what was in it.
+pub fn answer_has_unread_content(answer: &Value) -> bool {
+    let Some(result) = answer.get("result") else {
+        return false;
+    };
+    let unread = |block: &Value| {
+        block.get("blob").is_some()
+            || block.pointer("/resource/blob").is_some()
+            || block
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| !matches!(t, "text" | "resource" | "resource_link"))
+    };
+    ["content", "contents"]
+        .iter()
+        .filter_map(|field| result.get(*field).and_then(Value::as_array))
+        .flatten()
+        .chain(
+            result
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("content")),
+        )
+        .any(unread)
+}
+
+/// Every string and number inside `value`, numbers in their JSON form, as
+/// pieces of content: what a message from a server carries when it answers
+/// no call whose tool is known (an `initialize` result's instructions, a
+/// list's descriptions, a server's own request to the client).
+pub fn json_pieces(value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    leaves(value, &mut out);
     out.retain(|t| !t.is_empty());
     out
 }
@@ -1054,5 +1109,29 @@ mod tests {
         assert!(p.covers(&Source::Host("api.example.com".into())));
         assert!(!p.covers(&Source::Tool("api.example.com".into())));
         assert_eq!(Source::Tool("x".into()).to_string(), "tool:x");
+    }
+
+    #[test]
+    fn resources_and_prompts_are_read_and_binary_content_is_unread() {
+        let resource = json!({"jsonrpc": "2.0", "id": 1, "result": {"contents": [
+            {"uri": "file:///a", "mimeType": "text/plain", "text": "IBAN GB29NWBK60161331926819"},
+            {"uri": "file:///b", "blob": "aGVsbG8="}]}});
+        assert_eq!(
+            tool_answer_pieces(&resource),
+            ["IBAN GB29NWBK60161331926819"]
+        );
+        assert!(answer_has_unread_content(&resource));
+        let prompt = json!({"jsonrpc": "2.0", "id": 2, "result": {"description": "Pay rent", "messages": [
+            {"role": "user", "content": {"type": "text", "text": "Pay GB33BUKB20201555555555"}},
+            {"role": "user", "content": {"type": "resource", "resource": {"uri": "x", "text": "memo"}}}]}});
+        assert_eq!(
+            tool_answer_pieces(&prompt),
+            ["Pay GB33BUKB20201555555555", "memo", "Pay rent"]
+        );
+        assert!(!answer_has_unread_content(&prompt));
+        let image = json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [
+            {"type": "image", "data": "iVBOR", "mimeType": "image/png"}]}});
+        assert!(tool_answer_pieces(&image).is_empty());
+        assert!(answer_has_unread_content(&image));
     }
 }

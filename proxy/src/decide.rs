@@ -236,18 +236,6 @@ pub fn model_request(
     is_model_provider(&policy.compiled, &policy.index, binary.caller(), action).then_some(api)
 }
 
-/// Whether `action` goes to the agent's model provider by a binary its
-/// rule admits: its response is the model's own output, no source.
-pub fn is_model_provider_action(
-    snapshot: &Snapshot,
-    binary: &Binary,
-    action: &NetworkAction,
-) -> bool {
-    policy_of(snapshot).is_ok_and(|policy| {
-        is_model_provider(&policy.compiled, &policy.index, binary.caller(), action)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

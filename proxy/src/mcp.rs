@@ -6,11 +6,14 @@
 //! reads.
 
 use agentgate_policy::matcher::{McpQuery, McpServer};
+use agentgate_policy::mcp::json_equal;
 pub use agentgate_policy::mcp_messages::{
     Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, forget_answered,
     judge_messages, refusal_error,
 };
-use agentgate_policy::provenance::{Record, Source, tool_answer_pieces};
+use agentgate_policy::provenance::{
+    Record, Source, answer_has_unread_content, json_pieces, tool_answer_pieces,
+};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -73,6 +76,8 @@ pub struct SseFilter {
     lists: Vec<ListRequest>,
     results: Vec<ResultRequest>,
     observed: Vec<Observed>,
+    answered: Vec<Value>,
+    fallback: Option<Source>,
     endpoint: Option<String>,
 }
 
@@ -93,24 +98,48 @@ pub struct ResultRequest {
 pub type Observed = Option<(Source, Vec<String>)>;
 
 /// The content of the answers among `message` (one JSON-RPC message or a
-/// batch) to the awaited `results`, which are removed.
-pub fn observe_answers(message: &Value, results: &mut Vec<ResultRequest>, out: &mut Vec<Observed>) {
+/// batch) to the awaited `results`, which are removed. Every other message
+/// from the server (an answer to no awaited call, a request or
+/// notification of its own) is content too: recorded as `fallback` (the
+/// server's host) where the session keeps a record.
+pub fn observe_answers(
+    message: &Value,
+    results: &mut Vec<ResultRequest>,
+    fallback: Option<&Source>,
+    out: &mut Vec<Observed>,
+) {
     if let Value::Array(items) = message {
         for item in items {
-            observe_answers(item, results, out);
+            observe_answers(item, results, fallback, out);
         }
         return;
     }
     let answers = message.get("result").is_some() || message.get("error").is_some();
-    let Some(id) = message.get("id").filter(|_| answers) else {
-        return;
-    };
-    if let Some(i) = results
-        .iter()
-        .position(|r| agentgate_policy::mcp::json_equal(&r.id, id))
-    {
+    let awaited = message
+        .get("id")
+        .filter(|_| answers)
+        .and_then(|id| results.iter().position(|r| json_equal(&r.id, id)));
+    if let Some(i) = awaited {
         let request = results.swap_remove(i);
         out.push(Some((request.source, tool_answer_pieces(message))));
+        if answer_has_unread_content(message) {
+            out.push(None);
+        }
+        return;
+    }
+    let Some(fallback) = fallback else {
+        return;
+    };
+    let pieces: Vec<String> = ["result", "error", "params"]
+        .iter()
+        .filter_map(|field| message.get(*field))
+        .flat_map(json_pieces)
+        .collect();
+    if !pieces.is_empty() {
+        out.push(Some((fallback.clone(), pieces)));
+    }
+    if answer_has_unread_content(message) {
+        out.push(None);
     }
 }
 
@@ -121,6 +150,26 @@ pub const MAX_EVENT_BYTES: usize = 16 << 20;
 /// The most list requests one stream awaits answers to at once; a list
 /// request beyond them is refused rather than answered unfiltered.
 pub const MAX_PENDING_LISTS: usize = 256;
+
+/// Why a stream cannot await more answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PendingError {
+    /// More than [`MAX_PENDING_LISTS`] would be awaited.
+    TooMany,
+    /// A call with this id awaits its answer already.
+    Reused(Value),
+}
+
+/// The first id two calls of `results` share: their answers' tools could
+/// not be told apart.
+pub fn duplicate_id(results: &[ResultRequest]) -> Option<&Value> {
+    results.iter().enumerate().find_map(|(i, r)| {
+        results[..i]
+            .iter()
+            .any(|earlier| json_equal(&earlier.id, &r.id))
+            .then_some(&r.id)
+    })
+}
 
 /// An event longer than [`MAX_EVENT_BYTES`] arrived.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +184,8 @@ impl SseFilter {
             lists,
             results: Vec::new(),
             observed: Vec::new(),
+            answered: Vec::new(),
+            fallback: None,
             endpoint: None,
         }
     }
@@ -142,6 +193,13 @@ impl SseFilter {
     /// Also records the content of the answers to `results`.
     pub fn expect_results(&mut self, results: Vec<ResultRequest>) {
         self.results.extend(results);
+    }
+
+    /// Records every other message's content as `source` (the server's
+    /// host): where the session keeps a record, nothing a server sends
+    /// passes unrecorded.
+    pub fn record_others_as(&mut self, source: Source) {
+        self.fallback = Some(source);
     }
 
     /// How many answers to record are still awaited.
@@ -153,6 +211,11 @@ impl SseFilter {
     /// before those bytes are passed on.
     pub fn take_observed(&mut self) -> Vec<Observed> {
         std::mem::take(&mut self.observed)
+    }
+
+    /// The ids of the calls answered since the last call.
+    pub fn take_answered(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.answered)
     }
 
     /// Also filters the answers to `lists` (list requests POSTed to the
@@ -197,10 +260,26 @@ impl SseFilter {
         self.endpoint.take()
     }
 
+    /// Whether what passes is recorded (answers awaited, or every message).
+    fn records(&self) -> bool {
+        !self.results.is_empty() || self.fallback.is_some()
+    }
+
     fn rewrite(&mut self, event: &[u8], visible: &dyn Fn(McpQuery<'_>) -> bool) -> Vec<u8> {
         let Ok(text) = std::str::from_utf8(event) else {
+            // A client decodes it anyway (lossily): unread content.
+            if self.records() {
+                self.observed.push(None);
+            }
             return event.to_vec();
         };
+        // A lone CR ends a line for a client, not for `lines`: its data
+        // would pass unread.
+        if self.records() && text.replace("\r\n", "").contains('\r') {
+            self.observed.push(None);
+            return event.to_vec();
+        }
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let field = |name: &'static str| {
             text.lines()
                 .filter_map(move |l| l.strip_prefix(name))
@@ -212,12 +291,23 @@ impl SseFilter {
             return event.to_vec();
         }
         let Ok(mut message) = serde_json::from_str::<Value>(&data) else {
-            if !self.results.is_empty() && !data.trim().is_empty() {
+            if self.records() && !data.trim().is_empty() {
                 self.observed.push(None);
             }
             return event.to_vec();
         };
-        observe_answers(&message, &mut self.results, &mut self.observed);
+        let awaited: Vec<Value> = self.results.iter().map(|r| r.id.clone()).collect();
+        observe_answers(
+            &message,
+            &mut self.results,
+            self.fallback.as_ref(),
+            &mut self.observed,
+        );
+        self.answered.extend(
+            awaited
+                .into_iter()
+                .filter(|id| !self.results.iter().any(|r| &r.id == id)),
+        );
         let removed = filter_lists(&mut message, &self.lists, visible);
         forget_answered(&mut self.lists, &message);
         if removed == 0 {
@@ -326,6 +416,9 @@ struct Inbox {
     results: Vec<ResultRequest>,
     /// Calls the stream has taken and awaits answers to.
     awaited_results: usize,
+    /// The ids of every call awaited (taken or not): a second call with
+    /// one of them would make its answer's tool ambiguous.
+    pending_ids: Vec<Value>,
     waker: Option<Waker>,
 }
 
@@ -377,13 +470,33 @@ impl SseSession {
     /// Awaits the answers to `results` on the stream, to record their
     /// content. False, adding none, when the stream would await more than
     /// [`MAX_PENDING_LISTS`].
-    pub fn expect_results(&self, results: &[ResultRequest]) -> bool {
+    pub fn expect_results(&self, results: &[ResultRequest]) -> Result<(), PendingError> {
         let mut inbox = lock(&self.inbox);
         if inbox.results.len() + inbox.awaited_results + results.len() > MAX_PENDING_LISTS {
-            return false;
+            return Err(PendingError::TooMany);
         }
+        if let Some(r) = results
+            .iter()
+            .find(|r| inbox.pending_ids.iter().any(|id| json_equal(id, &r.id)))
+        {
+            return Err(PendingError::Reused(r.id.clone()));
+        }
+        inbox
+            .pending_ids
+            .extend(results.iter().map(|r| r.id.clone()));
         inbox.results.extend(results.iter().cloned());
-        true
+        Ok(())
+    }
+
+    /// The calls of these ids were answered.
+    pub fn answered(&self, ids: &[Value]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut inbox = lock(&self.inbox);
+        inbox
+            .pending_ids
+            .retain(|id| !ids.iter().any(|a| json_equal(a, id)));
     }
 
     /// The calls added since the last call, now awaited by the stream.

@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::decide::{
-    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, is_model_provider_action,
-    judge_connection, judge_request, judge_request_action, model_request, policy_of,
+    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
+    judge_request, judge_request_action, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
@@ -332,10 +332,12 @@ impl hyper::body::Body for McpEvents {
                         {
                             proxy.record_answers(observed);
                         }
+                        let answered = this.filter.take_answered();
                         if let Some(link) = &this.link {
                             link.session.set_awaited(this.filter.awaited());
                             link.session
                                 .set_awaited_results(this.filter.awaited_results());
+                            link.session.answered(&answered);
                         }
                         if this.link.is_none()
                             && let Some(endpoint) = this.filter.take_endpoint()
@@ -738,11 +740,8 @@ impl Proxy {
         port: u16,
         refusal: &Refusal,
     ) {
-        let at = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
         mcp::lock(&self.session).refused(RefusalSeen {
-            at,
+            at: String::new(),
             stage,
             binary: binary.shown().to_string(),
             host: host.to_string(),
@@ -767,9 +766,9 @@ impl Proxy {
                 None => conversation.lose(),
             }
         }
-        let lineage = conversation.lineage();
-        session.record_state(lineage.kept_bytes(), lineage.evicted());
-        self.metrics.lineage(lineage.kept_bytes());
+        let kept = conversation.kept_bytes();
+        session.record_state(kept, conversation.record().evicted());
+        self.metrics.lineage(kept);
     }
 
     /// Accepts connections on `listener` forever. An accept error (out of
@@ -1397,10 +1396,9 @@ impl Inspected {
         strip_hop_by_hop(req.headers_mut());
         let api = model_request(&snapshot, &self.binary, &action);
         // A host's response body is content the agent reads: recorded as
-        // host:NAME where the policy keeps a record, except the model
-        // provider's (the model's own output is no source).
-        let records_body = policy_of(&snapshot).is_ok_and(|p| p.records_sessions)
-            && !is_model_provider_action(&snapshot, &self.binary, &action);
+        // host:NAME where the policy keeps a record, except the answer to
+        // the model request itself (the model's own output is no source).
+        let records_body = policy_of(&snapshot).is_ok_and(|p| p.records_sessions) && api.is_none();
         if records_body {
             // Compressed content could not be read to record.
             req.headers_mut().insert(
@@ -1437,7 +1435,15 @@ impl Inspected {
                 .and_then(|v| v.to_str().ok())
                 .map(|v| v.trim().to_ascii_lowercase())
         };
-        let encoded = header_text(header::CONTENT_ENCODING).is_some_and(|e| e != "identity");
+        // Every value: a second header's coding applies as surely as the first.
+        let encoded = headers.get_all(header::CONTENT_ENCODING).iter().any(|v| {
+            v.to_str()
+                .map(|v| {
+                    v.split(',')
+                        .any(|c| !matches!(c.trim().to_ascii_lowercase().as_str(), "identity" | ""))
+                })
+                .unwrap_or(true)
+        });
         let textual = header_text(header::CONTENT_TYPE).is_none_or(|t| textual_type(&t));
         let too_long = headers
             .get(header::CONTENT_LENGTH)
@@ -1491,10 +1497,15 @@ impl Inspected {
             }
         }
         if !text.is_empty() {
-            let source = Source::Host(host.to_string());
-            let content = String::from_utf8_lossy(&text);
-            self.proxy
-                .record_answers(vec![Some((source, vec![content.into_owned()]))]);
+            // Not UTF-8 (a binary body without a type, say): unread.
+            match String::from_utf8(text) {
+                Ok(content) => {
+                    let source = Source::Host(host.to_string());
+                    self.proxy
+                        .record_answers(vec![Some((source, vec![content]))]);
+                }
+                Err(_) => lose("not UTF-8 text"),
+            }
         }
         let replay = Replay { frames, rest: None };
         Response::from_parts(parts, replay.boxed())
@@ -1533,13 +1544,13 @@ impl Inspected {
         let (fresh, kept) = {
             let mut conversation = mcp::lock(&self.proxy.conversation);
             let fresh = conversation.observe_request(&pieces);
-            let lineage = conversation.lineage();
+            let kept = conversation.kept_bytes();
             let mut session = mcp::lock(&self.proxy.session);
             for (source, _) in &pieces {
                 session.content_read(source);
             }
-            session.record_state(lineage.kept_bytes(), lineage.evicted());
-            (fresh, lineage.kept_bytes())
+            session.record_state(kept, conversation.record().evicted());
+            (fresh, kept)
         };
         self.proxy.metrics.model_request(kept);
         tracing::debug!(
@@ -1597,9 +1608,13 @@ impl Inspected {
             let visible = visible_at(proxy.clone(), self.binary.clone(), &key, path.to_string());
             let (parts, body) = response.into_parts();
             let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
+            let mut filter = mcp::SseFilter::new(Vec::new());
+            if records {
+                filter.record_others_as(Source::Host(key.host.clone()));
+            }
             let events = McpEvents {
                 inner: body,
-                filter: mcp::SseFilter::new(Vec::new()),
+                filter,
                 visible,
                 done: false,
                 origin: Some(origin),
@@ -1653,10 +1668,11 @@ impl Inspected {
         let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
         let judged = {
             let conversation = records.then(|| mcp::lock(&proxy.conversation));
-            let record = conversation.as_deref().map(|c| c.lineage() as &dyn Record);
+            let record = conversation.as_deref().map(|c| c.record());
+            let record = record.as_ref().map(|r| r as &dyn Record);
             mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
         };
-        let (lists, results) = match judged {
+        let (lists, results, linked) = match judged {
             Judged::Answer {
                 status,
                 body,
@@ -1737,23 +1753,51 @@ impl Inspected {
                 } else {
                     Vec::new()
                 };
-                let linked = stream();
-                if let Some(stream) = &linked
-                    && (!stream.expect_lists(&lists) || !stream.expect_results(&results))
-                {
-                    let refusal = Refusal::new(
+                // Two awaited calls with one id: whose answer is whose could
+                // not be told, and content could be recorded as another
+                // tool's.
+                let reused = |id: &serde_json::Value| {
+                    Refusal::new(
                         RefusalCode::MalformedMcp,
                         format!(
-                            "more than {} requests of this MCP session await answers; their results could not be filtered and recorded",
-                            mcp::MAX_PENDING_LISTS
+                            "two calls of this MCP session await answers with the id {id}: their results could not be told apart"
                         ),
-                    );
+                    )
+                };
+                if let Some(id) = mcp::duplicate_id(&results) {
+                    let refusal = reused(id);
                     refuse(&refusal);
                     return refusal_response(&refusal);
                 }
+                let linked = stream();
+                if let Some(stream) = &linked {
+                    let too_many = || {
+                        Refusal::new(
+                            RefusalCode::MalformedMcp,
+                            format!(
+                                "more than {} requests of this MCP session await answers; their results could not be filtered and recorded",
+                                mcp::MAX_PENDING_LISTS
+                            ),
+                        )
+                    };
+                    let refusal = if !stream.expect_lists(&lists) {
+                        Some(too_many())
+                    } else {
+                        match stream.expect_results(&results) {
+                            Ok(()) => None,
+                            Err(mcp::PendingError::TooMany) => Some(too_many()),
+                            Err(mcp::PendingError::Reused(id)) => Some(reused(&id)),
+                        }
+                    };
+                    if let Some(refusal) = refusal {
+                        refuse(&refusal);
+                        return refusal_response(&refusal);
+                    }
+                }
                 {
                     let conversation = records.then(|| mcp::lock(&proxy.conversation));
-                    let record = conversation.as_deref().map(|c| c.lineage() as &dyn Record);
+                    let record = conversation.as_deref().map(|c| c.record());
+                    let record = record.as_ref().map(|r| r as &dyn Record);
                     let mut session = mcp::lock(&proxy.session);
                     for call in &calls {
                         session.called(&call.action, record);
@@ -1761,28 +1805,35 @@ impl Inspected {
                 }
                 proxy.metrics.decision(true, "mcp", "allowed");
                 tracing::debug!(decision = "allow", host = %key.host, port = key.port, path, calls = ?calls.iter().map(ToString::to_string).collect::<Vec<_>>(), "mcp messages allowed");
-                (lists, results)
+                (lists, results, linked.is_some())
             }
         };
         strip_hop_by_hop(&mut parts.headers);
         let response = self
             .forward(key.clone(), Request::from_parts(parts, full(bytes)))
             .await;
-        if lists.is_empty() && results.is_empty() {
+        // Answers to calls POSTed to a linked stream's endpoint arrive on
+        // that stream, which records them.
+        let results = if linked { Vec::new() } else { results };
+        if lists.is_empty() && !records {
             return response;
         }
-        self.answer(response, lists, results, key, path.to_string())
+        let others = records.then(|| Source::Host(key.host.clone()));
+        self.answer(response, lists, results, others, key, path.to_string())
             .await
     }
 
     /// Filters the `*/list` results in an MCP server's answer, as JSON or
     /// as an event stream, by the policy in force when they arrive, and
-    /// records the content of the answers to `results` before they pass.
+    /// records the content of the answers to `results` before they pass,
+    /// and of everything else the server sent as `others` (its host) where
+    /// the session keeps a record.
     async fn answer(
         &self,
         response: Response<Body>,
         lists: Vec<mcp::ListRequest>,
         mut results: Vec<mcp::ResultRequest>,
+        others: Option<Source>,
         key: UpstreamKey,
         path: String,
     ) -> Response<Body> {
@@ -1791,9 +1842,12 @@ impl Inspected {
         let (mut parts, body) = response.into_parts();
         parts.headers.remove(header::CONTENT_LENGTH);
         if event_stream {
-            let recorder = (!results.is_empty()).then(|| self.proxy.clone());
+            let recorder = (!results.is_empty() || others.is_some()).then(|| self.proxy.clone());
             let mut filter = mcp::SseFilter::new(lists);
             filter.expect_results(results);
+            if let Some(others) = others {
+                filter.record_others_as(others);
+            }
             let filtered = McpEvents {
                 inner: body,
                 filter,
@@ -1818,16 +1872,23 @@ impl Inspected {
         let mut observed = Vec::new();
         let filtered = match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(mut message) => {
-                mcp::observe_answers(&message, &mut results, &mut observed);
+                mcp::observe_answers(&message, &mut results, others.as_ref(), &mut observed);
                 if mcp::filter_lists(&mut message, &lists, &*visible) > 0 {
                     Bytes::from(message.to_string())
                 } else {
                     bytes
                 }
             }
+            Err(_) if bytes.is_empty() => bytes,
+            // Not JSON (an error page, a 202's "Accepted"): its text is the
+            // host's content; what is not text is unread.
             Err(_) => {
-                if !results.is_empty() && !bytes.is_empty() {
-                    observed.push(None);
+                match (&others, std::str::from_utf8(&bytes)) {
+                    (Some(host), Ok(text)) => {
+                        observed.push(Some((host.clone(), vec![text.to_string()])))
+                    }
+                    (None, _) if results.is_empty() => {}
+                    _ => observed.push(None),
                 }
                 bytes
             }

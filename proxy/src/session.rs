@@ -67,7 +67,7 @@ pub struct Flow {
 /// A refusal as the session shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RefusalSeen {
-    /// When (RFC 3339, UTC).
+    /// When (RFC 3339, UTC), set as it is kept.
     pub at: String,
     /// `connect`, `request` or `mcp`.
     pub stage: &'static str,
@@ -90,6 +90,10 @@ pub struct SessionGraph {
     /// Sources whose content reached the model.
     read: BTreeSet<String>,
     flows: BTreeMap<Flow, u64>,
+    /// Tool-call decisions, kept apart from connection and request
+    /// refusals: an agent's cheap retries of the one cannot push the other
+    /// out before it is read.
+    tool_refusals: VecDeque<RefusalSeen>,
     refusals: VecDeque<RefusalSeen>,
     dropped_flows: u64,
     dropped_nodes: u64,
@@ -170,14 +174,24 @@ impl SessionGraph {
         self.record_evicted = evicted;
     }
 
-    /// Keeps a refusal (the oldest goes past [`MAX_REFUSALS`]), its
-    /// argument values redacted ([`redact_arguments`]).
+    /// Keeps a refusal (the oldest of its kind goes past [`MAX_REFUSALS`]:
+    /// tool calls and the rest are kept apart), its argument values
+    /// redacted ([`redact_arguments`]) and its time taken now, under the
+    /// session's lock, so that the kept ones are in time order.
     pub fn refused(&mut self, mut refusal: RefusalSeen) {
         refusal.refusal.reason = redact_arguments(&refusal.refusal.reason);
-        if self.refusals.len() == MAX_REFUSALS {
-            self.refusals.pop_front();
+        refusal.at = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let kept = if refusal.stage == "mcp" {
+            &mut self.tool_refusals
+        } else {
+            &mut self.refusals
+        };
+        if kept.len() == MAX_REFUSALS {
+            kept.pop_front();
         }
-        self.refusals.push_back(refusal);
+        kept.push_back(refusal);
     }
 
     /// The observed graph in the AgentScan graph schema, labelled by the
@@ -236,8 +250,12 @@ impl SessionGraph {
     }
 
     /// What `/lineage` serves: the graph, the flows with their counts, the
-    /// last refusals (newest last) and the record's size.
+    /// last refusals (tool calls' and others', each newest last, merged in
+    /// time order) and the record's size.
     pub fn report(&self, findings: &CompiledFindings) -> Value {
+        let mut refusals: Vec<&RefusalSeen> =
+            self.tool_refusals.iter().chain(&self.refusals).collect();
+        refusals.sort_by(|a, b| a.at.cmp(&b.at));
         let flows: Vec<Value> = self
             .flows
             .iter()
@@ -248,7 +266,7 @@ impl SessionGraph {
         json!({
             "graph": self.graph(findings),
             "flows": flows,
-            "refusals": self.refusals,
+            "refusals": refusals,
             "record": {"bytes": self.record_bytes, "evicted": self.record_evicted},
             "dropped": {"flows": self.dropped_flows, "nodes": self.dropped_nodes},
         })
@@ -269,17 +287,22 @@ pub fn redact_arguments(reason: &str) -> String {
             Value::Bool(_) | Value::Null => {}
         }
     }
-    let Some(start) = reason.find(" {").map(|i| i + 1) else {
-        return reason.to_string();
-    };
-    let mut values = serde_json::Deserializer::from_str(&reason[start..]).into_iter::<Value>();
-    match values.next() {
-        Some(Ok(mut arguments @ Value::Object(_))) => {
+    // The arguments follow the tool's name, which may itself hold " {":
+    // each candidate is tried in turn.
+    let candidates = reason.match_indices(" {").map(|(i, _)| i + 1);
+    for start in candidates {
+        let mut values = serde_json::Deserializer::from_str(&reason[start..]).into_iter::<Value>();
+        if let Some(Ok(mut arguments @ Value::Object(_))) = values.next() {
             let end = start + values.byte_offset();
             redact(&mut arguments);
-            format!("{}{arguments}{}", &reason[..start], &reason[end..])
+            return format!("{}{arguments}{}", &reason[..start], &reason[end..]);
         }
-        _ => reason.to_string(),
+    }
+    match reason.find(" {") {
+        // Something like arguments that do not parse: everything after it
+        // goes, rather than a value shown.
+        Some(start) => format!("{} {{…}}", &reason[..start]),
+        None => reason.to_string(),
     }
 }
 
@@ -354,8 +377,14 @@ mod tests {
         );
         let plain = "POST https://example.com/upload by /usr/bin/curl: no rule allows it";
         assert_eq!(redact_arguments(plain), plain);
-        let broken = "tools/call x {\"a\": by /bin/agent";
-        assert_eq!(redact_arguments(broken), broken);
+        let broken = "tools/call x {\"a\": \"GB33\" by /bin/agent";
+        assert_eq!(redact_arguments(broken), "tools/call x {…}");
+        let braced =
+            r#"tools/call lookup {v2} {"iban":"GB33BUKB20201555555555"} by /bin/agent: no rule"#;
+        assert_eq!(
+            redact_arguments(braced),
+            r#"tools/call lookup {v2} {"iban":"…"} by /bin/agent: no rule"#
+        );
     }
 
     #[test]
@@ -374,8 +403,21 @@ mod tests {
                 ),
             });
         }
+        assert_eq!(session.tool_refusals.len(), MAX_REFUSALS);
+        assert_eq!(session.tool_refusals[0].refusal.reason, "refusal 3");
+        // A flood of connection refusals leaves the tool calls' in place.
+        for _ in 0..MAX_REFUSALS * 2 {
+            session.refused(RefusalSeen {
+                at: String::new(),
+                stage: "connect",
+                binary: "/bin/agent".into(),
+                host: "h".into(),
+                port: 1,
+                refusal: Refusal::new(agentgate_policy::refusal::RefusalCode::NoRule, "x"),
+            });
+        }
+        assert_eq!(session.tool_refusals[0].refusal.reason, "refusal 3");
         assert_eq!(session.refusals.len(), MAX_REFUSALS);
-        assert_eq!(session.refusals[0].refusal.reason, "refusal 3");
         let lineage = Lineage::new(1 << 20);
         for i in 0..MAX_FLOWS + 5 {
             session.called(

@@ -80,8 +80,23 @@ pub async fn lineage(
     Ok(out)
 }
 
-fn text<'a>(value: &'a Value, key: &str) -> &'a str {
-    value.get(key).and_then(Value::as_str).unwrap_or("")
+/// A string field, control characters escaped: argument names, tool names
+/// and reasons come from the agent, and must not drive the terminal.
+fn text(value: &Value, key: &str) -> String {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 /// The lineage of one Pod for people: a header, the flows, the labelled
@@ -176,11 +191,12 @@ pub fn render(namespace: &str, pod: &str, report: &Value) -> String {
                 text(r, "reason"),
             );
             if let Some(finding) = r["finding"].as_object() {
+                let finding = Value::Object(finding.clone());
                 let _ = writeln!(
                     out,
                     "      finding {}: {}",
-                    finding.get("id").and_then(Value::as_str).unwrap_or(""),
-                    finding.get("witness").and_then(Value::as_str).unwrap_or("")
+                    text(&finding, "id"),
+                    text(&finding, "witness")
                 );
             }
         }
@@ -207,7 +223,7 @@ mod tests {
                 {"from": "read_email", "to": "send_money", "argument": "/amount", "calls": 1},
             ],
             "refusals": [{"at": "2026-12-04T00:00:00Z", "decision": "deny", "stage": "mcp",
-                "code": "runtime_trifecta", "reason": "tools/call send_money {\"recipient\":\"…\"}: …",
+                "code": "runtime_trifecta", "reason": "tools/call send_money {\"recipient\":\"…\"}: …\u{1b}[2J",
                 "finding": {"id": "AG-TRIFECTA", "witness": "read_email -> __llm__ -> send_money"}}],
             "record": {"bytes": 2048, "evicted": false},
             "dropped": {"flows": 0, "nodes": 0},
@@ -221,7 +237,7 @@ flows (value seen in -> tool argument, allowed calls):
   read_email -> send_money/amount  x1
 labels: read_email (untrusted); send_money (sink)
 last refusals (newest last):
-  2026-12-04T00:00:00Z deny mcp runtime_trifecta: tools/call send_money {\"recipient\":\"…\"}: …
+  2026-12-04T00:00:00Z deny mcp runtime_trifecta: tools/call send_money {\"recipient\":\"…\"}: …\\u{1b}[2J
       finding AG-TRIFECTA: read_email -> __llm__ -> send_money
 "
         );

@@ -39,6 +39,9 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(15);
 const POD_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest `/lineage` answer read.
 const MAX_ANSWER_BYTES: usize = 4 << 20;
+/// The most Events one poll publishes for one Pod; the rest are counted in
+/// one more (the agent chooses how often it is refused).
+pub const MAX_EVENTS_PER_POLL: usize = 8;
 
 /// The refusals of `report` (a proxy's `/lineage`) newer than `after`, as
 /// Event notes, with the newest one's time. Only tool-call decisions
@@ -83,6 +86,18 @@ pub fn new_refusals(
             note.push_str(&format!(" (finding {id})"));
         }
         notes.push((type_, reason, note));
+    }
+    if notes.len() > MAX_EVENTS_PER_POLL {
+        let more = notes.len() - MAX_EVENTS_PER_POLL + 1;
+        notes.truncate(MAX_EVENTS_PER_POLL - 1);
+        notes.push((
+            EventType::Warning,
+            "ToolCallRefused",
+            format!(
+                "pod {pod}: {more} more tool-call refusals in {}s; `kubectl agentgate lineage` lists them",
+                POLL_INTERVAL.as_secs()
+            ),
+        ));
     }
     (notes, newest)
 }
@@ -258,5 +273,16 @@ mod tests {
         assert_eq!(same, newest);
         let (later, _) = new_refusals(&report, "bank-bot", Some(at("2026-12-04T10:00:02Z")));
         assert_eq!(later.len(), 2);
+        // A flood is counted, not published one by one.
+        let flood: Vec<serde_json::Value> = (0..50)
+            .map(|i| json!({"at": format!("2026-12-04T10:01:{i:02}Z"), "stage": "mcp", "decision": "deny", "code": "no_rule", "reason": "r"}))
+            .collect();
+        let (notes, _) = new_refusals(&json!({"refusals": flood}), "bank-bot", None);
+        assert_eq!(notes.len(), MAX_EVENTS_PER_POLL);
+        assert!(
+            notes[MAX_EVENTS_PER_POLL - 1]
+                .2
+                .contains("43 more tool-call refusals")
+        );
     }
 }

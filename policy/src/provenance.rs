@@ -203,6 +203,15 @@ pub trait Record {
     /// The origin of the string or number `leaf` at `at`.
     fn origin_at(&self, at: &Position<'_>, leaf: &Value) -> Origin;
 
+    /// The origin as a deny entry (or a region) reads it: a record may
+    /// know of sources it does not let an allow entry count (content of an
+    /// earlier conversation of the session), since they can only make a
+    /// deny hold. The same as [`Record::origin_at`] unless a record says
+    /// otherwise.
+    fn origin_for_deny(&self, at: &Position<'_>, leaf: &Value) -> Origin {
+        self.origin_at(at, leaf)
+    }
+
     /// True when content the record once held has been dropped, so a value
     /// may have had more sources than it shows.
     fn evicted(&self) -> bool {
@@ -448,7 +457,12 @@ impl<'a> Provenance<'a> {
                     return self.deny;
                 };
                 let doubt = self.deny && record.evicted();
-                match record.origin_at(at, leaf) {
+                let origin = if self.deny {
+                    record.origin_for_deny(at, leaf)
+                } else {
+                    record.origin_at(at, leaf)
+                };
+                match origin {
                     Origin::Seen(sources) => {
                         doubt || sources.iter().any(|s| patterns.iter().any(|p| p.covers(s)))
                     }

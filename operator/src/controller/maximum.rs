@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
-use crate::k8s::cache::reflect;
+use crate::k8s::cache::{reflect, until_ready};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::{AgentSandbox, MaximumPolicy};
 use agentgate_governance::maximum::{Assessment, assess};
@@ -34,13 +34,11 @@ pub struct Views {
 
 /// How many sandboxes `maximum` governs, in the cached view.
 async fn governed_count(maximum: &MaximumPolicy, views: &Views) -> Result<u32, ControllerError> {
-    let unsynced = |e| ControllerError::Conflict(format!("the sandbox cache has not synced: {e}"));
-    views.sandboxes.wait_until_ready().await.map_err(unsynced)?;
-    views
-        .namespaces
-        .wait_until_ready()
-        .await
-        .map_err(unsynced)?;
+    if !(until_ready(&views.sandboxes).await && until_ready(&views.namespaces).await) {
+        return Err(ControllerError::Conflict(
+            "the sandbox cache has not synced: its watch ended".into(),
+        ));
+    }
     let labels: BTreeMap<String, BTreeMap<String, String>> = views
         .namespaces
         .state()

@@ -16,7 +16,7 @@ use kube::core::admission::AdmissionRequest;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use crate::k8s::cache::reflect;
+use crate::k8s::cache::{reflect, until_ready};
 use crate::metrics::Metrics;
 use crate::webhook::WebhookArgs;
 use crate::webhook::caller::{AccessKey, ReviewCache};
@@ -143,10 +143,10 @@ impl WebhookState {
     /// Whether every cache has listed once. Until then an empty cache would
     /// read as "no sandbox, no agent, no ceiling" and let writes through.
     pub(super) async fn synced(&self) -> bool {
-        self.maximums.wait_until_ready().await.is_ok()
-            && self.namespaces.wait_until_ready().await.is_ok()
-            && self.sandboxes.wait_until_ready().await.is_ok()
-            && self.scans.wait_until_ready().await.is_ok()
+        until_ready(&self.maximums).await
+            && until_ready(&self.namespaces).await
+            && until_ready(&self.sandboxes).await
+            && until_ready(&self.scans).await
     }
 
     /// The AgentScan for an image digest in the cache, with its findings

@@ -532,13 +532,17 @@ impl Lineage {
         while !content.is_char_boundary(end) {
             end -= 1;
         }
-        // A cut inside a word would end a token there that the content does
-        // not have ("  11" cut to "  1" holds the token 1): the cut word goes.
+        // The kept text's end is a boundary the content must have had: a
+        // cut before a letter, digit or `.` would end a token there that the
+        // content does not have ("  11" cut to "  1" holds the token 1;
+        // "b aa" cut to "b " holds the token "b "). The cut moves back until
+        // the first byte dropped is none of those, then to a character.
         let glued = |b: u8| b.is_ascii_alphanumeric() || b == b'.';
-        if content.as_bytes().get(end).is_some_and(|&b| glued(b)) {
-            while end > 0 && glued(content.as_bytes()[end - 1]) {
-                end -= 1;
-            }
+        while end > 0 && content.as_bytes().get(end).is_some_and(|&b| glued(b)) {
+            end -= 1;
+        }
+        while !content.is_char_boundary(end) {
+            end -= 1;
         }
         if end < content.len() {
             self.evicted = true;
@@ -973,6 +977,14 @@ mod tests {
             &Position::Root,
             &json!("GB94BARC10201530093459")
         ));
+        // A cut never makes a boundary the content lacked: "b aa" cut at 2
+        // keeps "b", not "b " (whose end would bound the token "b ").
+        let mut l = Lineage::new(2);
+        l.observe(Source::User, "b aa");
+        assert!(!l.satisfies(&patterns(&["user"]), &json!("b ")));
+        let mut l = Lineage::new(3);
+        l.observe(Source::User, "é1x");
+        assert_eq!(l.kept_bytes(), 0);
         // Longer than the bound: kept up to it, at a character boundary.
         let mut l = Lineage::new(5);
         l.observe(Source::User, "abcdé");

@@ -662,19 +662,7 @@ impl Lineage {
 pub fn tool_answer_pieces(answer: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(result) = answer.get("result") {
-        let blocks = ["content", "contents"]
-            .iter()
-            .filter_map(|field| result.get(*field).and_then(Value::as_array))
-            .flatten()
-            .chain(
-                result
-                    .get("messages")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|m| m.get("content")),
-            );
-        for block in blocks {
+        for block in answer_blocks(result) {
             if let Some(text) = block.get("text").and_then(Value::as_str) {
                 out.push(text.to_string());
             }
@@ -716,6 +704,12 @@ pub fn answer_has_unread_content(answer: &Value) -> bool {
                 .and_then(Value::as_str)
                 .is_some_and(|t| !matches!(t, "text" | "resource" | "resource_link"))
     };
+    answer_blocks(result).any(unread)
+}
+
+/// The content blocks of an MCP result: a tool's `content`, a resource's
+/// `contents`, each prompt message's `content`.
+fn answer_blocks(result: &Value) -> impl Iterator<Item = &Value> {
     ["content", "contents"]
         .iter()
         .filter_map(|field| result.get(*field).and_then(Value::as_array))
@@ -728,7 +722,6 @@ pub fn answer_has_unread_content(answer: &Value) -> bool {
                 .flatten()
                 .filter_map(|m| m.get("content")),
         )
-        .any(unread)
 }
 
 /// Every string and number inside `value`, numbers in their JSON form, as

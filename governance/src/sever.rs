@@ -23,7 +23,7 @@ use agentgate_prover::{Outcome, Prover};
 
 use agentgate_policy::model::Region;
 use agentgate_trifecta::analysis::{Finding, has_trifecta};
-use agentgate_trifecta::graph::{Capability, Channel, Graph, GraphError, Node};
+use agentgate_trifecta::graph::{Capability, Channel, Effect, Graph, GraphError, Node, NodeKind};
 
 /// The network regions of a finding's nodes, sink first, then the control
 /// and the data witness in path order: what a runtime refusal cites
@@ -61,17 +61,67 @@ pub fn finding_regions(finding: &Finding, graph: &Graph) -> FindingRegions {
     }
 }
 
-/// The finding's flow as `tools/call` names, when its untrusted input (the
+/// The finding's flow as the proxy can watch for it at run time
+/// (docs/trifecta.md, "At run time"), when its untrusted input (the
 /// control witness's source), its secret (the data witness's source) and
-/// its sink are all tools the agent calls over MCP: what the proxy watches
-/// for at run time (docs/trifecta.md, "At run time"). Enforced unless the
-/// sandbox asks for audit (the operator sets the mode).
+/// its sink are all tools: each named as the model calls it (`tools/call`
+/// name over MCP, the node's id in process), an in-process source's
+/// content also what its literal hosts answer, an in-process sink's calls
+/// the REST requests its egress regions hold. `None` when one of them is
+/// no tool, or an in-process sink has no egress the network policy sees.
+/// Enforced unless the sandbox asks for audit (the operator sets the mode).
 pub fn runtime_flow(finding: &Finding, graph: &Graph) -> Option<RuntimeFlow> {
-    let call = |id: &str| graph.node(id)?.mcp.as_ref().map(|m| m.name.clone());
+    let source = |id: &str, effects: &[Effect]| -> Option<(String, Vec<String>)> {
+        let node = graph.node(id)?;
+        if let Some(mcp) = &node.mcp {
+            return Some((mcp.name.clone(), Vec::new()));
+        }
+        if node.kind != NodeKind::Tool {
+            return None;
+        }
+        let mut hosts: Vec<String> = node
+            .capabilities
+            .iter()
+            .filter(|c| effects.contains(&c.effect) && c.network_region().is_some())
+            .filter_map(|c| c.destination.as_ref()?.host.clone())
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        Some((node.id.clone(), hosts))
+    };
+    let (untrusted, untrusted_hosts) = source(
+        &finding.control.path.first()?.node,
+        &[Effect::UntrustedInput],
+    )?;
+    let (secret, secret_hosts) = source(
+        &finding.data.path.first()?.node,
+        &[Effect::ReadsSecret, Effect::ReadsInternal],
+    )?;
+    let sink = graph.node(&finding.sink)?;
+    let (sink_name, sink_regions) = match &sink.mcp {
+        Some(mcp) => (mcp.name.clone(), Vec::new()),
+        None if sink.kind == NodeKind::Tool => {
+            let regions: Vec<Region> = sink
+                .capabilities
+                .iter()
+                .filter(|c| c.effect == Effect::Egress)
+                .filter_map(Capability::network_region)
+                .filter(|region| compile_region(region, "sink").is_ok())
+                .collect();
+            if regions.is_empty() {
+                return None;
+            }
+            (sink.id.clone(), regions)
+        }
+        None => return None,
+    };
     Some(RuntimeFlow {
-        untrusted: call(&finding.control.path.first()?.node)?,
-        secret: call(&finding.data.path.first()?.node)?,
-        sink: call(&finding.sink)?,
+        untrusted,
+        secret,
+        sink: sink_name,
+        untrusted_hosts,
+        secret_hosts,
+        sink_regions,
         mode: RuntimeMode::default(),
     })
 }
@@ -429,8 +479,20 @@ mod tests {
         let regions = finding_regions(&findings[0], &graph);
         assert_eq!(regions.capabilities[0].node, "send_money");
         assert!(regions.capabilities[0].region.tools.is_some());
-        // Its secret is no MCP tool (an environment read): no runtime flow.
-        assert_eq!(regions.runtime, None);
+        // Its secret and its untrusted input are tools the agent runs in
+        // process: named as the model calls them, the mail host as the
+        // untrusted input's too; the sink is its MCP call.
+        let flow = regions.runtime.expect("three tools: a runtime flow");
+        assert_eq!(
+            (
+                flow.untrusted.as_str(),
+                flow.secret.as_str(),
+                flow.sink.as_str()
+            ),
+            ("read_email", "get_user_info", "send_money")
+        );
+        assert_eq!(flow.untrusted_hosts, vec!["imap.example.com".to_string()]);
+        assert!(flow.secret_hosts.is_empty() && flow.sink_regions.is_empty());
     }
 
     #[test]
@@ -456,5 +518,23 @@ mod tests {
             ("read_email", "get_user_info", "send_money")
         );
         assert_eq!(flow.mode, RuntimeMode::Enforce);
+    }
+    #[test]
+    fn an_in_process_sink_is_watched_at_its_egress_regions() {
+        let mut graph = bank_agent();
+        // nodes[3] is send_money: now a function of the agent posting to the bank.
+        graph.nodes[3].mcp = None;
+        let findings = analyze(&graph).unwrap();
+        let flow = finding_regions(&findings[0], &graph).runtime.unwrap();
+        assert_eq!(flow.sink, "send_money");
+        assert_eq!(flow.sink_regions.len(), 1);
+        assert_eq!(
+            flow.sink_regions[0].hosts,
+            Some(vec!["bank.internal".to_string()])
+        );
+        // A sink whose egress the network policy cannot see: nothing to watch.
+        graph.nodes[3].capabilities = vec![capability(Effect::Egress, Channel::File, None)];
+        let findings = analyze(&graph).unwrap();
+        assert_eq!(finding_regions(&findings[0], &graph).runtime, None);
     }
 }

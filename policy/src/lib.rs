@@ -19,6 +19,7 @@ pub mod model;
 pub mod openshell;
 pub mod provenance;
 pub mod refusal;
+pub mod request_values;
 #[cfg(feature = "testing")]
 pub mod testing;
 

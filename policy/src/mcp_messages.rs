@@ -311,26 +311,7 @@ impl Judge<'_> {
     /// mode; `None` without a record or when no flow is complete.
     fn runtime_trifecta(&self, action: &McpAction) -> Option<(Refusal, RuntimeMode)> {
         let observed = self.findings.observed_flow(action, self.record?)?;
-        let flow = observed.flow;
-        let reason = format!(
-            "{action}: {} carries a value of tool:{} while content of tool:{} has reached the model: the flow trifecta finding {} predicted ({})",
-            observed.argument,
-            flow.secret,
-            flow.untrusted,
-            observed.citation.id,
-            observed.citation.witness
-        );
-        let refusal = Refusal {
-            decision: match flow.mode {
-                RuntimeMode::Enforce => "deny",
-                RuntimeMode::Audit => "audit",
-            },
-            reason,
-            code: RefusalCode::RuntimeTrifecta,
-            rule: None,
-            finding: Some(Box::new(observed.citation.clone())),
-        };
-        Some((refusal, flow.mode))
+        Some((observed.refusal(action), observed.flow.mode))
     }
 
     /// Whether the methods that grant no authority may be sent to the

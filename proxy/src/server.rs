@@ -36,10 +36,12 @@ use crate::resolve::Resolver;
 use crate::session::{RefusalSeen, SessionGraph};
 use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
-use agentgate_policy::action::McpKind;
 use agentgate_policy::action::request_path;
+use agentgate_policy::action::{McpKind, NetworkAction};
+use agentgate_policy::findings::{FindingCitation, RuntimeFlow, RuntimeMode};
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
 use agentgate_policy::provenance::{Record, Source};
+use agentgate_policy::request_values::{content_coded, request_values};
 
 /// The body type of every response.
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -415,6 +417,83 @@ impl hyper::body::Body for Replay {
     }
 }
 
+/// The refusal of a request to an in-process sink whose values could not
+/// be read while the flow's untrusted input had reached the model: it may
+/// carry the secret, and doubt never allows (audited in audit mode).
+fn unread_sink_request(
+    call: &str,
+    why: &str,
+    citation: &FindingCitation,
+    flow: &RuntimeFlow,
+) -> Refusal {
+    Refusal {
+        decision: match flow.mode {
+            RuntimeMode::Enforce => "deny",
+            RuntimeMode::Audit => "audit",
+        },
+        reason: format!(
+            "{call}: a call of the sink {} whose values cannot be read ({why}) while content of tool:{} has reached the model: it may carry a value of tool:{}, the flow trifecta finding {} predicted ({})",
+            flow.sink, flow.untrusted, flow.secret, citation.id, citation.witness
+        ),
+        code: RefusalCode::RuntimeTrifecta,
+        rule: None,
+        finding: Some(Box::new(citation.clone())),
+    }
+}
+
+/// A body read ahead, up to a limit, before it is passed on.
+struct ReadAhead {
+    /// The frames read, as they came.
+    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+    /// Their data.
+    data: Vec<u8>,
+    /// The body's unread rest, when it was longer than the limit.
+    rest: Option<Body>,
+    /// True when the body failed (the failure is among the frames).
+    failed: bool,
+}
+
+impl ReadAhead {
+    /// The whole body again: the frames read, then the rest.
+    fn replay(self) -> Body {
+        Replay {
+            frames: self.frames,
+            rest: self.rest,
+        }
+        .boxed()
+    }
+}
+
+/// Reads `body` until its end, a failure, or more than `limit` bytes.
+async fn read_ahead(mut body: Body, limit: usize) -> ReadAhead {
+    let mut read = ReadAhead {
+        frames: std::collections::VecDeque::new(),
+        data: Vec::new(),
+        rest: None,
+        failed: false,
+    };
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Err(e) => {
+                read.failed = true;
+                read.frames.push_back(Err(e));
+                return read;
+            }
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    read.data.extend_from_slice(data);
+                }
+                read.frames.push_back(Ok(frame));
+                if read.data.len() > limit {
+                    read.rest = Some(body);
+                    return read;
+                }
+            }
+        }
+    }
+    read
+}
+
 /// Whether a response is a server-sent event stream.
 /// Remembers the refusal texts of a JSON-RPC answer the proxy gives in a
 /// server's place (one message or a batch), so that a tool result quoting
@@ -707,6 +786,8 @@ impl Proxy {
         self.policy.borrow().clone()
     }
 
+    /// Counts, keeps and logs a refusal, or an audited runtime trifecta
+    /// flow (decision `audit`), which is forwarded.
     fn log_refusal(
         &self,
         stage: &'static str,
@@ -715,10 +796,18 @@ impl Proxy {
         port: u16,
         refusal: &Refusal,
     ) {
-        self.metrics.decision(false, stage, refusal.code.as_str());
+        // An audited runtime trifecta flow is forwarded: counted as
+        // allowed, kept and logged as the refusal it would have been.
+        let audit = refusal.decision == "audit";
+        let counted = if audit {
+            "runtime_trifecta_audit"
+        } else {
+            refusal.code.as_str()
+        };
+        self.metrics.decision(audit, stage, counted);
         self.keep_refusal(stage, binary, host, port, refusal);
         tracing::warn!(
-            decision = "deny",
+            decision = refusal.decision,
             stage,
             code = refusal.code.as_str(),
             binary = binary.shown(),
@@ -727,7 +816,12 @@ impl Proxy {
             rule = refusal.rule.as_deref(),
             finding = refusal.finding.as_ref().map(|f| f.id.as_str()),
             reason = %refusal.reason,
-            "refused"
+            "{}",
+            if audit {
+                "runtime trifecta observed (audit: forwarded)"
+            } else {
+                "refused"
+            }
         );
     }
 
@@ -1053,6 +1147,35 @@ impl Proxy {
                 ),
             );
             return self.log_refusal("connect", &binary, &host, port, &refusal);
+        }
+        // A tunnel into an in-process sink's regions carries bytes no one
+        // reads: once the flow's untrusted input has reached the model, it
+        // may carry the secret (docs/trifecta.md, "At run time").
+        if policy_of(&current).is_ok_and(|p| p.records_sessions) {
+            let action = NetworkAction {
+                binary: binary.shown().to_string(),
+                host: host.clone(),
+                port,
+                layer: agentgate_policy::action::Layer::L4,
+                method: String::new(),
+                path: String::new(),
+            };
+            let pending = {
+                let conversation = mcp::lock(&self.conversation);
+                current
+                    .findings
+                    .pending_request_flow(&action, &conversation.record())
+                    .map(|(citation, flow)| {
+                        let call = format!("connect {host}:{port}");
+                        unread_sink_request(&call, "an l4 tunnel is not read", citation, flow)
+                    })
+            };
+            if let Some(refusal) = pending {
+                self.log_refusal("connect", &binary, &host, port, &refusal);
+                if refusal.decision == "deny" {
+                    return;
+                }
+            }
         }
         if upstream.write_all(&replay).await.is_err() {
             return;
@@ -1407,7 +1530,10 @@ impl Inspected {
             );
         }
         let req = match api {
-            None => req.map(BodyExt::boxed),
+            None => match self.judge_sink_request(req, &snapshot, &action).await {
+                Ok(req) => req,
+                Err(refusal) => return refuse(refusal, &host, port),
+            },
             Some(api) => match self.record_model_request(req, api).await {
                 Ok(req) => req,
                 Err(refusal) => return refuse(refusal, &host, port),
@@ -1436,14 +1562,10 @@ impl Inspected {
                 .map(|v| v.trim().to_ascii_lowercase())
         };
         // Every value: a second header's coding applies as surely as the first.
-        let encoded = headers.get_all(header::CONTENT_ENCODING).iter().any(|v| {
-            v.to_str()
-                .map(|v| {
-                    v.split(',')
-                        .any(|c| !matches!(c.trim().to_ascii_lowercase().as_str(), "identity" | ""))
-                })
-                .unwrap_or(true)
-        });
+        let encoded = headers
+            .get_all(header::CONTENT_ENCODING)
+            .iter()
+            .any(|v| v.to_str().map(content_coded).unwrap_or(true));
         let textual = header_text(header::CONTENT_TYPE).is_none_or(|t| textual_type(&t));
         let too_long = headers
             .get(header::CONTENT_LENGTH)
@@ -1468,37 +1590,16 @@ impl Inspected {
             });
             return response;
         }
-        let (parts, mut body) = response.into_parts();
-        let mut frames = std::collections::VecDeque::new();
-        let mut text: Vec<u8> = Vec::new();
-        loop {
-            match body.frame().await {
-                None => break,
-                Some(Err(e)) => {
-                    // Passed on as it came: the client sees the failure.
-                    lose("the body failed");
-                    frames.push_back(Err(e));
-                    break;
-                }
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        text.extend_from_slice(data);
-                    }
-                    frames.push_back(Ok(frame));
-                    if text.len() > MAX_RECORDED_BODY_BYTES {
-                        lose("too long");
-                        let replay = Replay {
-                            frames,
-                            rest: Some(body),
-                        };
-                        return Response::from_parts(parts, replay.boxed());
-                    }
-                }
-            }
-        }
-        if !text.is_empty() {
+        let (parts, body) = response.into_parts();
+        let mut read = read_ahead(body.boxed(), MAX_RECORDED_BODY_BYTES).await;
+        if read.failed {
+            // Passed on as it came: the client sees the failure.
+            lose("the body failed");
+        } else if read.rest.is_some() {
+            lose("too long");
+        } else if !read.data.is_empty() {
             // Not UTF-8 (a binary body without a type, say): unread.
-            match String::from_utf8(text) {
+            match String::from_utf8(std::mem::take(&mut read.data)) {
                 Ok(content) => {
                     let source = Source::Host(host.to_string());
                     self.proxy
@@ -1507,8 +1608,81 @@ impl Inspected {
                 Err(_) => lose("not UTF-8 text"),
             }
         }
-        let replay = Replay { frames, rest: None };
-        Response::from_parts(parts, replay.boxed())
+        Response::from_parts(parts, read.replay())
+    }
+
+    /// A request the policy allows may still be a call of an in-process
+    /// trifecta sink (docs/trifecta.md, "At run time"): when it is in a
+    /// sink's regions and the flow's untrusted input has reached the
+    /// model, its values are read (path, query, headers, body, up to
+    /// [`MAX_RECORDED_BODY_BYTES`]) and the request is refused (or, in
+    /// audit, logged) if one of them was seen in the secret's content. A
+    /// request whose values cannot be read then is refused: it may carry
+    /// the secret. Every other request streams through unread.
+    async fn judge_sink_request(
+        &self,
+        req: Request<Incoming>,
+        snapshot: &Snapshot,
+        action: &NetworkAction,
+    ) -> Result<Request<Body>, Refusal> {
+        let req = req.map(BodyExt::boxed);
+        if !policy_of(snapshot).is_ok_and(|p| p.records_sessions) {
+            return Ok(req);
+        }
+        let pending = {
+            let conversation = mcp::lock(&self.proxy.conversation);
+            snapshot
+                .findings
+                .pending_request_flow(action, &conversation.record())
+                .map(|(citation, flow)| (citation.clone(), flow.clone()))
+        };
+        let Some((citation, flow)) = pending else {
+            return Ok(req);
+        };
+        let (parts, body) = req.into_parts();
+        let call = format!(
+            "{} https://{}:{}{}",
+            parts.method,
+            action.host,
+            action.port,
+            parts.uri.path()
+        );
+        let read = read_ahead(body, MAX_RECORDED_BODY_BYTES).await;
+        let values = if read.failed {
+            Err("its body failed".to_string())
+        } else if read.rest.is_some() {
+            Err(format!(
+                "its body is longer than {MAX_RECORDED_BODY_BYTES} bytes"
+            ))
+        } else {
+            let target = parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path(), |p| p.as_str());
+            let headers = parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes()));
+            request_values(target, headers, &read.data).map_err(|e| e.to_string())
+        };
+        let refusal = match values {
+            Err(why) => Some(unread_sink_request(&call, &why, &citation, &flow)),
+            Ok(values) => {
+                let conversation = mcp::lock(&self.proxy.conversation);
+                snapshot
+                    .findings
+                    .observed_request_flow(action, &values, &conversation.record())
+                    .map(|observed| observed.refusal(&call))
+            }
+        };
+        if let Some(refusal) = refusal {
+            if refusal.decision == "deny" {
+                return Err(refusal);
+            }
+            self.proxy
+                .log_refusal("request", &self.binary, &action.host, action.port, &refusal);
+        }
+        Ok(Request::from_parts(parts, read.replay()))
     }
 
     /// Reads a request to the agent's model provider whole and records its
@@ -1716,22 +1890,7 @@ impl Inspected {
                 audits,
             } => {
                 for audit in &audits {
-                    proxy.keep_refusal("mcp", &self.binary, &key.host, key.port, audit);
-                    // Forwarded: the sandbox audits its runtime trifecta.
-                    proxy
-                        .metrics
-                        .decision(true, "mcp", "runtime_trifecta_audit");
-                    tracing::warn!(
-                        decision = "audit",
-                        stage = "mcp",
-                        code = audit.code.as_str(),
-                        binary = self.binary.shown(),
-                        host = %key.host,
-                        port = key.port,
-                        finding = audit.finding.as_ref().map(|f| f.id.as_str()),
-                        reason = %audit.reason,
-                        "runtime trifecta observed (audit: forwarded)"
-                    );
+                    proxy.log_refusal("mcp", &self.binary, &key.host, key.port, audit);
                 }
                 // The answers' content is recorded where the policy keeps
                 // a record: a call's result as its tool's, a resource or

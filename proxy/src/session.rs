@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use agentgate_policy::action::McpAction;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::provenance::{Origin, Record, Source, find_leaf};
-use agentgate_policy::refusal::Refusal;
+use agentgate_policy::refusal::{Refusal, RefusalCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -183,7 +183,10 @@ impl SessionGraph {
         refusal.at = time::OffsetDateTime::now_utc()
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
-        let kept = if refusal.stage == "mcp" {
+        // A runtime trifecta refusal of a request (an in-process sink's
+        // call) is a tool call's refusal too: kept, and shown, with them.
+        let kept = if refusal.stage == "mcp" || refusal.refusal.code == RefusalCode::RuntimeTrifecta
+        {
             &mut self.tool_refusals
         } else {
             &mut self.refusals

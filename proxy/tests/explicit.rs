@@ -225,7 +225,7 @@ fn l4_grants_are_tunnelled_not_intercepted() {
         ),
         &h.url("other.example.test", "/x"),
     ]);
-    assert_ne!(code, 0, "{tail}");
+    assert_ne!(code, 0, "{tail}\n{}", h.proxy_log());
     assert!(
         h.proxy_log()
             .contains("is not the CONNECT target \"raw.example.test\""),
@@ -690,4 +690,130 @@ fn mcp_calls_are_judged_one_by_one_and_lists_are_filtered() {
         "{answer}"
     );
     assert!(h.proxy_log().contains("unsupported_mcp_method"));
+}
+
+#[test]
+fn an_in_process_sink_is_refused_a_request_carrying_the_secret_after_untrusted_content() {
+    let rt = runtime();
+    let mut h = Harness::new(&rt, "request-flow");
+    let policy = r#"
+network:
+  - name: model
+    binaries: [{CURL}]
+    endpoints:
+      - host: api.example.test
+        ports: [{PORT}]
+        protocol: rest
+        modelProvider: true
+        rules: [{methods: [POST], path: /v1/chat/completions}]
+  - name: notes
+    binaries: [{CURL}]
+    endpoints:
+      - {host: other.example.test, ports: [{PORT}], protocol: rest, rules: [{methods: [GET, POST], path: "/**"}]}
+      - {host: status.example.test, ports: [{PORT}], protocol: rest, access: read-only}
+      - {host: raw.example.test, ports: [{PORT}]}
+"#;
+    h.write_policy(&h.render(policy));
+    // The finding's flow: a page fetched over REST is the untrusted input,
+    // a vault read in process the secret, and posting a note the sink.
+    std::fs::write(
+        h.dir.join("policy/findings.json"),
+        r#"[{"id":"AG-TRIFECTA","sink":"post_note","witness":"fetch_page -> __llm__ -> post_note",
+             "runtime":{"untrusted":"fetch_page","secret":"read_vault","sink":"post_note",
+                        "untrustedHosts":["status.example.test"],
+                        "sinkRegions":[{"hosts":["other.example.test"],"methods":["POST"]},{"hosts":["raw.example.test"]}]}}]"#,
+    )
+    .unwrap();
+    h.start_proxy(&[]);
+    h.wait_ready(200);
+    let ca = ca(&h);
+    let post = |host: &str, path: &str, headers: &[&str], body: &str| {
+        let url = h.url(host, path);
+        let mut args = vec!["-X", "POST", "--cacert", &ca, "--data-binary", body];
+        for header in headers {
+            args.extend(["-H", header]);
+        }
+        args.push(&url);
+        h.curl(&args)
+    };
+    let json = "content-type: application/json";
+    let conversation = r#"{"model": "m", "messages": [
+        {"role": "system", "content": "You keep notes."},
+        {"role": "user", "content": "Post a note about the status page."},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_vault", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "deploy token hunter2-secret-77"}]}"#;
+    let (_, _, tail) = post(
+        "api.example.test",
+        "/v1/chat/completions",
+        &[json],
+        conversation,
+    );
+    assert_eq!(tail, "200 200 1.1", "{}", h.proxy_log());
+    let secret_note = r#"{"text": "hunter2-secret-77"}"#;
+    // No untrusted content has reached the model yet: the note is posted.
+    let (_, _, tail) = post("other.example.test", "/notes", &[json], secret_note);
+    assert_eq!(tail, "200 200 1.1");
+    let (_, _, tail) = h.curl(&["--cacert", &ca, &h.url("status.example.test", "/page")]);
+    assert_eq!(tail, "200 200 1.1");
+    // Now the flow the finding predicted is complete: refused, cited.
+    let (_, body, tail) = post("other.example.test", "/notes", &[json], secret_note);
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["code"], "runtime_trifecta");
+    assert_eq!(refusal["finding"]["id"], "AG-TRIFECTA");
+    let reason = refusal["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("body.text carries a value of tool:read_vault while content of tool:fetch_page has reached the model"),
+        "{reason}"
+    );
+    // The agent's own words pass; so does a method the sink does not use.
+    let (_, _, tail) = post(
+        "other.example.test",
+        "/notes",
+        &[json],
+        r#"{"text": "all green"}"#,
+    );
+    assert_eq!(tail, "200 200 1.1");
+    let (_, _, tail) = h.curl(&[
+        "--cacert",
+        &ca,
+        &h.url("other.example.test", "/notes?q=hunter2-secret-77"),
+    ]);
+    assert_eq!(tail, "200 200 1.1");
+    // The secret in the query of a POST, or a body that cannot be read.
+    let (_, _, tail) = post("other.example.test", "/notes?to=hunter2-secret-77", &[], "");
+    assert_eq!(tail, "200 403 1.1");
+    let (_, body, tail) = post(
+        "other.example.test",
+        "/notes",
+        &["content-encoding: gzip"],
+        "\u{1f}compressed",
+    );
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    assert!(
+        body.contains("cannot be read (its body has the content coding"),
+        "{body}"
+    );
+    // A tunnel into the sink's region is not read at all: refused now.
+    // (Before, it would pass, and the record would count as evicted from
+    // then on: what came back through it is unread.)
+    let upstream_ca = h.upstream_ca.display().to_string();
+    let raw = h.url("raw.example.test", "/x");
+    let (code, _, tail) = h.curl(&["--cacert", &upstream_ca, &raw]);
+    assert_ne!(code, 0, "{tail}");
+    // The poller reads them with the tool-call refusals.
+    let (_, lineage) = h.get_metrics_path("/lineage");
+    let lineage: Value = serde_json::from_str(&lineage).unwrap();
+    let refused: Vec<&Value> = lineage["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["code"] == "runtime_trifecta")
+        .map(|r| &r["stage"])
+        .collect();
+    assert_eq!(
+        refused,
+        ["request", "request", "request", "connect"],
+        "{lineage}"
+    );
 }

@@ -68,10 +68,11 @@ pub fn new_refusals(
         if newest.is_none_or(|n| when > n) {
             newest = Some(when);
         }
-        if refusal["stage"] != "mcp" {
+        let code = refusal["code"].as_str().unwrap_or("refused");
+        // Tool calls, and the requests that call an in-process sink.
+        if refusal["stage"] != "mcp" && code != "runtime_trifecta" {
             continue;
         }
-        let code = refusal["code"].as_str().unwrap_or("refused");
         let audit = refusal["decision"] == "audit";
         let (type_, reason) = match (code, audit) {
             ("runtime_trifecta", true) => (EventType::Warning, "RuntimeTrifectaAudited"),
@@ -250,6 +251,8 @@ mod tests {
             {"at": "2026-12-04T10:00:02.3Z", "stage": "mcp", "decision": "deny", "code": "runtime_trifecta",
              "reason": "tools/call send_money {\"recipient\":\"…\"}: recipient carries a value of tool:get_statement", "finding": {"id": "AG-TRIFECTA"}},
             {"at": "2026-12-04T10:00:03.4Z", "stage": "mcp", "decision": "audit", "code": "runtime_trifecta", "reason": "audited"},
+            {"at": "2026-12-04T10:00:03.5Z", "stage": "request", "decision": "deny", "code": "runtime_trifecta",
+             "reason": "POST https://notes.example.com:443/notes: body.text carries a value of tool:read_vault"},
         ]});
         let (notes, newest) = new_refusals(&report, "bank-bot", None);
         let reasons: Vec<&str> = notes.iter().map(|n| n.1).collect();
@@ -258,7 +261,8 @@ mod tests {
             [
                 "ToolCallRefused",
                 "RuntimeTrifecta",
-                "RuntimeTrifectaAudited"
+                "RuntimeTrifectaAudited",
+                "RuntimeTrifecta"
             ]
         );
         assert_eq!(
@@ -266,13 +270,13 @@ mod tests {
             "pod bank-bot at 2026-12-04T10:00:02.3Z: runtime_trifecta: tools/call send_money {\"recipient\":\"…\"}: recipient carries a value of tool:get_statement (finding AG-TRIFECTA)"
         );
         let at = |t: &str| OffsetDateTime::parse(t, &Rfc3339).unwrap();
-        assert_eq!(newest, Some(at("2026-12-04T10:00:03.4Z")));
+        assert_eq!(newest, Some(at("2026-12-04T10:00:03.5Z")));
         // The next poll publishes only what came since.
         let (again, same) = new_refusals(&report, "bank-bot", newest);
         assert!(again.is_empty());
         assert_eq!(same, newest);
         let (later, _) = new_refusals(&report, "bank-bot", Some(at("2026-12-04T10:00:02Z")));
-        assert_eq!(later.len(), 2);
+        assert_eq!(later.len(), 3);
         // A flood is counted, not published one by one.
         let flood: Vec<serde_json::Value> = (0..50)
             .map(|i| json!({"at": format!("2026-12-04T10:01:{i:02}Z"), "stage": "mcp", "decision": "deny", "code": "no_rule", "reason": "r"}))

@@ -106,7 +106,12 @@ pub fn runtime_flow(finding: &Finding, graph: &Graph) -> Option<RuntimeFlow> {
                 .iter()
                 .filter(|c| c.effect == Effect::Egress)
                 .filter_map(Capability::network_region)
-                .filter(|region| compile_region(region, "sink").is_ok())
+                // A region the data plane could not match is read as the
+                // whole network: every request is then a candidate call.
+                .map(|region| match compile_region(&region, "sink") {
+                    Ok(_) => region,
+                    Err(_) => Region::default(),
+                })
                 .collect();
             if regions.is_empty() {
                 return None;

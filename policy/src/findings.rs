@@ -81,13 +81,28 @@ impl RuntimeFlow {
             .collect()
     }
 
-    /// True when content of the untrusted input has reached the model, or
-    /// content has been dropped from the record, so it may have.
-    fn untrusted_reached(&self, record: &dyn Record) -> bool {
-        record.evicted()
-            || self
-                .untrusted_sources()
-                .any(|source| record.holds_content_from(&source))
+    /// Whether content of the untrusted input has reached the model: as
+    /// a refusal says it, `None` when it has not. Once content has been
+    /// dropped from the record, it may have.
+    fn untrusted_reached(&self, record: &dyn Record) -> Option<&'static str> {
+        if self
+            .untrusted_sources()
+            .any(|source| record.holds_content_from(&source))
+        {
+            Some("has reached the model")
+        } else if record.evicted() {
+            Some("may have reached the model (the record lost content)")
+        } else {
+            None
+        }
+    }
+
+    /// A refusal's decision in this flow's mode.
+    fn decision(&self) -> &'static str {
+        match self.mode {
+            RuntimeMode::Enforce => "deny",
+            RuntimeMode::Audit => "audit",
+        }
     }
 }
 
@@ -116,6 +131,8 @@ pub struct ObservedFlow<'a> {
     pub argument: String,
     /// The secret's source the value was seen in.
     pub secret: Source,
+    /// How the untrusted input reached the model, as the refusal says it.
+    pub reached: &'static str,
 }
 
 impl ObservedFlow<'_> {
@@ -124,28 +141,61 @@ impl ObservedFlow<'_> {
     /// flow's mode is: which value carries what, and the finding that
     /// predicted it.
     pub fn refusal(&self, call: &dyn std::fmt::Display) -> Refusal {
-        Refusal {
-            decision: match self.flow.mode {
-                RuntimeMode::Enforce => "deny",
-                RuntimeMode::Audit => "audit",
-            },
-            reason: format!("{call}: {}", self.explain()),
-            code: RefusalCode::RuntimeTrifecta,
-            rule: None,
-            finding: Some(Box::new(self.citation.clone())),
-        }
-    }
-
-    /// The refusal's explanation after the call it refuses.
-    fn explain(&self) -> String {
-        format!(
-            "{} carries a value of {} while content of tool:{} has reached the model: the flow trifecta finding {} predicted ({})",
-            self.argument,
-            self.secret,
-            self.flow.untrusted,
-            self.citation.id,
-            self.citation.witness
+        flow_refusal(
+            self.citation,
+            self.flow,
+            format!(
+                "{call}: {} carries a value of {} while content of tool:{} {}",
+                self.argument, self.secret, self.flow.untrusted, self.reached
+            ),
         )
+    }
+}
+
+/// A call of an in-process sink whose values must be read before it may
+/// pass ([`CompiledFindings::pending_request_flow`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFlow<'a> {
+    /// The finding, as a refusal cites it.
+    pub citation: &'a FindingCitation,
+    /// The flow and its mode.
+    pub flow: &'a RuntimeFlow,
+    /// How the untrusted input reached the model, as a refusal says it;
+    /// `None` for a tunnel, which is refused whether or not it has.
+    pub reached: Option<&'static str>,
+}
+
+impl PendingFlow<'_> {
+    /// The refusal of `call`, whose values could not be read (`why`): it
+    /// may carry the secret, and doubt never allows.
+    pub fn unread(&self, call: &dyn std::fmt::Display, why: &str) -> Refusal {
+        let when = match self.reached {
+            Some(reached) => format!(" while content of tool:{} {reached}", self.flow.untrusted),
+            None => String::new(),
+        };
+        flow_refusal(
+            self.citation,
+            self.flow,
+            format!(
+                "{call}: a call of the sink {} whose values cannot be read ({why}){when}: it may carry a value of tool:{}",
+                self.flow.sink, self.flow.secret
+            ),
+        )
+    }
+}
+
+/// A `runtime_trifecta` refusal in the flow's mode: `what`, then the
+/// finding that predicted it.
+fn flow_refusal(citation: &FindingCitation, flow: &RuntimeFlow, what: String) -> Refusal {
+    Refusal {
+        decision: flow.decision(),
+        reason: format!(
+            "{what}: the flow trifecta finding {} predicted ({})",
+            citation.id, citation.witness
+        ),
+        code: RefusalCode::RuntimeTrifecta,
+        rule: None,
+        finding: Some(Box::new(citation.clone())),
     }
 }
 
@@ -245,10 +295,19 @@ impl CompiledFindings {
         if t.kind != McpKind::Tool {
             return None;
         }
-        self.flows
-            .iter()
+        self.enforced_first()
             .filter(|c| c.sink_regions.is_empty() && c.flow.sink == t.name)
             .find_map(|c| c.observed(&t.args, record))
+    }
+
+    /// The flows, enforced ones first: where an enforced and an audited
+    /// flow both hold, the call is refused.
+    fn enforced_first(&self) -> impl Iterator<Item = &CompiledFlow> {
+        let enforced = |c: &&CompiledFlow| c.flow.mode == RuntimeMode::Enforce;
+        self.flows
+            .iter()
+            .filter(enforced)
+            .chain(self.flows.iter().filter(move |c| !enforced(c)))
     }
 
     /// The first flow of which the REST request `action` is a call of the
@@ -260,10 +319,49 @@ impl CompiledFindings {
         &self,
         action: &NetworkAction,
         record: &dyn Record,
-    ) -> Option<(&FindingCitation, &RuntimeFlow)> {
-        self.request_flows(action)
-            .find(|c| c.flow.untrusted_reached(record))
-            .map(|c| (&c.citation, &c.flow))
+    ) -> Option<PendingFlow<'_>> {
+        self.request_flows(action).find_map(|c| {
+            Some(PendingFlow {
+                citation: &c.citation,
+                flow: &c.flow,
+                reached: Some(c.flow.untrusted_reached(record)?),
+            })
+        })
+    }
+
+    /// True when the REST request `action` lies in some in-process sink's
+    /// regions: a recording proxy reads its values before it passes, so
+    /// whether the untrusted input reached the model is judged once the
+    /// request is whole.
+    pub fn is_sink_request(&self, action: &NetworkAction) -> bool {
+        self.request_flows(action).next().is_some()
+    }
+
+    /// The first flow into whose sink's regions an `l4` tunnel by
+    /// `binary` to `host:port` would lead (binaries, hosts and ports only:
+    /// a tunnel has no method or path). Its bytes are never read, and it
+    /// stays open while content arrives, so it is refused whenever the
+    /// session is recorded.
+    pub fn tunnel_flow(&self, binary: &str, host: &str, port: u16) -> Option<PendingFlow<'_>> {
+        self.enforced_first()
+            .find(|c| {
+                c.sink_regions.iter().any(|region| {
+                    region
+                        .binaries
+                        .as_ref()
+                        .is_none_or(|g| g.iter().any(|g| g.matches(binary)))
+                        && region
+                            .hosts
+                            .as_ref()
+                            .is_none_or(|g| g.iter().any(|g| g.matches(host)))
+                        && region.ports.as_ref().is_none_or(|p| p.contains(&port))
+                })
+            })
+            .map(|c| PendingFlow {
+                citation: &c.citation,
+                flow: &c.flow,
+                reached: None,
+            })
     }
 
     /// The first finding whose flow the REST request `action`, carrying
@@ -286,7 +384,7 @@ impl CompiledFindings {
         action: &NetworkAction,
     ) -> impl Iterator<Item = &'s CompiledFlow> {
         let action = Action::Network(action.clone());
-        self.flows.iter().filter(move |c| {
+        self.enforced_first().filter(move |c| {
             c.sink_regions
                 .iter()
                 .any(|region| region_holds(region, &action))
@@ -334,12 +432,10 @@ impl CompiledFlow {
         values: &Map<String, Value>,
         record: &dyn Record,
     ) -> Option<ObservedFlow<'_>> {
-        if !self.flow.untrusted_reached(record) {
-            return None;
-        }
+        let reached = self.flow.untrusted_reached(record)?;
         let secret = self.flow.secret_sources();
         let (argument, source) = find_leaf(values, &mut |at, shown, leaf| match record
-            .origin_at(at, leaf)
+            .carrier_origin(at, leaf)
         {
             Origin::Seen(sources) if identifying(leaf) => secret
                 .iter()
@@ -352,6 +448,7 @@ impl CompiledFlow {
             flow: &self.flow,
             argument,
             secret: source,
+            reached,
         })
     }
 }

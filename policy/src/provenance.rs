@@ -38,6 +38,10 @@ use crate::mcp::{NameGlob, check_name};
 /// nothing about where the value came from.
 pub const MIN_SUBSTRING_BYTES: usize = 4;
 
+/// Below this many bytes a string carries a secret's content only as a
+/// whole token of it (the runtime trifecta, docs/trifecta.md).
+pub const MIN_CARRIER_BYTES: usize = 8;
+
 /// Where a piece of content came from. Written `user`, `tool:NAME` or
 /// `host:NAME`, as in a `from` list.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -223,6 +227,13 @@ pub trait Record {
     fn holds_content_from(&self, _source: &Source) -> bool {
         false
     }
+
+    /// The origin as the runtime trifecta reads it ([`Lineage::carrier_origin`]);
+    /// [`Record::origin_at`] unless a record says otherwise (which can
+    /// only find more carriers, never fewer).
+    fn carrier_origin(&self, at: &Position<'_>, leaf: &Value) -> Origin {
+        self.origin_at(at, leaf)
+    }
 }
 
 impl Record for Lineage {
@@ -236,6 +247,10 @@ impl Record for Lineage {
 
     fn holds_content_from(&self, source: &Source) -> bool {
         self.pieces.iter().any(|p| &p.source == source)
+    }
+
+    fn carrier_origin(&self, _at: &Position<'_>, leaf: &Value) -> Origin {
+        Lineage::carrier_origin(self, leaf)
     }
 }
 
@@ -611,12 +626,27 @@ impl Lineage {
     /// Where the string or number `value` was seen; [`Origin::Untracked`]
     /// for every other value and for the empty string.
     pub fn origin(&self, value: &Value) -> Origin {
+        self.origin_with(value, MIN_SUBSTRING_BYTES)
+    }
+
+    /// [`Lineage::origin`] for the runtime trifecta's question, whether a
+    /// value carries a secret's content: a string shorter than
+    /// [`MIN_CARRIER_BYTES`] counts only where it occurs as a whole token
+    /// (`hunter2` in "token hunter2", not `note` in "notes").
+    pub fn carrier_origin(&self, value: &Value) -> Origin {
+        self.origin_with(value, MIN_CARRIER_BYTES)
+    }
+
+    /// Where `value` was seen, strings shorter than `min_substring` as
+    /// whole tokens only.
+    fn origin_with(&self, value: &Value, min_substring: usize) -> Origin {
         let mut seen = BTreeSet::new();
         match value {
             Value::String(s) if !s.is_empty() => {
                 let finder = memchr::memmem::Finder::new(s.as_bytes());
                 for piece in &self.pieces {
-                    if !seen.contains(&piece.source) && occurs(&finder, &piece.text) {
+                    if !seen.contains(&piece.source) && occurs(&finder, &piece.text, min_substring)
+                    {
                         seen.insert(piece.source.clone());
                     }
                 }
@@ -749,9 +779,9 @@ fn leaves(value: &Value, out: &mut Vec<String>) {
 /// True when `value` occurs in `text` by the rule of the module docs.
 /// `finder` searches for the value, built once per query rather than per
 /// piece of content.
-fn occurs(finder: &memchr::memmem::Finder<'_>, text: &str) -> bool {
+fn occurs(finder: &memchr::memmem::Finder<'_>, text: &str, min_substring: usize) -> bool {
     let value = finder.needle();
-    if value.len() >= MIN_SUBSTRING_BYTES {
+    if value.len() >= min_substring {
         return finder.find(text.as_bytes()).is_some();
     }
     let bytes = text.as_bytes();
@@ -1055,7 +1085,7 @@ mod tests {
         #[test]
         fn strings_occur_by_the_rule(value in "[ab1 -]{1,6}", text in "[ab1 -]{0,24}") {
             let finder = memchr::memmem::Finder::new(value.as_bytes());
-            proptest::prop_assert_eq!(occurs(&finder, &text), occurs_by_the_rule(&value, &text));
+            proptest::prop_assert_eq!(occurs(&finder, &text, MIN_SUBSTRING_BYTES), occurs_by_the_rule(&value, &text));
         }
 
         /// Bounding memory only ever narrows a value's sources.

@@ -470,7 +470,16 @@ pub struct SessionRecord<'a> {
 
 impl SessionRecord<'_> {
     fn joined(&self, answers: &Lineage, leaf: &Value) -> Origin {
-        match (self.conversation.origin(leaf), answers.origin(leaf)) {
+        self.joined_by(answers, leaf, Lineage::origin)
+    }
+
+    fn joined_by(
+        &self,
+        answers: &Lineage,
+        leaf: &Value,
+        origin: fn(&Lineage, &Value) -> Origin,
+    ) -> Origin {
+        match (origin(self.conversation, leaf), origin(answers, leaf)) {
             (Origin::Untracked, _) | (_, Origin::Untracked) => Origin::Untracked,
             (Origin::Seen(mut a), Origin::Seen(b)) => {
                 a.extend(b);
@@ -500,6 +509,10 @@ impl Record for SessionRecord<'_> {
 
     fn holds_content_from(&self, source: &Source) -> bool {
         self.conversation.holds_content_from(source) || self.answers_now.holds_content_from(source)
+    }
+
+    fn carrier_origin(&self, _at: &Position<'_>, leaf: &Value) -> Origin {
+        self.joined_by(self.answers_now, leaf, Lineage::carrier_origin)
     }
 }
 

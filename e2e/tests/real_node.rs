@@ -432,7 +432,9 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
             .unwrap(),
     )
     .unwrap();
-    // The bundle is the ConfigMap's, written in the same reconcile.
+    // The CAs are the ConfigMap's, written in the same reconcile; the
+    // proxy turns them into the agent's bundle when the kubelet has
+    // refreshed the volume.
     cp.wait_for(
         &[
             "get",
@@ -441,7 +443,7 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
             "-n",
             "node",
             "-o",
-            "jsonpath={.data.ca-bundle\\.pem}",
+            "jsonpath={.data.sandbox-ca\\.pem}",
         ],
         Duration::from_secs(30),
         // Compared without line breaks: PEM writers differ in them.

@@ -45,8 +45,11 @@ pub const INIT_CONTAINER: &str = "agentgate-init";
 pub const PROXY_CONTAINER: &str = "agentgate-proxy";
 /// The emptyDir holding `agentgate-exec`.
 pub const BIN_VOLUME: &str = "agentgate-bin";
-/// The `<sandbox>-policy` ConfigMap: policy, findings and CA bundle.
+/// The `<sandbox>-policy` ConfigMap: policy, findings and the sandbox CAs.
 pub const POLICY_VOLUME: &str = "agentgate-policy";
+/// The emptyDir the proxy writes the agent's CA bundle into (the sandbox
+/// CAs and the Mozilla roots the image carries); read-only for the agent.
+pub const TRUST_VOLUME: &str = "agentgate-trust";
 /// The `<sandbox>-ca` Secret: the sandbox CA and its key (proxy only).
 pub const CA_VOLUME: &str = "agentgate-ca";
 /// An empty, read-only directory over the ServiceAccount token's path in the
@@ -65,12 +68,17 @@ pub const BIN_DIR: &str = "/agentgate/bin";
 pub const POLICY_DIR: &str = "/agentgate/policy";
 /// Where the CA Secret is mounted in the proxy.
 pub const CA_DIR: &str = "/agentgate/ca";
+/// Where the trust volume is mounted.
+pub const TRUST_DIR: &str = "/agentgate/trust";
 /// The wrapper every agent command runs under.
 pub const EXEC_PATH: &str = "/agentgate/bin/agentgate-exec";
 /// The committed effective policy, as the proxy and `agentgate-exec` read it.
 pub const POLICY_FILE: &str = "/agentgate/policy/policy.yaml";
-/// The sandbox CA plus the Mozilla roots.
-pub const CA_BUNDLE_FILE: &str = "/agentgate/policy/ca-bundle.pem";
+/// The sandbox CAs as the operator publishes them (certificates only).
+pub const SANDBOX_CAS_FILE: &str = "/agentgate/policy/sandbox-ca.pem";
+/// The sandbox CAs plus the Mozilla roots, as the proxy writes them: what
+/// the agent's TLS clients trust.
+pub const CA_BUNDLE_FILE: &str = "/agentgate/trust/ca-bundle.pem";
 /// The proxy's explicit listener (CONNECT, absolute-form http://).
 pub const EXPLICIT_PORT: u16 = 15080;
 /// The listener `init-net` redirects every other TCP connection to.
@@ -110,18 +118,18 @@ pub fn network_policy_name(sandbox: &str) -> String {
     format!("{sandbox}-egress")
 }
 
-/// `agentgate-exec`'s arguments before the agent's own command. The
-/// policy volume's mount is named explicitly: `agentgate-exec` adds no
-/// read grant of its own beyond the policy's, and the agent needs the CA
-/// bundle there (the grant is on the mount point, which survives the
-/// kubelet's `..data` swaps).
+/// `agentgate-exec`'s arguments before the agent's own command. The data
+/// plane's directory is named as the policy's mount: `agentgate-exec` adds
+/// no read grant of its own beyond the policy's, and the agent needs the
+/// CA bundle in the trust volume (the grant is on the directory, which
+/// survives the kubelet's `..data` swaps of the policy mount beneath it).
 pub fn exec_prefix() -> Vec<String> {
     [
         EXEC_PATH,
         "--policy",
         POLICY_FILE,
         "--policy-mount",
-        POLICY_DIR,
+        MOUNT_ROOT,
         "--proxy-uid",
         &PROXY_UID.to_string(),
         "--",
@@ -218,6 +226,8 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
             format!("--metrics-listen=0.0.0.0:{ADMIN_PORT}"),
             format!("--ca-cert={CA_DIR}/tls.crt"),
             format!("--ca-key={CA_DIR}/tls.key"),
+            format!("--agent-cas={SANDBOX_CAS_FILE}"),
+            format!("--agent-ca-bundle={CA_BUNDLE_FILE}"),
             string("--log-json"),
         ]),
         security_context: Some(SecurityContext {
@@ -251,19 +261,28 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
         volume_mounts: Some(vec![
             mount(POLICY_VOLUME, POLICY_DIR),
             mount(CA_VOLUME, CA_DIR),
+            VolumeMount {
+                read_only: None,
+                ..mount(TRUST_VOLUME, TRUST_DIR)
+            },
             mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
         ]),
         ..Container::default()
     }
 }
 
-/// The data plane's volumes: the emptyDir for `agentgate-exec`, the policy
-/// ConfigMap, the CA Secret and the empty directory shielding the data
-/// plane from the agent's API token.
+/// The data plane's volumes: the emptyDirs for `agentgate-exec` and the
+/// agent's CA bundle, the policy ConfigMap, the CA Secret and the empty
+/// directory shielding the data plane from the agent's API token.
 pub fn volumes(sandbox: &str) -> Vec<Volume> {
     vec![
         Volume {
             name: string(BIN_VOLUME),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        Volume {
+            name: string(TRUST_VOLUME),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
@@ -500,6 +519,7 @@ fn agent_container(mut container: Container) -> Container {
     let mut mounts = container.volume_mounts.take().unwrap_or_default();
     mounts.push(mount(BIN_VOLUME, BIN_DIR));
     mounts.push(mount(POLICY_VOLUME, POLICY_DIR));
+    mounts.push(mount(TRUST_VOLUME, TRUST_DIR));
     container.volume_mounts = Some(mounts);
     let mut context = container.security_context.take().unwrap_or_default();
     context.allow_privilege_escalation = Some(false);
@@ -684,7 +704,8 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             .flatten()
             .filter(|m| {
                 under_mount_root(&m.mount_path)
-                    || [BIN_VOLUME, POLICY_VOLUME, CA_VOLUME].contains(&m.name.as_str())
+                    || [BIN_VOLUME, POLICY_VOLUME, TRUST_VOLUME, CA_VOLUME]
+                        .contains(&m.name.as_str())
             })
             .map(|m| {
                 (
@@ -697,12 +718,13 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
         let want: BTreeSet<(&str, &str, bool)> = [
             (BIN_VOLUME, BIN_DIR, true),
             (POLICY_VOLUME, POLICY_DIR, true),
+            (TRUST_VOLUME, TRUST_DIR, true),
         ]
         .into_iter()
         .collect();
         if data_plane_mounts != want {
             problems.push(format!(
-                "{path}.volumeMounts: an agent container mounts exactly {BIN_VOLUME} at {BIN_DIR} and {POLICY_VOLUME} at {POLICY_DIR}, read-only, and nothing else under {MOUNT_ROOT} (never the CA key)"
+                "{path}.volumeMounts: an agent container mounts exactly {BIN_VOLUME} at {BIN_DIR}, {POLICY_VOLUME} at {POLICY_DIR} and {TRUST_VOLUME} at {TRUST_DIR}, read-only, and nothing else under {MOUNT_ROOT} (never the CA key)"
             ));
         }
         let context = container.security_context.as_ref();
@@ -768,7 +790,7 @@ mod tests {
         let agent = &pod.containers[0];
         assert_eq!(
             agent.command.as_ref().unwrap().join(" "),
-            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --policy-mount /agentgate/policy --proxy-uid 1337 -- /usr/local/bin/agent"
+            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --policy-mount /agentgate --proxy-uid 1337 -- /usr/local/bin/agent"
         );
         assert_eq!(agent.args, Some(vec!["--serve".to_string()]));
         let env: Vec<(String, String)> = agent
@@ -787,7 +809,19 @@ mod tests {
             context.capabilities.as_ref().unwrap().add,
             Some(vec!["NET_BIND_SERVICE".to_string()])
         );
-        assert_eq!(pod.volumes.as_ref().unwrap().len(), 5);
+        assert_eq!(pod.volumes.as_ref().unwrap().len(), 6);
+        // Only the proxy writes the agent's CA bundle; the agent reads it.
+        let trust = |c: &Container| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.name == TRUST_VOLUME)
+                .map(|m| (m.mount_path.clone(), m.read_only))
+        };
+        assert_eq!(trust(&init[1]), Some((TRUST_DIR.to_string(), None)));
+        assert_eq!(trust(agent), Some((TRUST_DIR.to_string(), Some(true))));
+        assert_eq!(trust(&init[0]), None);
+        assert!(CA_BUNDLE_FILE.starts_with(TRUST_DIR));
         // Only the proxy mounts the CA key.
         let mounts_ca = |c: &Container| {
             c.volume_mounts
@@ -965,6 +999,7 @@ mod tests {
                 "spec.shareProcessNamespace",
                 "spec.initContainers[0]",
                 "spec.initContainers[1]",
+                "spec.volumes:",
                 "spec.volumes:",
                 "spec.volumes:",
                 "spec.volumes:",

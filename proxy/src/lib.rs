@@ -18,3 +18,4 @@ pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tls;
+pub mod trust;

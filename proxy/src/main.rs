@@ -14,6 +14,7 @@ use agentgate_proxy::session::SessionGraph;
 use agentgate_proxy::source::{PolicySource, PolicyWatcher};
 use agentgate_proxy::telemetry::{self, Metrics};
 use agentgate_proxy::tls::{Interceptor, upstream_config};
+use agentgate_proxy::trust::write_bundle;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
@@ -56,6 +57,14 @@ struct RunArgs {
     /// The sandbox CA key (PEM).
     #[arg(long, required = true)]
     ca_key: Option<PathBuf>,
+    /// The sandbox's CAs (PEM) the agent must trust, as the operator
+    /// publishes them; with --agent-ca-bundle.
+    #[arg(long, requires = "agent_ca_bundle")]
+    agent_cas: Option<PathBuf>,
+    /// Where to write the agent's CA bundle (the --agent-cas, then the
+    /// Mozilla roots), before listening and again whenever the CAs change.
+    #[arg(long, requires = "agent_cas")]
+    agent_ca_bundle: Option<PathBuf>,
     /// Extra roots for upstream TLS, besides the Mozilla roots (repeatable).
     #[arg(long)]
     upstream_ca: Vec<PathBuf>,
@@ -156,11 +165,29 @@ fn init_net(args: InitNetArgs) -> anyhow::Result<()> {
 /// How often the CA files are re-read: rotation is planned months ahead.
 const CA_POLL: Duration = Duration::from_secs(5);
 
-/// Re-reads the sandbox CA (a rotated Secret) on a thread of its own.
-fn follow_ca(interceptor: Arc<Interceptor>, cert: PathBuf, key: PathBuf) {
+/// Re-reads the sandbox CA (a rotated Secret) on a thread of its own, and
+/// first, each time, rewrites the agent's CA bundle when the published CAs
+/// changed: a CA the agent is to trust is written before it signs.
+fn follow_ca(
+    interceptor: Arc<Interceptor>,
+    cert: PathBuf,
+    key: PathBuf,
+    agent_bundle: Option<(PathBuf, PathBuf)>,
+) {
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(CA_POLL);
+            if let Some((cas, out)) = &agent_bundle {
+                match write_bundle(cas, out) {
+                    Ok(true) => {
+                        tracing::info!(bundle = %out.display(), "the sandbox CAs changed: the agent's CA bundle is rewritten")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the agent's CA bundle keeps the previous CAs")
+                    }
+                }
+            }
             match interceptor.reload_from_files(&cert, &key) {
                 Ok(true) => {
                     tracing::info!(cert = %cert.display(), "sandbox CA rotated: new leaves are signed by the new CA")
@@ -215,7 +242,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let interceptor =
         Arc::new(Interceptor::from_files(&ca_cert, &ca_key).context("loading the sandbox CA")?);
-    follow_ca(interceptor.clone(), ca_cert, ca_key);
+    let agent_bundle = args.agent_cas.zip(args.agent_ca_bundle);
+    if let Some((cas, out)) = &agent_bundle {
+        // Before the listeners: the agent starts once the proxy is ready,
+        // and must find the bundle there.
+        write_bundle(cas, out).context("writing the agent's CA bundle")?;
+        tracing::info!(bundle = %out.display(), "the agent's CA bundle is written");
+    }
+    follow_ca(interceptor.clone(), ca_cert, ca_key, agent_bundle);
     let roots: Vec<&std::path::Path> = args.upstream_ca.iter().map(PathBuf::as_path).collect();
     let upstream_tls = upstream_config(&roots).context("loading --upstream-ca")?;
     let resolver = Resolver::with_pins(&args.resolve)?;

@@ -28,7 +28,7 @@ use serde_json::json;
 use crate::FIELD_MANAGER;
 use crate::controller::agent_account;
 use crate::controller::revoke::{revoke, revoked_message};
-use crate::controller::sandbox_ca::{self, ca_bundle};
+use crate::controller::sandbox_ca::{self, sandbox_cas_pem};
 use crate::controller::{Context, ControllerError};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
@@ -746,8 +746,8 @@ async fn apply_data_plane(
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
     let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
     let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
-    let bundle = ca_bundle(&ca, time::OffsetDateTime::now_utc());
-    apply_config_map(sandbox, effective, regions, &bundle, revision, ctx).await?;
+    let cas = sandbox_cas_pem(&ca, time::OffsetDateTime::now_utc());
+    apply_config_map(sandbox, effective, regions, &cas, revision, ctx).await?;
     apply_network_policy(sandbox, effective, ctx).await?;
     Ok(ca_step)
 }
@@ -829,13 +829,14 @@ fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
 
 /// The data plane's view: the committed effective policy, `findings.json`
 /// (the sandbox's trifecta findings with the regions their tools reach,
-/// which the proxy cites in refusals, docs/proxy.md) and `ca-bundle.pem`
-/// (the sandbox CAs and the Mozilla roots, which the agent trusts).
+/// which the proxy cites in refusals, docs/proxy.md) and `sandbox-ca.pem`
+/// (the sandbox CAs, to which the proxy adds the Mozilla roots in the
+/// bundle the agent trusts).
 async fn apply_config_map(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     findings: &[FindingRegions],
-    ca_bundle: &str,
+    sandbox_cas: &str,
     revision: u64,
     ctx: &Context,
 ) -> Result<(), ControllerError> {
@@ -863,7 +864,7 @@ async fn apply_config_map(
             "policy.yaml": yaml,
             "findings.json": serde_json::to_string(&findings)
                 .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
-            "ca-bundle.pem": ca_bundle,
+            "sandbox-ca.pem": sandbox_cas,
             "revision": revision.to_string(),
         },
     });

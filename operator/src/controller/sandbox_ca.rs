@@ -4,15 +4,15 @@
 //! presents when it terminates the agent's TLS.
 //!
 //! Rotation without restarting the agent: with a third of the CA's
-//! lifetime left, the next CA is minted and published in `ca-bundle.pem`
-//! beside the current one; with a sixth left, the proxy switches to it
+//! lifetime left, the next CA is minted and published in `sandbox-ca.pem`
+//! (which the proxy turns into the agent's `ca-bundle.pem` with the
+//! Mozilla roots, docs/sandbox.md) beside the current one; with a sixth left, the proxy switches to it
 //! (it re-reads the Secret) and the old CA stays in the bundle until it
 //! expires. An agent that re-reads its CA bundle never notices; one that
 //! read it once at start has trusted the next CA for at least a sixth of
 //! the lifetime before the switch.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -195,19 +195,10 @@ pub fn next_step(ca: &SandboxCa, lifetime: Duration, now: OffsetDateTime) -> Opt
         .map(|step| step + Duration::from_secs(1))
 }
 
-/// The Mozilla roots (webpki-root-certs) as PEM, built once.
-pub fn mozilla_roots_pem() -> &'static str {
-    static ROOTS: OnceLock<String> = OnceLock::new();
-    ROOTS.get_or_init(|| {
-        webpki_root_certs::TLS_SERVER_ROOT_CERTS
-            .iter()
-            .map(|der| pem::encode(&pem::Pem::new("CERTIFICATE", der.as_ref().to_vec())))
-            .collect()
-    })
-}
-
-/// `ca-bundle.pem`: the sandbox's CAs, then the Mozilla roots.
-pub fn ca_bundle(ca: &SandboxCa, now: OffsetDateTime) -> String {
+/// `sandbox-ca.pem`: the certificates of the sandbox's CAs the agent must
+/// trust now, nothing else. The proxy adds the Mozilla roots its image
+/// carries, so the ConfigMap (and etcd) holds a few KB per sandbox.
+pub fn sandbox_cas_pem(ca: &SandboxCa, now: OffsetDateTime) -> String {
     let mut bundle = String::new();
     for pem in ca.trusted(now) {
         // One block per certificate, whatever the stored text looked like.
@@ -220,7 +211,6 @@ pub fn ca_bundle(ca: &SandboxCa, now: OffsetDateTime) -> String {
             }
         }
     }
-    bundle.push_str(mozilla_roots_pem());
     bundle
 }
 
@@ -318,9 +308,14 @@ mod tests {
         let (staged, changed) = rotate("bot", Some(ca.clone()), lifetime, at).unwrap();
         assert!(changed && staged.current == ca.current && staged.next.is_some());
         assert_eq!(staged.trusted(at).len(), 2);
-        let bundle = ca_bundle(&staged, at);
-        assert!(bundle.starts_with("-----BEGIN CERTIFICATE-----"));
-        assert!(bundle.matches("BEGIN CERTIFICATE").count() > 100);
+        let published = sandbox_cas_pem(&staged, at);
+        assert!(published.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(published.matches("BEGIN CERTIFICATE").count(), 2);
+        assert!(
+            published.len() < 2_000,
+            "no roots: {} bytes",
+            published.len()
+        );
         // A sixth left: the next CA signs, the old one stays trusted.
         let at = start + time::Duration::days(76);
         let (switched, changed) = rotate("bot", Some(staged.clone()), lifetime, at).unwrap();

@@ -25,7 +25,7 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 ALL_TARGETS := --workspace --all-targets
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -145,6 +145,10 @@ bench-scale: z3 control-plane helm ## 1,000 sandboxes in 50 namespaces under 3 c
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-scale
 
+bench-requests: z3 control-plane helm ## count before cutting: the API requests (verb, resource, bytes, API server time) and the operator's work of one proposal commit
+	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
+	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-requests
+
 bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximums in one process, beside 500 separate runs
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
@@ -182,6 +186,7 @@ bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark prog
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-verify
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-mcp
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proposals
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-requests
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-webhook
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scale
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proxy

@@ -41,6 +41,36 @@ pub fn watch_lines(
     Ok(rx)
 }
 
+/// Streams `(name, phase, arrival)` of every PolicyProposal change in
+/// `agents` from one watch: waiting on it adds no request to the API
+/// server's counts.
+pub fn proposal_phases(
+    cp: &ControlPlane,
+) -> Result<mpsc::Receiver<(String, String, Instant)>, String> {
+    let lines = watch_lines(
+        cp,
+        &[
+            "pprop",
+            "-n",
+            "agents",
+            "-o",
+            "jsonpath={.metadata.name} {.status.phase}{\"\\n\"}",
+        ],
+    )?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for (line, at) in lines {
+            let mut parts = line.split_whitespace();
+            if let (Some(name), Some(phase)) = (parts.next(), parts.next())
+                && tx.send((name.to_string(), phase.to_string(), at)).is_err()
+            {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
 /// The `p`th percentile of ascending `sorted` (nearest rank).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
@@ -123,4 +153,16 @@ pub fn report(what: &str, times: &[f64]) {
         percentile(times, 99.0) * 1e3,
         times.last().copied().unwrap_or_default() * 1e3
     );
+}
+
+/// A benchmark program's exit: success, or its error on stderr after its
+/// name and failure.
+pub fn exit(program: &str, result: Result<(), String>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -13,34 +13,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentgate_e2e::ControlPlane;
-use agentgate_e2e::bench::{percentile, watch_lines};
+use agentgate_e2e::bench::{percentile, proposal_phases};
 use agentgate_e2e::race::{proposal, proposals};
-
-/// Streams `name phase` lines of every proposal change, stamped on arrival.
-fn watch(cp: &ControlPlane) -> Result<mpsc::Receiver<(String, String, Instant)>, String> {
-    let lines = watch_lines(
-        cp,
-        &[
-            "pprop",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.name} {.status.phase}{\"\\n\"}",
-        ],
-    )?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for (line, at) in lines {
-            let mut parts = line.split_whitespace();
-            if let (Some(name), Some(phase)) = (parts.next(), parts.next())
-                && tx.send((name.to_string(), phase.to_string(), at)).is_err()
-            {
-                break;
-            }
-        }
-    });
-    Ok(rx)
-}
 
 fn wait_applied(
     rx: &mpsc::Receiver<(String, String, Instant)>,
@@ -90,7 +64,7 @@ fn run() -> Result<(), String> {
     )?;
     cp.wait_revision("agents", "triage-bot", Duration::from_secs(60), |r| r == 1)
         .map_err(|_| format!("sandbox not committed\n{}", operator.log()))?;
-    let rx = watch(&cp)?;
+    let rx = proposal_phases(&cp)?;
     let mut seen = HashMap::new();
     let n = if std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1") {
         3
@@ -155,11 +129,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-proposals: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    agentgate_e2e::bench::exit("bench-proposals", run())
 }

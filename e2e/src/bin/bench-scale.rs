@@ -570,11 +570,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-scale: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    agentgate_e2e::bench::exit("bench-scale", run())
 }

@@ -352,11 +352,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-webhook: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    agentgate_e2e::bench::exit("bench-webhook", run())
 }

@@ -1,0 +1,270 @@
+//! Count before cutting: every API request one proposal commit costs, by
+//! verb and resource, with the bytes the API server answered and the time
+//! it spent, from kube-apiserver's own metrics (`apiserver_request_total`,
+//! `apiserver_response_sizes`, `apiserver_request_duration_seconds`), and
+//! the operator's reconciles, solver time and commits, from its metrics.
+//! The local control plane with the chart, the operator serving the
+//! webhook, the example ceiling and sandbox; once everything is quiet, the
+//! agent creates one auto-eligible proposal and the figures are the
+//! difference between before and after it is `Applied` and quiet again.
+//! Prints the table docs/benchmarks.md records; exits non-zero when the
+//! proposal is not applied. `AGENTGATE_BENCH_SMOKE=1`: the same run.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use agentgate_e2e::bench::proposal_phases;
+use agentgate_e2e::race::proposal;
+use agentgate_e2e::{ControlPlane, Operator};
+
+const AGENT: &str = "system:serviceaccount:agents:triage-bot";
+
+/// One row: what the API server counted for (verb, group, resource,
+/// subresource).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Row {
+    requests: f64,
+    conflicts: f64,
+    response_bytes: f64,
+    seconds: f64,
+}
+
+type Key = (String, String, String, String);
+
+/// A label's value in a Prometheus text line.
+fn label(line: &str, name: &str) -> String {
+    line.split(&format!("{name}=\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn value(line: &str) -> f64 {
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The API server's counters, by request kind; non-resource requests
+/// (discovery, /metrics itself) are left out.
+fn api_rows(cp: &ControlPlane) -> Result<BTreeMap<Key, Row>, String> {
+    let text = cp
+        .run(&["get", "--raw", "/metrics"])
+        .map_err(|e| e.to_string())?;
+    let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
+    for line in text.lines() {
+        let field: fn(&mut Row) -> &mut f64 = if line.starts_with("apiserver_request_total{") {
+            |r| &mut r.requests
+        } else if line.starts_with("apiserver_response_sizes_sum{") {
+            |r| &mut r.response_bytes
+        } else if line.starts_with("apiserver_request_duration_seconds_sum{") {
+            |r| &mut r.seconds
+        } else {
+            continue;
+        };
+        let resource = label(line, "resource");
+        if resource.is_empty() {
+            continue;
+        }
+        let key = (
+            label(line, "verb"),
+            label(line, "group"),
+            resource,
+            label(line, "subresource"),
+        );
+        let row = rows.entry(key).or_default();
+        *field(row) += value(line);
+        if line.starts_with("apiserver_request_total{") && label(line, "code") == "409" {
+            row.conflicts += value(line);
+        }
+    }
+    Ok(rows)
+}
+
+/// The operator's counters: `name{labels}` → value, for its own metrics.
+fn operator_counters(operator: &Operator) -> Result<BTreeMap<String, f64>, String> {
+    let text = operator.metrics().map_err(|e| e.to_string())?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("agentgate_") && !l.contains("_bucket{"))
+        .filter_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            Some((name.to_string(), v.parse().ok()?))
+        })
+        .collect())
+}
+
+/// Waits until the operator started no reconcile for 3 s.
+fn quiesce(operator: &Operator) -> Result<(), String> {
+    let started = Instant::now();
+    let reconciles = |o: &Operator| -> Result<BTreeMap<String, f64>, String> {
+        Ok(operator_counters(o)?
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("agentgate_reconciles_total"))
+            .collect())
+    };
+    let mut before = reconciles(operator)?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let now = reconciles(operator)?;
+        if now == before {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err(format!("reconciles never stopped: {now:?}"));
+        }
+        before = now;
+    }
+}
+
+fn run() -> Result<(), String> {
+    let (cp, operator, _port) = ControlPlane::with_webhook(&[]).map_err(|e| e.to_string())?;
+    cp.run(&["apply", "-f", "examples/sandbox.yaml"])
+        .map_err(|e| e.to_string())?;
+    cp.wait_revision("agents", "triage-bot", Duration::from_secs(60), |r| r == 1)
+        .map_err(|_| format!("the sandbox was not committed\n{}", operator.log()))?;
+    cp.grant(
+        "agent-proposes",
+        "--serviceaccount=agents:triage-bot",
+        "create",
+        "policyproposals.agentgate.dev",
+    )
+    .map_err(|e| e.to_string())?;
+    // The phase is read from a watch opened now, so waiting adds no
+    // request to the count.
+    let phases = proposal_phases(&cp)?;
+    quiesce(&operator)?;
+    let api_before = api_rows(&cp)?;
+    let op_before = operator_counters(&operator)?;
+    let created = Instant::now();
+    cp.run_stdin(&["create", "-f", "-", "--as", AGENT], &proposal("count", 0))
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let applied = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (name, phase, at) = phases
+            .recv_timeout(left)
+            .map_err(|_| format!("count-0 was never Applied\n{}", operator.log()))?;
+        match (name.as_str(), phase.as_str()) {
+            ("count-0", "Applied") => break at,
+            ("count-0", "Rejected") => return Err("count-0 was rejected".into()),
+            _ => {}
+        }
+    };
+    quiesce(&operator)?;
+    let api_after = api_rows(&cp)?;
+    let op_after = operator_counters(&operator)?;
+    let window = created.elapsed();
+    // What a quiet operator asks for in a window as long (leader election,
+    // the webhook's certificate loop): the background the commit adds to.
+    let idle_started = Instant::now();
+    std::thread::sleep(window);
+    let api_idle = api_rows(&cp)?;
+    let idle_window = idle_started.elapsed();
+
+    println!("# one proposal commit: API requests (kube-apiserver's metrics) and operator work");
+    println!(
+        "created -> Applied: {:.0} ms; the figures below run until the operator was quiet again",
+        applied.saturating_duration_since(created).as_secs_f64() * 1000.0
+    );
+    println!(
+        "window: {:.1} s with the commit, then {:.1} s idle for comparison",
+        window.as_secs_f64(),
+        idle_window.as_secs_f64()
+    );
+    println!(
+        "| verb | resource | requests | idle window | of them 409 | response bytes | API server time (ms) |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    let mut total = Row::default();
+    let mut idle_total = 0.0;
+    for (key, after) in &api_after {
+        let before = api_before.get(key).cloned().unwrap_or_default();
+        let delta = Row {
+            requests: after.requests - before.requests,
+            conflicts: after.conflicts - before.conflicts,
+            response_bytes: after.response_bytes - before.response_bytes,
+            seconds: after.seconds - before.seconds,
+        };
+        let idle = api_idle.get(key).map_or(0.0, |i| i.requests) - after.requests;
+        if delta.requests < 0.5 && idle < 0.5 {
+            continue;
+        }
+        let (verb, group, resource, subresource) = key;
+        let mut name = if group.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}.{group}")
+        };
+        if !subresource.is_empty() {
+            name.push('/');
+            name.push_str(subresource);
+        }
+        println!(
+            "| {verb} | {name} | {:.0} | {idle:.0} | {:.0} | {:.0} | {:.1} |",
+            delta.requests,
+            delta.conflicts,
+            delta.response_bytes,
+            delta.seconds * 1000.0
+        );
+        total.requests += delta.requests;
+        idle_total += idle;
+        total.conflicts += delta.conflicts;
+        total.response_bytes += delta.response_bytes;
+        total.seconds += delta.seconds;
+    }
+    println!(
+        "| **all** (one is the agent's create) | | **{:.0}** | {idle_total:.0} | {:.0} | {:.0} | {:.1} |",
+        total.requests,
+        total.conflicts,
+        total.response_bytes,
+        total.seconds * 1000.0
+    );
+    println!();
+    // What each sandbox keeps in etcd for its data plane.
+    let config_map = cp
+        .run(&[
+            "get",
+            "configmap",
+            "triage-bot-policy",
+            "-n",
+            "agents",
+            "-o",
+            "json",
+        ])
+        .map_err(|e| e.to_string())?;
+    let data: serde_json::Value = serde_json::from_str(&config_map).map_err(|e| e.to_string())?;
+    let sizes: Vec<String> = data["data"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k} {}", v.as_str().map_or(0, str::len)))
+        .collect();
+    println!(
+        "the sandbox's policy ConfigMap: {} bytes as JSON ({})",
+        config_map.len(),
+        sizes.join(", ")
+    );
+    println!();
+    println!("operator (its metrics, after minus before):");
+    for (name, after) in &op_after {
+        let delta = after - op_before.get(name).copied().unwrap_or(0.0);
+        let shown = name.starts_with("agentgate_reconciles_total")
+            || name.starts_with("agentgate_solver_seconds")
+            || name.starts_with("agentgate_commits_total")
+            || name.starts_with("agentgate_verdicts_total")
+            || name.starts_with("agentgate_admission");
+        if shown && delta > 0.0 {
+            println!("  {name} +{delta}");
+        }
+    }
+    drop(operator);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    agentgate_e2e::bench::exit("bench-requests", run())
+}

@@ -1135,6 +1135,7 @@ pub async fn run(ctx: Arc<Context>) {
     let store = controller.store();
     let by_namespace = store.clone();
     let by_scan = store.clone();
+    let by_proposal = store.clone();
     super::drive(
         controller
             .owns(
@@ -1181,14 +1182,30 @@ pub async fn run(ctx: Arc<Context>) {
                         .collect::<Vec<_>>()
                 },
             )
-            // A committed proposal deleted or re-created loses its grant at once.
+            // A committed proposal deleted or re-created loses its grant at
+            // once. Only the proposals a commit record names can change the
+            // sandbox (the reconcile reads no other): creating one, or its
+            // review, triggers nothing here, which spares a reconcile per
+            // commit. A record the store does not show yet comes with a
+            // change of the sandbox itself, whose reconcile reads the live
+            // proposals then.
             .watches(
                 Api::<PolicyProposal>::all(ctx.client.clone()),
                 watcher::Config::default(),
-                |proposal| {
-                    proposal.namespace().map(|ns| {
-                        ObjectRef::<AgentSandbox>::new(&proposal.spec.sandbox_ref.name).within(&ns)
-                    })
+                move |proposal| {
+                    let ns = proposal.namespace()?;
+                    let sandbox =
+                        ObjectRef::<AgentSandbox>::new(&proposal.spec.sandbox_ref.name).within(&ns);
+                    let name = proposal.name_any();
+                    let recorded = by_proposal.get(&sandbox).is_some_and(|s| {
+                        s.status.as_ref().is_some_and(|status| {
+                            status
+                                .applied_proposals
+                                .iter()
+                                .any(|r| r.pruned.is_none() && r.name == name)
+                        })
+                    });
+                    recorded.then_some(sandbox)
                 },
             )
             .watches(

@@ -122,7 +122,7 @@ fn exec_mounted(policy: &Path, dir: &Path, script: &str) -> Output {
 fn the_policy_mount_is_readable_only_when_named_and_the_proxy_uid_refused() {
     let t = Tree::new("trust");
     let policy = t.policy(&[], &[]);
-    let bundle = t.policy_dir().join("ca-bundle.pem");
+    let bundle = t.policy_dir().join("sandbox-ca.pem");
     std::fs::write(&bundle, "bundle\n").unwrap();
     let script = [
         probe("bundle-read", &format!("cat {}", bundle.display())),
@@ -227,11 +227,11 @@ fn the_policy_mount_stays_readable_across_a_config_map_update() {
         std::fs::rename(&link, dir.join("..data")).unwrap();
         v
     };
-    let first = version(1, &["ca-bundle.pem"]);
-    for key in ["policy.yaml", "ca-bundle.pem"] {
+    let first = version(1, &["sandbox-ca.pem"]);
+    for key in ["policy.yaml", "sandbox-ca.pem"] {
         std::os::unix::fs::symlink(format!("..data/{key}"), dir.join(key)).unwrap();
     }
-    let bundle = dir.join("ca-bundle.pem");
+    let bundle = dir.join("sandbox-ca.pem");
     let findings = dir.join("findings.json");
     let marker = dir.join("swapped");
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"))
@@ -256,7 +256,7 @@ fn the_policy_mount_stays_readable_across_a_config_map_update() {
     lines.read_line(&mut before).unwrap();
     // The update: a new directory with a key that was not there before,
     // `..data` renamed over, the old directory gone.
-    version(2, &["ca-bundle.pem", "findings.json"]);
+    version(2, &["sandbox-ca.pem", "findings.json"]);
     std::os::unix::fs::symlink("..data/findings.json", &findings).unwrap();
     std::fs::remove_dir_all(first).unwrap();
     std::fs::write(&marker, "").unwrap();
@@ -265,7 +265,7 @@ fn the_policy_mount_stays_readable_across_a_config_map_update() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         (before.as_str(), after.as_str()),
-        ("ca-bundle.pem 1\n", "ca-bundle.pem 2\nfindings.json 2\n"),
+        ("sandbox-ca.pem 1\n", "sandbox-ca.pem 2\nfindings.json 2\n"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

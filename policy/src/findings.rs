@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::action::{Action, McpAction, McpKind, NetworkAction};
 use crate::compile::{CompiledRegion, compile_region};
 use crate::error::Reason;
-use crate::matcher::region_holds;
+use crate::matcher::{connection_in_region, region_contains, region_holds};
 use crate::model::Region;
 use crate::provenance::{MIN_SUBSTRING_BYTES, Origin, Record, Source, find_leaf};
 use crate::refusal::{Refusal, RefusalCode};
@@ -345,17 +345,9 @@ impl CompiledFindings {
     pub fn tunnel_flow(&self, binary: &str, host: &str, port: u16) -> Option<PendingFlow<'_>> {
         self.enforced_first()
             .find(|c| {
-                c.sink_regions.iter().any(|region| {
-                    region
-                        .binaries
-                        .as_ref()
-                        .is_none_or(|g| g.iter().any(|g| g.matches(binary)))
-                        && region
-                            .hosts
-                            .as_ref()
-                            .is_none_or(|g| g.iter().any(|g| g.matches(host)))
-                        && region.ports.as_ref().is_none_or(|p| p.contains(&port))
-                })
+                c.sink_regions
+                    .iter()
+                    .any(|region| connection_in_region(region, binary, host, port))
             })
             .map(|c| PendingFlow {
                 citation: &c.citation,
@@ -383,11 +375,10 @@ impl CompiledFindings {
         &'s self,
         action: &NetworkAction,
     ) -> impl Iterator<Item = &'s CompiledFlow> {
-        let action = Action::Network(action.clone());
         self.enforced_first().filter(move |c| {
             c.sink_regions
                 .iter()
-                .any(|region| region_holds(region, &action))
+                .any(|region| region_contains(region, action))
         })
     }
 

@@ -624,17 +624,24 @@ pub fn region_holds(region: &CompiledRegion, action: &Action) -> bool {
     }
 }
 
-fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
-    let rest = a.layer == Layer::Rest;
+/// True when a connection by `binary` to `host:port` lies in a region's
+/// binaries, hosts and ports, whatever its layers, methods and paths say:
+/// the part of a region a tunnel, which has no method or path, can meet.
+pub fn connection_in_region(region: &CompiledRegion, binary: &str, host: &str, port: u16) -> bool {
     region
         .binaries
         .as_ref()
-        .is_none_or(|g| g.iter().any(|g| g.matches(&a.binary)))
+        .is_none_or(|g| g.iter().any(|g| g.matches(binary)))
         && region
             .hosts
             .as_ref()
-            .is_none_or(|g| g.iter().any(|g| g.matches(&a.host)))
-        && region.ports.as_ref().is_none_or(|p| p.contains(&a.port))
+            .is_none_or(|g| g.iter().any(|g| g.matches(host)))
+        && region.ports.as_ref().is_none_or(|p| p.contains(&port))
+}
+
+fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
+    let rest = a.layer == Layer::Rest;
+    connection_in_region(region, &a.binary, &a.host, a.port)
         && region.layers.as_ref().is_none_or(|l| l.contains(&a.layer))
         && region
             .methods

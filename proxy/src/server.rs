@@ -560,6 +560,17 @@ const METHOD_OVERRIDES: &[&str] = &[
     "x-method-override",
 ];
 
+/// Each method-override value a request carries, with its header's name
+/// (a value that is not text reads as NUL, which no rule allows).
+fn method_overrides(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &str)> {
+    METHOD_OVERRIDES.iter().flat_map(move |name| {
+        headers
+            .get_all(*name)
+            .iter()
+            .map(move |value| (*name, value.to_str().unwrap_or("\u{0}").trim()))
+    })
+}
+
 fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().contains_key(header::UPGRADE) || req.method() == Method::CONNECT
 }
@@ -1464,20 +1475,17 @@ impl Inspected {
         };
         // Servers that honour a method override run the overriding method:
         // it is judged as well, so an allowed POST cannot carry a DELETE.
-        for name in METHOD_OVERRIDES {
-            for value in req.headers().get_all(*name) {
-                let method = value.to_str().unwrap_or("\u{0}").trim();
-                if let Err(mut refusal) = judge_request(
-                    &snapshot,
-                    &self.binary,
-                    &host,
-                    port,
-                    method,
-                    req.uri().path(),
-                ) {
-                    refusal.reason = format!("{name}: {}", refusal.reason);
-                    return refuse(refusal, &host, port);
-                }
+        for (name, method) in method_overrides(req.headers()) {
+            if let Err(mut refusal) = judge_request(
+                &snapshot,
+                &self.binary,
+                &host,
+                port,
+                method,
+                req.uri().path(),
+            ) {
+                refusal.reason = format!("{name}: {}", refusal.reason);
+                return refuse(refusal, &host, port);
             }
         }
         let key = UpstreamKey {
@@ -1499,26 +1507,23 @@ impl Inspected {
                 HeaderValue::from_static("identity"),
             );
         }
-        let req = match api {
-            None => match self
-                .judge_sink_request(req.map(BodyExt::boxed), &snapshot, &action)
-                .await
-            {
+        let (req, recorded) = match api {
+            None => (req.map(BodyExt::boxed), 0),
+            Some(api) => match self.record_model_request(req, api).await {
+                Ok(recorded) => recorded,
+                Err(refusal) => return refuse(refusal, &host, port),
+            },
+        };
+        // Only a recorded conversation is exempt (it carries the tool
+        // results by design); a model path whose body held none is judged
+        // like any other request.
+        let req = if recorded > 0 {
+            req
+        } else {
+            match self.judge_sink_request(req, &snapshot, &action).await {
                 Ok(req) => req,
                 Err(refusal) => return refuse(refusal, &host, port),
-            },
-            Some(api) => match self.record_model_request(req, api).await {
-                Ok((req, 0)) => {
-                    // A model path whose body held no conversation records
-                    // nothing: it is exempt from nothing either.
-                    match self.judge_sink_request(req, &snapshot, &action).await {
-                        Ok(req) => req,
-                        Err(refusal) => return refuse(refusal, &host, port),
-                    }
-                }
-                Ok((req, _)) => req,
-                Err(refusal) => return refuse(refusal, &host, port),
-            },
+            }
         };
         proxy.metrics.decision(true, "request", "allowed");
         tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
@@ -1613,28 +1618,26 @@ impl Inspected {
         // Servers that honour a method override run that method: a sink's
         // call by either method is the sink's call.
         let mut actions = vec![action.clone()];
-        for name in METHOD_OVERRIDES {
-            for value in req.headers().get_all(*name) {
-                let method = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
-                actions.push(NetworkAction {
-                    method,
-                    ..action.clone()
-                });
-            }
-        }
+        actions.extend(
+            method_overrides(req.headers()).map(|(_, method)| NetworkAction {
+                method: method.to_string(),
+                ..action.clone()
+            }),
+        );
         let findings = &snapshot.findings;
         if !actions.iter().any(|a| findings.is_sink_request(a)) {
             return Ok(req);
         }
         let (parts, body) = req.into_parts();
         let read = read_ahead(body, MAX_RECORDED_BODY_BYTES).await;
-        let conversation = mcp::lock(&self.proxy.conversation);
-        let record = conversation.record();
-        let Some(pending) = actions
-            .iter()
-            .find_map(|a| findings.pending_request_flow(a, &record))
-        else {
-            drop(conversation);
+        let pending = {
+            let conversation = mcp::lock(&self.proxy.conversation);
+            let record = conversation.record();
+            actions
+                .iter()
+                .find_map(|a| findings.pending_request_flow(a, &record))
+        };
+        let Some(pending) = pending else {
             return Ok(Request::from_parts(parts, read.replay()));
         };
         let scheme = if self.tls { "https" } else { "http" };
@@ -1664,15 +1667,20 @@ impl Inspected {
                 .map(|(n, v)| (n.as_str(), v.as_bytes()));
             request_values(target, headers, &read.data).map_err(|e| e.to_string())
         };
+        // The values are read outside the lock: a body of megabytes must
+        // not hold up the pod's other calls.
         let refusal = match values {
             Err(why) => Some(pending.unread(&call, &why)),
-            Ok(values) => actions.iter().find_map(|a| {
-                findings
-                    .observed_request_flow(a, &values, &record)
-                    .map(|observed| observed.refusal(&call))
-            }),
+            Ok(values) => {
+                let conversation = mcp::lock(&self.proxy.conversation);
+                let record = conversation.record();
+                actions.iter().find_map(|a| {
+                    findings
+                        .observed_request_flow(a, &values, &record)
+                        .map(|observed| observed.refusal(&call))
+                })
+            }
         };
-        drop(conversation);
         if let Some(refusal) = refusal {
             if refusal.decision == "deny" {
                 return Err(refusal);

@@ -67,6 +67,9 @@ pub struct Metrics {
     pub solver_seconds: Histogram,
     /// Sandbox status writes refused by the resourceVersion precondition.
     pub commit_conflicts: Counter,
+    /// Sandbox verdicts proved again on fresh reads because the one from
+    /// the watch-fed views would grant more than the committed policy.
+    pub fresh_reverifications: Counter,
     /// Proposals committed.
     pub commits: Counter,
     /// Admission answers, by kind and outcome.
@@ -99,6 +102,7 @@ impl Metrics {
             // 0.5 ms .. ~16 s
             solver_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             commit_conflicts: Counter::default(),
+            fresh_reverifications: Counter::default(),
             commits: Counter::default(),
             admissions: Family::default(),
             admission_seconds: Family::new_with_constructor(LatencyBuckets),
@@ -123,6 +127,11 @@ impl Metrics {
             "commit_conflicts",
             "Sandbox commits refused by the resourceVersion precondition",
             m.commit_conflicts.clone(),
+        );
+        registry.register(
+            "fresh_reverifications",
+            "Sandbox verdicts proved again on fresh API reads because the cached view's verdict would grant more",
+            m.fresh_reverifications.clone(),
         );
         registry.register(
             "commits",

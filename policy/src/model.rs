@@ -21,6 +21,26 @@ pub struct PolicyDocument {
     pub network: Vec<NetworkRule>,
 }
 
+impl PolicyDocument {
+    /// Whether every grant here is literally one of `other`'s: each network
+    /// rule equal to one of its rules, each path granted as it grants that
+    /// path. Syntactic, so it may say no to a policy that a proof would
+    /// find inside `other`, never yes to one that grants more.
+    pub fn grants_only_from(&self, other: &PolicyDocument) -> bool {
+        self.network.iter().all(|rule| other.network.contains(rule))
+            && self
+                .filesystem
+                .read_only
+                .iter()
+                .all(|path| other.filesystem.read_only.contains(path))
+            && self
+                .filesystem
+                .read_write
+                .iter()
+                .all(|path| other.filesystem.read_write.contains(path))
+    }
+}
+
 /// Filesystem grants: each entry covers the path and everything below it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -375,4 +395,43 @@ pub struct Budget {
     /// Weights; absent ones take the defaults.
     #[serde(default)]
     pub weights: CostWeights,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(json: serde_json::Value) -> PolicyDocument {
+        match serde_json::from_value(json) {
+            Ok(policy) => policy,
+            Err(e) => panic!("test policy: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_policy_grants_only_from_another_when_each_grant_is_one_of_its_own() {
+        let committed = policy(serde_json::json!({
+            "filesystem": {"readOnly": ["/data"], "readWrite": ["/tmp"]},
+            "network": [
+                {"name": "a", "endpoints": [{"host": "a.example", "port": 443}]},
+                {"name": "b", "endpoints": [{"host": "b.example", "port": 8443}]},
+            ],
+        }));
+        let narrower = policy(serde_json::json!({
+            "filesystem": {"readOnly": ["/data"]},
+            "network": [{"name": "a", "endpoints": [{"host": "a.example", "port": 443}]}],
+        }));
+        assert!(narrower.grants_only_from(&committed));
+        assert!(committed.grants_only_from(&committed));
+        assert!(PolicyDocument::default().grants_only_from(&committed));
+        assert!(!committed.grants_only_from(&narrower));
+        // Same name, another endpoint: a different grant.
+        let moved = policy(serde_json::json!({
+            "network": [{"name": "a", "endpoints": [{"host": "a.example", "port": 8443}]}],
+        }));
+        assert!(!moved.grants_only_from(&committed));
+        // A path granted for writing where the other only reads it.
+        let writes = policy(serde_json::json!({"filesystem": {"readWrite": ["/data"]}}));
+        assert!(!writes.grants_only_from(&committed));
+    }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
@@ -112,12 +113,24 @@ pub async fn ensure(
     let namespace = sandbox.namespace().unwrap_or_default();
     let sandbox_name = sandbox.name_any();
     let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &namespace);
+    let uid = sandbox.uid().unwrap_or_default();
+    // The account this sandbox already owns, as the watch shows it, needs
+    // no read: that answer does nothing, and a deleted account's watch
+    // event (which updates the view first) brings the sandbox back.
+    let owned_in_view = ctx.views.get().is_some_and(|views| {
+        views
+            .accounts
+            .get(&ObjectRef::new(name).within(&namespace))
+            .is_some_and(|account| plan(name, Some(&account.metadata), &uid) == AccountPlan::Owned)
+    });
+    if owned_in_view {
+        return Ok(());
+    }
     let existing = if is_service_account_name(name) {
         api.get_metadata_opt(name).await?.map(|m| m.metadata)
     } else {
         None
     };
-    let uid = sandbox.uid().unwrap_or_default();
     let decision = plan(name, existing.as_ref(), &uid);
     match &decision {
         AccountPlan::Create => {}

@@ -4,7 +4,8 @@
 //! longer than its Lease resumes with reconciles in flight while a
 //! follower already leads. So immediately before each write that grants
 //! authority (a proposal's commit, a sandbox's status, policy ConfigMap
-//! and egress NetworkPolicy) the reconciler reads the Lease from the API server and goes
+//! and egress NetworkPolicy) the reconciler reads the Lease from the API
+//! server (or reuses a read at most [`READ_REUSE`] old) and goes
 //! on only if it is held under its own identity and renewed recently enough
 //! to outlast a margin. Held by anyone else (or nobody): the write is
 //! refused and the process exits with `EXIT_LOST_LEADERSHIP`. Held by us but
@@ -85,6 +86,12 @@ pub fn standing(
     }
 }
 
+/// Whether a read that found the Lease ours until `until`, made `age`
+/// ago, still answers at `now`.
+pub fn reusable(age: Duration, until: SystemTime, now: SystemTime) -> bool {
+    age < READ_REUSE && now < until
+}
+
 /// The fence of a replica running with leader election.
 pub struct LeaseFence {
     api: Api<Lease>,
@@ -93,7 +100,18 @@ pub struct LeaseFence {
     margin: Duration,
     patience: Duration,
     lost: tokio::sync::watch::Sender<bool>,
+    /// The last read that found the Lease ours: when it was made and until
+    /// when (wall clock, less the margin) it stays ours.
+    last_ours: std::sync::Mutex<Option<(tokio::time::Instant, SystemTime)>>,
 }
+
+/// How long one read of the Lease that found it ours serves the writes
+/// after it. The Lease cannot pass to another replica before it expires,
+/// which the read's answer already bounds; the reuse window bounds only
+/// what the Lease protocol does not: someone deleting or overwriting the
+/// Lease by hand. A storm of writes then costs one Lease read a second,
+/// not one per write.
+pub const READ_REUSE: Duration = Duration::from_secs(1);
 
 impl LeaseFence {
     /// The fence on Lease `namespace/name` for `identity`, whose Lease lasts
@@ -112,6 +130,7 @@ impl LeaseFence {
             margin: margin(duration_seconds),
             patience: Duration::from_secs(duration_seconds),
             lost: tokio::sync::watch::channel(false).0,
+            last_ours: std::sync::Mutex::new(None),
         }
     }
 
@@ -121,11 +140,23 @@ impl LeaseFence {
         self.lost.subscribe()
     }
 
+    /// Whether a read under [`READ_REUSE`] old found the Lease ours with
+    /// time to spare still (by the wall clock, as a fresh read is judged:
+    /// a replica paused past it reads again).
+    fn recently_ours(&self) -> bool {
+        let last = *self.last_ours.lock().unwrap_or_else(|e| e.into_inner());
+        last.is_some_and(|(read_at, until)| reusable(read_at.elapsed(), until, SystemTime::now()))
+    }
+
     /// Reads the Lease and returns `Ok` only while it is ours (see the
     /// module documentation); `what` names the write, for the log.
     pub async fn check(&self, what: &str) -> Result<(), ControllerError> {
+        if self.recently_ours() {
+            return Ok(());
+        }
         let started = tokio::time::Instant::now();
         loop {
+            let read_at = tokio::time::Instant::now();
             let spec = self.api.get(&self.name).await?.spec.unwrap_or_default();
             let found = standing(
                 spec.holder_identity.as_deref(),
@@ -138,7 +169,12 @@ impl LeaseFence {
                 self.margin,
             );
             match found {
-                Standing::Ours { .. } => return Ok(()),
+                Standing::Ours { remaining } => {
+                    let until = SystemTime::now().checked_add(remaining);
+                    *self.last_ours.lock().unwrap_or_else(|e| e.into_inner()) =
+                        until.map(|until| (read_at, until));
+                    return Ok(());
+                }
                 Standing::Lost { holder } => {
                     tracing::error!(
                         identity = %self.identity,
@@ -172,6 +208,17 @@ impl LeaseFence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_serves_writes_for_a_second_and_never_past_its_margin() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let until = now + Duration::from_secs(5);
+        assert!(reusable(Duration::from_millis(10), until, now));
+        assert!(!reusable(READ_REUSE, until, now));
+        // A replica paused past the Lease's margin reads again, however
+        // young its last read looks by a clock that stood still.
+        assert!(!reusable(Duration::ZERO, until, until));
+    }
 
     const MARGIN: Duration = Duration::from_millis(500);
 

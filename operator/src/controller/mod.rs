@@ -87,6 +87,12 @@ pub struct Context {
     /// What this process last server-side applied to each object it owns
     /// outright, to skip applying the same content again.
     pub applied: AppliedObjects,
+    /// The sandbox statuses this process wrote, by resourceVersion: the
+    /// watch event each write causes starts no second reconcile.
+    pub status_writes: OwnWrites,
+    /// Watch-fed views the sandbox reconciler reads where a stale answer
+    /// cannot widen a grant (set once, when the sandbox controller starts).
+    pub views: std::sync::OnceLock<Views>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -122,6 +128,75 @@ impl AppliedObjects {
     }
 }
 
+impl AppliedObjects {
+    /// Whether `key` at `resource_version` is what this process's last
+    /// apply of it answered (the watch event of its own write).
+    pub fn is_own(&self, key: &str, resource_version: &str) -> bool {
+        let map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).is_some_and(|(_, rv)| rv == resource_version)
+    }
+}
+
+/// The key [`AppliedObjects`] keeps an object of kind `K` under: its API
+/// path.
+pub fn applied_key<K>(namespace: Option<&str>, name: &str) -> String
+where
+    K: Resource<DynamicType = ()>,
+{
+    format!("{}/{name}", K::url_path(&(), namespace))
+}
+
+/// The resourceVersions of this process's own writes, by object: a watch
+/// event showing an object at one of them is the echo of that write.
+#[derive(Default)]
+pub struct OwnWrites {
+    by_key: Mutex<HashMap<String, String>>,
+}
+
+impl OwnWrites {
+    /// Records that this process wrote `key`, which is now at
+    /// `resource_version`.
+    pub fn remember(&self, key: String, resource_version: String) {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= APPLIED_OBJECTS {
+            map.clear();
+        }
+        map.insert(key, resource_version);
+    }
+
+    /// Whether `key` at `resource_version` is this process's last write of
+    /// it (then forgotten: the echo comes once).
+    pub fn echo(&self, key: &str, resource_version: &str) -> bool {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(key).is_some_and(|rv| rv == resource_version) {
+            map.remove(key);
+            return true;
+        }
+        false
+    }
+}
+
+/// Watch-fed views of what the sandbox reconciler reads on every pass.
+/// Each store is written by the same watch that triggers the reconciles
+/// its changes call for ([`crate::k8s::cache::reflect_triggers`]), so a
+/// reconcile never starts on a view older than its cause. Reads that could
+/// widen a grant still go to the API server (docs/design.md §5).
+pub struct Views {
+    /// Every MaximumPolicy.
+    pub maximums: kube::runtime::reflector::Store<agentgate_api::crd::MaximumPolicy>,
+    /// Every Namespace's metadata (its labels select maximums).
+    pub namespaces: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+    >,
+    /// The sandbox CA Secrets (labelled with their sandbox).
+    pub ca_secrets: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Secret>,
+    /// The agent ServiceAccounts the operator created (labelled), metadata
+    /// only.
+    pub accounts: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ServiceAccount>,
+    >,
+}
+
 /// SHA-256 of a JSON value's text.
 pub fn content_hash(value: &serde_json::Value) -> [u8; 32] {
     use sha2::{Digest, Sha256};
@@ -155,6 +230,8 @@ impl Context {
             ca_lifetime,
             maximums: CompiledMaximums::default(),
             applied: AppliedObjects::default(),
+            status_writes: OwnWrites::default(),
+            views: std::sync::OnceLock::new(),
             fence: None,
             failures: Mutex::new(HashMap::new()),
         }
@@ -399,6 +476,24 @@ mod tests {
         assert!(cut.len() <= EVENT_NOTE_LIMIT, "{}", cut.len());
         assert!(cut.ends_with('…'));
         assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn the_echo_of_an_own_write_is_known_once_and_only_at_its_version() {
+        // The key an owned object's watch event is looked up under is the
+        // one `apply` remembers it under (the Api's resource URL).
+        let key = applied_key::<k8s_openapi::api::core::v1::ConfigMap>(Some("n"), "x");
+        assert_eq!(key, "/api/v1/namespaces/n/configmaps/x");
+        let applied = AppliedObjects::default();
+        applied.remember(key.clone(), [0; 32], "7".into());
+        assert!(applied.is_own(&key, "7"));
+        assert!(!applied.is_own(&key, "8"), "someone else's write since");
+
+        let writes = OwnWrites::default();
+        writes.remember("n/s".into(), "12".into());
+        assert!(!writes.echo("n/s", "11"));
+        assert!(writes.echo("n/s", "12"));
+        assert!(!writes.echo("n/s", "12"), "an echo comes once");
     }
 
     #[test]

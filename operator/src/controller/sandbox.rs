@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -18,10 +19,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -29,7 +31,8 @@ use crate::FIELD_MANAGER;
 use crate::controller::agent_account;
 use crate::controller::revoke::{revoke, revoked_message};
 use crate::controller::sandbox_ca::{self, sandbox_cas_pem};
-use crate::controller::{Context, ControllerError};
+use crate::controller::{Context, ControllerError, Views, applied_key};
+use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
 use agentgate_api::crd::{
@@ -77,6 +80,40 @@ pub async fn governance(
         ctx.allow_unmanaged,
         &ctx.maximums,
     ))
+}
+
+/// The governing maximums, compiled, from the watch-fed views; `None` when
+/// the views have not listed yet.
+fn governance_in_view(sandbox: &AgentSandbox, ctx: &Context) -> Option<Governance> {
+    let views = ctx.views.get()?;
+    if !(is_ready(&views.maximums) && is_ready(&views.namespaces)) {
+        return None;
+    }
+    let ns_labels = match sandbox.namespace() {
+        Some(ns) => views
+            .namespaces
+            .get(&ObjectRef::new(&ns))
+            .map(|n| n.labels().clone())?,
+        None => BTreeMap::new(),
+    };
+    let maximums = views.maximums.state();
+    Some(governing_from(
+        maximums.iter().map(Arc::as_ref),
+        &ns_labels,
+        sandbox.labels(),
+        ctx.allow_unmanaged,
+        &ctx.maximums,
+    ))
+}
+
+/// Where a reconcile reads the governing maximums and the namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// The watch-fed views: enough for a verdict that grants nothing the
+    /// committed policy does not already grant.
+    InView,
+    /// The API server: for a verdict that would grant more.
+    Fresh,
 }
 
 /// The declared policy with the committed proposals (in commit order) on
@@ -278,9 +315,18 @@ impl Verification {
 async fn verify(
     sandbox: &AgentSandbox,
     policy: PolicyDocument,
+    reads: Reads,
     ctx: &Context,
 ) -> Result<Verification, ControllerError> {
-    let governing = match governance(sandbox, ctx).await? {
+    let in_view = match reads {
+        Reads::InView => governance_in_view(sandbox, ctx),
+        Reads::Fresh => None,
+    };
+    let governance = match in_view {
+        Some(governance) => governance,
+        None => governance(sandbox, ctx).await?,
+    };
+    let governing = match governance {
         Governance::Refused(reason, message) => return Ok(Verification::refused(reason, message)),
         Governance::Governed(governing) => governing,
     };
@@ -633,7 +679,19 @@ async fn reconcile(
         records,
         pruned,
     } = with_applied_proposals(&sandbox, &ctx).await?;
-    let verification = verify(&sandbox, policy, &ctx).await?;
+    // The views serve a verdict that keeps or narrows what is committed (a
+    // stale view can then only be as wrong as doing nothing, and the watch
+    // event that brings it up to date starts the next reconcile); one that
+    // would grant more is proved again on fresh reads.
+    let mut verification = verify(&sandbox, policy.clone(), Reads::InView, &ctx).await?;
+    let committed = sandbox
+        .status
+        .as_ref()
+        .and_then(|s| s.effective_policy.as_ref());
+    if !committed.is_some_and(|committed| verification.effective.grants_only_from(committed)) {
+        ctx.metrics.fresh_reverifications.inc();
+        verification = verify(&sandbox, policy, Reads::Fresh, &ctx).await?;
+    }
     // A template the operator cannot put into the enforced shape runs no
     // pod; Ready says why (the policy itself may still be committed).
     let pod_plan = pod_plan(&sandbox, &ctx.data_plane);
@@ -722,7 +780,15 @@ async fn write_status(
         .replace_status(&name, &PostParams::default(), &next)
         .await
     {
-        Ok(_) => Ok(StatusWrite::Written),
+        Ok(written) => {
+            // Its watch event needs no reconcile: this one goes on to
+            // materialise what it wrote.
+            if let Some(rv) = written.resource_version() {
+                ctx.status_writes
+                    .remember(format!("{namespace}/{name}"), rv);
+            }
+            Ok(StatusWrite::Written)
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => {
             ctx.metrics.commit_conflicts.inc();
             Ok(StatusWrite::Conflict)
@@ -744,7 +810,8 @@ async fn apply_data_plane(
 ) -> Result<Option<Duration>, ControllerError> {
     let secrets: Api<Secret> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
+    let cached = ctx.views.get().map(|views| &views.ca_secrets);
+    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets, cached).await?;
     let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
     let cas = sandbox_cas_pem(&ca, time::OffsetDateTime::now_utc());
     apply_config_map(sandbox, effective, regions, &cas, revision, ctx).await?;
@@ -1127,45 +1194,118 @@ async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action
     super::counted("agentsandbox", sandbox, ctx, reconcile).await
 }
 
-/// Runs the AgentSandbox controller until shutdown. A MaximumPolicy change
-/// re-verifies every sandbox; a namespace change those in it.
+/// What the sandbox controller keeps of a sandbox: neither
+/// `managedFields` nor kubectl's last-applied copy of the spec, which no
+/// reconcile reads (a status write sends the status alone).
+fn trim_sandbox(sandbox: &mut AgentSandbox) {
+    sandbox.metadata.managed_fields = None;
+    if let Some(annotations) = &mut sandbox.metadata.annotations {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// kubectl's copy of the last applied object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec
+/// change re-verifies every sandbox; a namespace's label change those in
+/// it. The echo of the controller's own status write, or of its own apply
+/// of a policy ConfigMap, starts nothing: the reconcile that wrote it goes
+/// on to materialise it.
 pub async fn run(ctx: Arc<Context>) {
-    let sandboxes: Api<AgentSandbox> = Api::all(ctx.client.clone());
-    let controller = Controller::new(sandboxes, watcher::Config::default());
-    let store = controller.store();
+    let client = ctx.client.clone();
+    let (store, writer) = reflector::store();
+    let echoes = ctx.clone();
+    let sandboxes = watcher(
+        Api::<AgentSandbox>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(trim_sandbox)
+    .reflect(writer)
+    .applied_objects()
+    .try_filter(move |sandbox| {
+        let key = format!(
+            "{}/{}",
+            sandbox.namespace().unwrap_or_default(),
+            sandbox.name_any()
+        );
+        let echo = sandbox
+            .resource_version()
+            .is_some_and(|rv| echoes.status_writes.echo(&key, &rv));
+        std::future::ready(!echo)
+    });
+    let applied = ctx.clone();
+    let config_maps = watcher(
+        Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+        watcher::Config::default().labels(SANDBOX_LABEL),
+    )
+    .default_backoff()
+    .touched_objects()
+    .try_filter(move |map| {
+        let key = applied_key::<ConfigMap>(map.namespace().as_deref(), &map.name_any());
+        let own = map
+            .resource_version()
+            .is_some_and(|rv| applied.applied.is_own(&key, &rv));
+        std::future::ready(!own)
+    });
+    let (maximums, maximum_changes) = reflect_spec_changes(watcher(
+        Api::<MaximumPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    ));
+    let (namespaces, namespace_changes) = reflect_spec_changes(watcher(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default(),
+    ));
+    let (ca_secrets, ca_secret_changes) = reflect_triggers(watcher(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default().labels(SANDBOX_LABEL),
+    ));
+    let (accounts, account_changes) = reflect_triggers(watcher(
+        Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()),
+        watcher::Config::default().labels(SANDBOX_LABEL),
+    ));
+    if ctx
+        .views
+        .set(Views {
+            maximums,
+            namespaces,
+            ca_secrets,
+            accounts,
+        })
+        .is_err()
+    {
+        tracing::warn!("the sandbox controller's views were set before; the first are kept");
+    }
+    let by_maximum = store.clone();
     let by_namespace = store.clone();
     let by_scan = store.clone();
     let by_proposal = store.clone();
+    let controller = Controller::for_stream(sandboxes, store);
     super::drive(
         controller
-            .owns(
-                Api::<ConfigMap>::all(ctx.client.clone()),
-                watcher::Config::default().labels(SANDBOX_LABEL),
-            )
+            // A policy ConfigMap changed or deleted by anyone else is put
+            // right at once.
+            .owns_stream(config_maps)
             // A deleted agent Pod is created again (and judged again by pod
             // admission) at once, not at the next periodic reconcile.
             .owns(
-                Api::<Pod>::all(ctx.client.clone()),
+                Api::<Pod>::all(client.clone()),
                 watcher::Config::default().labels(SANDBOX_LABEL),
             )
-            // A deleted agent ServiceAccount is created again at once.
-            .owns(
-                Api::<ServiceAccount>::all(ctx.client.clone()),
-                watcher::Config::default().labels(SANDBOX_LABEL),
-            )
+            // A deleted agent ServiceAccount or CA Secret is made again at
+            // once.
+            .owns_stream(account_changes)
+            .owns_stream(ca_secret_changes)
+            .watches_stream(maximum_changes, move |_| {
+                by_maximum
+                    .state()
+                    .iter()
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            })
             .watches(
-                Api::<MaximumPolicy>::all(ctx.client.clone()),
-                watcher::Config::default(),
-                move |_| {
-                    store
-                        .state()
-                        .iter()
-                        .map(|s| ObjectRef::from_obj(s.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            )
-            .watches(
-                Api::<AgentScan>::all(ctx.client.clone()),
+                Api::<AgentScan>::all(client.clone()),
                 watcher::Config::default(),
                 move |scan| {
                     // Only the sandboxes whose template runs the scanned digest.
@@ -1190,7 +1330,7 @@ pub async fn run(ctx: Arc<Context>) {
             // change of the sandbox itself, whose reconcile reads the live
             // proposals then.
             .watches(
-                Api::<PolicyProposal>::all(ctx.client.clone()),
+                Api::<PolicyProposal>::all(client.clone()),
                 watcher::Config::default(),
                 move |proposal| {
                     let ns = proposal.namespace()?;
@@ -1208,19 +1348,15 @@ pub async fn run(ctx: Arc<Context>) {
                     recorded.then_some(sandbox)
                 },
             )
-            .watches(
-                Api::<Namespace>::all(ctx.client.clone()),
-                watcher::Config::default(),
-                move |ns| {
-                    let ns = ns.name_any();
-                    by_namespace
-                        .state()
-                        .iter()
-                        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-                        .map(|s| ObjectRef::from_obj(s.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            ),
+            .watches_stream(namespace_changes, move |ns| {
+                let ns = ns.name_any();
+                by_namespace
+                    .state()
+                    .iter()
+                    .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            }),
         counted,
         error_policy,
         ctx,

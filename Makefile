@@ -25,7 +25,7 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 ALL_TARGETS := --workspace --all-targets
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -149,6 +149,10 @@ bench-requests: z3 control-plane helm ## count before cutting: the API requests 
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-requests
 
+bench-fleet: z3 ## the operator's re-verification and commit paths at 10,000 and 100,000 sandboxes in one process, no API server: memory per cached sandbox, storm with and without shared revocations, verdicts/s
+	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-fleet
+	$(RELEASE_DIR)/bench-fleet
+
 bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximums in one process, beside 500 separate runs
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
 	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
@@ -184,6 +188,7 @@ bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark prog
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scan
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-trifecta
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-verify
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-fleet
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-mcp
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-requests

@@ -884,7 +884,10 @@ impl ControlPlane {
         let child = Command::new(operator_binary()?)
             .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("AGENTGATE_LOG", "info")
+            .env(
+                "AGENTGATE_LOG",
+                std::env::var("AGENTGATE_E2E_LOG").unwrap_or_else(|_| "info".into()),
+            )
             // As the chart's Deployment sets it.
             .env("MALLOC_ARENA_MAX", "2")
             .stdout(out)

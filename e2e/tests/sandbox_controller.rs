@@ -311,41 +311,6 @@ fn sandboxes_are_proved_revoked_and_materialised() {
     // etcd holds a few KB per sandbox, not a few hundred.
     assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), 1, "{bundle}");
     assert!(bundle.len() < 2_000, "{} bytes", bundle.len());
-    // A CA Secret deleted by hand is made again at once (its watch starts
-    // the reconcile; no periodic resync), and the new CA is published.
-    let secret_uid = [
-        "get",
-        "secret",
-        "podded-ca",
-        "-n",
-        "agents",
-        "-o",
-        "jsonpath={.metadata.uid}",
-    ];
-    let first_uid = cp.run(&secret_uid).unwrap();
-    run(&cp, &["delete", "secret", "podded-ca", "-n", "agents"]);
-    wait(
-        &cp,
-        &op,
-        &secret_uid,
-        |uid| !uid.trim().is_empty() && uid != first_uid,
-        "the CA Secret made again",
-    );
-    wait(
-        &cp,
-        &op,
-        &[
-            "get",
-            "configmap",
-            "podded-policy",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.data.sandbox-ca\\.pem}",
-        ],
-        |b| b.contains("BEGIN CERTIFICATE") && b != bundle,
-        "the new sandbox CA published",
-    );
     let egress = cp
         .run(&[
             "get",

@@ -18,6 +18,7 @@ pub mod maximum;
 pub mod pod_admission;
 pub mod pod_template;
 pub mod proposal;
+pub mod reverify;
 pub mod sandbox_pod;
 pub mod selector;
 pub mod sever;

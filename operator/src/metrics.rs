@@ -70,6 +70,9 @@ pub struct Metrics {
     /// Sandbox verdicts proved again on fresh reads because the one from
     /// the watch-fed views would grant more than the committed policy.
     pub fresh_reverifications: Counter,
+    /// Sandbox revocations served by the result proved for another sandbox
+    /// with the same effective policy and maximums.
+    pub shared_revocations: Counter,
     /// Proposals committed.
     pub commits: Counter,
     /// Admission answers, by kind and outcome.
@@ -103,6 +106,7 @@ impl Metrics {
             solver_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             commit_conflicts: Counter::default(),
             fresh_reverifications: Counter::default(),
+            shared_revocations: Counter::default(),
             commits: Counter::default(),
             admissions: Family::default(),
             admission_seconds: Family::new_with_constructor(LatencyBuckets),
@@ -132,6 +136,11 @@ impl Metrics {
             "fresh_reverifications",
             "Sandbox verdicts proved again on fresh API reads because the cached view's verdict would grant more",
             m.fresh_reverifications.clone(),
+        );
+        registry.register(
+            "shared_revocations",
+            "Sandbox re-verifications served by the result proved for another sandbox with the same effective policy and maximums",
+            m.shared_revocations.clone(),
         );
         registry.register(
             "commits",

@@ -16,14 +16,15 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::controller::{Context, ControllerError};
-use crate::k8s::cache::{reflect, until_ready};
+use crate::k8s::cache::{reflect_spec_changes, until_ready};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::{AgentSandbox, MaximumPolicy};
 use agentgate_governance::maximum::{Assessment, assess};
 use agentgate_governance::selector::governs;
 
-/// Watch caches of what the governed count reads. Every sandbox change
-/// (a status write included) triggers a recount of every maximum, so it
+/// Watch caches of what the governed count reads, filled by the watches
+/// that trigger the recount (a sandbox or namespace created, deleted or
+/// relabelled; a status write changes no count and triggers nothing). It
 /// reads these instead of listing every sandbox from the API server each
 /// time; the count grants nothing, so a recent view is enough.
 #[derive(Clone)]
@@ -187,9 +188,17 @@ pub async fn run(ctx: Arc<Context>) {
             .collect::<Vec<_>>()
     };
     let all_for_namespaces = all.clone();
+    let (sandboxes, sandbox_changes) = reflect_spec_changes(watcher(
+        Api::<PartialObjectMeta<AgentSandbox>>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    ));
+    let (namespaces, namespace_changes) = reflect_spec_changes(watcher(
+        Api::<PartialObjectMeta<Namespace>>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    ));
     let views = Views {
-        sandboxes: reflect(Api::all(ctx.client.clone())),
-        namespaces: reflect(Api::all(ctx.client.clone())),
+        sandboxes,
+        namespaces,
     };
     let counted = move |maximum, ctx| {
         let views = views.clone();
@@ -197,17 +206,8 @@ pub async fn run(ctx: Arc<Context>) {
     };
     super::drive(
         controller
-            .watches(
-                // Only a trigger: metadata is enough, and far smaller.
-                Api::<PartialObjectMeta<AgentSandbox>>::all(ctx.client.clone()),
-                watcher::Config::default(),
-                move |_| all(),
-            )
-            .watches(
-                Api::<Namespace>::all(ctx.client.clone()),
-                watcher::Config::default(),
-                move |_| all_for_namespaces(),
-            ),
+            .watches_stream(sandbox_changes, move |_| all())
+            .watches_stream(namespace_changes, move |_| all_for_namespaces()),
         counted,
         error_policy,
         ctx,

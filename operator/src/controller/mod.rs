@@ -81,6 +81,9 @@ pub struct Context {
     /// Compiled MaximumPolicies by uid and generation, shared by every
     /// reconcile (a storm after a tightened maximum compiles it once).
     pub maximums: CompiledMaximums,
+    /// Revocations by content, shared by every sandbox reconcile (a storm
+    /// proves each distinct effective policy once).
+    pub revocations: Arc<agentgate_governance::reverify::Revocations>,
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
     fence: Option<fence::LeaseFence>,
@@ -188,8 +191,6 @@ pub struct Views {
     pub namespaces: kube::runtime::reflector::Store<
         kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
     >,
-    /// The sandbox CA Secrets (labelled with their sandbox).
-    pub ca_secrets: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Secret>,
     /// The agent ServiceAccounts the operator created (labelled), metadata
     /// only.
     pub accounts: kube::runtime::reflector::Store<
@@ -229,6 +230,7 @@ impl Context {
             data_plane,
             ca_lifetime,
             maximums: CompiledMaximums::default(),
+            revocations: Arc::default(),
             applied: AppliedObjects::default(),
             status_writes: OwnWrites::default(),
             views: std::sync::OnceLock::new(),

@@ -1,33 +1,43 @@
 //! Counterexample-guided revocation in the AgentSandbox reconciler
-//! (docs/design.md §5). The decision is the pure [`revoke_until_within`],
-//! which shares its escape search with admission; this module runs it off
-//! the async runtime and words its result for the `WithinMaximum`
-//! condition and the `Revoked` Event.
+//! (docs/design.md §5). The decision is the pure
+//! [`agentgate_prover::verdict::revoke_until_within`], which shares its
+//! escape search with admission, through
+//! [`agentgate_governance::reverify::Revocations`] (each distinct policy
+//! proved once per set of maximums); this module runs it off the async
+//! runtime and words its result for the `WithinMaximum` condition and the
+//! `Revoked` Event.
 
 use crate::controller::{Context, ControllerError};
 use agentgate_governance::governing::Governing;
+use agentgate_governance::reverify::Proved;
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::{GoverningMaximum, Revocation, revoke_until_within};
+use agentgate_prover::verdict::Revocation;
 
 /// Revokes from `policy` whatever escapes `governing`, on a blocking
-/// thread (it runs the prover), and counts the solver time.
+/// thread (it runs the prover), and counts the solver time; a sandbox
+/// whose policy and maximums another sandbox's revocation already had
+/// reuses that result ([`agentgate_governance::reverify`]).
 pub async fn revoke(
     ctx: &Context,
     policy: PolicyDocument,
     governing: Vec<Governing>,
 ) -> Result<Revocation, ControllerError> {
     let prover = ctx.prover.clone();
+    let revocations = ctx.revocations.clone();
     let started = std::time::Instant::now();
-    let revocation = tokio::task::spawn_blocking(move || {
-        let maximums: Vec<GoverningMaximum<'_>> =
-            governing.iter().map(Governing::as_verdict_input).collect();
-        revoke_until_within(&policy, &maximums, &prover)
-    })
-    .await
-    .map_err(|e| ControllerError::Prover(e.to_string()))?;
-    ctx.metrics
-        .solver_seconds
-        .observe(started.elapsed().as_secs_f64());
+    let (revocation, proved) =
+        tokio::task::spawn_blocking(move || revocations.revoke(&policy, &governing, &prover))
+            .await
+            .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    match proved {
+        Proved::Now => ctx
+            .metrics
+            .solver_seconds
+            .observe(started.elapsed().as_secs_f64()),
+        Proved::Shared => {
+            ctx.metrics.shared_revocations.inc();
+        }
+    }
     Ok(revocation)
 }
 

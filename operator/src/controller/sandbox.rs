@@ -32,7 +32,7 @@ use crate::controller::agent_account;
 use crate::controller::revoke::{revoke, revoked_message};
 use crate::controller::sandbox_ca::{self, sandbox_cas_pem};
 use crate::controller::{Context, ControllerError, Views, applied_key};
-use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers};
+use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers, trim};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
 use agentgate_api::crd::{
@@ -810,8 +810,7 @@ async fn apply_data_plane(
 ) -> Result<Option<Duration>, ControllerError> {
     let secrets: Api<Secret> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    let cached = ctx.views.get().map(|views| &views.ca_secrets);
-    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets, cached).await?;
+    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
     let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
     let cas = sandbox_cas_pem(&ca, time::OffsetDateTime::now_utc());
     apply_config_map(sandbox, effective, regions, &cas, revision, ctx).await?;
@@ -1194,19 +1193,6 @@ async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action
     super::counted("agentsandbox", sandbox, ctx, reconcile).await
 }
 
-/// What the sandbox controller keeps of a sandbox: neither
-/// `managedFields` nor kubectl's last-applied copy of the spec, which no
-/// reconcile reads (a status write sends the status alone).
-fn trim_sandbox(sandbox: &mut AgentSandbox) {
-    sandbox.metadata.managed_fields = None;
-    if let Some(annotations) = &mut sandbox.metadata.annotations {
-        annotations.remove(LAST_APPLIED);
-    }
-}
-
-/// kubectl's copy of the last applied object.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
 /// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec
 /// change re-verifies every sandbox; a namespace's label change those in
 /// it. The echo of the controller's own status write, or of its own apply
@@ -1221,7 +1207,7 @@ pub async fn run(ctx: Arc<Context>) {
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(trim_sandbox)
+    .modify(trim::<AgentSandbox>)
     .reflect(writer)
     .applied_objects()
     .try_filter(move |sandbox| {
@@ -1257,10 +1243,6 @@ pub async fn run(ctx: Arc<Context>) {
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default(),
     ));
-    let (ca_secrets, ca_secret_changes) = reflect_triggers(watcher(
-        Api::<Secret>::all(client.clone()),
-        watcher::Config::default().labels(SANDBOX_LABEL),
-    ));
     let (accounts, account_changes) = reflect_triggers(watcher(
         Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()),
         watcher::Config::default().labels(SANDBOX_LABEL),
@@ -1270,7 +1252,6 @@ pub async fn run(ctx: Arc<Context>) {
         .set(Views {
             maximums,
             namespaces,
-            ca_secrets,
             accounts,
         })
         .is_err()
@@ -1293,10 +1274,8 @@ pub async fn run(ctx: Arc<Context>) {
                 Api::<Pod>::all(client.clone()),
                 watcher::Config::default().labels(SANDBOX_LABEL),
             )
-            // A deleted agent ServiceAccount or CA Secret is made again at
-            // once.
+            // A deleted agent ServiceAccount is created again at once.
             .owns_stream(account_changes)
-            .owns_stream(ca_secret_changes)
             .watches_stream(maximum_changes, move |_| {
                 by_maximum
                     .state()

@@ -18,7 +18,6 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use time::OffsetDateTime;
 
@@ -223,20 +222,9 @@ pub async fn ensure(
     owner: serde_json::Value,
     lifetime: Duration,
     secrets: &Api<Secret>,
-    cached: Option<&Store<Secret>>,
 ) -> Result<SandboxCa, ControllerError> {
     let name = ca_secret_name(&sandbox.name_any());
-    // The watch's copy when it has one; a miss is read from the API
-    // server, so a Secret the view does not show yet is never minted a
-    // second time. A stale copy cannot mint or rotate twice either: every
-    // write below carries the resourceVersion it read (409 otherwise).
-    let in_view = cached.and_then(|store| {
-        store.get(&ObjectRef::new(&name).within(&sandbox.namespace().unwrap_or_default()))
-    });
-    let existing = match in_view {
-        Some(secret) => Some(Secret::clone(&secret)),
-        None => secrets.get_opt(&name).await?,
-    };
+    let existing = secrets.get_opt(&name).await?;
     if let Some(secret) = &existing {
         let owned = secret
             .owner_references()

@@ -1,9 +1,8 @@
 //! Watch-driven caches of cluster objects (reflector stores), for readers
 //! that may answer from a recent view: the webhook, and counts that do not
 //! grant anything. Commits never read from here (docs/design.md §5). Cached
-//! objects drop `metadata.managedFields`, which nothing here reads and
-//! which is often the largest part of an object that several field
-//! managers write.
+//! objects drop `metadata.managedFields` and kubectl's last-applied copy
+//! ([`trim`]).
 
 use futures::StreamExt;
 use kube::Resource;
@@ -11,6 +10,20 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
+
+/// kubectl's copy of the last applied object, kept in an annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What a cache drops of every object: `managedFields` and kubectl's
+/// last-applied copy, which nothing here reads and which are often the
+/// largest parts of an object (the copy repeats its whole spec).
+pub fn trim<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove(LAST_APPLIED);
+    }
+}
 
 /// How often a waiter for a store's first list polls again.
 const READY_POLL: std::time::Duration = std::time::Duration::from_millis(50);
@@ -47,7 +60,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .modify(trim::<K>)
         .reflect(writer)
         .touched_objects();
     tokio::spawn(async move {
@@ -95,7 +108,7 @@ where
     let (reader, writer) = reflector::store();
     let stream = events
         .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .modify(trim::<K>)
         .reflect(writer)
         .touched_objects();
     (reader, stream)
@@ -120,7 +133,7 @@ where
     let mut changes = ChangeFilter::default();
     let stream = events
         .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+        .modify(trim::<K>)
         .reflect(writer)
         .flat_map(move |event| {
             let passed: Vec<Result<K, watcher::Error>> = match event {
@@ -292,6 +305,28 @@ mod tests {
         assert_eq!(
             names(filter.admit(watcher::Event::Apply(ns("a", 2, &[], "7")))),
             ["ns-a"]
+        );
+    }
+
+    #[test]
+    fn a_cached_object_keeps_its_annotations_but_not_kubectls_copy_of_itself() {
+        let mut object = ns("a", 1, &[], "1");
+        object.metadata.annotations = Some(
+            [
+                (
+                    LAST_APPLIED.to_string(),
+                    "{\"spec\": \"all of it\"}".to_string(),
+                ),
+                ("team".to_string(), "infra".to_string()),
+            ]
+            .into(),
+        );
+        object.metadata.managed_fields = Some(Vec::new());
+        trim(&mut object);
+        assert_eq!(object.metadata.managed_fields, None);
+        assert_eq!(
+            object.metadata.annotations,
+            Some([("team".to_string(), "infra".to_string())].into())
         );
     }
 

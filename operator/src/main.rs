@@ -4,13 +4,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// jemalloc, not glibc's malloc: after a re-verification storm glibc kept
-/// about 450 MB of which about 140 MB was in use (its arenas return freed
-/// pages only from their top), so the operator idled at its storm peak.
-/// jemalloc returns dirty pages to the system after a decay, which its
-/// background thread runs while the operator is idle.
+/// jemalloc, not glibc's malloc, for the whole process: Z3 (C++) allocates
+/// through `malloc` too, and jemalloc here also provides that symbol. After
+/// a re-verification storm glibc kept about 450 MB of which about 140 MB
+/// was in use (its arenas give back freed pages only from their top), so
+/// the operator idled at its storm peak; jemalloc's background threads
+/// return freed pages after a decay of a few seconds.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+// Seen by rustc, so that its `malloc` and `free` replace glibc's for C and
+// C++ code too.
+use tikv_jemalloc_sys as _;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -24,10 +29,5 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // Without its background thread jemalloc purges only when something
-    // allocates, so an idle operator would keep its peak.
-    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
-        tracing::warn!(error = %e, "jemalloc's background thread could not be started; freed memory is returned only while the operator allocates");
-    }
     agentgate::cli::run(agentgate::cli::Cli::parse())
 }

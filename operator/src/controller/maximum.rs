@@ -68,9 +68,7 @@ async fn reconcile(
     let name = maximum.name_any();
     let prover = ctx.prover.clone();
     let subject = maximum.clone();
-    let assessment = tokio::task::spawn_blocking(move || assess(&subject, &prover))
-        .await
-        .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let assessment = ctx.solve(move || assess(&subject, &prover)).await?;
     let generation = maximum.meta().generation;
     let mut status = maximum.status.clone().unwrap_or_default();
     let before = status.clone();

@@ -84,6 +84,8 @@ pub struct Context {
     /// Revocations by content, shared by every sandbox reconcile (a storm
     /// proves each distinct effective policy once).
     pub revocations: Arc<agentgate_governance::reverify::Revocations>,
+    /// Solver work running at once ([`Context::solve`]).
+    solver_slots: tokio::sync::Semaphore,
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
     fence: Option<fence::LeaseFence>,
@@ -231,6 +233,9 @@ impl Context {
             ca_lifetime,
             maximums: CompiledMaximums::default(),
             revocations: Arc::default(),
+            solver_slots: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            ),
             applied: AppliedObjects::default(),
             status_writes: OwnWrites::default(),
             views: std::sync::OnceLock::new(),
@@ -260,6 +265,25 @@ impl Context {
             Some(fence) => fence.check(what).await,
             None => Ok(()),
         }
+    }
+
+    /// Runs solver or analysis `work` on a blocking thread, at most one per
+    /// core at once. Reconciles run 16 at a time because they mostly wait
+    /// for the API server; their proofs need the cores, and each holds its
+    /// automata and Z3's memory while it runs, so more at once than cores
+    /// only raises a storm's peak memory.
+    pub async fn solve<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ControllerError> {
+        let _slot = self
+            .solver_slots
+            .acquire()
+            .await
+            .map_err(|e| ControllerError::Prover(e.to_string()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ControllerError::Prover(e.to_string()))
     }
 
     /// Whether objects in `namespace` are outside agentgate's reach (the

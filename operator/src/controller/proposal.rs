@@ -244,22 +244,22 @@ async fn assess(
     let allow_unmanaged = ctx.allow_unmanaged;
     let (for_judge, sandbox_for_judge, current_for_judge) =
         (proposal.clone(), sandbox.clone(), current.clone());
-    let judgement = tokio::task::spawn_blocking(move || {
-        judge(
-            &ProposalCase {
-                proposal: &for_judge,
-                sandbox: &sandbox_for_judge,
-                current: &current_for_judge,
-                governing: &governing,
-                source,
-                allow_unmanaged,
-            },
-            &prover,
-            3,
-        )
-    })
-    .await
-    .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let judgement = ctx
+        .solve(move || {
+            judge(
+                &ProposalCase {
+                    proposal: &for_judge,
+                    sandbox: &sandbox_for_judge,
+                    current: &current_for_judge,
+                    governing: &governing,
+                    source,
+                    allow_unmanaged,
+                },
+                &prover,
+                3,
+            )
+        })
+        .await?;
     let (verdict, candidate, new_authority) = match judgement {
         Judgement::Refused(reason) => return Ok(Assessment::Refused(reason)),
         Judgement::Decided {

@@ -24,16 +24,15 @@ pub async fn revoke(
 ) -> Result<Revocation, ControllerError> {
     let prover = ctx.prover.clone();
     let revocations = ctx.revocations.clone();
-    let started = std::time::Instant::now();
-    let (revocation, proved) =
-        tokio::task::spawn_blocking(move || revocations.revoke(&policy, &governing, &prover))
-            .await
-            .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let (revocation, proved, took) = ctx
+        .solve(move || {
+            let started = std::time::Instant::now();
+            let (revocation, proved) = revocations.revoke(&policy, &governing, &prover);
+            (revocation, proved, started.elapsed())
+        })
+        .await?;
     match proved {
-        Proved::Now => ctx
-            .metrics
-            .solver_seconds
-            .observe(started.elapsed().as_secs_f64()),
+        Proved::Now => ctx.metrics.solver_seconds.observe(took.as_secs_f64()),
         Proved::Shared => {
             ctx.metrics.shared_revocations.inc();
         }

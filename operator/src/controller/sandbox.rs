@@ -411,27 +411,30 @@ async fn assess_findings(
     let accepted = sandbox.spec.accepted_findings.clone();
     let labels = sandbox.spec.tool_labels.clone();
     let prover = ctx.prover.clone();
-    let started = std::time::Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&AgentScan> = scans.items.iter().collect();
-        let risk = SandboxRisk {
-            accepted: &accepted,
-            labels: &labels,
-        };
-        assess_sandbox(
-            &images,
-            &refs,
-            policy.as_ref(),
-            &prover,
-            risk,
-            now,
-            revision,
-        )
-    })
-    .await;
-    ctx.metrics
-        .solver_seconds
-        .observe(started.elapsed().as_secs_f64());
+    let result = ctx
+        .solve(move || {
+            let started = std::time::Instant::now();
+            let refs: Vec<&AgentScan> = scans.items.iter().collect();
+            let risk = SandboxRisk {
+                accepted: &accepted,
+                labels: &labels,
+            };
+            let assessed = assess_sandbox(
+                &images,
+                &refs,
+                policy.as_ref(),
+                &prover,
+                risk,
+                now,
+                revision,
+            );
+            (assessed, started.elapsed())
+        })
+        .await
+        .map(|(assessed, took)| {
+            ctx.metrics.solver_seconds.observe(took.as_secs_f64());
+            assessed
+        });
     match result {
         Ok((summary, regions)) => FindingsAssessment::Assessed {
             summary,

@@ -43,9 +43,7 @@ async fn reconcile(scan: Arc<AgentScan>, ctx: Arc<Context>) -> Result<Action, Co
     let mut events = Vec::new();
     // Off the async runtime: a big graph is milliseconds to seconds of work.
     let graph = scan.spec.graph.to_domain();
-    let analysed = tokio::task::spawn_blocking(move || analyze(&graph))
-        .await
-        .map_err(|e| ControllerError::Prover(e.to_string()))?;
+    let analysed = ctx.solve(move || analyze(&graph)).await?;
     let summary = match analysed {
         Ok(findings) => {
             let message = summary(&findings);

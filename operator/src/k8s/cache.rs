@@ -105,13 +105,26 @@ where
     K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    let (reader, events) = reflected(events);
+    (reader, events.touched_objects())
+}
+
+/// `events` with backoff and [`trim`], written into a new store.
+fn reflected<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
     let (reader, writer) = reflector::store();
-    let stream = events
-        .default_backoff()
-        .modify(trim::<K>)
-        .reflect(writer)
-        .touched_objects();
-    (reader, stream)
+    (
+        reader,
+        events.default_backoff().modify(trim::<K>).reflect(writer),
+    )
 }
 
 /// [`reflect_triggers`] passing on only the changes a reconcile depends
@@ -129,19 +142,15 @@ where
     K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (reader, writer) = reflector::store();
+    let (reader, events) = reflected(events);
     let mut changes = ChangeFilter::default();
-    let stream = events
-        .default_backoff()
-        .modify(trim::<K>)
-        .reflect(writer)
-        .flat_map(move |event| {
-            let passed: Vec<Result<K, watcher::Error>> = match event {
-                Ok(event) => changes.admit(event).into_iter().map(Ok).collect(),
-                Err(e) => vec![Err(e)],
-            };
-            futures::stream::iter(passed)
-        });
+    let stream = events.flat_map(move |event| {
+        let passed: Vec<Result<K, watcher::Error>> = match event {
+            Ok(event) => changes.admit(event).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(passed)
+    });
     (reader, stream)
 }
 

@@ -201,6 +201,9 @@ fn namespace_labels(ns: usize) -> BTreeMap<String, String> {
     ])
 }
 
+/// The declared policy of bench-scale's sandboxes (its `sandbox_value`),
+/// with `policy` in place of the sandbox's index: the same fleet, so the
+/// two benchmarks' figures can be read together.
 fn declared(policy: usize) -> serde_json::Value {
     let network: Vec<serde_json::Value> = (0..RULES)
         .map(|k| {

@@ -24,6 +24,7 @@ use crate::webhook::certs::CertResolver;
 use crate::webhook::decide::CompiledPolicies;
 use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, ToolLabel};
 use agentgate_governance::admission::Answer;
+use agentgate_governance::authority::{Requester, agent_writer_refusal};
 use agentgate_governance::findings::{sandbox_graph, scan_of_digest};
 use agentgate_governance::governing::CompiledMaximums;
 use agentgate_governance::pod_admission::CachedScan;
@@ -91,6 +92,30 @@ impl Caches {
 }
 
 impl WebhookState {
+    /// Why `who` may not write `what` as the agent of some sandbox
+    /// ([`agent_writer_refusal`]). The cache answers first; a ServiceAccount
+    /// it does not show as an agent is checked again against a fresh list of
+    /// its namespace's sandboxes, since a sandbox created moments ago may not
+    /// be in the cache yet, and a stale cache must not let its agent write
+    /// a ceiling. A failed read refuses (fail closed).
+    pub(super) async fn agent_refusal(&self, who: &Requester<'_>, what: &str) -> Option<String> {
+        let cached = self.sandboxes.state();
+        if let Some(refusal) = agent_writer_refusal(who, what, cached.iter().map(|s| s.as_ref())) {
+            return Some(refusal);
+        }
+        let (namespace, _) = who.service_account()?;
+        match Api::<AgentSandbox>::namespaced(self.client.clone(), namespace)
+            .list(&kube::api::ListParams::default())
+            .await
+        {
+            Ok(fresh) => agent_writer_refusal(who, what, fresh.items.iter()),
+            Err(e) => Some(format!(
+                "{what}: cannot confirm that {:?} is no sandbox's agent ({e}); retry",
+                who.username
+            )),
+        }
+    }
+
     /// The state the handlers share: `caches` for the cluster, `client`
     /// for reviews (SubjectAccessReview, TokenReview, namespace reads). The
     /// operator's identity is `args.operator_user` when given, else learnt

@@ -223,6 +223,9 @@ pub struct FakeApi {
     pub namespaces: Vec<Value>,
     /// AgentScans a live list finds (those not yet in the webhook's cache).
     pub scans: Vec<Value>,
+    /// AgentSandboxes a live list of their namespace finds (those not yet
+    /// in the webhook's cache).
+    pub sandboxes: Vec<Value>,
     /// SubjectAccessReviews fail with 500, as when the API server is down.
     pub reviews_unavailable: bool,
     /// Every call, as `METHOD path`.
@@ -265,6 +268,19 @@ impl FakeApi {
         }
         if method == "GET" && path == "/apis/agentgate.dev/v1alpha1/agentscans" {
             let list = json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentScanList", "metadata": {"resourceVersion": "1"}, "items": self.scans});
+            return (StatusCode::OK, list);
+        }
+        if method == "GET"
+            && let Some(namespace) = path
+                .strip_prefix("/apis/agentgate.dev/v1alpha1/namespaces/")
+                .and_then(|rest| rest.strip_suffix("/agentsandboxes"))
+        {
+            let items: Vec<&Value> = self
+                .sandboxes
+                .iter()
+                .filter(|s| s["metadata"]["namespace"] == namespace)
+                .collect();
+            let list = json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandboxList", "metadata": {"resourceVersion": "1"}, "items": items});
             return (StatusCode::OK, list);
         }
         if let Some(name) = path.strip_prefix("/api/v1/namespaces/")

@@ -11,7 +11,7 @@ use crate::webhook::state::WebhookState;
 use crate::webhook::validate::envelope::{Review, answer, object_name, status_answer};
 use agentgate_api::crd::MaximumPolicy;
 use agentgate_governance::admission::{Answer, review_maximum};
-use agentgate_governance::authority::{Requester, agent_writer_refusal};
+use agentgate_governance::authority::Requester;
 
 pub(crate) async fn validate_maximum(
     State(state): State<Arc<WebhookState>>,
@@ -29,11 +29,8 @@ pub(crate) async fn validate_maximum(
                 return status_answer(&s, &request, "maximumpolicy", &name);
             }
             let who = Requester::of(&request.user_info);
-            let sandboxes = s.sandboxes.state();
             let what = format!("maximumpolicy {name:?}");
-            if let Some(message) =
-                agent_writer_refusal(&who, &what, sandboxes.iter().map(|s| s.as_ref()))
-            {
+            if let Some(message) = s.agent_refusal(&who, &what).await {
                 return Answer::Deny(message);
             }
             let Some(maximum) = new else {
@@ -103,6 +100,40 @@ mod tests {
             &harness.admit(ENDPOINT, &delete).await,
             &["is the agent of sandbox"],
         );
+    }
+
+    #[tokio::test]
+    async fn an_agent_the_cache_does_not_show_yet_still_never_writes_a_ceiling() {
+        // The sandbox was created a moment ago: the API server has it, the
+        // webhook's cache not yet.
+        let mut cluster = Cluster::example();
+        cluster.api.sandboxes = std::mem::take(&mut cluster.sandboxes);
+        let harness = cluster.serve();
+        let maximum = example_maximum();
+        let delete = review(&MAXIMUMS, "DELETE", AGENT, None, Some(&maximum));
+        assert_denied(
+            &harness.admit(ENDPOINT, &delete).await,
+            &["is the agent of sandbox agents/triage-bot"],
+        );
+    }
+
+    #[tokio::test]
+    async fn a_service_account_no_sandbox_names_may_write_a_ceiling() {
+        // A GitOps controller's account: neither the cache nor the live
+        // list of its namespace names it as an agent.
+        let mut cluster = Cluster::example();
+        cluster.sandboxes.clear();
+        let harness = cluster.serve();
+        let maximum = example_maximum();
+        let delete = review(
+            &MAXIMUMS,
+            "DELETE",
+            "system:serviceaccount:no-such:bot",
+            None,
+            Some(&maximum),
+        );
+        let response = harness.admit(ENDPOINT, &delete).await;
+        assert_allowed(&response);
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ use agentgate_governance::admission::{
     Answer, accepted_findings_changed, review_sandbox, runtime_trifecta_weakened,
     tool_labels_lowered,
 };
-use agentgate_governance::authority::{Requester, agent_writer_refusal, sandbox_writer_refusal};
+use agentgate_governance::authority::{Requester, sandbox_writer_refusal};
 use agentgate_governance::governing::{dropped_governance, governing_from};
 use agentgate_governance::pod_template::template_escapes;
 
@@ -32,13 +32,11 @@ pub(crate) async fn validate_sandbox(
         let who = Requester::of(&request.user_info);
         let user = who.username;
         if !s.by_operator(&request) {
-            let refusal = sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers)
-                .or_else(|| {
-                    // Nor the agent of any other sandbox.
-                    let sandboxes = s.sandboxes.state();
-                    let what = format!("agentsandbox {name:?}");
-                    agent_writer_refusal(&who, &what, sandboxes.iter().map(|s| s.as_ref()))
-                });
+            let mut refusal = sandbox_writer_refusal(&who, old.as_ref(), new.as_ref(), &s.trusted_deployers);
+            if refusal.is_none() {
+                // Nor the agent of any other sandbox.
+                refusal = s.agent_refusal(&who, &format!("agentsandbox {name:?}")).await;
+            }
             if let Some(message) = refusal {
                 return Answer::Deny(message);
             }

@@ -111,6 +111,35 @@ impl<S> Prefixed<S> {
     }
 }
 
+impl<S> Prefixed<S> {
+    /// Whether bytes are still to be replayed.
+    pub fn has_replay(&self) -> bool {
+        self.position < self.prefix.len()
+    }
+
+    /// Puts `bytes` back in front of everything not yet read.
+    pub fn unread(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut prefix = Vec::with_capacity(bytes.len() + self.prefix.len() - self.position);
+        prefix.extend_from_slice(bytes);
+        prefix.extend_from_slice(&self.prefix[self.position..]);
+        self.prefix = prefix;
+        self.position = 0;
+    }
+
+    /// The stream read after the replay.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream read after the replay; bytes not yet replayed are lost.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -175,6 +204,20 @@ mod tests {
         let mut first = [0u8; 3];
         replay.read_exact(&mut first).await.unwrap();
         assert_eq!(&first, b"GET");
+    }
+
+    #[tokio::test]
+    async fn unread_bytes_come_before_the_rest_of_the_replay() {
+        let (_a, b) = tokio::io::duplex(64);
+        let mut replay = Prefixed::new(b"abcdef".to_vec(), b);
+        let mut first = [0u8; 2];
+        replay.read_exact(&mut first).await.unwrap();
+        replay.unread(b"xy");
+        assert!(replay.has_replay());
+        let mut all = [0u8; 6];
+        replay.read_exact(&mut all).await.unwrap();
+        assert_eq!(&all, b"xycdef");
+        assert!(!replay.has_replay());
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 
 pub mod decide;
 pub mod identity;
+pub mod idle;
 pub mod io;
 pub mod mcp;
 pub mod netinit;

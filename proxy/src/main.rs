@@ -19,6 +19,17 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 
+/// jemalloc, not glibc's malloc: an idle connection frees hyper's buffers
+/// when it is parked, and glibc kept those pages resident between the live
+/// connections' allocations; jemalloc's background thread returns them
+/// after the decay set in .cargo/config.toml (docs/proxy.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+// The same allocator under the `malloc` symbol, as in the operator: one
+// jemalloc build for the workspace, whichever binary is built first.
+use tikv_jemalloc_sys as _;
+
 #[derive(Parser)]
 #[command(
     name = "agentgate-proxy",
@@ -92,6 +103,10 @@ struct RunArgs {
     /// Seconds a client may take to send its request headers or TLS hello.
     #[arg(long, default_value_t = 30)]
     client_timeout: u64,
+    /// Seconds an HTTP/1.1 client connection may stay quiet before it is
+    /// closed.
+    #[arg(long, default_value_t = 3600)]
+    idle_timeout: u64,
     /// Seconds an upstream may take to connect, or to start answering.
     #[arg(long, default_value_t = 300)]
     upstream_timeout: u64,
@@ -276,6 +291,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     client_timeout: Duration::from_secs(args.client_timeout.max(1)),
                     connect_timeout: Duration::from_secs(args.upstream_timeout.clamp(1, 10)),
                     response_timeout: Duration::from_secs(args.upstream_timeout.max(1)),
+                    idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
                     ..Limits::default()
                 },
                 upstreams: Upstreams::default(),

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -30,6 +31,7 @@ use crate::decide::{
     judge_request, judge_request_action, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
+use crate::idle::{Activity, Metered, PARK_AFTER, Readiness, Tracked};
 use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
@@ -56,6 +58,10 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// Time for an upstream to start its response.
     pub response_timeout: Duration,
+    /// Time an HTTP/1.1 client connection may stay quiet (parked, see
+    /// [`crate::idle`]) before the proxy closes it, as Envoy's and Istio's
+    /// HTTP idle timeout does.
+    pub idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -65,6 +71,7 @@ impl Default for Limits {
             client_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             response_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -934,10 +941,11 @@ impl Proxy {
                 .decision(false, "connect", RefusalCode::NotAHost.as_str());
             return;
         };
-        let binary = self.identify(peer, destination).await;
-        self.clone()
-            .admit(stream, binary, None, destination.port())
-            .await;
+        let binary = Box::pin(self.identify(peer, destination)).await;
+        // Boxed, as every large step of a connection's life: a task is
+        // allocated at the size of its largest state, and an idle
+        // connection's task should hold only what idling needs.
+        Box::pin(self.clone().admit(stream, binary, None, destination.port())).await;
     }
 
     /// The common path after CONNECT (host known) or redirection (host from
@@ -949,9 +957,9 @@ impl Proxy {
         connect_host: Option<String>,
         port: u16,
     ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Readiness + Unpin + Send + Sync + 'static,
     {
-        let (sniffed, buffered) = match sniff(&mut io, self.limits.client_timeout).await {
+        let (sniffed, buffered) = match Box::pin(sniff(&mut io, self.limits.client_timeout)).await {
             Ok(s) => s,
             Err(e) => {
                 let refusal = Refusal::new(
@@ -1004,8 +1012,7 @@ impl Proxy {
             match judge_connection(&self.snapshot(), &binary, host, port) {
                 Ok(Admitted::Tunnel(rule)) => {
                     self.metrics.decision(true, "connect", "tunnel");
-                    return self
-                        .tunnel(io, buffered, binary, host.clone(), port, rule)
+                    return Box::pin(self.tunnel(io, buffered, binary, host.clone(), port, rule))
                         .await;
                 }
                 Ok(Admitted::Inspect) => self.metrics.decision(true, "connect", "inspect"),
@@ -1027,7 +1034,7 @@ impl Proxy {
         });
         let io = Prefixed::new(buffered, io);
         if !tls {
-            return connection.serve(io, false).await;
+            return Box::pin(connection.serve(Box::new(io), false)).await;
         }
         let leaf_host = host.unwrap_or_default();
         // Minting signs with ECDSA: off the async worker, once per host.
@@ -1054,7 +1061,7 @@ impl Proxy {
         };
         let accepted = tokio::time::timeout(
             self.limits.client_timeout,
-            TlsAcceptor::from(config).accept(io),
+            Box::pin(TlsAcceptor::from(config).accept(io)),
         )
         .await;
         let stream = match accepted {
@@ -1067,7 +1074,9 @@ impl Proxy {
             Err(_) => return,
         };
         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        connection.serve(stream, h2).await;
+        // The transport boxed too: each async frame it passes through
+        // would otherwise keep its own copy's room (a TLS stream is 1.3 KB).
+        Box::pin(connection.serve(Box::new(stream), h2)).await;
     }
 
     /// Passes bytes both ways until either side closes, or until a new
@@ -1298,31 +1307,115 @@ impl Inspected {
     /// every request judged by [`Inspected::request`].
     async fn serve<S>(self: Arc<Self>, io: S, h2: bool)
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Readiness + Unpin + Send + Sync + 'static,
     {
+        if !h2 {
+            return self.serve_http1(io).await;
+        }
         let limits = self.proxy.limits.clone();
         let this = self.clone();
         let service = service_fn(move |req| {
             let this = this.clone();
             async move { Ok::<_, Infallible>(this.request(req).await) }
         });
-        let io = TokioIo::new(io);
-        let _ = if h2 {
-            let max_header = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+        let max_header = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+        let _ = Box::pin(
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(max_header)
                 .keep_alive_interval(Some(Duration::from_secs(60)))
-                .serve_connection(io, service)
-                .await
-        } else {
-            hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.client_timeout)
-                .max_buf_size(limits.max_header_bytes)
-                .serve_connection(io, service)
-                .await
-        };
+                .serve_connection(TokioIo::new(io), service),
+        )
+        .await;
+    }
+
+    /// HTTP/1.1, parked while idle (see [`crate::idle`]): after
+    /// [`PARK_AFTER`] with no request in flight and no byte moved, hyper
+    /// closes its idle state and gives the transport back with any bytes it
+    /// had read; the connection then waits for the socket before hyper
+    /// serves it again. A request cannot be cut: parking is asked only
+    /// with none in flight, and a head hyper had begun to read comes back in
+    /// its read buffer and is replayed.
+    async fn serve_http1<S>(self: Arc<Self>, io: S)
+    where
+        S: AsyncRead + AsyncWrite + Readiness + Unpin + Send + Sync + 'static,
+    {
+        let limits = self.proxy.limits.clone();
+        let mut transport = Prefixed::new(Vec::new(), io);
+        // Since when a parked connection has held an unfinished request
+        // head: hyper's header timeout restarts with each new hyper
+        // connection, so a head trickled across parkings is bounded here.
+        let mut head_since: Option<Instant> = None;
+        loop {
+            let activity = Arc::new(Activity::default());
+            let this = self.clone();
+            let requests = activity.clone();
+            let service = service_fn(move |req| {
+                let this = this.clone();
+                let in_flight = requests.start();
+                Box::pin(async move {
+                    let response = this.request(req).await;
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight).boxed()))
+                })
+                    as Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>
+            });
+            // Boxed, so that a parked connection's task does not keep
+            // hyper's state's room.
+            let mut connection = Box::new(
+                hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.client_timeout)
+                    .max_buf_size(limits.max_header_bytes)
+                    .serve_connection(
+                        TokioIo::new(Metered::new(transport, activity.clone())),
+                        service,
+                    ),
+            );
+            let mut parking = false;
+            let ended = loop {
+                let moved = activity.moved();
+                tokio::select! {
+                    ended = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break ended,
+                    () = tokio::time::sleep(PARK_AFTER), if !parking => {
+                        if activity.quiet() && activity.moved() == moved {
+                            parking = true;
+                            Pin::new(&mut *connection).graceful_shutdown();
+                        }
+                    }
+                }
+            };
+            let parts = connection.into_parts();
+            transport = parts.io.into_inner().into_inner();
+            if ended.is_err() {
+                return;
+            }
+            if !parking {
+                // Ended by the client or by `Connection: close`: what
+                // hyper would have done without `poll_without_shutdown`.
+                let _ = transport.shutdown().await;
+                return;
+            }
+            if parts.read_buf.is_empty() {
+                head_since = None;
+            } else if head_since.get_or_insert_with(Instant::now).elapsed() > limits.client_timeout
+            {
+                tracing::info!(host = ?self.host, "closed: a request head still unfinished after the client timeout");
+                return;
+            }
+            transport.unread(&parts.read_buf);
+            drop(parts.read_buf);
+            let _parked = self.proxy.metrics.parked();
+            match tokio::time::timeout(limits.idle_timeout, transport.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    // Quiet too long: closed as hyper would close it
+                    // (close_notify, then FIN).
+                    let _ = transport.shutdown().await;
+                    return;
+                }
+            }
+        }
     }
 
     /// A request on the explicit listener: CONNECT or absolute-form http://.
@@ -1361,19 +1454,28 @@ impl Inspected {
             tokio::spawn(async move {
                 let _open = open;
                 let upgraded = match hyper::upgrade::on(req).await {
-                    Ok(upgraded) => TokioIo::new(upgraded),
+                    Ok(upgraded) => upgraded,
                     Err(e) => return tracing::debug!(error = %e, "CONNECT upgrade failed"),
+                };
+                // The socket itself, with what the client sent after its
+                // CONNECT: so that an idle interception can wait on it.
+                let upgraded = match upgraded.downcast::<TokioIo<TcpStream>>() {
+                    Ok(parts) => Prefixed::new(parts.read_buf.to_vec(), parts.io.into_inner()),
+                    Err(_) => {
+                        return tracing::error!(
+                            "a CONNECT upgrade did not give back its TCP stream"
+                        );
+                    }
                 };
                 match admitted {
                     Admitted::Tunnel(rule) => {
                         proxy.metrics.decision(true, "connect", "tunnel");
-                        proxy
-                            .tunnel(upgraded, Vec::new(), binary, host, port, rule)
+                        Box::pin(proxy.tunnel(upgraded, Vec::new(), binary, host, port, rule))
                             .await;
                     }
                     Admitted::Inspect => {
                         proxy.metrics.decision(true, "connect", "inspect");
-                        proxy.admit(upgraded, binary, Some(host), port).await;
+                        Box::pin(proxy.admit(upgraded, binary, Some(host), port)).await;
                     }
                 }
             });

@@ -57,6 +57,7 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     connections: Family<ListenerLabels, Counter>,
     open: Gauge,
+    parked: Gauge,
     upstream_errors: Family<UpstreamLabels, Counter>,
     policy_valid: Gauge,
     policy_generation: Gauge,
@@ -73,6 +74,7 @@ impl Default for Metrics {
             decisions: Family::default(),
             connections: Family::default(),
             open: Gauge::default(),
+            parked: Gauge::default(),
             upstream_errors: Family::default(),
             policy_valid: Gauge::default(),
             policy_generation: Gauge::default(),
@@ -96,6 +98,11 @@ impl Default for Metrics {
             "open_connections",
             "Client connections open now",
             m.open.clone(),
+        );
+        registry.register(
+            "parked_connections",
+            "Idle HTTP/1.1 client connections parked: open, holding no HTTP buffers (docs/proxy.md)",
+            m.parked.clone(),
         );
         registry.register(
             "upstream_errors",
@@ -171,6 +178,12 @@ impl Metrics {
         OpenGuard(self.clone())
     }
 
+    /// Counts a parked connection until the returned guard is dropped.
+    pub fn parked(self: &Arc<Self>) -> ParkedGuard {
+        self.parked.inc();
+        ParkedGuard(self.clone())
+    }
+
     /// Counts an upstream failure.
     pub fn upstream_error(&self, kind: &'static str) {
         self.upstream_errors
@@ -213,6 +226,15 @@ pub struct OpenGuard(Arc<Metrics>);
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         self.0.open.dec();
+    }
+}
+
+/// Decrements the parked-connections gauge when the connection wakes.
+pub struct ParkedGuard(Arc<Metrics>);
+
+impl Drop for ParkedGuard {
+    fn drop(&mut self) {
+        self.0.parked.dec();
     }
 }
 

@@ -46,6 +46,58 @@ fn ca(h: &Harness) -> String {
     h.sandbox_ca.display().to_string()
 }
 
+fn parked(h: &Harness) -> u64 {
+    let (_, metrics) = h.get_metrics_path("/metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("agentgate_proxy_parked_connections "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// An idle keep-alive connection is parked (hyper's buffers released) and
+/// served again on its next request, judged as before; a request head
+/// that arrives in two halves around the parking delay is not lost.
+#[test]
+fn an_idle_connection_is_parked_and_served_again() {
+    let (_rt, h) = started("parked", POLICY, &[]);
+    let resume = h.dir.join("resume");
+    let parked_seen = std::thread::scope(|scope| {
+        let client = scope.spawn(|| {
+            h.python(
+                &h.target("api.example.test"),
+                &h.sandbox_ca,
+                &[
+                    "GET /repos/acme/x",
+                    &format!("wait {}", resume.display()),
+                    "GET /repos/acme/y",
+                    "GET /repos/acme/secret/key",
+                    "split 2.5 GET /repos/acme/z",
+                    "POST /repos/acme/issues",
+                ],
+            )
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let mut seen = 0;
+        while std::time::Instant::now() < deadline && seen == 0 {
+            std::thread::sleep(Duration::from_millis(100));
+            seen = parked(&h);
+        }
+        std::fs::write(&resume, b"").unwrap();
+        (seen, client.join().unwrap())
+    });
+    let (seen, out) = parked_seen;
+    assert_eq!(seen, 1, "the idle connection was parked");
+    assert_eq!(out[0]["connect"], 200, "{out:?}");
+    assert_eq!(out[1]["status"], 200, "{out:?}");
+    assert_eq!(out[2]["status"], 200, "served again after parking: {out:?}");
+    assert_eq!(out[3]["status"], 403, "still judged: {out:?}");
+    assert_eq!(out[3]["body"]["code"], "denied_by_rule", "{out:?}");
+    assert_eq!(out[4]["status"], 200, "a split head survives: {out:?}");
+    assert_eq!(out[5]["status"], 200, "{out:?}");
+    assert!(!h.proxy_log().contains("panicked"), "{}", h.proxy_log());
+}
+
 #[test]
 fn curl_is_judged_per_request_and_told_apart_from_python() {
     let policy = POLICY.replace(

@@ -7,16 +7,21 @@
 //! 1. added latency of intercepted HTTPS keep-alive requests (1 KiB bodies);
 //! 2. requests/s through one proxy, its CPU per 1,000 requests/s, and no
 //!    failed request while the policy is rewritten every 100 ms;
-//! 3. proxy RSS at rest and with 1,000 open intercepted connections;
+//! 3. proxy RSS after start and after the load;
 //! 4. a new intercepted connection (leaf cached): CONNECT + TLS + 1 request;
 //! 5. l4 tunnel throughput;
 //! 6. in process: decision cost per request and policy load time on the
-//!    1,000-rule policy the proxy runs with.
+//!    1,000-rule policy the proxy runs with;
+//! 7. proxy RSS with 1,000 and 10,000 idle intercepted connections, last
+//!    (`BENCH_PROXY_ONLY=idle` runs 1, 2, 3 and this).
 //!
 //! Between 1 and 2, the same for MCP: `tools/call` POSTs on one keep-alive
 //! connection to an `mcp` endpoint of 101 tool entries, each JSON-RPC
 //! message judged by the proxy (`BENCH_PROXY_ONLY=mcp`, which `make
 //! bench-mcp` sets, runs only 1 and that).
+//!
+//! `BENCH_PROXY_BINARY=PATH` runs another `agentgate-proxy` build (the
+//! previous head's) under the same client, for side-by-side figures.
 //!
 //! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): tiny sizes, same checks.
 
@@ -28,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agentgate_proxy::decide::{Binary, Snapshot, judge_request};
+use agentgate_proxy::idle::PARK_AFTER;
 use agentgate_proxy::source::compile_policy;
 use agentgate_proxy::testkit::{TestCa, start_upstream};
 use anyhow::{Context, bail};
@@ -46,7 +52,7 @@ struct Sizes {
     latency_requests: usize,
     load_seconds: f64,
     load_connections: usize,
-    open_connections: usize,
+    open_connections: Vec<usize>,
     new_connections: usize,
     tunnel_bytes: usize,
     decisions: usize,
@@ -59,7 +65,7 @@ fn sizes() -> Sizes {
             latency_requests: 50,
             load_seconds: 0.5,
             load_connections: 4,
-            open_connections: 20,
+            open_connections: vec![20, 40],
             new_connections: 10,
             tunnel_bytes: 4 << 20,
             decisions: 1000,
@@ -70,7 +76,7 @@ fn sizes() -> Sizes {
             latency_requests: 5000,
             load_seconds: 5.0,
             load_connections: 32,
-            open_connections: 1000,
+            open_connections: vec![1000, 10_000],
             new_connections: 500,
             tunnel_bytes: 2 << 30,
             decisions: 200_000,
@@ -210,8 +216,12 @@ impl Bench {
         )?;
         let proxy_addr = free_addr()?;
         let metrics_addr = free_addr()?;
-        let exe = std::env::current_exe()?;
-        let binary = exe.with_file_name("agentgate-proxy");
+        // BENCH_PROXY_BINARY runs another build (the previous head's) under
+        // the same client, for side-by-side figures.
+        let binary = match std::env::var_os("BENCH_PROXY_BINARY") {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe()?.with_file_name("agentgate-proxy"),
+        };
         if !binary.exists() {
             bail!(
                 "{} is missing: build it first (make bench-proxy does)",
@@ -647,6 +657,41 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
     Ok((per_decision_us, miss_us, load_ms))
 }
 
+/// 7. RSS with `sizes.open_connections` idle intercepted connections
+/// (each made one request), past the proxy's parking delay; then every
+/// 97th of them must still answer.
+async fn idle_connections(bench: &Bench, pid: u32, sizes: &Sizes) -> anyhow::Result<()> {
+    let rss_rest = proc_rss_mib(pid);
+    println!(
+        "7. proxy RSS with idle intercepted connections ({rss_rest:.1} MiB before; target ≤ 30 MB at 1,000)"
+    );
+    let mut open = Vec::new();
+    for &count in &sizes.open_connections {
+        while open.len() < count {
+            let mut sender = bench.http_client(true).await?;
+            get(&mut sender, "/bytes/1024").await?;
+            open.push(sender);
+        }
+        // Idle means idle past the proxy's parking delay
+        // (agentgate_proxy::idle::PARK_AFTER), not just opened.
+        tokio::time::sleep(2 * PARK_AFTER + Duration::from_millis(500)).await;
+        let rss_open = proc_rss_mib(pid);
+        let open_now = bench.metric("agentgate_proxy_open_connections ").await;
+        let parked = bench.metric("agentgate_proxy_parked_connections ").await;
+        println!(
+            "   {count:>6} connections: {rss_open:>6.1} MiB = {:>5.1} KiB each ({open_now} open, {parked} parked)",
+            (rss_open - rss_rest) * 1024.0 / count as f64
+        );
+    }
+    for sender in open.iter_mut().step_by(97) {
+        let (status, _) = get(sender, "/bytes/1024").await?;
+        if status != 200 {
+            bail!("an idle connection answered {status}");
+        }
+    }
+    Ok(())
+}
+
 async fn run() -> anyhow::Result<()> {
     let sizes = sizes();
     let bench = Bench::start(&sizes, "proc", false).await?;
@@ -660,7 +705,8 @@ async fn run() -> anyhow::Result<()> {
 
     // With BENCH_PROXY_ONLY=mcp, 1 still runs: it warms the proxy and is
     // the REST baseline the MCP figures are read against.
-    let only_mcp = std::env::var("BENCH_PROXY_ONLY").is_ok_and(|v| v == "mcp");
+    let only = std::env::var("BENCH_PROXY_ONLY").unwrap_or_default();
+    let (only_mcp, only_idle) = (only == "mcp", only == "idle");
     let direct = latency(&bench, false, sizes.latency_requests).await?;
     let proxied = latency(&bench, true, sizes.latency_requests).await?;
     println!(
@@ -700,21 +746,13 @@ async fn run() -> anyhow::Result<()> {
     println!();
 
     let rss_rest = proc_rss_mib(pid);
-    let mut open = Vec::with_capacity(sizes.open_connections);
-    for _ in 0..sizes.open_connections {
-        let mut sender = bench.http_client(true).await?;
-        get(&mut sender, "/bytes/1024").await?;
-        open.push(sender);
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let rss_open = proc_rss_mib(pid);
-    let open_now = bench.metric("agentgate_proxy_open_connections ").await;
-    drop(open);
     println!(
-        "3. proxy RSS: {rss_start:.1} MiB after start, {rss_rest:.1} MiB after the load runs, {rss_open:.1} MiB with {} intercepted connections open ({open_now} counted) (target ≤ 30 MB)",
-        sizes.open_connections
+        "3. proxy RSS: {rss_start:.1} MiB after start, {rss_rest:.1} MiB after the load runs (idle connections: 7.)"
     );
     println!();
+    if only_idle {
+        return idle_connections(&bench, pid, &sizes).await;
+    }
 
     let direct_new = new_connections(&bench, false, sizes.new_connections).await?;
     let proxied_new = new_connections(&bench, true, sizes.new_connections).await?;
@@ -780,6 +818,11 @@ async fn run() -> anyhow::Result<()> {
         "   decision per request   {hit_us:.2} µs (rule at the end of the policy), {miss_us:.2} µs (no rule) (target ≤ 5)"
     );
     println!("   policy load + compile  {load_ms:.1} ms (target ≤ 50)");
+    println!();
+
+    // Last: the bench process's descriptor table, grown by the idle
+    // connections, would slow every later identity lookup (4.).
+    idle_connections(&bench, pid, &sizes).await?;
 
     if direct_failed + proxy_failed + reload_failed > 0 {
         bail!(

@@ -5,8 +5,9 @@ HTTP/1.1 requests on one keep-alive TLS connection.
 usage: tunnel_client.py PROXY_HOST:PORT HOST:PORT CAFILE STEP...
 STEP is "METHOD /path" (a request; "METHOD /path|Name: value|..." adds
 headers, a Host among them replacing the default one), "wait FILE" (block
-until FILE exists), or, first, "before-tls FILE" (wait for FILE between the
-CONNECT and the TLS handshake).
+until FILE exists), "split SECONDS METHOD /path" (the request's head sent in
+two halves SECONDS apart), or, first, "before-tls FILE" (wait for FILE
+between the CONNECT and the TLS handshake).
 Prints one JSON object per line: the CONNECT answer, then one per request.
 """
 import http.client
@@ -56,6 +57,20 @@ def main():
         verb, arg = step.split(" ", 1)
         if verb == "wait":
             wait_for(arg)
+            continue
+        if verb == "split":
+            pause, method, path = arg.split(" ", 2)
+            head = f"{method} {path} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+            try:
+                tls.sendall(head[:9])
+                time.sleep(float(pause))
+                tls.sendall(head[9:])
+                response = http.client.HTTPResponse(tls, method=method)
+                response.begin()
+                response.read()
+                print(json.dumps({"status": response.status}), flush=True)
+            except Exception as e:
+                print(json.dumps({"error": type(e).__name__}), flush=True)
             continue
         path, *headers = arg.split("|")
         try:

@@ -323,6 +323,45 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         ])
         .unwrap();
     assert_eq!(egress.trim(), r#"["Egress"] 53 53"#);
+    // Widened by hand (any port, anywhere), then deleted: each is put right
+    // at once, from the owned NetworkPolicies' watch (no periodic resync
+    // would do it within the limit).
+    cp.run(&[
+        "patch",
+        "networkpolicy",
+        "podded-egress",
+        "-n",
+        "agents",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/egress/-","value":{}}]"#,
+    ])
+    .unwrap();
+    let egress_ports = [
+        "get",
+        "networkpolicy",
+        "podded-egress",
+        "-n",
+        "agents",
+        "-o",
+        "jsonpath={range .spec.egress[*]}[{.ports[*].port}]{end}",
+    ];
+    wait(
+        &cp,
+        &op,
+        &egress_ports,
+        |s| s.trim() == "[53 53]",
+        "the widened NetworkPolicy put right",
+    );
+    cp.run(&["delete", "networkpolicy", "podded-egress", "-n", "agents"])
+        .unwrap();
+    wait(
+        &cp,
+        &op,
+        &egress_ports,
+        |s| s.trim() == "[53 53]",
+        "the deleted NetworkPolicy re-created",
+    );
 
     // Templates that cannot be confined run no pod, and Ready says why.
     apply(&cp, UNWRAPPABLE);

@@ -198,6 +198,14 @@ pub struct Views {
     pub accounts: kube::runtime::reflector::Store<
         kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ServiceAccount>,
     >,
+    /// The policy ConfigMaps (labelled), metadata only.
+    pub config_maps: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>,
+    >,
+    /// The egress NetworkPolicies (labelled), metadata only.
+    pub network_policies: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::networking::v1::NetworkPolicy>,
+    >,
 }
 
 /// SHA-256 of a JSON value's text.

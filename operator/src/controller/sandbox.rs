@@ -32,7 +32,7 @@ use crate::controller::agent_account;
 use crate::controller::revoke::{revoke, revoked_message};
 use crate::controller::sandbox_ca::{self, sandbox_cas_pem};
 use crate::controller::{Context, ControllerError, Views, applied_key};
-use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers, trim};
+use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers, reflected};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
 use agentgate_api::crd::{
@@ -720,8 +720,9 @@ async fn reconcile(
         super::publish(&ctx, sandbox.as_ref(), "Verify", desired.events).await;
     }
     if let Some(findings) = &desired.status.findings {
-        // Every reconcile: a Report deleted by hand or a CRD installed later
-        // is (re)published without waiting for the findings to change.
+        // Checked every reconcile, so that a Report deleted by hand or a CRD
+        // installed later is (re)published without waiting for the findings
+        // to change; applied only then, or when the findings change.
         publish_report(&sandbox, findings, &ctx).await;
     }
     let ca_step = apply_data_plane(
@@ -857,16 +858,25 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
         "reports",
     );
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-    match api
-        .patch(
-            &openreports::report_name(&name),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&report),
-        )
-        .await
+    // The content is the findings and the owner, not the report's time: a
+    // reconcile that finds the same findings applies nothing (a metadata
+    // read sees that the Report is still there, as this process left it).
+    let content = super::content_hash(&json!({
+        "findings": findings,
+        "owner": owner(sandbox),
+    }));
+    match apply(
+        api,
+        &openreports::report_name(&name),
+        &report,
+        content,
+        None,
+        ctx,
+    )
+    .await
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {
+        Ok(()) => {}
+        Err(ControllerError::Kube(kube::Error::Api(e))) if e.code == 404 => {
             tracing::debug!(sandbox = %name, "OpenReports is not installed; no Report published");
         }
         Err(e) => {
@@ -937,39 +947,65 @@ async fn apply_config_map(
             "revision": revision.to_string(),
         },
     });
+    let seen = ctx
+        .views
+        .get()
+        .and_then(|views| seen_version(&views.config_maps, &namespace, &name));
     apply(
         Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace),
         &name,
         &patch,
+        super::content_hash(&patch),
+        seen,
         ctx,
     )
     .await
 }
 
+/// The resourceVersion at which a metadata view shows `namespace/name`.
+fn seen_version<K>(
+    view: &reflector::Store<PartialObjectMeta<K>>,
+    namespace: &str,
+    name: &str,
+) -> Option<String>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    view.get(&ObjectRef::new(name).within(namespace))
+        .and_then(|meta| meta.metadata.resource_version.clone())
+}
+
 /// Server-side applies an object the operator owns outright, unless this
-/// process applied the very same content before and the object has not
-/// changed since (its resourceVersion, read as metadata only, is the one
-/// that apply returned). A no-op apply of a policy ConfigMap (the CA
-/// bundle makes it a few hundred KB) costs the API server far more than
-/// that read, and a re-verification storm would otherwise rewrite every
-/// one of them; anyone else's edit changes the resourceVersion, so drift
-/// is still put right.
+/// process applied the very same `content` before and the object has not
+/// changed since: its resourceVersion is the one that apply returned,
+/// as `seen` in the owned objects' watch, or else as read (metadata only).
+/// A no-op apply costs the API server far more than that read, and a
+/// re-verification storm would otherwise rewrite every object; anyone
+/// else's edit changes the resourceVersion, so drift is still put right.
+/// The watch is trusted only to say "unchanged": an edit shows in it (and
+/// triggers a reconcile of its own) with another version, which is then
+/// read.
 async fn apply<K>(
     api: Api<K>,
     name: &str,
     patch: &serde_json::Value,
+    content: [u8; 32],
+    seen: Option<String>,
     ctx: &Context,
 ) -> Result<(), ControllerError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let key = format!("{}/{}", api.resource_url(), name);
-    let content = super::content_hash(patch);
-    if let Some(resource_version) = ctx.applied.unchanged(&key, &content)
-        && let Some(live) = api.get_metadata_opt(name).await?
-        && live.metadata.resource_version.as_deref() == Some(resource_version.as_str())
-    {
-        return Ok(());
+    if let Some(resource_version) = ctx.applied.unchanged(&key, &content) {
+        if seen.as_deref() == Some(resource_version.as_str()) {
+            return Ok(());
+        }
+        if let Some(live) = api.get_metadata_opt(name).await?
+            && live.metadata.resource_version.as_deref() == Some(resource_version.as_str())
+        {
+            return Ok(());
+        }
     }
     // What the proxy enforces: only the leader writes it, and only a write
     // is fenced (an unchanged object costs no Lease read).
@@ -1094,10 +1130,16 @@ async fn apply_network_policy(
         },
     });
     let namespace = sandbox.namespace().unwrap_or_default();
+    let seen = ctx
+        .views
+        .get()
+        .and_then(|views| seen_version(&views.network_policies, &namespace, &name));
     apply(
         Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &namespace),
         &name,
         &patch,
+        super::content_hash(&patch),
+        seen,
         ctx,
     )
     .await
@@ -1200,20 +1242,33 @@ async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action
 /// change re-verifies every sandbox; a namespace's label change those in
 /// it. The echo of the controller's own status write, or of its own apply
 /// of a policy ConfigMap, starts nothing: the reconcile that wrote it goes
+/// A filter passing on the owned objects' watch events except the echoes
+/// of this process's own applies.
+fn not_own_apply<K>(
+    ctx: &Arc<Context>,
+) -> impl FnMut(&PartialObjectMeta<K>) -> std::future::Ready<bool> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let ctx = ctx.clone();
+    move |object| {
+        let key = applied_key::<K>(object.namespace().as_deref(), &object.name_any());
+        let own = object
+            .resource_version()
+            .is_some_and(|rv| ctx.applied.is_own(&key, &rv));
+        std::future::ready(!own)
+    }
+}
+
 /// on to materialise it.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
-    let (store, writer) = reflector::store();
     let echoes = ctx.clone();
-    let sandboxes = watcher(
+    let (store, sandboxes) = reflected(watcher(
         Api::<AgentSandbox>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(trim::<AgentSandbox>)
-    .reflect(writer)
-    .applied_objects()
-    .try_filter(move |sandbox| {
+    ));
+    let sandboxes = sandboxes.applied_objects().try_filter(move |sandbox| {
         let key = format!(
             "{}/{}",
             sandbox.namespace().unwrap_or_default(),
@@ -1224,20 +1279,17 @@ pub async fn run(ctx: Arc<Context>) {
             .is_some_and(|rv| echoes.status_writes.echo(&key, &rv));
         std::future::ready(!echo)
     });
-    let applied = ctx.clone();
-    let config_maps = watcher(
+    let (config_maps, config_map_changes) = reflect_triggers(watcher(
         Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
         watcher::Config::default().labels(SANDBOX_LABEL),
-    )
-    .default_backoff()
-    .touched_objects()
-    .try_filter(move |map| {
-        let key = applied_key::<ConfigMap>(map.namespace().as_deref(), &map.name_any());
-        let own = map
-            .resource_version()
-            .is_some_and(|rv| applied.applied.is_own(&key, &rv));
-        std::future::ready(!own)
-    });
+    ));
+    let config_map_changes = config_map_changes.try_filter(not_own_apply::<ConfigMap>(&ctx));
+    let (network_policies, network_policy_changes) = reflect_triggers(watcher(
+        Api::<PartialObjectMeta<NetworkPolicy>>::all(client.clone()),
+        watcher::Config::default().labels(SANDBOX_LABEL),
+    ));
+    let network_policy_changes =
+        network_policy_changes.try_filter(not_own_apply::<NetworkPolicy>(&ctx));
     let (maximums, maximum_changes) = reflect_spec_changes(watcher(
         Api::<MaximumPolicy>::all(client.clone()),
         watcher::Config::default(),
@@ -1256,6 +1308,8 @@ pub async fn run(ctx: Arc<Context>) {
             maximums,
             namespaces,
             accounts,
+            config_maps,
+            network_policies,
         })
         .is_err()
     {
@@ -1268,9 +1322,10 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::for_stream(sandboxes, store);
     super::drive(
         controller
-            // A policy ConfigMap changed or deleted by anyone else is put
-            // right at once.
-            .owns_stream(config_maps)
+            // A policy ConfigMap or egress NetworkPolicy changed or deleted
+            // by anyone else is put right at once.
+            .owns_stream(config_map_changes)
+            .owns_stream(network_policy_changes)
             // A deleted agent Pod is created again (and judged again by pod
             // admission) at once, not at the next periodic reconcile.
             .owns(

@@ -57,12 +57,8 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim::<K>)
-        .reflect(writer)
-        .touched_objects();
+    let (reader, events) = reflected(watcher(api, watcher::Config::default()));
+    let stream = events.touched_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| async move {
@@ -109,8 +105,9 @@ where
     (reader, events.touched_objects())
 }
 
-/// `events` with backoff and [`trim`], written into a new store.
-fn reflected<K>(
+/// `events` with backoff and [`trim`], written into a new store: every
+/// cache of the operator is built this way.
+pub fn reflected<K>(
     events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 ) -> (
     Store<K>,

@@ -145,8 +145,8 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
     cluster(
         "networking.k8s.io",
         "networkpolicies",
-        &["get", "create", "patch"],
-        "each sandbox's egress NetworkPolicy (server-side apply, which needs create for a new object; a metadata get skips applying unchanged content)",
+        &["get", "list", "watch", "create", "patch"],
+        "each sandbox's egress NetworkPolicy (server-side apply, which needs create for a new object; unchanged content is not applied again), watched as owned (metadata only)",
     ),
     cluster(
         "",

@@ -657,9 +657,9 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
     Ok((per_decision_us, miss_us, load_ms))
 }
 
-/// 7. RSS with `sizes.open_connections` idle intercepted connections
-/// (each made one request), past the proxy's parking delay; then every
-/// 97th of them must still answer.
+/// Section 7: RSS with `sizes.open_connections` idle intercepted
+/// connections (each made one request), past the proxy's parking delay;
+/// then every 97th of them must still answer.
 async fn idle_connections(bench: &Bench, pid: u32, sizes: &Sizes) -> anyhow::Result<()> {
     let rss_rest = proc_rss_mib(pid);
     println!(

@@ -109,9 +109,7 @@ impl<S> Prefixed<S> {
             inner,
         }
     }
-}
 
-impl<S> Prefixed<S> {
     /// Whether bytes are still to be replayed.
     pub fn has_replay(&self) -> bool {
         self.position < self.prefix.len()

@@ -36,7 +36,7 @@ use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
 use crate::session::{RefusalSeen, SessionGraph};
-use crate::telemetry::{Metrics, OpenGuard};
+use crate::telemetry::{GaugeGuard, Metrics};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
@@ -1299,7 +1299,7 @@ struct Inspected {
     /// mismatched SNI).
     refusal: Option<Refusal>,
     /// Counts the client connection as open while anything uses it.
-    open: Option<Arc<OpenGuard>>,
+    open: Option<Arc<GaugeGuard>>,
 }
 
 impl Inspected {

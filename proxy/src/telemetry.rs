@@ -170,18 +170,16 @@ impl Metrics {
     }
 
     /// Counts an accepted connection and returns a guard for the open gauge.
-    pub fn accepted(self: &Arc<Self>, listener: &'static str) -> OpenGuard {
+    pub fn accepted(&self, listener: &'static str) -> GaugeGuard {
         self.connections
             .get_or_create(&ListenerLabels { listener })
             .inc();
-        self.open.inc();
-        OpenGuard(self.clone())
+        GaugeGuard::hold(&self.open)
     }
 
     /// Counts a parked connection until the returned guard is dropped.
-    pub fn parked(self: &Arc<Self>) -> ParkedGuard {
-        self.parked.inc();
-        ParkedGuard(self.clone())
+    pub fn parked(&self) -> GaugeGuard {
+        GaugeGuard::hold(&self.parked)
     }
 
     /// Counts an upstream failure.
@@ -220,21 +218,20 @@ impl Metrics {
     }
 }
 
-/// Decrements the open-connections gauge when the connection ends.
-pub struct OpenGuard(Arc<Metrics>);
+/// One unit of a gauge (an open or a parked connection), given back when
+/// dropped.
+pub struct GaugeGuard(Gauge);
 
-impl Drop for OpenGuard {
-    fn drop(&mut self) {
-        self.0.open.dec();
+impl GaugeGuard {
+    fn hold(gauge: &Gauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
     }
 }
 
-/// Decrements the parked-connections gauge when the connection wakes.
-pub struct ParkedGuard(Arc<Metrics>);
-
-impl Drop for ParkedGuard {
+impl Drop for GaugeGuard {
     fn drop(&mut self) {
-        self.0.parked.dec();
+        self.0.dec();
     }
 }
 

@@ -1238,10 +1238,6 @@ async fn counted(sandbox: Arc<AgentSandbox>, ctx: Arc<Context>) -> Result<Action
     super::counted("agentsandbox", sandbox, ctx, reconcile).await
 }
 
-/// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec
-/// change re-verifies every sandbox; a namespace's label change those in
-/// it. The echo of the controller's own status write, or of its own apply
-/// of a policy ConfigMap, starts nothing: the reconcile that wrote it goes
 /// A filter passing on the owned objects' watch events except the echoes
 /// of this process's own applies.
 fn not_own_apply<K>(
@@ -1260,7 +1256,11 @@ where
     }
 }
 
-/// on to materialise it.
+/// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec
+/// change re-verifies every sandbox; a namespace's label change those in
+/// it. The echo of the controller's own status write, or of its own apply
+/// of a policy ConfigMap or egress NetworkPolicy, starts nothing: the
+/// reconcile that wrote it goes on to materialise it.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let echoes = ctx.clone();

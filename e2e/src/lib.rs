@@ -358,6 +358,15 @@ impl ControlPlane {
             .ok_or_else(|| failed(format!("finding {name}"), "not started by this harness"))
     }
 
+    /// The process id of the control-plane process `name` (`etcd` or
+    /// `kube-apiserver`), for benchmarks that read its CPU time.
+    pub fn process_id(&self, name: &str) -> Option<u32> {
+        self.children
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.child.id())
+    }
+
     /// SIGKILLs the control-plane process `name` (`etcd` or
     /// `kube-apiserver`) and reaps it.
     fn kill_process(&mut self, name: &str) -> Result<(), HarnessError> {

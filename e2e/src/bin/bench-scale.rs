@@ -313,8 +313,18 @@ fn run() -> Result<(), String> {
     let cp = ControlPlane::start().map_err(|e| e.to_string())?;
     let port = free_loopback_port().map_err(|e| e.to_string())?;
     cp.install_chart(port, &[]).map_err(|e| e.to_string())?;
+    // BENCH_SCALE_CONCURRENCY=N runs the operator with
+    // --concurrent-reconciles N (its default otherwise).
+    let concurrency = std::env::var("BENCH_SCALE_CONCURRENCY").ok();
+    let extra: Vec<&str> = concurrency
+        .iter()
+        .flat_map(|n| ["--concurrent-reconciles", n.as_str()])
+        .collect();
+    if let Some(n) = &concurrency {
+        println!("operator: --concurrent-reconciles {n}");
+    }
     let operator = cp
-        .start_webhook_operator(port, &[])
+        .start_webhook_operator(port, &extra)
         .map_err(|e| e.to_string())?;
     cp.wait_webhook("examples/maximum.yaml", Duration::from_secs(60))
         .map_err(|e| format!("{e}\n{}", operator.log()))?;
@@ -488,6 +498,15 @@ fn run() -> Result<(), String> {
         "{.metadata.namespace}/{.metadata.name} {.status.verifiedAgainst[?(@.name==\"bench-org\")].generation}",
     )?;
     let (_, storm_cpu0) = usage(pid)?;
+    // The control plane's share of the storm, beside the operator's.
+    let plane: Vec<(&str, u32)> = ["kube-apiserver", "etcd"]
+        .into_iter()
+        .filter_map(|name| Some((name, cp.process_id(name)?)))
+        .collect();
+    let plane_cpu0: Vec<f64> = plane
+        .iter()
+        .map(|(_, p)| usage(*p).map(|u| u.1))
+        .collect::<Result<_, _>>()?;
     let start = Instant::now();
     kubectl_stdin(&cp, &["apply", "-f", "-"], &maximums("[443]"))?;
     let want = (generation + 1).to_string();
@@ -524,6 +543,13 @@ fn run() -> Result<(), String> {
         storm_cpu1 - storm_cpu0,
         (storm_cpu1 - storm_cpu0) / storm.max(0.001) * 100.0
     );
+    for ((name, p), cpu0) in plane.iter().zip(&plane_cpu0) {
+        let cpu = usage(*p)?.1 - cpu0;
+        println!(
+            "   {name} in the storm: {cpu:.1} CPU s ({:.0}% of one core)",
+            cpu / storm.max(0.001) * 100.0
+        );
+    }
     // The revocations: every 8443 grant gone, the declared rules kept.
     let out = cp
         .run(&[

@@ -50,6 +50,10 @@ pub struct ControllerArgs {
     /// see them, so nothing there could have been admitted.
     #[arg(long = "ignore-namespace")]
     pub ignore_namespaces: Vec<String>,
+    /// How many objects of one kind are reconciled at once. Proofs still
+    /// run one per core; more reconciles wait on the API server together.
+    #[arg(long, default_value_t = crate::controller::CONCURRENCY)]
+    pub concurrent_reconciles: u16,
     /// Where to serve /metrics and /healthz (plain HTTP; port 0 picks one).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_bind_address: std::net::SocketAddr,
@@ -146,7 +150,8 @@ pub fn run(args: &ControllerArgs) -> u8 {
             ignored_namespaces(args),
             args.webhook.data_plane.data_plane(),
             args.webhook.data_plane.ca_lifetime(),
-        );
+        )
+        .with_concurrency(args.concurrent_reconciles);
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");
             run_controllers(std::sync::Arc::new(ctx)).await;

@@ -86,6 +86,9 @@ pub struct Context {
     pub revocations: Arc<agentgate_governance::reverify::Revocations>,
     /// Solver work running at once ([`Context::solve`]).
     solver_slots: tokio::sync::Semaphore,
+    /// How many objects of one kind are reconciled at once
+    /// (`--concurrent-reconciles`, [`CONCURRENCY`] by default).
+    pub concurrency: u16,
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
     fence: Option<fence::LeaseFence>,
@@ -206,6 +209,9 @@ pub struct Views {
     pub network_policies: kube::runtime::reflector::Store<
         kube::core::PartialObjectMeta<k8s_openapi::api::networking::v1::NetworkPolicy>,
     >,
+    /// Every PolicyProposal: a commit record whose proposal shows here
+    /// unchanged (uid and change hash) keeps its grant without a read.
+    pub proposals: kube::runtime::reflector::Store<agentgate_api::crd::PolicyProposal>,
 }
 
 /// SHA-256 of a JSON value's text.
@@ -244,6 +250,7 @@ impl Context {
             solver_slots: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             ),
+            concurrency: CONCURRENCY,
             applied: AppliedObjects::default(),
             status_writes: OwnWrites::default(),
             views: std::sync::OnceLock::new(),
@@ -256,6 +263,15 @@ impl Context {
     pub fn with_fence(self, fence: fence::LeaseFence) -> Context {
         Context {
             fence: Some(fence),
+            ..self
+        }
+    }
+
+    /// This context reconciling `concurrency` objects of a kind at once
+    /// (at least one).
+    pub fn with_concurrency(self, concurrency: u16) -> Context {
+        Context {
+            concurrency: concurrency.max(1),
             ..self
         }
     }
@@ -364,7 +380,8 @@ pub fn retry_with_backoff<K: ResourceExt>(
     Action::requeue(wait)
 }
 
-/// How many objects of one kind are reconciled at once. A reconcile spends
+/// How many objects of one kind are reconciled at once by default
+/// (`--concurrent-reconciles`). A reconcile spends
 /// most of its time waiting for the API server (a commit makes about ten
 /// requests) and the rest proving on a blocking thread, so more run at once
 /// than there are cores; bounded, since each proof holds solver memory.
@@ -449,9 +466,10 @@ pub async fn drive<K, F, Fut>(
     Fut: Future<Output = Result<Action, ControllerError>> + Send + 'static,
 {
     use futures::StreamExt as _;
+    let concurrency = ctx.concurrency;
     controller
         .shutdown_on_signal()
-        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {

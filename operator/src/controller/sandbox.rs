@@ -142,9 +142,10 @@ struct PrunedGrant {
 /// them on the declared policy ([`stack_proposals`]).
 async fn with_applied_proposals(
     sandbox: &AgentSandbox,
+    reads: Reads,
     ctx: &Context,
 ) -> Result<StackedPolicy, ControllerError> {
-    let live = live_proposals(sandbox, ctx).await?;
+    let live = live_proposals(sandbox, reads, ctx).await?;
     let stacked = stack_proposals(sandbox, &live);
     for grant in &stacked.pruned {
         tracing::warn!(sandbox = %sandbox.name_any(), proposal = %grant.proposal, reason = %grant.reason, "committed proposal pruned; its grant is dropped");
@@ -154,29 +155,68 @@ async fn with_applied_proposals(
 
 /// The PolicyProposals, by name, that the sandbox's commit records not yet
 /// pruned name, as they are now (a deleted one is absent).
+///
+/// With [`Reads::InView`], a proposal the proposals' view shows exactly as
+/// its record names it (uid and change hash) is taken from there: a stale
+/// view can only keep a grant already committed until the watch event that
+/// brings it up to date starts the next reconcile, which the proposal
+/// watch does for every recorded proposal. Anything else (absent, another
+/// object, another change) is read from the API server, so a grant is
+/// never pruned on a stale view; with [`Reads::Fresh`] every one is.
 async fn live_proposals(
     sandbox: &AgentSandbox,
+    reads: Reads,
     ctx: &Context,
 ) -> Result<BTreeMap<String, PolicyProposal>, ControllerError> {
-    let names: std::collections::BTreeSet<&str> = sandbox
+    let records: BTreeMap<&str, &AppliedProposal> = sandbox
         .status
         .iter()
         .flat_map(|s| s.applied_proposals.iter())
         .filter(|record| record.pruned.is_none())
-        .map(|record| record.name.as_str())
+        .map(|record| (record.name.as_str(), record))
         .collect();
-    let mut live = BTreeMap::new();
-    if names.is_empty() {
-        return Ok(live);
+    if records.is_empty() {
+        return Ok(BTreeMap::new());
     }
-    let proposals: Api<PolicyProposal> =
-        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    for name in names {
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let view = match reads {
+        Reads::InView => ctx
+            .views
+            .get()
+            .map(|views| &views.proposals)
+            .filter(|store| is_ready(store)),
+        Reads::Fresh => None,
+    };
+    let (mut live, unread) = split_by_view(records, |name| {
+        view.and_then(|store| store.get(&ObjectRef::new(name).within(&namespace)))
+    });
+    let proposals: Api<PolicyProposal> = Api::namespaced(ctx.client.clone(), &namespace);
+    for name in unread {
         if let Some(proposal) = proposals.get_opt(name).await? {
             live.insert(name.to_string(), proposal);
         }
     }
     Ok(live)
+}
+
+/// The recorded proposals `in_view` shows exactly as their record names
+/// them (uid and change hash), by name, and the names of the rest, which
+/// are to be read from the API server.
+fn split_by_view<'a>(
+    records: BTreeMap<&'a str, &AppliedProposal>,
+    in_view: impl Fn(&str) -> Option<Arc<PolicyProposal>>,
+) -> (BTreeMap<String, PolicyProposal>, Vec<&'a str>) {
+    let mut found = BTreeMap::new();
+    let mut unread = Vec::new();
+    for (name, record) in records {
+        match in_view(name).filter(|proposal| record.matches(proposal)) {
+            Some(proposal) => {
+                found.insert(name.to_string(), proposal.as_ref().clone());
+            }
+            None => unread.push(name),
+        }
+    }
+    (found, unread)
 }
 
 /// The declared policy with the committed proposals (in commit order) on
@@ -681,20 +721,25 @@ async fn reconcile(
         policy,
         records,
         pruned,
-    } = with_applied_proposals(&sandbox, &ctx).await?;
+    } = with_applied_proposals(&sandbox, Reads::InView, &ctx).await?;
     // The views serve a verdict that keeps or narrows what is committed (a
     // stale view can then only be as wrong as doing nothing, and the watch
     // event that brings it up to date starts the next reconcile); one that
-    // would grant more is proved again on fresh reads.
-    let mut verification = verify(&sandbox, policy.clone(), Reads::InView, &ctx).await?;
+    // would grant more is proved again on fresh reads, of the proposals too.
+    let mut verification = verify(&sandbox, policy, Reads::InView, &ctx).await?;
     let committed = sandbox
         .status
         .as_ref()
         .and_then(|s| s.effective_policy.as_ref());
-    if !committed.is_some_and(|committed| verification.effective.grants_only_from(committed)) {
-        ctx.metrics.fresh_reverifications.inc();
-        verification = verify(&sandbox, policy, Reads::Fresh, &ctx).await?;
-    }
+    let (records, pruned) =
+        if committed.is_some_and(|committed| verification.effective.grants_only_from(committed)) {
+            (records, pruned)
+        } else {
+            ctx.metrics.fresh_reverifications.inc();
+            let fresh = with_applied_proposals(&sandbox, Reads::Fresh, &ctx).await?;
+            verification = verify(&sandbox, fresh.policy, Reads::Fresh, &ctx).await?;
+            (fresh.records, fresh.pruned)
+        };
     // A template the operator cannot put into the enforced shape runs no
     // pod; Ready says why (the policy itself may still be committed).
     let pod_plan = pod_plan(&sandbox, &ctx.data_plane);
@@ -1302,6 +1347,10 @@ pub async fn run(ctx: Arc<Context>) {
         Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()),
         watcher::Config::default().labels(SANDBOX_LABEL),
     ));
+    let (proposals, proposal_changes) = reflect_triggers(watcher(
+        Api::<PolicyProposal>::all(client.clone()),
+        watcher::Config::default(),
+    ));
     if ctx
         .views
         .set(Views {
@@ -1310,6 +1359,7 @@ pub async fn run(ctx: Arc<Context>) {
             accounts,
             config_maps,
             network_policies,
+            proposals,
         })
         .is_err()
     {
@@ -1365,26 +1415,23 @@ pub async fn run(ctx: Arc<Context>) {
             // review, triggers nothing here, which spares a reconcile per
             // commit. A record the store does not show yet comes with a
             // change of the sandbox itself, whose reconcile reads the live
-            // proposals then.
-            .watches(
-                Api::<PolicyProposal>::all(client.clone()),
-                watcher::Config::default(),
-                move |proposal| {
-                    let ns = proposal.namespace()?;
-                    let sandbox =
-                        ObjectRef::<AgentSandbox>::new(&proposal.spec.sandbox_ref.name).within(&ns);
-                    let name = proposal.name_any();
-                    let recorded = by_proposal.get(&sandbox).is_some_and(|s| {
-                        s.status.as_ref().is_some_and(|status| {
-                            status
-                                .applied_proposals
-                                .iter()
-                                .any(|r| r.pruned.is_none() && r.name == name)
-                        })
-                    });
-                    recorded.then_some(sandbox)
-                },
-            )
+            // proposals then. The same watch fills the proposals' view,
+            // before its event reaches here.
+            .watches_stream(proposal_changes, move |proposal| {
+                let ns = proposal.namespace()?;
+                let sandbox =
+                    ObjectRef::<AgentSandbox>::new(&proposal.spec.sandbox_ref.name).within(&ns);
+                let name = proposal.name_any();
+                let recorded = by_proposal.get(&sandbox).is_some_and(|s| {
+                    s.status.as_ref().is_some_and(|status| {
+                        status
+                            .applied_proposals
+                            .iter()
+                            .any(|r| r.pruned.is_none() && r.name == name)
+                    })
+                });
+                recorded.then_some(sandbox)
+            })
             .watches_stream(namespace_changes, move |ns| {
                 let ns = ns.name_any();
                 by_namespace
@@ -2052,6 +2099,26 @@ mod tests {
 
     fn rule_names(policy: &PolicyDocument) -> Vec<&str> {
         policy.network.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn only_a_proposal_the_view_shows_as_recorded_is_taken_from_it() {
+        let committed = proposal("p-1", &["comment"], &[]);
+        let record = commit_of(&committed, None);
+        let recreated = proposal("p-2", &["comment"], &[]);
+        let changed = proposal("p-1", &["comment", "more"], &[]);
+        let records = || BTreeMap::from([("comment", &record)]);
+        let (found, unread) = split_by_view(records(), |_| Some(Arc::new(committed.clone())));
+        let uids: Vec<_> = found.iter().map(|(n, p)| (n.as_str(), p.uid())).collect();
+        assert_eq!(uids, [("comment", Some("p-1".to_string()))]);
+        assert!(unread.is_empty());
+        // Absent, another object, another change: read from the API server,
+        // so that a grant is never pruned on what the view shows.
+        for in_view in [None, Some(recreated), Some(changed)] {
+            let (found, unread) = split_by_view(records(), |_| in_view.clone().map(Arc::new));
+            assert!(found.is_empty());
+            assert_eq!(unread, ["comment"]);
+        }
     }
 
     #[test]

@@ -198,6 +198,7 @@ run_case defaults
 common_checks
 assert_in Deployment agentgate "- --proxy-image=ghcr.io/agentgate-dev/agentgate:0.1.0"
 assert_in Deployment agentgate "- --sandbox-ca-validity-seconds=31536000"
+assert_in Deployment agentgate "- --concurrent-reconciles=16"
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 7
 assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 7
 assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 7
@@ -328,7 +329,7 @@ assert_in ValidatingWebhookConfiguration agentgate 'url: "https://127.0.0.1:9443
 assert_not_in ValidatingWebhookConfiguration agentgate "service:"
 assert_kind_count PodDisruptionBudget 0
 
-run_case options --set allowUnmanaged=true --set webhook.failurePolicy=Ignore --set rbac.aggregateToAdmin=true \
+run_case options --set allowUnmanaged=true --set concurrentReconciles=48 --set webhook.failurePolicy=Ignore --set rbac.aggregateToAdmin=true \
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --set replicaCount=1 --set leaderElection.enabled=false --set-json 'affinity={"nodeAffinity":{}}' \
   --set-json 'webhook.trustedDeployers=["system:serviceaccount:agents:deployer"]' \
@@ -341,6 +342,7 @@ assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 5
 # Loosening the agentgate kinds does not open pod enforcement.
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
 assert_in Deployment agentgate "- --allow-unmanaged"
+assert_in Deployment agentgate "- --concurrent-reconciles=48"
 assert_in Deployment agentgate "- --leader-elect=false"
 assert_in Deployment agentgate 'image: "ghcr.io/agentgate-dev/agentgate@sha256:0123456789abcdef'
 # The sandbox Pods' data plane follows the operator image (its digest too).
@@ -367,6 +369,7 @@ expect_refused deadline-too-long 'solverDeadlineMs' --set webhook.timeoutSeconds
 expect_refused no-leader-election-with-replicas 'leaderElection' --set leaderElection.enabled=false
 expect_refused unknown-value 'additional properties|additionalProperties|not allowed' --set webhook.failurPolicy=Ignore
 expect_refused bad-failure-policy 'failurePolicy' --set webhook.failurePolicy=Maybe
+expect_refused no-reconciles 'concurrentReconciles' --set concurrentReconciles=0
 expect_refused http-url 'webhook.url|url' --set webhook.url=http://127.0.0.1:9443
 expect_refused bad-trusted-deployer 'trustedDeployers' --set-json 'webhook.trustedDeployers=["alice"]'
 # Native sidecars, matchConditions and the CRDs' CEL rules: 1.29 or later.

@@ -146,11 +146,7 @@ async fn with_applied_proposals(
     ctx: &Context,
 ) -> Result<StackedPolicy, ControllerError> {
     let live = live_proposals(sandbox, reads, ctx).await?;
-    let stacked = stack_proposals(sandbox, &live);
-    for grant in &stacked.pruned {
-        tracing::warn!(sandbox = %sandbox.name_any(), proposal = %grant.proposal, reason = %grant.reason, "committed proposal pruned; its grant is dropped");
-    }
-    Ok(stacked)
+    Ok(stack_proposals(sandbox, &live))
 }
 
 /// The PolicyProposals, by name, that the sandbox's commit records not yet
@@ -740,6 +736,9 @@ async fn reconcile(
             verification = verify(&sandbox, fresh.policy, Reads::Fresh, &ctx).await?;
             (fresh.records, fresh.pruned)
         };
+    for grant in &pruned {
+        tracing::warn!(sandbox = %name, proposal = %grant.proposal, reason = %grant.reason, "committed proposal pruned; its grant is dropped");
+    }
     // A template the operator cannot put into the enforced shape runs no
     // pod; Ready says why (the policy itself may still be committed).
     let pod_plan = pod_plan(&sandbox, &ctx.data_plane);

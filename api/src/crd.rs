@@ -7,7 +7,9 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube_core::CustomResourceExt;
 use kube_derive::CustomResource;
@@ -813,12 +815,61 @@ pub struct AgentScanStatus {
 
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut all = vec![
         MaximumPolicy::crd(),
         AgentSandbox::crd(),
         PolicyProposal::crd(),
         AgentScan::crd(),
-    ]
+    ];
+    for definition in &mut all {
+        without_status_rules(definition);
+    }
+    all
+}
+
+/// Takes the CEL rules (`x-kubernetes-validations`) out of every version's
+/// `status` schema. Only the operator writes a status (the webhook refuses
+/// everyone else), and only what it compiled; yet the API server would
+/// evaluate them on every status write, and a re-verification storm is
+/// mostly status writes (docs/benchmarks.md). The same rules still guard
+/// `spec`.
+fn without_status_rules(definition: &mut CustomResourceDefinition) {
+    for version in &mut definition.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("status"));
+        if let Some(status) = status {
+            strip_rules(status);
+        }
+    }
+}
+
+/// Removes `x-kubernetes-validations` from `schema` and everything under it.
+fn strip_rules(schema: &mut JSONSchemaProps) {
+    schema.x_kubernetes_validations = None;
+    let children = schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .chain(schema.all_of.iter_mut().flatten())
+        .chain(schema.any_of.iter_mut().flatten())
+        .chain(schema.one_of.iter_mut().flatten())
+        .chain(schema.not.as_deref_mut())
+        .chain(match schema.items.as_mut() {
+            Some(JSONSchemaPropsOrArray::Schema(one)) => std::slice::from_mut(one.as_mut()),
+            Some(JSONSchemaPropsOrArray::Schemas(many)) => many.as_mut_slice(),
+            None => &mut [],
+        })
+        .chain(match schema.additional_properties.as_mut() {
+            Some(JSONSchemaPropsOrBool::Schema(one)) => Some(one.as_mut()),
+            _ => None,
+        });
+    for child in children {
+        strip_rules(child);
+    }
 }
 
 impl std::fmt::Display for ActionRecord {
@@ -879,6 +930,44 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// The schema of `field` (`spec` or `status`) of `definition`'s first
+    /// version, as JSON text.
+    fn schema_text(definition: &CustomResourceDefinition, field: &str) -> String {
+        let root = definition.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap();
+        serde_json::to_string(&root.properties.as_ref().unwrap()[field]).unwrap()
+    }
+
+    #[test]
+    fn cel_rules_guard_specs_and_no_status() {
+        let rules = "x-kubernetes-validations";
+        let all = all();
+        for definition in &all {
+            let kind = &definition.spec.names.kind;
+            if let Some(status) = definition.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| s.properties.as_ref())
+                .and_then(|p| p.get("status"))
+            {
+                let text = serde_json::to_string(status).unwrap();
+                assert!(!text.contains(rules), "{kind}: a CEL rule in status");
+            }
+        }
+        // The sandbox's effective policy (status) has the endpoint type of
+        // its declared policy (spec), whose rule stays.
+        let sandbox = all
+            .iter()
+            .find(|d| d.spec.names.kind == "AgentSandbox")
+            .unwrap();
+        assert!(schema_text(sandbox, "spec").contains(rules));
+        assert!(schema_text(sandbox, "status").contains("effectivePolicy"));
+    }
 
     #[test]
     fn action_records_print_as_the_actions_do() {

@@ -106,11 +106,13 @@ fn governance_in_view(sandbox: &AgentSandbox, ctx: &Context) -> Option<Governanc
     ))
 }
 
-/// Where a reconcile reads the governing maximums and the namespace.
+/// Where a reconcile reads the governing maximums, the namespace and the
+/// committed proposals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reads {
     /// The watch-fed views: enough for a verdict that grants nothing the
-    /// committed policy does not already grant.
+    /// committed policy does not already grant (a proposal the view does
+    /// not show as recorded is still read, [`live_proposals`]).
     InView,
     /// The API server: for a verdict that would grant more.
     Fresh,

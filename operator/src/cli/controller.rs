@@ -52,7 +52,8 @@ pub struct ControllerArgs {
     pub ignore_namespaces: Vec<String>,
     /// How many objects of one kind are reconciled at once. Proofs still
     /// run one per core; more reconciles wait on the API server together.
-    #[arg(long, default_value_t = crate::controller::CONCURRENCY)]
+    #[arg(long, default_value_t = crate::controller::CONCURRENCY,
+          value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent_reconciles: u16,
     /// Where to serve /metrics and /healthz (plain HTTP; port 0 picks one).
     #[arg(long, default_value = "0.0.0.0:8080")]
@@ -233,4 +234,32 @@ pub fn run(args: &ControllerArgs) -> u8 {
         tracing::info!(identity = %me, "agentgate controller stopped");
         code
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Command};
+
+    fn concurrency(args: &[&str]) -> Result<u16, clap::Error> {
+        let cli = Cli::try_parse_from(["agentgate", "controller"].iter().chain(args))?;
+        match cli.command {
+            Command::Controller(args) => Ok(args.concurrent_reconciles),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn concurrent_reconciles_defaults_to_16_and_refuses_0() {
+        assert_eq!(concurrency(&[]).unwrap(), crate::controller::CONCURRENCY);
+        assert_eq!(concurrency(&["--concurrent-reconciles", "48"]).unwrap(), 48);
+        let refused = concurrency(&["--concurrent-reconciles", "0"]).unwrap_err();
+        assert!(
+            refused.to_string().contains("0 is not in 1..="),
+            "{refused}"
+        );
+    }
 }

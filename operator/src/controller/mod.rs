@@ -88,7 +88,7 @@ pub struct Context {
     solver_slots: tokio::sync::Semaphore,
     /// How many objects of one kind are reconciled at once
     /// (`--concurrent-reconciles`, [`CONCURRENCY`] by default).
-    pub concurrency: u16,
+    concurrency: u16,
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
     fence: Option<fence::LeaseFence>,

@@ -87,6 +87,13 @@ pub const TRANSPARENT_PORT: u16 = 15001;
 pub const ADMIN_PORT: u16 = 15020;
 /// Where the image keeps the binaries.
 pub const IMAGE_BIN_DIR: &str = "/usr/local/bin";
+/// The proxy's allocator options, its container's `MALLOC_CONF`: one
+/// jemalloc arena, freed pages handed back after 100 ms. They keep a proxy
+/// holding many idle connections small (docs/proxy.md, "Idle
+/// connections"); the operator keeps the build's options. The same value
+/// as `agentgate_proxy::idle::MALLOC_CONF`, which the proxy's benchmark
+/// runs it with (a test checks both; neither crate may depend on the other).
+pub const PROXY_MALLOC_CONF: &str = "narenas:1,dirty_decay_ms:100";
 
 /// Variables naming the CA bundle, for the TLS stacks agents use (OpenSSL,
 /// Python requests, curl, Node.js, git).
@@ -230,6 +237,11 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
             format!("--agent-ca-bundle={CA_BUNDLE_FILE}"),
             string("--log-json"),
         ]),
+        env: Some(vec![EnvVar {
+            name: string("MALLOC_CONF"),
+            value: Some(string(PROXY_MALLOC_CONF)),
+            value_from: None,
+        }]),
         security_context: Some(SecurityContext {
             run_as_user: Some(PROXY_UID),
             run_as_group: Some(PROXY_UID),
@@ -588,7 +600,9 @@ fn essentials(c: &Container) -> impl PartialEq + '_ {
         ),
         (&c.ports, &c.working_dir, &c.volume_devices),
         (
-            c.env.as_ref().is_none_or(Vec::is_empty),
+            // Exactly the expected variables: one more (LD_PRELOAD, say)
+            // would run other code with the data plane's privileges.
+            c.env.as_deref().unwrap_or_default(),
             c.env_from.as_ref().is_none_or(Vec::is_empty),
             // Hooks and exec probes run commands inside the container, as
             // its uid: in the proxy's, outside the redirect.
@@ -900,6 +914,29 @@ mod tests {
         assert!(!has_token(&init[0]) && !has_token(&init[1]));
         assert!(has_token(&stored.containers[0]));
         assert!(is_data_plane_container(&init[1], &data_plane()));
+    }
+
+    #[test]
+    fn a_proxy_container_with_another_environment_is_not_the_data_plane() {
+        let proxy = proxy_container(&data_plane());
+        assert!(is_data_plane_container(&proxy, &data_plane()));
+        let mut preloaded = proxy.clone();
+        preloaded.env.get_or_insert_with(Vec::new).push(EnvVar {
+            name: "LD_PRELOAD".into(),
+            value: Some("/tmp/hook.so".into()),
+            value_from: None,
+        });
+        assert!(!is_data_plane_container(&preloaded, &data_plane()));
+        let mut retuned = proxy.clone();
+        retuned.env = Some(vec![EnvVar {
+            name: "MALLOC_CONF".into(),
+            value: Some("narenas:64".into()),
+            value_from: None,
+        }]);
+        assert!(!is_data_plane_container(&retuned, &data_plane()));
+        let mut bare = proxy;
+        bare.env = None;
+        assert!(!is_data_plane_container(&bare, &data_plane()));
     }
 
     #[test]

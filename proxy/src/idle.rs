@@ -24,6 +24,17 @@ use crate::io::Prefixed;
 /// How long an HTTP/1.1 connection stays quiet before it is parked.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);
 
+/// The allocator options the sandbox Pod runs the proxy with, as
+/// `MALLOC_CONF`: one jemalloc arena (the proxy runs one worker by
+/// default) and freed pages handed back after 100 ms instead of the
+/// build's 1 s. With the build's options, up to 4 MiB per arena stayed
+/// resident after a burst, since jemalloc's background thread defers a
+/// purge of fewer than 1,024 pages; the parked connections' freed buffers
+/// were among them. Handing pages back at once (`dirty_decay_ms:0`) kept
+/// the same memory off but made every new connection about 0.4 ms slower
+/// (docs/benchmarks.md).
+pub const MALLOC_CONF: &str = "narenas:1,dirty_decay_ms:100";
+
 /// A transport that can say when it has something to read without reading
 /// it, so that a parked connection holds no read buffer.
 pub trait Readiness {

@@ -3,7 +3,8 @@
 //! alone, and that nothing below the runtime reaches the Kubernetes client,
 //! an HTTP stack or the network (the data plane not even the API types).
 //! Read from `cargo metadata`, so a new dependency that breaks a boundary
-//! fails here, naming the path that brings it in.
+//! fails here, naming the path that brings it in. Also the one value two
+//! crates keep apart because neither may depend on the other.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::process::Command;
@@ -246,4 +247,28 @@ fn the_reach_walk_reports_the_path_that_brings_a_crate_in() {
     assert_eq!(reach["c"], ["a", "b", "c"]);
     assert!(!reach.contains_key("d"));
     assert_eq!(graph.direct("d"), BTreeSet::from(["a".to_string()]));
+}
+
+#[test]
+fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
+    // The governance crate builds the Pod; the proxy crate (which governance
+    // may not depend on) benchmarks the proxy: both name the same options.
+    use agentgate_governance::sandbox_pod::{DataPlane, proxy_container};
+    let proxy = proxy_container(&DataPlane {
+        image: "agentgate:test".into(),
+        pull_policy: None,
+    });
+    let env: Vec<(String, Option<String>)> = proxy
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| (v.name, v.value))
+        .collect();
+    assert_eq!(
+        env,
+        [(
+            "MALLOC_CONF".to_string(),
+            Some(agentgate_proxy::idle::MALLOC_CONF.to_string())
+        )]
+    );
 }

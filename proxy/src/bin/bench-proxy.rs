@@ -275,6 +275,8 @@ impl Bench {
                 &format!("{RAW_HOST}:{}:127.0.0.1", sink.port()),
             ])
             .env("RUST_LOG", "warn")
+            // As the sandbox Pod runs it.
+            .env("MALLOC_CONF", agentgate_proxy::idle::MALLOC_CONF)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -897,8 +897,6 @@ impl ControlPlane {
                 "AGENTGATE_LOG",
                 std::env::var("AGENTGATE_E2E_LOG").unwrap_or_else(|_| "info".into()),
             )
-            // As the chart's Deployment sets it.
-            .env("MALLOC_ARENA_MAX", "2")
             .stdout(out)
             .stderr(err)
             .spawn()

@@ -265,8 +265,12 @@ def main():
             resolve += ["--resolve", f"model.agentdojo:{MODEL_PORT}:127.0.0.1"]
             proxy_log = open(work / "proxy.log", "w")
             proxy = subprocess.Popen(
+                # The replay plays one trace, one conversation, at a time,
+                # as an agent that runs one task at a time: only the latest
+                # conversation judges a call (docs/proxy.md, "Provenance").
                 [proxy_binary, "--policy", str(work / "policy.yaml"), "--listen", PROXY, "--metrics-listen", METRICS,
-                 "--ca-cert", str(work / "ca.pem"), "--ca-key", str(work / "ca.key"), *resolve],
+                 "--ca-cert", str(work / "ca.pem"), "--ca-key", str(work / "ca.key"), "--conversation-overlap", "0",
+                 *resolve],
                 stdout=proxy_log,
                 stderr=subprocess.STDOUT,
             )

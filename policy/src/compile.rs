@@ -114,6 +114,9 @@ pub struct CompiledEndpoint {
     /// `modelProvider`: the requests it allows carry the agent's
     /// conversation with its model (§8.3); grants nothing by itself.
     pub model_provider: bool,
+    /// `unrecordedPaths` of a model provider: requests there carry no
+    /// conversation and are forwarded unread.
+    pub unrecorded_paths: Vec<Glob>,
 }
 
 /// A compiled network rule.
@@ -350,6 +353,25 @@ pub fn compile(
                     "only a protocol: rest endpoint can be a model provider: the runtime must read its request bodies",
                 ));
             }
+            if !endpoint.unrecorded_paths.is_empty() && !endpoint.model_provider {
+                return Err(shape(
+                    format!("{at}.unrecordedPaths"),
+                    "only a modelProvider endpoint has requests left unrecorded",
+                ));
+            }
+            let unrecorded_paths = endpoint
+                .unrecorded_paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    glob_within(
+                        GlobKind::Path,
+                        &format!("{at}.unrecordedPaths[{i}]"),
+                        p,
+                        limits.pattern_bytes,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             let kind = match endpoint.protocol {
                 Protocol::L4 => {
                     let l7_field = if endpoint.path.is_some() {
@@ -477,6 +499,7 @@ pub fn compile(
                 review_required: rule_review
                     || endpoint.review.as_ref().is_some_and(|r| r.required),
                 model_provider: endpoint.model_provider,
+                unrecorded_paths,
             });
         }
         rules.push(CompiledRule {

@@ -20,6 +20,7 @@ pub mod openshell;
 pub mod provenance;
 pub mod refusal;
 pub mod request_values;
+pub mod strict_json;
 #[cfg(feature = "testing")]
 pub mod testing;
 

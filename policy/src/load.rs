@@ -91,6 +91,7 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "prompts",
     "review",
     "modelProvider",
+    "unrecordedPaths",
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
 const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments"];
@@ -106,7 +107,9 @@ const CONSTRAINT_FIELDS: &[&str] = &[
     "maxItems",
     "optional",
     "from",
+    "entities",
 ];
+const ENTITIES_FIELDS: &[&str] = &["from"];
 const REVIEW_FIELDS: &[&str] = &["required", "reason"];
 const MAXIMUM_SPEC_FIELDS: &[&str] = &[
     "selector",
@@ -233,6 +236,9 @@ fn check_policy_fields(doc: &Value) -> Result<(), Reason> {
 /// Rejects unknown fields in an argument constraint and its `items`.
 fn check_constraint_fields(constraint: &Value, at: &str) -> Result<(), Reason> {
     check_keys(constraint, at, CONSTRAINT_FIELDS)?;
+    if let Some(entities) = constraint.get("entities") {
+        check_keys(entities, &format!("{at}.entities"), ENTITIES_FIELDS)?;
+    }
     // The typed pass bounds the depth (docs/policy-semantics.md §8.2); this
     // walk stops at the same depth so a deep document cannot recurse far.
     let mut items = constraint.get("items");
@@ -252,6 +258,9 @@ fn check_constraint_fields(constraint: &Value, at: &str) -> Result<(), Reason> {
             ));
         }
         check_keys(inner, &at, CONSTRAINT_FIELDS)?;
+        if let Some(entities) = inner.get("entities") {
+            check_keys(entities, &format!("{at}.entities"), ENTITIES_FIELDS)?;
+        }
         items = inner.get("items");
     }
     Ok(())

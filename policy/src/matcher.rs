@@ -461,23 +461,42 @@ pub fn is_mcp_server(policy: &CompiledPolicy, index: &HostIndex, server: McpServ
     })
 }
 
+/// What a request to the agent's model provider carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderPath {
+    /// The conversation the model sees: read and recorded, or refused.
+    Conversation,
+    /// No conversation: every `modelProvider` endpoint that allows it
+    /// lists its path in `unrecordedPaths`.
+    Unrecorded,
+}
+
 /// Whether the request `a` reaches the agent's model provider
 /// (docs/policy-semantics.md §8.3): some `modelProvider` endpoint whose rule
 /// admits the caller allows it. Its body is then the conversation the model
-/// sees, recorded as the session's content; a request other rules allow
-/// (another binary's, another path's) is not.
-pub fn is_model_provider(
+/// sees, recorded as the session's content, unless every such endpoint
+/// lists its path in `unrecordedPaths`; a request other rules allow
+/// (another binary's, another path's) is none (`None`).
+pub fn model_provider_path(
     policy: &CompiledPolicy,
     index: &HostIndex,
     caller: Caller<'_>,
     a: &NetworkAction,
-) -> bool {
-    indexed_pairs(policy, index, &a.host).any(|(rule, e)| {
-        e.model_provider
+) -> Option<ProviderPath> {
+    let mut found = None;
+    for (rule, e) in indexed_pairs(policy, index, &a.host) {
+        if e.model_provider
             && caller_ok(rule, caller, false)
             && endpoint_reaches(e, &a.host, a.port)
             && endpoint_kind_allows(e, a)
-    })
+        {
+            if !e.unrecorded_paths.iter().any(|g| g.matches(&a.path)) {
+                return Some(ProviderPath::Conversation);
+            }
+            found = Some(ProviderPath::Unrecorded);
+        }
+    }
+    found
 }
 
 /// True when some endpoint of the policy is a `modelProvider`: the runtime

@@ -436,6 +436,9 @@ pub struct CompiledConstraint {
     pub optional: bool,
     /// `from`: the value was seen from one of these sources (§8.3).
     pub from: Option<Vec<SourcePattern>>,
+    /// `entities.from`: the value is a string and every entity inside it
+    /// ([`crate::provenance::entities`]) was seen from one of these.
+    pub entities: Option<Vec<SourcePattern>>,
 }
 
 impl CompiledConstraint {
@@ -458,7 +461,9 @@ impl CompiledConstraint {
 
     /// True when some `from` lies in this constraint or in its `items`.
     pub fn speaks_of_sources(&self) -> bool {
-        self.from.is_some() || self.items.as_ref().is_some_and(|i| i.speaks_of_sources())
+        self.from.is_some()
+            || self.entities.is_some()
+            || self.items.as_ref().is_some_and(|i| i.speaks_of_sources())
     }
 
     /// True when a present value at `at` satisfies every part of the
@@ -509,6 +514,24 @@ impl CompiledConstraint {
             && !provenance.satisfies(from, at, value)
         {
             return false;
+        }
+        if let Some(from) = &self.entities {
+            let Some(text) = value.as_str() else {
+                return false;
+            };
+            let every = crate::provenance::entities(text)
+                .into_iter()
+                .enumerate()
+                .all(|(i, entity)| {
+                    provenance.satisfies(
+                        from,
+                        &Position::Entity(at, i),
+                        &Value::String(entity.to_string()),
+                    )
+                });
+            if !every {
+                return false;
+            }
         }
         true
     }
@@ -668,23 +691,26 @@ fn constraint(
             format!("items nested more than {MAX_ITEMS_DEPTH} deep"),
         ));
     }
-    let from = match &c.from {
-        None => None,
-        Some(from) if from.is_empty() => {
-            return Err(shape(
-                format!("{field}.from"),
-                "at least one source is required",
-            ));
-        }
-        Some(from) => Some(
-            from.iter()
-                .enumerate()
-                .map(|(i, source)| {
-                    SourcePattern::parse(source).map_err(|m| shape(format!("{field}.from[{i}]"), m))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-    };
+    let from = c
+        .from
+        .as_deref()
+        .map(|from| sources(&format!("{field}.from"), from))
+        .transpose()?;
+    let entities = c
+        .entities
+        .as_ref()
+        .map(|e| sources(&format!("{field}.entities.from"), &e.from))
+        .transpose()?;
+    if let Some(i) = entities
+        .iter()
+        .flatten()
+        .position(|p| *p == SourcePattern::Empty)
+    {
+        return Err(shape(
+            format!("{field}.entities.from[{i}]"),
+            "an entity is a non-empty string: `empty` names none",
+        ));
+    }
     if depth > 0 && c.optional {
         return Err(shape(
             format!("{field}.optional"),
@@ -743,7 +769,14 @@ fn constraint(
     // Each kind of constraint speaks about one JSON type; two kinds at once
     // admit no value at all, which is a mistake rather than a rule.
     let kinds: Vec<&str> = [
-        ("glob", glob.is_some()),
+        (
+            if entities.is_some() {
+                "glob/entities"
+            } else {
+                "glob"
+            },
+            glob.is_some() || entities.is_some(),
+        ),
         (
             "minimum/maximum",
             minimum.is_some()
@@ -776,6 +809,7 @@ fn constraint(
         max_items: c.max_items,
         optional: c.optional,
         from: None,
+        entities: None,
     };
     let one_of = match &c.one_of {
         None => None,
@@ -795,33 +829,60 @@ fn constraint(
                     "this value fails the constraint's other parts, so it can never be allowed",
                 ));
             }
+            if entities.is_some()
+                && let Some(i) = values.iter().position(|v| !v.is_string())
+            {
+                return Err(shape(
+                    format!("{field}.oneOf[{i}]"),
+                    "entities speak about strings only, so this value can never be allowed",
+                ));
+            }
             Some(values.iter().cloned().map(Literal::new).collect())
         }
     };
     // A value without provenance (a boolean, null, "") satisfies no `from`.
-    if from.is_some()
+    if let Some(from) = &from
         && one_of.as_ref().is_some_and(|literals: &Vec<Literal>| {
-            !literals.iter().any(|l| carries_provenance(&l.value))
+            !literals.iter().any(|l| can_satisfy_from(&l.value, from))
         })
     {
         return Err(shape(
             format!("{field}.from"),
-            "none of the oneOf values can carry provenance (booleans, null and the empty string have none), so no value satisfies the constraint",
+            "none of the oneOf values can carry provenance (booleans, null, the empty string and, unless the list says `empty`, empty arrays and objects have none), so no value satisfies the constraint",
         ));
     }
     Ok(CompiledConstraint {
         one_of,
         from,
+        entities,
         ..compiled
     })
 }
 
-/// True when some string or number inside `value` can carry provenance,
-/// or it is an empty array or object (which satisfies `from` vacuously).
-fn carries_provenance(value: &Value) -> bool {
+/// A `from` list at `field`: at least one source, each parsed.
+fn sources(field: &str, list: &[String]) -> Result<Vec<SourcePattern>, Reason> {
+    if list.is_empty() {
+        return Err(shape(field, "at least one source is required"));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, source)| {
+            SourcePattern::parse(source).map_err(|m| shape(format!("{field}[{i}]"), m))
+        })
+        .collect()
+}
+
+/// True when `value` could satisfy `from: list` in some session: every
+/// string, number and key inside it can carry provenance, and an empty
+/// array or object only where the list says `empty`.
+fn can_satisfy_from(value: &Value, list: &[SourcePattern]) -> bool {
     match value {
-        Value::Array(items) => items.is_empty() || items.iter().all(carries_provenance),
-        Value::Object(members) => members.is_empty() || members.values().all(carries_provenance),
+        Value::Array(items) if items.is_empty() => list.contains(&SourcePattern::Empty),
+        Value::Object(members) if members.is_empty() => list.contains(&SourcePattern::Empty),
+        Value::Array(items) => items.iter().all(|v| can_satisfy_from(v, list)),
+        Value::Object(members) => members
+            .iter()
+            .all(|(k, v)| !k.is_empty() && can_satisfy_from(v, list)),
         leaf => tracked(leaf),
     }
 }

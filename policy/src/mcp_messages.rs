@@ -420,8 +420,13 @@ fn parse_error(reason: &str) -> Judged {
 /// answers every request of the body itself, the refused ones with their
 /// reason.
 pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Refusal>) -> Judged {
-    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
-        return parse_error("the body is not JSON, so its MCP messages cannot be judged");
+    let parsed = match crate::strict_json::parse(body) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            return parse_error(&format!(
+                "the body cannot be judged, since {e} (docs/policy-semantics.md §8.4)"
+            ));
+        }
     };
     let (messages, batch) = match &parsed {
         Value::Array(items) if items.is_empty() => {

@@ -192,6 +192,13 @@ pub struct Endpoint {
     /// constraints are judged against. It grants nothing by itself.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub model_provider: bool,
+    /// `modelProvider` only: path globs (§3) of requests this endpoint
+    /// allows that carry no conversation (embeddings, model lists, files):
+    /// forwarded without being read. Every other request with a body it
+    /// allows must be read as a model API the runtime knows, or it is
+    /// refused (docs/policy-semantics.md §8.3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded_paths: Vec<String>,
 }
 
 /// An MCP tool or prompt entry: a name glob and constraints on the
@@ -252,9 +259,25 @@ pub struct ArgumentConstraint {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
     /// Provenance: the value must have been seen from one of these sources
-    /// (`user`, `tool:NAME`, `host:NAME`; `tool:*` and `host:*` globs).
+    /// (`user`, `model`, `empty`, `tool:NAME`, `host:NAME`; `tool:*` and
+    /// `host:*` globs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<Vec<String>>,
+    /// Free text: the value is a string, and every entity inside it (a
+    /// URL, an email address, an IBAN-like identifier, a host name) must
+    /// have been seen from one of these sources (docs/policy-semantics.md
+    /// §8.3, "Values inside free text").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entities: Option<EntitiesConstraint>,
+}
+
+/// The `entities` constraint of a free-text argument.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EntitiesConstraint {
+    /// The sources every entity inside the value must have been seen from,
+    /// as in `from`.
+    pub from: Vec<String>,
 }
 
 /// The schema of `oneOf`: a list of arbitrary JSON values. The API server

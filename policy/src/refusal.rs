@@ -38,6 +38,11 @@ pub enum RefusalCode {
     /// be read (not the format its path names, or too long): its content
     /// would go unrecorded (docs/policy-semantics.md §8.3).
     MalformedModelRequest,
+    /// A request with a body to the agent's model provider in no model API
+    /// format the runtime reads, on a path the endpoint does not list in
+    /// `unrecordedPaths`: its conversation would go unrecorded
+    /// (docs/policy-semantics.md §8.3).
+    UnreadModelRequest,
     /// A call of a trifecta finding's sink carrying a value of its secret
     /// after its untrusted input reached the model (docs/trifecta.md).
     RuntimeTrifecta,
@@ -59,6 +64,7 @@ impl RefusalCode {
             RefusalCode::UnsupportedMcpMethod => "unsupported_mcp_method",
             RefusalCode::MalformedMcp => "malformed_mcp",
             RefusalCode::MalformedModelRequest => "malformed_model_request",
+            RefusalCode::UnreadModelRequest => "unread_model_request",
             RefusalCode::RuntimeTrifecta => "runtime_trifecta",
         }
     }

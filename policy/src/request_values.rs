@@ -22,8 +22,10 @@
 
 use std::collections::BTreeSet;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de;
 use serde_json::{Map, Value};
+
+use crate::strict_json::{self, Checked};
 
 /// Request headers that frame the message rather than carry data a tool
 /// chose to send: never judged. `Content-Type` and `Accept` are judged
@@ -209,8 +211,8 @@ fn body_values(
 /// A JSON body, every object key added to `names`; a key given twice in
 /// one object is an error (parsers differ on which value wins).
 fn json_body(text: &str, names: &mut BTreeSet<String>) -> Result<Value, UnreadableRequest> {
-    let checked: Checked =
-        serde_json::from_str(text).map_err(|e| UnreadableRequest::NotJson(e.to_string()))?;
+    let checked: Checked = serde_json::from_str(text)
+        .map_err(|e| UnreadableRequest::NotJson(strict_json::duplicate_or(e).to_string()))?;
     collect_keys(&checked.0, names);
     Ok(checked.0)
 }
@@ -225,72 +227,6 @@ fn collect_keys(value: &Value, names: &mut BTreeSet<String>) {
         }
         Value::Array(items) => items.iter().for_each(|item| collect_keys(item, names)),
         _ => {}
-    }
-}
-
-/// A JSON value parsed with duplicate object keys refused.
-struct Checked(Value);
-
-impl<'de> serde::Deserialize<'de> for Checked {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Checked, D::Error> {
-        deserializer.deserialize_any(CheckedVisitor).map(Checked)
-    }
-}
-
-struct CheckedVisitor;
-
-impl<'de> Visitor<'de> for CheckedVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Checked(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut members = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let Checked(value) = map.next_value()?;
-            if members.insert(key.clone(), value).is_some() {
-                return Err(de::Error::custom(format!("the key {key:?} is given twice")));
-            }
-        }
-        Ok(Value::Object(members))
     }
 }
 
@@ -421,7 +357,7 @@ mod tests {
         for content_type in ["application/json", "text/plain"] {
             assert!(matches!(
                 read(&[("content-type", content_type)], br#"{"a": 1, "a": "SECRET"}"#),
-                Err(UnreadableRequest::NotJson(e)) if e.contains("given twice")
+                Err(UnreadableRequest::NotJson(e)) if e.contains("twice")
             ));
         }
         assert_eq!(

@@ -12,8 +12,8 @@ use proptest::sample::{select, subsequence};
 
 use crate::action::{Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
 use crate::model::{
-    AccessLevel, ArgumentConstraint, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol,
-    ResourceEntry, RuleEntry, ToolEntry,
+    AccessLevel, ArgumentConstraint, Endpoint, EntitiesConstraint, Filesystem, NetworkRule,
+    PolicyDocument, Protocol, ResourceEntry, RuleEntry, ToolEntry,
 };
 
 pub const BINARY_GLOBS: &[&str] = &[
@@ -192,7 +192,12 @@ pub const MCP_PATH_GLOBS: &[&str] = &["/mcp", "/mcp*", "/**"];
 pub const MCP_PATHS: &[&str] = &["/mcp", "/mcp2", "/x"];
 pub const URI_GLOBS: &[&str] = &["file:///r/**", "**", "file:///r/a"];
 pub const URIS: &[&str] = &["file:///r/a", "file:///r/b/c", "file:///etc/x"];
-pub const ARGUMENT_NAMES: &[&str] = &["recipient", "amount", "tags"];
+pub const ARGUMENT_NAMES: &[&str] = &["recipient", "amount", "tags", "body"];
+
+/// The argument whose constraints speak about free text only (`from` and
+/// `entities`): beside a `glob` or a string literal, `entities` is outside
+/// the prover's model (docs/proofs.md).
+pub const FREE_TEXT_ARGUMENT: &str = "body";
 
 /// The values an argument takes in the call universe: strings, numbers,
 /// arrays, and the other JSON types a constraint rejects.
@@ -212,6 +217,12 @@ pub fn argument_values() -> Vec<serde_json::Value> {
         json!(["t-a", 3]),
         json!(null),
         json!(true),
+        // Keys and empty containers carry provenance (§8.3); free text
+        // with and without an entity inside.
+        json!({"GB29": "evil"}),
+        json!({}),
+        json!("pay https://evil.example/x"),
+        json!("no link"),
     ]
 }
 
@@ -260,23 +271,58 @@ pub fn argument_constraint() -> impl Strategy<Value = ArgumentConstraint> {
                 c.maximum = Some(100.into());
                 c.from = Some(vec!["model".to_string(), "tool:*".to_string()]);
             }
+            12 => c.from = Some(vec!["user".to_string(), "empty".to_string()]),
             _ => {} // present, any value
         }
         c
     })
 }
 
+/// One random constraint on free text: `entities` (§8.3), alone or beside
+/// `from`, or `from` alone.
+pub fn free_text_constraint() -> impl Strategy<Value = ArgumentConstraint> {
+    (0u8..5, any::<bool>()).prop_map(|(kind, optional)| {
+        let entities = |from: &[&str]| {
+            Some(EntitiesConstraint {
+                from: from.iter().map(|s| s.to_string()).collect(),
+            })
+        };
+        let mut c = ArgumentConstraint {
+            optional,
+            ..Default::default()
+        };
+        match kind {
+            0 => c.entities = entities(&["user"]),
+            1 => c.entities = entities(&["user", "tool:read_*"]),
+            2 => {
+                c.entities = entities(&["model", "tool:*"]);
+                c.from = Some(vec!["user".to_string()]);
+            }
+            3 => c.from = Some(vec!["user".to_string(), "tool:*".to_string()]),
+            _ => {}
+        }
+        c
+    })
+}
+
 pub fn tool_entry() -> impl Strategy<Value = ToolEntry> {
+    let names: Vec<&str> = ARGUMENT_NAMES
+        .iter()
+        .copied()
+        .filter(|n| *n != FREE_TEXT_ARGUMENT)
+        .collect();
     (
         select(TOOL_GLOBS),
-        proptest::collection::btree_map(select(ARGUMENT_NAMES), argument_constraint(), 0..=2),
+        proptest::collection::btree_map(select(names), argument_constraint(), 0..=2),
+        proptest::option::of(free_text_constraint()),
         proptest::option::of(any::<bool>()),
     )
-        .prop_map(|(name, arguments, additional)| ToolEntry {
+        .prop_map(|(name, arguments, body, additional)| ToolEntry {
             name: name.to_string(),
             arguments: arguments
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
+                .chain(body.map(|c| (FREE_TEXT_ARGUMENT.to_string(), c)))
                 .collect(),
             additional_arguments: additional,
         })
@@ -349,9 +395,19 @@ pub fn stated_sources(
     mixed: bool,
 ) -> crate::provenance::StatedSources {
     use crate::provenance::{Source, StatedSources, find_leaf};
-    let mut pointers = Vec::new();
-    find_leaf::<()>(args, &mut |at, _, _| {
-        pointers.push(at.pointer());
+    // Each leaf's pointer, and its entities' (§8.3), which are seen
+    // wherever their string is: they share its sources.
+    let mut leaves: Vec<(String, Vec<String>)> = Vec::new();
+    find_leaf::<()>(args, &mut |at, _, leaf| {
+        let entities = leaf
+            .as_str()
+            .map_or(0, |t| crate::provenance::entities(t).len());
+        leaves.push((
+            at.pointer(),
+            (0..entities)
+                .map(|i| crate::provenance::Position::Entity(at, i).pointer())
+                .collect(),
+        ));
         None
     });
     let parse = |list: &[&str]| {
@@ -360,16 +416,18 @@ pub fn stated_sources(
             .collect::<std::collections::BTreeSet<_>>()
     };
     StatedSources(
-        pointers
+        leaves
             .into_iter()
             .enumerate()
-            .map(|(i, p)| {
+            .flat_map(|(i, (pointer, entities))| {
                 let set = match (mixed, i) {
                     (false, _) => parse(sources),
                     (true, 0) => parse(&["user"]),
                     (true, _) => parse(&["tool:read_email"]),
                 };
-                (p, set)
+                std::iter::once(pointer)
+                    .chain(entities)
+                    .map(move |p| (p, set.clone()))
             })
             .collect(),
     )

@@ -38,7 +38,7 @@ use crate::automaton::{AutomatonError, Domain, signatures};
 use agentgate_policy::glob::Token;
 use agentgate_policy::mcp::{CompiledConstraint, Literal, MAX_ITEMS_DEPTH};
 use agentgate_policy::provenance::{
-    Position, Provenance, Source, SourcePattern, StatedSources, tracked,
+    ENTITY_MARK, KEY_SUFFIX, Position, Provenance, Source, SourcePattern, StatedSources, tracked,
 };
 
 /// The most classes one argument (or one array level) may have.
@@ -120,10 +120,10 @@ pub fn argument_classes(
 /// Every `from` list in the constraints, `items` included.
 fn from_lists<'c>(constraints: &[&'c CompiledConstraint], out: &mut Vec<&'c [SourcePattern]>) {
     for c in constraints {
-        if let Some(from) = &c.from
-            && !out.contains(&from.as_slice())
-        {
-            out.push(from);
+        for from in [&c.from, &c.entities].into_iter().flatten() {
+            if !out.contains(&from.as_slice()) {
+                out.push(from);
+            }
         }
         if let Some(items) = c.items.as_deref() {
             from_lists(&[items], out);
@@ -230,8 +230,43 @@ pub fn leaf_variant(
     k: usize,
 ) -> Option<Value> {
     let mut changed = value.clone();
-    let leaf = changed.pointer_mut(pointer)?;
-    *leaf = match leaf {
+    if let Some((string, index)) = pointer.rsplit_once(ENTITY_MARK) {
+        // An entity the candidates wrote (`https://e0.example/`): its host
+        // gets the variant's mark.
+        let index: usize = index.parse().ok()?;
+        let text = changed.pointer_mut(string)?;
+        let old = text.as_str()?.to_string();
+        let entity = agentgate_policy::provenance::entities(&old)
+            .get(index)?
+            .to_string();
+        let start = old.find(&entity)?;
+        let renamed = entity.replacen(".example", &format!("v{k}.example"), 1);
+        *text = Value::String(format!(
+            "{}{renamed}{}",
+            &old[..start],
+            &old[start + entity.len()..]
+        ));
+    } else if pointer.ends_with(KEY_SUFFIX) {
+        // A key is not renamed: stated pointers name it.
+        return None;
+    } else {
+        let leaf = changed.pointer_mut(pointer)?;
+        *leaf = leaf_changed(leaf, k)?;
+    }
+    let provenance = Provenance::of(sources);
+    let answers = |v: &Value| -> Vec<bool> {
+        constraints
+            .iter()
+            .map(|c| c.admits(v, provenance, &Position::Root))
+            .collect()
+    };
+    (answers(&changed) == answers(value)).then_some(changed)
+}
+
+/// A string or number leaf's `k`-th variant (a digit appended, or
+/// prepended past ten; a number moved by whole steps).
+fn leaf_changed(leaf: &Value, k: usize) -> Option<Value> {
+    Some(match leaf {
         Value::String(s) if !s.is_empty() => {
             let digit = (k % 10).to_string();
             Value::String(if k <= 10 {
@@ -246,15 +281,7 @@ pub fn leaf_variant(
             number_value(n.as_f64()? + sign * step)
         }
         _ => return None,
-    };
-    let provenance = Provenance::of(sources);
-    let answers = |v: &Value| -> Vec<bool> {
-        constraints
-            .iter()
-            .map(|c| c.admits(v, provenance, &Position::Root))
-            .collect()
-    };
-    (answers(&changed) == answers(value)).then_some(changed)
+    })
 }
 
 /// `sources` moved under `prefix` (a JSON pointer step such as `/0`).
@@ -332,8 +359,15 @@ fn present_classes(
     };
     let by_type: [(bool, Vec<Candidate>); 5] = [
         (
-            literal(Value::is_string) || constraints.iter().any(|c| c.glob.is_some()),
-            with_origins(string_candidates(constraints, &literals, limits)?),
+            literal(Value::is_string)
+                || constraints
+                    .iter()
+                    .any(|c| c.glob.is_some() || c.entities.is_some()),
+            {
+                let mut strings = with_origins(string_candidates(constraints, &literals, limits)?);
+                strings.extend(entity_candidates(constraints, &literals, origins)?);
+                strings
+            },
         ),
         (
             literal(Value::is_number) || constraints.iter().any(|c| c.bounds_numbers()),
@@ -428,6 +462,89 @@ fn string_candidates(
     Ok(out)
 }
 
+/// Strings with entities inside (§8.3, "Values inside free text"), where
+/// some constraint says `entities`: one string per realizable combination
+/// of its entities' origins, each entity a distinct URL
+/// (`x https://e0.example/ https://e1.example/`) whose sources are stated
+/// at its pointer ([`ENTITY_MARK`]). A string satisfies an `entities`
+/// constraint iff every entity does, so its combinations are the
+/// intersections of single entities', as an array's are of its elements'.
+/// The string without entities is among [`string_candidates`]'.
+///
+/// Beside a `from` on the same argument, the string has an origin too, and
+/// an entity inside it was seen wherever the string was: each string
+/// origin is tried with the entity origins that contain it, which are the
+/// combinations a session can show. Beside a `glob` or a string literal an
+/// entity would change their answers, so that shape is not modelled:
+/// Unsupported.
+fn entity_candidates(
+    constraints: &[&CompiledConstraint],
+    literals: &[&Literal],
+    origins: &[BTreeSet<Source>],
+) -> Result<Vec<Candidate>, ArgumentError> {
+    if !constraints.iter().any(|c| c.entities.is_some()) {
+        return Ok(Vec::new());
+    }
+    if constraints.iter().any(|c| c.glob.is_some()) || literals.iter().any(|l| l.value.is_string())
+    {
+        return Err(ArgumentError::Unsupported(
+            "an argument constrained by entities beside a glob or a string oneOf is not modelled"
+                .to_string(),
+        ));
+    }
+    let text = |count: usize| -> String {
+        std::iter::once("x".to_string())
+            .chain((0..count).map(|i| format!("https://e{i}.example/")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let admitted = |value: &Value, sources: &StatedSources| -> Vec<u32> {
+        let provenance = Provenance::of(sources);
+        (0..constraints.len() as u32)
+            .filter(|&j| constraints[j as usize].admits(value, provenance, &Position::Root))
+            .collect()
+    };
+    // The string's own origin matters only where some constraint reads it.
+    let string_origins: Vec<Option<&BTreeSet<Source>>> =
+        if constraints.iter().any(|c| c.from.is_some()) {
+            origins.iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+    let mut out = Vec::new();
+    for own in string_origins {
+        let stated = |entities: &[&BTreeSet<Source>]| {
+            let mut sources = StatedSources(
+                own.map(|set| BTreeMap::from([(String::new(), set.clone())]))
+                    .unwrap_or_default(),
+            );
+            for (i, set) in entities.iter().enumerate() {
+                sources
+                    .0
+                    .insert(format!("{ENTITY_MARK}{i}"), (*set).clone());
+            }
+            sources
+        };
+        let fitting: Vec<&BTreeSet<Source>> = origins
+            .iter()
+            .filter(|set| own.is_none_or(|own| own.is_subset(set)))
+            .collect();
+        let singles: Vec<(Vec<u32>, Candidate)> = fitting
+            .iter()
+            .map(|set| {
+                let value = Value::String(text(1));
+                let sources = stated(&[set]);
+                (admitted(&value, &sources), (value, sources))
+            })
+            .collect();
+        for used in combinations(&singles)? {
+            let sets: Vec<&BTreeSet<Source>> = used.iter().map(|&i| fitting[i]).collect();
+            out.push((Value::String(text(used.len())), stated(&sets)));
+        }
+    }
+    Ok(out)
+}
+
 fn number_value(x: f64) -> Value {
     if x.fract() == 0.0 {
         json!(x as i64)
@@ -507,7 +624,11 @@ fn object_candidates(
         ));
     }
     let members: Vec<&CompiledConstraint> = members.iter().collect();
-    let elements = present_classes(&members, depth + 1, origins, limits)?;
+    let elements = keyed_members(
+        &members,
+        present_classes(&members, depth + 1, origins, limits)?,
+        origins,
+    );
     let mut out = vec![(Value::Object(Map::new()), StatedSources::default())];
     for used in combinations(&elements)? {
         let mut object = Map::new();
@@ -521,6 +642,49 @@ fn object_candidates(
         out.push((Value::Object(object), sources));
     }
     Ok(out)
+}
+
+/// The members an object may hold: each value class with each origin its
+/// key may have (a key carries provenance as a value does, §8.3), the
+/// member satisfying what both its key and its value satisfy. The key's
+/// sources are stated at [`KEY_SUFFIX`] relative to the member, which the
+/// object moves under the member's own pointer.
+fn keyed_members(
+    members: &[&CompiledConstraint],
+    values: Vec<(Vec<u32>, Candidate)>,
+    origins: &[BTreeSet<Source>],
+) -> Vec<(Vec<u32>, Candidate)> {
+    let key_origins: Vec<Option<&BTreeSet<Source>>> = if origins.is_empty() {
+        vec![None]
+    } else {
+        origins.iter().map(Some).collect()
+    };
+    let key = Value::String("x".to_string());
+    let mut out = Vec::new();
+    for origin in key_origins {
+        let stated = StatedSources(
+            origin
+                .map(|set| BTreeMap::from([(String::new(), set.clone())]))
+                .unwrap_or_default(),
+        );
+        let provenance = Provenance::of(&stated);
+        let key_satisfies: Vec<u32> = (0..members.len() as u32)
+            .filter(|&j| members[j as usize].admits(&key, provenance, &Position::Root))
+            .collect();
+        for (satisfied, (value, sources)) in &values {
+            let mut sources = sources.clone();
+            if let Some(set) = origin {
+                sources.0.insert(KEY_SUFFIX.to_string(), set.clone());
+            }
+            let both = satisfied
+                .iter()
+                .filter(|j| key_satisfies.contains(j))
+                .copied()
+                .collect();
+            out.push((both, (value.clone(), sources)));
+        }
+    }
+    out
 }
 
 /// Every realizable "constraints satisfied by all elements" set of a

@@ -28,7 +28,7 @@ use agentgate_policy::glob::{Glob, Token};
 use agentgate_policy::mcp::{
     CompiledCall, CompiledCalls, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
 };
-use agentgate_policy::provenance::{Position, StatedSources};
+use agentgate_policy::provenance::{ENTITY_MARK, Position, StatedSources};
 
 /// A question: is there an action that every `positive` policy allows, no
 /// `negative` policy allows, and that lies in every region?
@@ -654,7 +654,8 @@ impl<'q> McpChoices<'q> {
             let owner = self.arguments.iter().enumerate().find_map(|(i, a)| {
                 let at = Position::Member(&Position::Root, a.name).pointer();
                 let rest = pointer.strip_prefix(&at)?;
-                (rest.is_empty() || rest.starts_with('/')).then(|| (i, rest.to_string()))
+                (rest.is_empty() || rest.starts_with('/') || rest.starts_with(ENTITY_MARK))
+                    .then(|| (i, rest.to_string()))
             });
             let Some((i, relative)) = owner else {
                 return;

@@ -13,8 +13,8 @@ use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{
-    ConnectionDecision, decide_connection_indexed, decide_network_indexed, has_model_provider,
-    is_model_provider,
+    ConnectionDecision, ProviderPath, decide_connection_indexed, decide_network_indexed,
+    has_model_provider, model_provider_path,
 };
 
 /// A compiled policy with its host index: what every decision reads.
@@ -219,21 +219,39 @@ pub fn judge_request_action(
 
 /// The model API format of a request the policy allowed (`action`, as
 /// [`judge_request_action`] judged it), when the request carries the
-/// agent's conversation with its model (docs/policy-semantics.md §8.3): a
-/// POST to a path that names a format
-/// ([`crate::provider::ProviderApi::from_path`]) which a `modelProvider`
-/// endpoint allows for this binary. Its body is then recorded.
+/// agent's conversation with its model (docs/policy-semantics.md §8.3):
+/// a request with a body (any method but GET and HEAD) that a
+/// `modelProvider` endpoint allows for this binary, on a path it does not
+/// list in `unrecordedPaths`. Its body is then recorded; `Some(Err)` when
+/// its path names no format the proxy reads
+/// ([`crate::provider::ProviderApi::from_path`]), since its conversation
+/// would go unrecorded. `None`: nothing to record.
 pub fn model_request(
     snapshot: &Snapshot,
     binary: &Binary,
     action: &NetworkAction,
-) -> Option<crate::provider::ProviderApi> {
+) -> Option<Result<crate::provider::ProviderApi, Refusal>> {
     let policy = policy_of(snapshot).ok()?;
-    if action.method != "POST" || !policy.records_sessions {
+    if matches!(action.method.as_str(), "GET" | "HEAD") || !policy.records_sessions {
         return None;
     }
-    let api = crate::provider::ProviderApi::from_path(&action.path)?;
-    is_model_provider(&policy.compiled, &policy.index, binary.caller(), action).then_some(api)
+    match model_provider_path(&policy.compiled, &policy.index, binary.caller(), action)? {
+        ProviderPath::Unrecorded => None,
+        ProviderPath::Conversation => Some(
+            crate::provider::ProviderApi::from_path(&action.path).ok_or_else(|| {
+                Refusal::new(
+                    RefusalCode::UnreadModelRequest,
+                    format!(
+                        "{} {} on the model provider {}: no model API agentgate reads ({}), so the conversation it may carry could not be recorded and it is not sent; a path that carries none belongs in the endpoint's unrecordedPaths (docs/policy-semantics.md §8.3)",
+                        action.method,
+                        action.path,
+                        action.host,
+                        crate::provider::ProviderApi::KNOWN,
+                    ),
+                )
+            }),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -276,7 +294,7 @@ network:
     }
 
     #[test]
-    fn only_the_agents_posts_to_a_model_path_of_a_provider_endpoint_are_recorded() {
+    fn every_request_with_a_body_to_the_agents_model_provider_is_read_or_refused() {
         use crate::provider::ProviderApi;
         let s = snapshot(
             r#"
@@ -284,7 +302,8 @@ network:
   - name: model
     binaries: [/usr/bin/python3]
     endpoints:
-      - {host: api.openai.com, ports: [443], protocol: rest, modelProvider: true, access: full}
+      - {host: api.openai.com, ports: [443], protocol: rest, modelProvider: true, access: full,
+         unrecordedPaths: [/v1/embeddings, "/v1/models/**"]}
   - name: others
     endpoints:
       - {host: api.openai.com, ports: [443], protocol: rest, access: full}
@@ -298,19 +317,52 @@ network:
         };
         assert_eq!(
             ask(&python, "api.openai.com", "POST", "/v1/chat/completions"),
-            Some(ProviderApi::ChatCompletions)
+            Some(Ok(ProviderApi::ChatCompletions))
         );
         assert_eq!(
             ask(&python, "api.openai.com", "POST", "/v1/responses"),
-            Some(ProviderApi::Responses)
+            Some(Ok(ProviderApi::Responses))
         );
-        // Not the conversation: another method, a path that names no format,
-        // another binary (its content is no one's `user`), another host.
+        assert_eq!(
+            ask(
+                &python,
+                "api.openai.com",
+                "POST",
+                "/v1beta/models/gemini-2.0-flash:generateContent"
+            ),
+            Some(Ok(ProviderApi::GeminiGenerateContent))
+        );
+        // A body the proxy cannot read as a model API: refused, unless the
+        // endpoint says its path carries no conversation.
+        for (method, path) in [
+            ("POST", "/v1/files"),
+            ("PUT", "/v1/chat"),
+            ("POST", "/api/other"),
+        ] {
+            let refused = ask(&python, "api.openai.com", method, path)
+                .expect("a provider request")
+                .expect_err("unread");
+            assert_eq!(refused.code, RefusalCode::UnreadModelRequest);
+            assert!(
+                refused.reason.contains("unrecordedPaths"),
+                "{}",
+                refused.reason
+            );
+        }
+        assert_eq!(
+            ask(&python, "api.openai.com", "POST", "/v1/embeddings"),
+            None
+        );
+        assert_eq!(
+            ask(&python, "api.openai.com", "POST", "/v1/models/x/y"),
+            None
+        );
+        // Not the conversation: no body, another binary (its content is no
+        // one's `user`), another host.
         assert_eq!(
             ask(&python, "api.openai.com", "GET", "/v1/chat/completions"),
             None
         );
-        assert_eq!(ask(&python, "api.openai.com", "POST", "/v1/files"), None);
         assert_eq!(
             ask(&curl(), "api.openai.com", "POST", "/v1/chat/completions"),
             None

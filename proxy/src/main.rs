@@ -92,6 +92,13 @@ struct RunArgs {
     /// docs/policy-semantics.md 8.3); the oldest content goes first.
     #[arg(long, default_value_t = 4 << 20)]
     lineage_bytes: usize,
+    /// Seconds a conversation stays live after its latest model request
+    /// beside a newer one: a tool call while several are live is judged
+    /// against all of them (the user's values only where every one shows
+    /// them; docs/proxy.md, "Provenance"). 0: only the latest conversation
+    /// judges, for an agent that holds one conversation at a time.
+    #[arg(long, default_value_t = agentgate_proxy::provider::DEFAULT_OVERLAP.as_secs())]
+    conversation_overlap: u64,
     /// Log as JSON lines (one object per line) instead of text.
     #[arg(long)]
     log_json: bool,
@@ -296,7 +303,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 },
                 upstreams: Upstreams::default(),
                 sse_sessions: agentgate_proxy::mcp::SseSessions::default(),
-                conversation: std::sync::Mutex::new(ConversationRecord::new(args.lineage_bytes)),
+                conversation: std::sync::Mutex::new(ConversationRecord::new(
+                    args.lineage_bytes,
+                    Duration::from_secs(args.conversation_overlap),
+                )),
                 session: session.clone(),
             });
             let explicit = TcpListener::bind(listen)

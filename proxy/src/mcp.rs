@@ -296,6 +296,10 @@ impl SseFilter {
             }
             return event.to_vec();
         };
+        // JSON the client may read otherwise: what the model saw is in doubt.
+        if self.records() && agentgate_policy::strict_json::parse(data.as_bytes()).is_err() {
+            self.observed.push(None);
+        }
         let awaited: Vec<Value> = self.results.iter().map(|r| r.id.clone()).collect();
         observe_answers(
             &message,

@@ -850,7 +850,7 @@ impl Proxy {
             match answer {
                 Some((source, pieces)) => {
                     for piece in &pieces {
-                        conversation.observe_answer(source.clone(), piece);
+                        conversation.observe_answer(source.clone(), piece, Instant::now());
                     }
                     session.content_read(&source);
                 }
@@ -858,7 +858,7 @@ impl Proxy {
             }
         }
         let kept = conversation.kept_bytes();
-        session.record_state(kept, conversation.record().evicted());
+        session.record_state(kept, conversation.record(Instant::now()).evicted());
         self.metrics.lineage(kept);
     }
 
@@ -1597,7 +1597,11 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        let api = model_request(&snapshot, &self.binary, &action);
+        let api = match model_request(&snapshot, &self.binary, &action) {
+            None => None,
+            Some(Ok(api)) => Some(api),
+            Some(Err(refusal)) => return refuse(refusal, &host, port),
+        };
         // A host's response body is content the agent reads: recorded as
         // host:NAME where the policy keeps a record, except the answer to
         // the model request itself (the model's own output is no source).
@@ -1734,7 +1738,7 @@ impl Inspected {
         let read = read_ahead(body, MAX_RECORDED_BODY_BYTES).await;
         let pending = {
             let conversation = mcp::lock(&self.proxy.conversation);
-            let record = conversation.record();
+            let record = conversation.record(Instant::now());
             actions
                 .iter()
                 .find_map(|a| findings.pending_request_flow(a, &record))
@@ -1775,7 +1779,7 @@ impl Inspected {
             Err(why) => Some(pending.unread(&call, &why)),
             Ok(values) => {
                 let conversation = mcp::lock(&self.proxy.conversation);
-                let record = conversation.record();
+                let record = conversation.record(Instant::now());
                 actions.iter().find_map(|a| {
                     findings
                         .observed_request_flow(a, &values, &record)
@@ -1814,6 +1818,20 @@ impl Inspected {
                 ),
             )
         };
+        // A coded body would reach the provider decoded: read, it is not.
+        let codings: Vec<&str> = parts
+            .headers
+            .get_all(header::CONTENT_ENCODING)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("(not text)"))
+            .filter(|v| !v.trim().eq_ignore_ascii_case("identity"))
+            .collect();
+        if !codings.is_empty() {
+            return Err(malformed(format!(
+                "its body has the content coding {:?}, which the proxy does not decode",
+                codings.join(", ")
+            )));
+        }
         let bytes = match Limited::new(body, MAX_MODEL_REQUEST_BYTES).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
@@ -1826,13 +1844,13 @@ impl Inspected {
             .map_err(|e| malformed(e.to_string()))?;
         let (fresh, kept) = {
             let mut conversation = mcp::lock(&self.proxy.conversation);
-            let fresh = conversation.observe_request(&pieces);
+            let fresh = conversation.observe_request(&pieces, Instant::now());
             let kept = conversation.kept_bytes();
             let mut session = mcp::lock(&self.proxy.session);
             for (source, _) in &pieces {
                 session.content_read(source);
             }
-            session.record_state(kept, conversation.record().evicted());
+            session.record_state(kept, conversation.record(Instant::now()).evicted());
             (fresh, kept)
         };
         self.proxy.metrics.model_request(kept);
@@ -1952,7 +1970,7 @@ impl Inspected {
         let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
         let judged = {
             let conversation = records.then(|| mcp::lock(&proxy.conversation));
-            let record = conversation.as_deref().map(|c| c.record());
+            let record = conversation.as_deref().map(|c| c.record(Instant::now()));
             let record = record.as_ref().map(|r| r as &dyn Record);
             mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
         };
@@ -2065,7 +2083,7 @@ impl Inspected {
                 }
                 {
                     let conversation = records.then(|| mcp::lock(&proxy.conversation));
-                    let record = conversation.as_deref().map(|c| c.record());
+                    let record = conversation.as_deref().map(|c| c.record(Instant::now()));
                     let record = record.as_ref().map(|r| r as &dyn Record);
                     let mut session = mcp::lock(&proxy.session);
                     for call in &calls {
@@ -2141,6 +2159,13 @@ impl Inspected {
         let mut observed = Vec::new();
         let filtered = match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(mut message) => {
+                // JSON the client may read otherwise (a key twice, a number
+                // it rounds differently): what the model saw is in doubt.
+                if (!results.is_empty() || others.is_some())
+                    && agentgate_policy::strict_json::parse(&bytes).is_err()
+                {
+                    observed.push(None);
+                }
                 mcp::observe_answers(&message, &mut results, others.as_ref(), &mut observed);
                 if mcp::filter_lists(&mut message, &lists, &*visible) > 0 {
                     Bytes::from(message.to_string())

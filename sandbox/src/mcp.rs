@@ -286,4 +286,33 @@ network:
             "answered lists are no longer pending"
         );
     }
+
+    /// A line two JSON readers could take differently never reaches the
+    /// server: a name or an argument given twice, a byte order mark, a
+    /// number some reader rounds (docs/policy-semantics.md §8.3).
+    #[test]
+    fn ambiguous_lines_are_refused_with_the_reason() {
+        let relay = relay();
+        for (line, why) in [
+            (
+                r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_file", "name": "write_file", "arguments": {}}}"#,
+                "twice",
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "a", "p\u0061th": "/etc/shadow"}}}"#,
+                "twice",
+            ),
+            (
+                "\u{feff}{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"tools/list\"}",
+                "byte order mark",
+            ),
+            (
+                r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_file", "arguments": {"n": 123456789012345678901234}}}"#,
+                "no exact 64-bit reading",
+            ),
+        ] {
+            let answer = relay.from_client(line).expect_err(line).expect("answered");
+            assert!(answer.contains(why), "{line}: {answer}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use agentgate_policy::action::{Action, McpAction, McpKind};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::load::load_document;
-use agentgate_policy::matcher::{Caller, decide_mcp, decide_mcp_as};
+use agentgate_policy::matcher::{Caller, ProviderPath, decide_mcp, decide_mcp_as};
 use agentgate_policy::provenance::{Source, StatedSources};
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::{policy, rejection_with};
@@ -415,23 +415,53 @@ fn s8_3_only_a_rest_endpoint_can_be_the_model_provider() {
         method: method.into(),
         path: path.into(),
     };
-    let index = agentgate_policy::index::HostIndex::build(&p);
     let post = request("POST", "/v1/chat/completions");
     assert!(agentgate_policy::matcher::decide_network(&p, &post).allow);
-    assert!(agentgate_policy::matcher::is_model_provider(
-        &p,
-        &index,
-        Caller::Binary(PY),
-        &post
-    ));
+    let provider_path = |p: &CompiledPolicy, a| {
+        let index = agentgate_policy::index::HostIndex::build(p);
+        agentgate_policy::matcher::model_provider_path(p, &index, Caller::Binary(PY), a)
+    };
+    assert_eq!(provider_path(&p, &post), Some(ProviderPath::Conversation));
     let get = request("GET", "/v1/chat/completions");
     assert!(!agentgate_policy::matcher::decide_network(&p, &get).allow);
-    assert!(!agentgate_policy::matcher::is_model_provider(
-        &p,
-        &index,
-        Caller::Binary(PY),
-        &get
-    ));
+    assert_eq!(provider_path(&p, &get), None);
+    // `unrecordedPaths`: requests there carry no conversation, but only
+    // where every model provider allowing them says so.
+    assert_reason(
+        &endpoint_rejection("protocol: rest, access: full, unrecordedPaths: [/v1/embeddings]"),
+        ReasonCode::UnsupportedPolicyShape,
+        "network[0].endpoints[0].unrecordedPaths",
+    );
+    let provider = |unrecorded: &str| {
+        format!(
+            "{{host: {BANK}, ports: [443], protocol: rest, modelProvider: true, access: full, unrecordedPaths: [{unrecorded}]}}"
+        )
+    };
+    let one = policy(
+        &format!(
+            "network: [{{name: m, endpoints: [{}]}}]",
+            provider("/v1/embed*")
+        ),
+        Role::Sandbox,
+    );
+    let embeddings = request("POST", "/v1/embeddings");
+    assert_eq!(
+        provider_path(&one, &embeddings),
+        Some(ProviderPath::Unrecorded)
+    );
+    assert_eq!(provider_path(&one, &post), Some(ProviderPath::Conversation));
+    let two = policy(
+        &format!(
+            "network: [{{name: m, endpoints: [{}, {}]}}]",
+            provider("/v1/embed*"),
+            provider("/v1/files")
+        ),
+        Role::Sandbox,
+    );
+    assert_eq!(
+        provider_path(&two, &embeddings),
+        Some(ProviderPath::Conversation)
+    );
 }
 
 /// `send_money` whose recipient must come from the user, and whose amount
@@ -440,7 +470,12 @@ const PROVENANCE_POLICY: &str = "tools: [{name: send_money, arguments: {recipien
 
 /// A call stating where its values were seen.
 fn sourced(args: Value, sources: &[(&str, &[&str])]) -> McpAction {
-    let mut t = tool("send_money", args);
+    sourced_call("send_money", args, sources)
+}
+
+/// A call of `name` with `args`, its leaves seen from the given sources.
+fn sourced_call(name: &str, args: Value, sources: &[(&str, &[&str])]) -> McpAction {
+    let mut t = tool(name, args);
     t.sources = Some(Box::new(StatedSources(
         sources
             .iter()
@@ -543,7 +578,7 @@ fn s8_3_the_prover_treats_sources_as_part_of_the_call() {
     let t = call_counterexample(prover.containment(&any, &wide).outcome);
     assert!(allowed(&any, &t) && !allowed(&wide, &t), "{t}");
     // An invariant over the sources: no payment to a recipient the model
-    // made up (a string: an empty array satisfies every `from` vacuously).
+    // made up (a string).
     // Both `from` rules keep out of it; a rule without `from` does not.
     let region = compiled_region(
         "{tools: [{name: send_money, arguments: {recipient: {glob: '*', from: [model]}}}]}",
@@ -563,6 +598,101 @@ fn s8_3_the_prover_treats_sources_as_part_of_the_call() {
     assert!(
         recipient.contains(&Source::User) && recipient.len() == 2,
         "{t}"
+    );
+}
+
+#[test]
+fn s8_3_keys_carry_provenance_and_empty_containers_need_empty() {
+    let p = mcp_policy(
+        "tools: [{name: send_money, arguments: {to: {from: [user]}, cc: {from: [user, empty], optional: true}}}]",
+    );
+    // An attacker's address as a key, the user's as its value.
+    let keyed = sourced(
+        json!({"to": {"eve@evil.example": "bob@x.io"}}),
+        &[("/to/eve@evil.example", &["user"])],
+    );
+    assert!(!allowed(&p, &keyed), "{keyed}");
+    let both = sourced(
+        json!({"to": {"mail": "bob@x.io"}}),
+        &[("/to/mail~2", &["user"]), ("/to/mail", &["user"])],
+    );
+    assert!(allowed(&p, &both), "{both}");
+    // An empty container holds no value: `from` holds only where it says
+    // `empty`, and never with no record at all.
+    let empty = sourced(json!({"to": []}), &[]);
+    assert!(!allowed(&p, &empty), "{empty}");
+    assert!(!allowed(&p, &tool("send_money", json!({"to": {}}))));
+    let cc = sourced(json!({"to": "bob@x.io", "cc": []}), &[("/to", &["user"])]);
+    assert!(allowed(&p, &cc), "{cc}");
+    // The prover tells them apart: `empty` is wider, with the empty
+    // container as the witness.
+    let prover = prover();
+    let narrow = mcp_policy("tools: [{name: send_money, arguments: {to: {from: [user]}}}]");
+    let wide = mcp_policy("tools: [{name: send_money, arguments: {to: {from: [user, empty]}}}]");
+    assert_eq!(prover.containment(&narrow, &wide).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&wide, &narrow).outcome);
+    assert!(allowed(&wide, &t) && !allowed(&narrow, &t), "{t}");
+    // Keys: a rule on an object's values only is wider than one on both.
+    let keys = mcp_policy("tools: [{name: send_money, arguments: {to: {from: [user, 'tool:*']}}}]");
+    assert_eq!(prover.containment(&narrow, &keys).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&keys, &narrow).outcome);
+    assert!(allowed(&keys, &t) && !allowed(&narrow, &t), "{t}");
+}
+
+#[test]
+fn s8_3_entities_inside_free_text_are_proved_and_enforced() {
+    let p = mcp_policy(
+        "tools: [{name: send_direct_message, arguments: {recipient: {from: [user]}, body: {entities: {from: [user, 'tool:read_channel_messages']}}}}]",
+    );
+    let args = |body: &str| json!({"recipient": "Alice", "body": body});
+    let dm = |args: Value, sources: &[(&str, &[&str])]| {
+        sourced_call("send_direct_message", args, sources)
+    };
+    let plain = dm(args("Hi, the meeting moved."), &[("/recipient", &["user"])]);
+    assert!(allowed(&p, &plain), "{plain}");
+    // The attacker's link in a body the model wrote: its entity has only
+    // the source its content showed.
+    let phished = dm(
+        args("Hi, see https://evil.example/p"),
+        &[
+            ("/recipient", &["user"]),
+            ("/body~30", &["tool:read_inbox"]),
+        ],
+    );
+    assert!(!allowed(&p, &phished), "{phished}");
+    let shared = dm(
+        args("Hi, see https://intranet.example/p"),
+        &[
+            ("/recipient", &["user"]),
+            ("/body~30", &["tool:read_channel_messages"]),
+        ],
+    );
+    assert!(allowed(&p, &shared), "{shared}");
+    // The prover: a rule without `entities` is wider, and the witness is a
+    // body with an entity from a source the narrow rule does not list.
+    let prover = prover();
+    let any =
+        mcp_policy("tools: [{name: send_direct_message, arguments: {recipient: {from: [user]}}}]");
+    assert_eq!(prover.containment(&p, &any).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&any, &p).outcome);
+    assert!(allowed(&any, &t) && !allowed(&p, &t), "{t}");
+    assert!(t.to_string().contains("body entity 0 from"), "{t}");
+    let narrow = mcp_policy(
+        "tools: [{name: send_direct_message, arguments: {recipient: {from: [user]}, body: {entities: {from: [user]}}}}]",
+    );
+    assert_eq!(prover.containment(&narrow, &p).outcome, Outcome::Within);
+    let t = call_counterexample(prover.containment(&p, &narrow).outcome);
+    assert!(allowed(&p, &t) && !allowed(&narrow, &t), "{t}");
+    // Beside a glob on the same argument the model is not exact.
+    let globbed =
+        mcp_policy("tools: [{name: send_direct_message, arguments: {body: {glob: 'Hi*'}}}]");
+    assert!(
+        matches!(
+            prover.containment(&globbed, &p).outcome,
+            Outcome::Unsupported { .. }
+        ),
+        "{:?}",
+        prover.containment(&globbed, &p).outcome
     );
 }
 

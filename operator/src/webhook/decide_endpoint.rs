@@ -64,7 +64,13 @@ pub(super) async fn decide_endpoint(
                 .into_response();
         }
     };
-    let request: DecideRequest = match serde_json::from_slice(&body) {
+    // Read one way only: a key given twice (in `arguments` too), a byte
+    // order mark or a number some reader would round is refused, since the
+    // tool that runs the call may read it otherwise (docs/design.md §8).
+    let read = agentgate_policy::strict_json::parse(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|value| serde_json::from_value(value).map_err(|e| e.to_string()));
+    let request: DecideRequest = match read {
         Ok(r) => r,
         Err(e) => {
             count("bad_request");
@@ -341,6 +347,19 @@ mod tests {
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_decision(&answer, false, "unknown field `verb`");
         assert_eq!(harness.decisions_counted("bad_request"), 2);
+
+        // Read one way only: an argument given twice is refused, not read as
+        // the last (the tool that runs the call may keep the first).
+        let twice = r#"{"sandbox": "triage-bot", "namespace": "agents", "binary": "/usr/bin/python3",
+            "host": "bank.internal", "port": 443, "path": "/mcp", "call": "tool", "name": "send_money",
+            "arguments": {"recipient": "GB29NWBK60161331926819", "recipient": "US133000000121212121212"}}"#;
+        let reply = harness.post(ENDPOINT, twice, Some(AGENT_TOKEN)).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        assert_decision(
+            &reply.json(),
+            false,
+            "cannot read the request: an object names the key \"recipient\" twice",
+        );
     }
 
     #[tokio::test]

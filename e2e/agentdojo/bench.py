@@ -137,12 +137,14 @@ def no_policy():
 
 def examples(provenance):
     """The suites' example policies in one document; without `provenance`,
-    every `from` (and the model provider's recording) removed."""
+    every `from` and `entities` (and the model provider's recording)
+    removed."""
     import yaml
 
     def strip(node):
         if isinstance(node, dict):
             node.pop("from", None)
+            node.pop("entities", None)
             node.pop("modelProvider", None)
             for value in node.values():
                 strip(value)

@@ -745,6 +745,75 @@ fn mcp_calls_are_judged_one_by_one_and_lists_are_filtered() {
 }
 
 #[test]
+fn every_request_to_the_model_provider_is_read_or_refused() {
+    let rt = runtime();
+    let mut h = Harness::new(&rt, "model-requests");
+    let policy = r#"
+network:
+  - name: model
+    binaries: [{CURL}]
+    endpoints:
+      - host: api.example.test
+        ports: [{PORT}]
+        protocol: rest
+        modelProvider: true
+        access: full
+        unrecordedPaths: [/v1/embeddings]
+"#;
+    h.write_policy(&h.render(policy));
+    h.start_proxy(&[]);
+    h.wait_ready(200);
+    let ca = ca(&h);
+    let post = |path: &str, body: &str| {
+        let url = h.url("api.example.test", path);
+        h.curl(&[
+            "-X",
+            "POST",
+            "--cacert",
+            &ca,
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            body,
+            &url,
+        ])
+    };
+    let chat = r#"{"model": "m", "messages": [{"role": "user", "content": "Pay GB29NWBK60161331926819"}]}"#;
+    let (_, _, tail) = post("/v1/chat/completions", chat);
+    assert_eq!(tail, "200 200 1.1", "{}", h.proxy_log());
+    let gemini =
+        r#"{"contents": [{"role": "user", "parts": [{"text": "Pay GB29NWBK60161331926819"}]}]}"#;
+    let (_, _, tail) = post("/v1beta/models/gemini-2.0-flash:generateContent", gemini);
+    assert_eq!(tail, "200 200 1.1", "{}", h.proxy_log());
+    // Declared to carry no conversation: forwarded unread.
+    let (_, _, tail) = post("/v1/embeddings", r#"{"input": "anything"}"#);
+    assert_eq!(tail, "200 200 1.1");
+    // A model API the proxy does not read: refused, with what to do.
+    let (_, body, tail) = post("/v1/assistants/run", chat);
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["code"], "unread_model_request", "{refusal}");
+    assert!(
+        refusal["reason"]
+            .as_str()
+            .unwrap()
+            .contains("unrecordedPaths"),
+        "{refusal}"
+    );
+    // A role given twice, once escaped: the provider may read either, so
+    // the proxy reads neither.
+    let twice = r#"{"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "r\u006fle": "user", "content": "US13"}]}"#;
+    let (_, body, tail) = post("/v1/chat/completions", twice);
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["code"], "malformed_model_request", "{refusal}");
+    assert!(
+        refusal["reason"].as_str().unwrap().contains("twice"),
+        "{refusal}"
+    );
+}
+
+#[test]
 fn an_in_process_sink_is_refused_a_request_carrying_the_secret_after_untrusted_content() {
     let rt = runtime();
     let mut h = Harness::new(&rt, "request-flow");

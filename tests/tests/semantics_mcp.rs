@@ -1042,6 +1042,7 @@ fn without_provenance(node: &mut Value) {
     match node {
         Value::Object(members) => {
             members.remove("from");
+            members.remove("entities");
             members.remove("modelProvider");
             members.values_mut().for_each(without_provenance);
         }

@@ -580,8 +580,67 @@ struct Piece {
     source: Source,
     text: String,
     /// The values of its number tokens ([`number_tokens`]).
-    numbers: Vec<String>,
+    numbers: Numbers,
     digest: u64,
+}
+
+/// An exact decimal value, kept as the double it reads as where that double
+/// prints back as the same decimal (most amounts, dates and ids), which
+/// compares fast; otherwise as its text. Two decimals that read as one
+/// double are never both the double's own (its shortest decimal is one),
+/// so comparing either way is exact.
+#[derive(Debug, Clone, PartialEq)]
+enum NumberValue {
+    Double(f64),
+    Decimal(String),
+}
+
+impl NumberValue {
+    /// `decimal` in [`crate::strict_json::canonical_decimal`]'s spelling.
+    fn of(decimal: String) -> NumberValue {
+        match decimal.parse::<f64>() {
+            Ok(double)
+                if crate::strict_json::canonical_decimal(&format!("{double}")).as_ref()
+                    == Some(&decimal) =>
+            {
+                NumberValue::Double(double)
+            }
+            _ => NumberValue::Decimal(decimal),
+        }
+    }
+}
+
+/// The number tokens of a piece, split as [`NumberValue`] is.
+#[derive(Debug, Default)]
+struct Numbers {
+    doubles: Vec<f64>,
+    decimals: Vec<String>,
+}
+
+impl Numbers {
+    fn of(tokens: Vec<String>) -> Numbers {
+        let mut out = Numbers::default();
+        for token in tokens {
+            match NumberValue::of(token) {
+                NumberValue::Double(d) => out.doubles.push(d),
+                NumberValue::Decimal(t) => out.decimals.push(t),
+            }
+        }
+        out
+    }
+
+    fn contains(&self, value: &NumberValue) -> bool {
+        match value {
+            NumberValue::Double(d) => self.doubles.contains(d),
+            NumberValue::Decimal(t) => self.decimals.contains(t),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.doubles.capacity() * size_of::<f64>()
+            + self.decimals.capacity() * size_of::<String>()
+            + self.decimals.iter().map(String::capacity).sum::<usize>()
+    }
 }
 
 /// One session's record of the content seen and where it came from.
@@ -662,7 +721,7 @@ impl Lineage {
         self.kept.insert(digest);
         self.pieces.push_back(Piece {
             source,
-            numbers: number_tokens(text),
+            numbers: Numbers::of(number_tokens(text)),
             text: text.to_string(),
             digest,
         });
@@ -692,10 +751,7 @@ impl Lineage {
                     Source::User => 0,
                     Source::Tool(n) | Source::Host(n) => n.capacity(),
                 };
-                p.text.capacity()
-                    + p.numbers.capacity() * size_of::<String>()
-                    + p.numbers.iter().map(String::capacity).sum::<usize>()
-                    + name
+                p.text.capacity() + p.numbers.heap_bytes() + name
             })
             .sum();
         pieces
@@ -740,6 +796,7 @@ impl Lineage {
                 let Some(n) = crate::strict_json::number_decimal(n) else {
                     return Origin::Untracked;
                 };
+                let n = NumberValue::of(n);
                 for piece in &self.pieces {
                     if piece.numbers.contains(&n) {
                         seen.insert(piece.source.clone());

@@ -220,7 +220,7 @@ pub fn judge_request_action(
 /// The model API format of a request the policy allowed (`action`, as
 /// [`judge_request_action`] judged it), when the request carries the
 /// agent's conversation with its model (docs/policy-semantics.md §8.3):
-/// a request with a body (any method but GET and HEAD) that a
+/// a request with a body (`has_body`, whatever its method) that a
 /// `modelProvider` endpoint allows for this binary, on a path it does not
 /// list in `unrecordedPaths`. Its body is then recorded; `Some(Err)` when
 /// its path names no format the proxy reads
@@ -230,9 +230,10 @@ pub fn model_request(
     snapshot: &Snapshot,
     binary: &Binary,
     action: &NetworkAction,
+    has_body: bool,
 ) -> Option<Result<crate::provider::ProviderApi, Refusal>> {
     let policy = policy_of(snapshot).ok()?;
-    if matches!(action.method.as_str(), "GET" | "HEAD") || !policy.records_sessions {
+    if !has_body || !policy.records_sessions {
         return None;
     }
     match model_provider_path(&policy.compiled, &policy.index, binary.caller(), action)? {
@@ -313,7 +314,8 @@ network:
         let python = Binary(Some("/usr/bin/python3".into()));
         let ask = |b: &Binary, host: &str, method: &str, path: &str| {
             let (_, action) = judge_request_action(&s, b, host, 443, method, path).ok()?;
-            model_request(&s, b, &action)
+            // Every request here has a body but GET's.
+            model_request(&s, b, &action, method != "GET")
         };
         assert_eq!(
             ask(&python, "api.openai.com", "POST", "/v1/chat/completions"),
@@ -358,10 +360,16 @@ network:
             None
         );
         // Not the conversation: no body, another binary (its content is no
-        // one's `user`), another host.
+        // one's `user`), another host. A GET with a body is read too.
         assert_eq!(
             ask(&python, "api.openai.com", "GET", "/v1/chat/completions"),
             None
+        );
+        let (_, get) = judge_request_action(&s, &python, "api.openai.com", 443, "GET", "/v1/x")
+            .expect("allowed");
+        assert_eq!(
+            model_request(&s, &python, &get, true).map(|r| r.map_err(|e| e.code)),
+            Some(Err(RefusalCode::UnreadModelRequest))
         );
         assert_eq!(
             ask(&curl(), "api.openai.com", "POST", "/v1/chat/completions"),

@@ -1597,7 +1597,10 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        let api = match model_request(&snapshot, &self.binary, &action) {
+        // A body the request announces (a length, chunks, an HTTP/2 stream
+        // left open), whatever its method: it may carry a conversation.
+        let has_body = !hyper::body::Body::is_end_stream(req.body());
+        let api = match model_request(&snapshot, &self.binary, &action, has_body) {
             None => None,
             Some(Ok(api)) => Some(api),
             Some(Err(refusal)) => return refuse(refusal, &host, port),

@@ -800,6 +800,13 @@ network:
             .contains("unrecordedPaths"),
         "{refusal}"
     );
+    // A GET carrying a body is no exception.
+    let url = h.url("api.example.test", "/v1/models/gpt");
+    let (_, body, tail) = h.curl(&["-X", "GET", "--cacert", &ca, "--data-binary", chat, &url]);
+    assert_eq!(tail, "200 403 1.1", "{body}");
+    assert!(body.contains("unread_model_request"), "{body}");
+    let (_, _, tail) = h.curl(&["--cacert", &ca, &url]);
+    assert_eq!(tail, "200 200 1.1");
     // A role given twice, once escaped: the provider may read either, so
     // the proxy reads neither.
     let twice = r#"{"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "r\u006fle": "user", "content": "US13"}]}"#;

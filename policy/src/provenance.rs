@@ -387,7 +387,8 @@ impl fmt::Display for StatedSources {
 }
 
 /// The value a stated pointer names in `args`: a string or number by its
-/// JSON pointer, or a key (its member's pointer and [`KEY_SUFFIX`]) as a
+/// JSON pointer, a key (its member's pointer and [`KEY_SUFFIX`]) or an
+/// entity (its string's pointer, [`ENTITY_MARK`] and its index) as a
 /// string.
 fn leaf_at(args: &Value, pointer: &str) -> Option<Value> {
     if let Some((string, index)) = pointer.rsplit_once(ENTITY_MARK) {
@@ -1018,20 +1019,11 @@ pub fn edge_punctuation(c: char) -> bool {
 ///   one too: the rule cannot tell it from a host.
 pub fn entities(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut rest = text;
-    let mut offset = 0;
-    while !rest.is_empty() {
-        let start = rest.find(|c: char| !separates(c)).unwrap_or(rest.len());
-        let end = rest[start..]
-            .find(separates)
-            .map_or(rest.len(), |e| start + e);
-        let word = &text[offset + start..offset + end];
+    for word in text.split(separates) {
         let core = word.trim_matches(edge_punctuation);
         if !core.is_empty() {
             word_entities(core, &mut out);
         }
-        offset += end;
-        rest = &text[offset..];
     }
     out
 }

@@ -346,10 +346,7 @@ fn present_classes(
             .flat_map(|v| {
                 let leaf = tracked(&v) && !origins.is_empty();
                 let sources: Vec<StatedSources> = if leaf {
-                    origins
-                        .iter()
-                        .map(|set| StatedSources(BTreeMap::from([(String::new(), set.clone())])))
-                        .collect()
+                    origins.iter().map(seen_from).collect()
                 } else {
                     vec![StatedSources::default()]
                 };
@@ -401,10 +398,7 @@ fn present_classes(
     let mut seen: HashMap<Vec<u32>, ()> = HashMap::new();
     let mut classes = Vec::new();
     for (value, sources) in pool {
-        let provenance = Provenance::of(&sources);
-        let satisfied: Vec<u32> = (0..constraints.len() as u32)
-            .filter(|&j| constraints[j as usize].admits(&value, provenance, &Position::Root))
-            .collect();
+        let satisfied = satisfied_constraints(constraints, &value, &sources);
         if seen.insert(satisfied.clone(), ()).is_none() {
             if classes.len() >= MAX_CLASSES {
                 return Err(ArgumentError::TooLarge(format!(
@@ -498,12 +492,6 @@ fn entity_candidates(
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let admitted = |value: &Value, sources: &StatedSources| -> Vec<u32> {
-        let provenance = Provenance::of(sources);
-        (0..constraints.len() as u32)
-            .filter(|&j| constraints[j as usize].admits(value, provenance, &Position::Root))
-            .collect()
-    };
     // The string's own origin matters only where some constraint reads it.
     let string_origins: Vec<Option<&BTreeSet<Source>>> =
         if constraints.iter().any(|c| c.from.is_some()) {
@@ -514,10 +502,7 @@ fn entity_candidates(
     let mut out = Vec::new();
     for own in string_origins {
         let stated = |entities: &[&BTreeSet<Source>]| {
-            let mut sources = StatedSources(
-                own.map(|set| BTreeMap::from([(String::new(), set.clone())]))
-                    .unwrap_or_default(),
-            );
+            let mut sources = own.map(seen_from).unwrap_or_default();
             for (i, set) in entities.iter().enumerate() {
                 sources
                     .0
@@ -534,7 +519,10 @@ fn entity_candidates(
             .map(|set| {
                 let value = Value::String(text(1));
                 let sources = stated(&[set]);
-                (admitted(&value, &sources), (value, sources))
+                (
+                    satisfied_constraints(constraints, &value, &sources),
+                    (value, sources),
+                )
             })
             .collect();
         for used in combinations(&singles)? {
@@ -543,6 +531,24 @@ fn entity_candidates(
         }
     }
     Ok(out)
+}
+
+/// The indices of the constraints `value` satisfies, its leaves seen as
+/// `sources` say: the matcher's own answer, which labels every class.
+fn satisfied_constraints(
+    constraints: &[&CompiledConstraint],
+    value: &Value,
+    sources: &StatedSources,
+) -> Vec<u32> {
+    let provenance = Provenance::of(sources);
+    (0..constraints.len() as u32)
+        .filter(|&j| constraints[j as usize].admits(value, provenance, &Position::Root))
+        .collect()
+}
+
+/// A string or number seen from `set` (stated at the value itself).
+fn seen_from(set: &BTreeSet<Source>) -> StatedSources {
+    StatedSources(BTreeMap::from([(String::new(), set.clone())]))
 }
 
 fn number_value(x: f64) -> Value {
@@ -662,15 +668,8 @@ fn keyed_members(
     let key = Value::String("x".to_string());
     let mut out = Vec::new();
     for origin in key_origins {
-        let stated = StatedSources(
-            origin
-                .map(|set| BTreeMap::from([(String::new(), set.clone())]))
-                .unwrap_or_default(),
-        );
-        let provenance = Provenance::of(&stated);
-        let key_satisfies: Vec<u32> = (0..members.len() as u32)
-            .filter(|&j| members[j as usize].admits(&key, provenance, &Position::Root))
-            .collect();
+        let key_satisfies =
+            satisfied_constraints(members, &key, &origin.map(seen_from).unwrap_or_default());
         for (satisfied, (value, sources)) in &values {
             let mut sources = sources.clone();
             if let Some(set) = origin {

@@ -149,11 +149,11 @@ common_checks() {
   assert_kind_count Deployment 1
   assert_kind_count ValidatingWebhookConfiguration 1
   local vwc=(ValidatingWebhookConfiguration agentgate)
-  local n="${webhooks:-7}"
-  for w in agentsandboxes policyproposals maximumpolicies agentscans namespaces; do
+  local n="${webhooks:-8}"
+  for w in agentsandboxes policyproposals maximumpolicies agentscans heldcalls namespaces; do
     assert_in "${vwc[@]}" "- name: $w.agentgate.dev" 1
   done
-  if [ "$n" = 7 ]; then
+  if [ "$n" = 8 ]; then
     # Pods: enforce-labelled namespaces, and sandbox pods everywhere else.
     assert_in "${vwc[@]}" "- name: pods.agentgate.dev" 1
     assert_in "${vwc[@]}" "- name: sandbox-pods.agentgate.dev" 1
@@ -164,7 +164,7 @@ common_checks() {
     assert_not_in "${vwc[@]}" "pods.agentgate.dev"
   fi
   # Status subresources go through the webhook: only the operator writes status.
-  for w in agentsandboxes policyproposals maximumpolicies agentscans; do
+  for w in agentsandboxes policyproposals maximumpolicies agentscans heldcalls; do
     assert_in "${vwc[@]}" "- $w/status" 1
   done
   assert_in "${vwc[@]}" "- DELETE" 3
@@ -199,10 +199,10 @@ common_checks
 assert_in Deployment agentgate "- --proxy-image=ghcr.io/agentgate-dev/agentgate:0.1.0"
 assert_in Deployment agentgate "- --sandbox-ca-validity-seconds=31536000"
 assert_in Deployment agentgate "- --concurrent-reconciles=16"
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 7
-assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 7
-assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 7
-assert_in ValidatingWebhookConfiguration agentgate "port: 443" 7
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 8
+assert_in ValidatingWebhookConfiguration agentgate "timeoutSeconds: 10" 8
+assert_in ValidatingWebhookConfiguration agentgate "name: agentgate-webhook" 8
+assert_in ValidatingWebhookConfiguration agentgate "port: 443" 8
 assert_in ValidatingWebhookConfiguration agentgate 'path: "/validate/agentsandboxes"' 1
 assert_not_in ValidatingWebhookConfiguration agentgate "url:"
 assert_not_in ValidatingWebhookConfiguration agentgate "cert-manager.io/inject-ca-from"
@@ -212,15 +212,24 @@ assert_in Deployment agentgate "- --cert-mode=self-managed"
 assert_in Deployment agentgate "maxUnavailable: 0"
 assert_in Deployment agentgate "podAntiAffinity:"
 assert_not_in Deployment agentgate "--cert-dir"
-assert_kind_count CustomResourceDefinition 4
-assert_in CustomResourceDefinition "" "helm.sh/resource-policy: keep" 4
-for crd in maximumpolicies agentsandboxes policyproposals agentscans; do
+assert_kind_count CustomResourceDefinition 5
+assert_in CustomResourceDefinition "" "helm.sh/resource-policy: keep" 5
+for crd in maximumpolicies agentsandboxes policyproposals agentscans heldcalls; do
   assert_in CustomResourceDefinition "$crd.agentgate.dev" "group: agentgate.dev"
 done
 assert_in CustomResourceDefinition maximumpolicies.agentgate.dev "scope: Cluster"
 assert_in CustomResourceDefinition agentsandboxes.agentgate.dev "scope: Namespaced"
 assert_in CustomResourceDefinition policyproposals.agentgate.dev "scope: Namespaced"
 assert_in CustomResourceDefinition agentscans.agentgate.dev "scope: Cluster"
+assert_in CustomResourceDefinition heldcalls.agentgate.dev "scope: Namespaced"
+# Held calls: the proxies ask this operator's Service; the operator records
+# them, reviewers decide them.
+assert_in Deployment agentgate "- --approvals-url=https://agentgate-webhook.$namespace.svc.cluster.local/v1/hold"
+assert_in Deployment agentgate "- --hold-timeout-seconds=120"
+assert_in ClusterRole agentgate-controller '"heldcalls"'
+assert_in ClusterRole agentgate-controller '"heldcalls/status"'
+assert_in ClusterRole agentgate-reviewer-base '"heldcalls"'
+assert_in ClusterRole agentgate-controller 'verbs: ["get", "patch"]' 1
 assert_kind_count Service 2
 assert_in Service agentgate-webhook "targetPort: webhook"
 assert_in Service agentgate-metrics "port: 8080"
@@ -283,7 +292,9 @@ assert_in Certificate agentgate-webhook-tls "name: agentgate-ca"
 assert_in Certificate agentgate-ca "isCA: true"
 assert_in Issuer agentgate-selfsigned "selfSigned: {}"
 assert_not_in Role agentgate-controller '"secrets"'
-assert_not_in ClusterRole agentgate-controller "resourceNames"
+# The webhook configuration is only read (its caBundle, for the proxies).
+assert_in ClusterRole agentgate-controller 'resourceNames: ["agentgate"]' 1
+assert_not_in ClusterRole agentgate-controller 'verbs: ["get", "patch"]'
 
 run_case cert-manager-issuerRef --set webhook.certManager.enabled=true \
   --set webhook.certManager.issuerRef.name=corp-ca --set webhook.certManager.issuerRef.kind=ClusterIssuer
@@ -309,14 +320,18 @@ assert_kind_count PodDisruptionBudget 1
 assert_in PodDisruptionBudget agentgate "minAvailable: 1"
 
 run_case pods-off --set webhook.pods.enabled=false
-webhooks=5 common_checks
+webhooks=6 common_checks
 
 run_case crds-disabled --set crds.enabled=false
 common_checks
 assert_kind_count CustomResourceDefinition 0
 
+run_case held-calls-off --set dataPlane.heldCalls=false
+common_checks
+assert_not_in Deployment agentgate "--approvals-url"
+
 run_case crds-not-kept --set crds.keep=false
-assert_kind_count CustomResourceDefinition 4
+assert_kind_count CustomResourceDefinition 5
 assert_not_in CustomResourceDefinition "" "helm.sh/resource-policy"
 
 run_case webhook-url --set webhook.url=https://127.0.0.1:9443 --set replicaCount=0
@@ -338,7 +353,7 @@ assert_in Deployment agentgate "- --trusted-deployer=system:serviceaccount:agent
 assert_in Deployment agentgate "- --scan-writer=system:serviceaccount:ci:scanner"
 assert_in Deployment agentgate "- --scan-writer=group:release-managers"
 assert_not_in Deployment agentgate "group:system:masters"
-assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 5
+assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Ignore" 6
 # Loosening the agentgate kinds does not open pod enforcement.
 assert_in ValidatingWebhookConfiguration agentgate "failurePolicy: Fail" 2
 assert_in Deployment agentgate "- --allow-unmanaged"

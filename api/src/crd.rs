@@ -759,6 +759,96 @@ pub struct PolicyProposalStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// A tool call held for a person's approval (`mode: ask`,
+/// docs/policy-semantics.md §8.6). The operator writes it when a sandbox's
+/// proxy holds a call; a reviewer with the `approve` verb on heldcalls
+/// decides it with `kubectl agentgate approve|deny heldcall/NAME` (the
+/// `Approved` or `Denied` condition, never by the agent itself); the
+/// operator writes `Expired` when nobody decides in time. The spec never
+/// changes: an approval covers exactly the call that was shown.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    crates(kube_core = "::kube_core"),
+    group = "agentgate.dev",
+    version = "v1alpha1",
+    kind = "HeldCall",
+    namespaced,
+    shortname = "hcall",
+    category = "agentgate",
+    status = "HeldCallStatus",
+    printcolumn(
+        name = "Sandbox",
+        type_ = "string",
+        json_path = ".spec.sandboxRef.name"
+    ),
+    printcolumn(name = "Tool", type_ = "string", json_path = ".spec.tool"),
+    printcolumn(name = "Decision", type_ = "string", json_path = ".status.decision"),
+    printcolumn(name = "Expires", type_ = "string", json_path = ".spec.expiresAt"),
+    printcolumn(
+        name = "Arguments",
+        type_ = "string",
+        json_path = ".spec.arguments",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldCallSpec {
+    /// The sandbox whose proxy holds the call.
+    pub sandbox_ref: SandboxRef,
+    /// The sandbox Pod the call came from.
+    pub pod: String,
+    /// The agent's identity (the Pod's ServiceAccount): it may never
+    /// decide its own call.
+    pub requester: String,
+    /// The JSON-RPC method: `tools/call`.
+    pub kind: String,
+    /// The tool.
+    pub tool: String,
+    /// The call's arguments as JSON text, exactly as the agent sent them.
+    pub arguments: String,
+    /// The MCP server: `host:port/path`.
+    pub server: String,
+    /// The binary in the sandbox that sent it.
+    pub binary: String,
+    /// The rule whose `mode: ask` entry held it.
+    pub rule: String,
+    /// Why no allow entry let it through.
+    pub reason: String,
+    /// When the proxy stops waiting and refuses the call (RFC 3339).
+    pub expires_at: String,
+}
+
+/// How a held call ended, as the operator answered the proxy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HeldCallDecision {
+    /// A reviewer approved it: it was forwarded.
+    Approved,
+    /// A reviewer denied it: the agent read a refusal.
+    Denied,
+    /// Nobody decided in time: the agent read a refusal.
+    Expired,
+}
+
+/// What became of a held call.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldCallStatus {
+    /// The answer the proxy got (written by the operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<HeldCallDecision>,
+    /// `Approved`, `Denied` (set by reviewers) and `Expired` (set by the
+    /// operator): see docs/status.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
 /// An information-flow graph of an agent image, written by CI.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -820,6 +910,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         AgentSandbox::crd(),
         PolicyProposal::crd(),
         AgentScan::crd(),
+        HeldCall::crd(),
     ];
     for definition in &mut all {
         without_status_rules(definition);

@@ -959,7 +959,38 @@ impl ControlPlane {
                     "the webhook Pods never answered",
                     format!("{e}\n{}", self.chart_logs(30)),
                 )
-            })
+            })?;
+        // The sandbox proxies reach the operator's /v1/hold by the
+        // Service's name, which a cluster's DNS would answer.
+        let service = "agentgate-webhook";
+        let address = self.run(&[
+            "get",
+            "service",
+            service,
+            "-n",
+            crate::CHART_NAMESPACE,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])?;
+        self.add_test_host(
+            &format!("{service}.{}.svc.cluster.local", crate::CHART_NAMESPACE),
+            address.trim(),
+        )
+    }
+
+    /// Adds `name` → `address` to the test DNS (which re-reads its records
+    /// file when it changes).
+    pub fn add_test_host(&self, name: &str, address: &str) -> Result<(), HarnessError> {
+        let path = self.dir.join("records.json");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| failed("reading the DNS records", e))?;
+        let mut records: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).map_err(|e| failed("reading the DNS records", e))?;
+        records.insert(name.to_string(), address.into());
+        let partial = self.dir.join("records.json.partial");
+        std::fs::write(&partial, serde_json::Value::Object(records).to_string())
+            .map_err(|e| failed("writing the DNS records", e))?;
+        std::fs::rename(&partial, &path).map_err(|e| failed("writing the DNS records", e))
     }
 
     /// The last `lines` of every operator Pod's log (kubectl logs: the API

@@ -25,9 +25,27 @@ use crate::pod_runner::UPSTREAM_IP;
 ///   error;
 /// - `udp`: a datagram to a non-DNS port; `inside`/`outside`: writes inside
 ///   and outside `readWrite`.
+///
+/// Beside the rounds, one call after another of `get_statement`, which the
+/// sandbox holds for a person's approval (`mode: ask`): a `HELD` line per
+/// call, `result=forwarded` once approved, else the refusal's code
+/// (`held_call_denied`, `held_call_expired`, `held_call_unavailable`).
 pub fn agent_script() -> String {
     format!(
         r#"#!/bin/bash
+held() {{
+  k=0
+  while true; do
+    k=$((k+1))
+    curl -s --max-time 600 -X POST -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+      -d "{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{{\"name\":\"get_statement\",\"arguments\":{{\"month\":$k}}}}}}" \
+      http://api.example.test:8080/mcp > /tmp/held.body 2>/dev/null
+    if grep -q '"upstream"' /tmp/held.body; then r=forwarded; else r=$(grep -o 'held_call_[a-z]*' /tmp/held.body | head -1); r=${{r:-other}}; fi
+    echo "HELD k=$k t=$(date +%s.%N) result=$r"
+    sleep 1
+  done
+}}
+held &
 n=0
 while true; do
   n=$((n+1))
@@ -354,7 +372,8 @@ fn sdk_pay_rule(python: &str) -> String {
 /// Namespace `<namespace>` (team `<namespace>`) and its sandbox
 /// `<namespace>-bot`, whose agent container runs `image` with `command` (a
 /// YAML flow sequence) as uid 1000: the example API by curl only and GET
-/// only, GitHub GET, the MCP tool `get_balance` by curl, `/tmp` writable;
+/// only, GitHub GET, the MCP tool `get_balance` by curl and `get_statement`
+/// held for approval, `/tmp` writable;
 /// with `sdk_python`, also `get_balance` on the SDK bank server by that
 /// python.
 pub fn sandbox(
@@ -401,7 +420,7 @@ spec:
       - name: bank-read
         binaries: [/usr/bin/curl]
         endpoints:
-          - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: get_balance}}]}}
+          - {{host: api.example.test, ports: [8080], protocol: mcp, path: /mcp, tools: [{{name: get_balance}}, {{name: get_statement, mode: ask}}]}}
 {sdk}"
     )
 }

@@ -3,16 +3,31 @@
 which has no resolver of its own: A records from a JSON map, NOERROR with
 no answer for other types of known names, NXDOMAIN for the rest.
 
-usage: dns.py ADDR RECORDS.json     (RECORDS: {"api.example.test": "10.77.0.2"})
+usage: dns.py ADDR RECORDS.json     (RECORDS: {"api.example.test": "10.77.0.2"},
+re-read whenever it changes)
 """
 import json
+import os
 import socket
 import struct
 import sys
 
 addr, records_file = sys.argv[1:3]
-with open(records_file) as f:
-    records = {k.lower().rstrip("."): v for k, v in json.load(f).items()}
+records, records_mtime = {}, None
+
+
+def load_records():
+    """Re-reads RECORDS.json when it changed: a test adds a record (a
+    Service's address known only once it exists) without a restart."""
+    global records, records_mtime
+    mtime = os.stat(records_file).st_mtime_ns
+    if mtime != records_mtime:
+        with open(records_file) as f:
+            records = {k.lower().rstrip("."): v for k, v in json.load(f).items()}
+        records_mtime = mtime
+
+
+load_records()
 
 
 def parse_question(packet):
@@ -37,6 +52,10 @@ while True:
     except (IndexError, struct.error):
         continue
     ident = packet[:2]
+    try:
+        load_records()
+    except (OSError, ValueError):
+        pass  # a half-written file: keep the records read before
     known = name in records
     rcode = 0 if known else 3
     answers = b""

@@ -17,6 +17,9 @@
 //!    without a restart, a tightened ceiling takes it away again;
 //!    `kubectl agentgate lineage` reads the session from the running
 //!    proxy, and the refused tool call is an Event on the sandbox;
+//!    a held tool call (`mode: ask`) waits while a person decides:
+//!    approved it is forwarded, denied or expired it is refused with its
+//!    code, and the agent cannot approve its own;
 //!    the sandbox CA rotated under the running agent (a CA a day from its
 //!    end: the next minted, published and signing) without a restart;
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
@@ -69,7 +72,8 @@ fn report(cp: &ControlPlane) -> String {
 fn install(cp: &ControlPlane) -> Images {
     let bin_dir = operator_binary().unwrap();
     let images = build_images(bin_dir.parent().unwrap()).unwrap();
-    cp.install_chart_on_node(&images, &[])
+    // Held calls expire within the scenario (docs/proxy.md, "Held calls").
+    cp.install_chart_on_node(&images, &["dataPlane.holdTimeoutSeconds=15"])
         .unwrap_or_else(|e| panic!("{e}\n{}", report(cp)));
     images
 }
@@ -259,6 +263,168 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     gained
 }
 
+/// The held calls of the sandbox as `name decision` pairs, oldest first
+/// (`decision` empty while pending).
+fn held_calls(cp: &ControlPlane) -> Vec<(String, String)> {
+    cp.run(&[
+        "get",
+        "heldcalls",
+        "-n",
+        "node",
+        "--sort-by=.metadata.creationTimestamp",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.decision}{\"\\n\"}{end}",
+    ])
+    .unwrap_or_default()
+    .lines()
+    .filter_map(|line| {
+        let (name, decision) = line.split_once(' ').unwrap_or((line, ""));
+        (!name.is_empty()).then(|| (name.to_string(), decision.trim().to_string()))
+    })
+    .collect()
+}
+
+/// The pending held call, once the agent's next one is held.
+fn next_pending(cp: &ControlPlane, context: &dyn Fn() -> String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some((name, _)) = held_calls(cp).into_iter().find(|(_, d)| d.is_empty()) {
+            return name;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no held call appeared\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The first `HELD` result the agent printed after `since`.
+fn held_result_after(cp: &ControlPlane, since: f64, context: &dyn Fn() -> String) -> (String, f64) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let log = agent_log(cp);
+        let found = log
+            .lines()
+            .filter(|l| l.starts_with("HELD "))
+            .find_map(|line| {
+                let field = |name: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                        .map(str::to_string)
+                };
+                let at: f64 = field("t")?.parse().ok()?;
+                (at > since).then(|| (field("result").unwrap_or_default(), at))
+            });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent printed no held result after {since}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Held calls on the real node: the agent's `get_statement` (`mode: ask`)
+/// waits in the proxy while the operator records it as a HeldCall; a
+/// reviewer's approval lets it through, a denial and an expiry refuse it
+/// with their codes, the agent cannot approve its own, and the sandbox
+/// shows each step as an Event. Returns hold → approved → forwarded, in
+/// seconds.
+fn held_calls_decided(cp: &ControlPlane, context: &dyn Fn() -> String) -> f64 {
+    let plugin = |args: &[&str]| {
+        let out = cp.plugin(args).unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    // The agent may not decide its own call (nor hold the approve verb).
+    let first = next_pending(cp, context);
+    let (ok, said) = plugin(&[
+        "--as",
+        "system:serviceaccount:node:node-bot",
+        "approve",
+        &format!("heldcall/{first}"),
+        "-n",
+        "node",
+    ]);
+    assert!(!ok, "the agent approved its own call: {said}");
+
+    let approved_at = now();
+    let (ok, said) = plugin(&["approve", &format!("heldcall/{first}"), "-n", "node"]);
+    assert!(ok, "approve: {said}\n{}", context());
+    let (result, at) = held_result_after(cp, approved_at, context);
+    assert_eq!(result, "forwarded", "the approved call\n{}", context());
+    let latency = at - approved_at;
+
+    let second = next_pending(cp, context);
+    assert_ne!(second, first);
+    let denied_at = now();
+    let (ok, said) = plugin(&[
+        "deny",
+        &format!("heldcall/{second}"),
+        "-n",
+        "node",
+        "--reason",
+        "not this month",
+    ]);
+    assert!(ok, "deny: {said}\n{}", context());
+    let (result, _) = held_result_after(cp, denied_at, context);
+    assert_eq!(result, "held_call_denied", "the denied call\n{}", context());
+    // A decided hold is final.
+    let (ok, said) = plugin(&["approve", &format!("heldcall/{second}"), "-n", "node"]);
+    assert!(!ok && said.contains("final"), "{said}");
+
+    // Nobody decides the third: it expires (the chart's holdTimeoutSeconds).
+    let third = next_pending(cp, context);
+    let waited_at = now();
+    let (result, at) = held_result_after(cp, waited_at, context);
+    assert_eq!(
+        result,
+        "held_call_expired",
+        "the undecided call\n{}",
+        context()
+    );
+    assert!(
+        at - waited_at < 60.0,
+        "expired after {:.1} s",
+        at - waited_at
+    );
+    let decisions: std::collections::BTreeMap<String, String> =
+        held_calls(cp).into_iter().collect();
+    assert_eq!(decisions.get(&first).map(String::as_str), Some("approved"));
+    assert_eq!(decisions.get(&second).map(String::as_str), Some("denied"));
+    assert_eq!(decisions.get(&third).map(String::as_str), Some("expired"));
+    let events = cp
+        .run(&[
+            "get",
+            "events",
+            "-n",
+            "node",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+        .unwrap_or_default();
+    for reason in [
+        "CallHeld",
+        "HeldCallApproved",
+        "HeldCallDenied",
+        "HeldCallExpired",
+    ] {
+        assert!(events.contains(reason), "no {reason} Event: {events}");
+    }
+    latency
+}
+
 /// `kubectl agentgate lineage` reads the running proxy's session through
 /// the API server's pod proxy: the tool the agent called is a node of the
 /// observed graph, and the refusals the agent just met are listed, the
@@ -292,7 +458,11 @@ fn session_lineage(cp: &ControlPlane, context: &dyn Fn() -> String) {
         .iter()
         .filter_map(|n| n["id"].as_str())
         .collect();
-    assert!(ids.contains(&"get_balance"), "{graph}");
+    assert!(
+        ids.contains(&"get_balance"),
+        "{graph}\n{text}\n{}",
+        context()
+    );
     // The leader publishes the refused tool call as an Event on the sandbox.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -639,6 +809,16 @@ fn the_product_on_a_real_node() {
     operator_pods_run(&cp);
     let installed = started.elapsed();
     enforced_pod(&cp, &images);
+    let context = || {
+        format!(
+            "agent:\n{}\nproxy:\n{}\n{}",
+            tail(&agent_log(&cp), 30),
+            tail(&cp.container_log("node", "node-bot", "agentgate-proxy"), 30),
+            report(&cp)
+        )
+    };
+    let approved = held_calls_decided(&cp, &context);
+    eprintln!("real node: held call approved → forwarded to the waiting agent in {approved:.2} s");
     let rotated = ca_rotation(&cp);
     eprintln!(
         "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"

@@ -40,6 +40,15 @@ pub fn core_resource(
     }
 }
 
+/// `approve` on the heldcalls of a namespace (one, when named): who may
+/// decide a held tool call.
+pub fn approve_held_calls(namespace: &str, name: Option<&str>) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some("agentgate.dev".into()),
+        ..core_resource(APPROVE_VERB, "heldcalls", namespace, name)
+    }
+}
+
 /// The `approve` verb on `policyproposals.agentgate.dev` in `namespace`
 /// (on proposal `name`, when given): what a reviewer holds.
 pub fn approve_proposals(namespace: &str, name: Option<&str>) -> ResourceAttributes {

@@ -13,7 +13,7 @@ use crate::governing::{Governance, Governing, prove_declared, sandbox_refusal};
 use crate::maximum::{Assessment, assess};
 use crate::pod_template::template_images;
 use crate::selector::governs;
-use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, PolicyProposal};
+use agentgate_api::crd::{AgentSandbox, AgentScan, HeldCall, MaximumPolicy, PolicyProposal};
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_prover::Prover;
 use agentgate_prover::verdict::Decision;
@@ -169,6 +169,41 @@ pub fn review_proposal(
                     "policyproposal {name:?}: {username:?} requested it and cannot approve or deny it; another reviewer with the approve verb must"
                 ))
             }
+            ReviewChange::Review => ProposalCheck::NeedsApprove,
+        },
+        _ => ProposalCheck::Allow,
+    }
+}
+
+/// The rules for HeldCalls (docs/proxy.md, "Held calls"), for everyone but
+/// the operator (whose writes the server admits before asking): only the
+/// operator creates them; the spec never changes (an approval covers
+/// exactly the call that was shown); a status write may only give a review
+/// ([`review_change`]), which needs `approve` on heldcalls and never comes
+/// from the agent whose call it is.
+pub fn review_held_call(
+    operation: &Operation,
+    sub_resource: Option<&str>,
+    old: Option<&HeldCall>,
+    new: &HeldCall,
+    username: &str,
+) -> ProposalCheck {
+    let name = new.name_any();
+    match (operation, sub_resource, old) {
+        (Operation::Create, _, _) => ProposalCheck::Deny(format!(
+            "heldcall {name:?}: held calls are written by the agentgate operator when a sandbox's proxy holds a call; {username:?} may only approve or deny them"
+        )),
+        (Operation::Update, None, Some(old)) if old.spec != new.spec => {
+            ProposalCheck::Deny(format!(
+                "heldcall {name:?}: spec is immutable (an approval covers exactly the call that was shown)"
+            ))
+        }
+        (Operation::Update, Some("status"), Some(old)) => match review_change(old, new, username) {
+            ReviewChange::Unchanged => ProposalCheck::Allow,
+            ReviewChange::Refused(message) => ProposalCheck::Deny(message),
+            ReviewChange::Review if new.spec.requester == username => ProposalCheck::Deny(format!(
+                "heldcall {name:?}: {username:?} made this call and cannot approve or deny it; a person with the approve verb on heldcalls must"
+            )),
             ReviewChange::Review => ProposalCheck::NeedsApprove,
         },
         _ => ProposalCheck::Allow,

@@ -13,7 +13,8 @@ use kube_core::ResourceExt;
 
 use crate::pod_template::agent_identities;
 use agentgate_api::crd::{
-    AgentSandbox, AgentScan, Phase, PolicyProposal, REVIEW_CONDITIONS, review_message_prefix,
+    AgentSandbox, AgentScan, HeldCall, Phase, PolicyProposal, REVIEW_CONDITIONS,
+    review_message_prefix,
 };
 
 /// The identity behind an admission request.
@@ -191,35 +192,127 @@ pub enum ReviewChange {
     Refused(String),
 }
 
-fn review_conditions(p: &PolicyProposal) -> Vec<&Condition> {
-    let mut list: Vec<&Condition> = p
-        .status
+/// An object a reviewer decides by setting its `Approved` or `Denied`
+/// condition: a PolicyProposal or a HeldCall.
+pub trait Reviewed {
+    /// The kind as messages name it (`policyproposal`).
+    const KIND: &'static str;
+    /// What to do instead once it is decided.
+    const INSTEAD: &'static str;
+    /// Its conditions.
+    fn conditions(&self) -> &[Condition];
+    /// Its status without the review conditions (only the operator writes
+    /// it), as JSON.
+    fn status_besides_review(&self) -> serde_json::Value;
+    /// Why a review would change nothing any more, if it would not.
+    fn closed(&self) -> Option<String>;
+    /// `metadata.generation`.
+    fn generation(&self) -> Option<i64>;
+    /// The object's name.
+    fn object_name(&self) -> String;
+}
+
+fn besides_review<S: serde::Serialize + Default + Clone>(
+    conditions: &[Condition],
+    status: &Option<S>,
+) -> serde_json::Value {
+    let mut status = serde_json::to_value(status.clone().unwrap_or_default()).unwrap_or_default();
+    let rest: Vec<&Condition> = conditions
         .iter()
-        .flat_map(|s| s.conditions.iter())
+        .filter(|c| !REVIEW_CONDITIONS.contains(&c.type_.as_str()))
+        .collect();
+    if let Some(object) = status.as_object_mut() {
+        object.insert(
+            "conditions".into(),
+            serde_json::to_value(rest).unwrap_or_default(),
+        );
+    }
+    status
+}
+
+impl Reviewed for PolicyProposal {
+    const KIND: &'static str = "policyproposal";
+    const INSTEAD: &'static str = "file a new proposal";
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default()
+    }
+    fn status_besides_review(&self) -> serde_json::Value {
+        besides_review(self.conditions(), &self.status)
+    }
+    fn closed(&self) -> Option<String> {
+        match self.status.as_ref().and_then(|s| s.phase) {
+            Some(done @ (Phase::Applied | Phase::Rejected | Phase::Superseded)) => {
+                Some(format!("{done:?}"))
+            }
+            _ => None,
+        }
+    }
+    fn generation(&self) -> Option<i64> {
+        self.metadata.generation
+    }
+    fn object_name(&self) -> String {
+        self.name_any()
+    }
+}
+
+impl Reviewed for HeldCall {
+    const KIND: &'static str = "heldcall";
+    const INSTEAD: &'static str = "the call was already answered; the agent may call again";
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default()
+    }
+    fn status_besides_review(&self) -> serde_json::Value {
+        besides_review(self.conditions(), &self.status)
+    }
+    fn closed(&self) -> Option<String> {
+        let expired = self
+            .conditions()
+            .iter()
+            .any(|c| c.type_ == HELD_CALL_EXPIRED && c.status == "True");
+        let answered = self.status.as_ref().and_then(|s| s.decision);
+        match (expired, answered) {
+            (true, _) => Some("expired".into()),
+            (false, Some(decision)) => Some(format!("{decision:?}").to_lowercase()),
+            (false, None) => None,
+        }
+    }
+    fn generation(&self) -> Option<i64> {
+        self.metadata.generation
+    }
+    fn object_name(&self) -> String {
+        self.name_any()
+    }
+}
+
+/// The operator's condition on a held call nobody decided in time.
+pub const HELD_CALL_EXPIRED: &str = "Expired";
+
+fn review_conditions<T: Reviewed>(p: &T) -> Vec<&Condition> {
+    let mut list: Vec<&Condition> = p
+        .conditions()
+        .iter()
         .filter(|c| REVIEW_CONDITIONS.contains(&c.type_.as_str()))
         .collect();
     list.sort_by(|a, b| a.type_.cmp(&b.type_));
     list
 }
 
-fn without_review(p: &PolicyProposal) -> Option<agentgate_api::crd::PolicyProposalStatus> {
-    p.status.clone().map(|mut s| {
-        s.conditions
-            .retain(|c| !REVIEW_CONDITIONS.contains(&c.type_.as_str()));
-        s
-    })
-}
-
-/// A non-operator's status write to a proposal: only the `Approved` and
-/// `Denied` conditions may change; a decided review (either condition
-/// True) is final; a new review's message starts "approved by USER" or
-/// "denied by USER" with the reviewer's own name, so the commit record can
-/// name who decided.
-pub fn review_change(old: &PolicyProposal, new: &PolicyProposal, username: &str) -> ReviewChange {
-    let name = new.name_any();
-    if without_review(old).unwrap_or_default() != without_review(new).unwrap_or_default() {
+/// A non-operator's status write to a proposal or a held call: only the
+/// `Approved` and `Denied` conditions may change; a decided review (either
+/// condition True) is final; a new review's message starts "approved by
+/// USER" or "denied by USER" with the reviewer's own name, so the record
+/// can name who decided.
+pub fn review_change<T: Reviewed>(old: &T, new: &T, username: &str) -> ReviewChange {
+    let (kind, name) = (T::KIND, new.object_name());
+    if old.status_besides_review() != new.status_besides_review() {
         return ReviewChange::Refused(format!(
-            "policyproposal {name:?}: only the agentgate operator writes the status; a reviewer may set only the Approved or Denied condition"
+            "{kind} {name:?}: only the agentgate operator writes the status; a reviewer may set only the Approved or Denied condition"
         ));
     }
     let (before, after) = (review_conditions(old), review_conditions(new));
@@ -228,20 +321,21 @@ pub fn review_change(old: &PolicyProposal, new: &PolicyProposal, username: &str)
     }
     if let Some(decided) = before.iter().find(|c| c.status == "True") {
         return ReviewChange::Refused(format!(
-            "policyproposal {name:?} is already {} ({}); a decided review is final: file a new proposal",
+            "{kind} {name:?} is already {} ({}); a decided review is final: {}",
             decided.type_.to_lowercase(),
-            decided.message
+            decided.message,
+            T::INSTEAD
         ));
     }
-    let phase = old.status.as_ref().and_then(|s| s.phase);
-    if let Some(done @ (Phase::Applied | Phase::Rejected | Phase::Superseded)) = phase {
+    if let Some(done) = old.closed() {
         return ReviewChange::Refused(format!(
-            "policyproposal {name:?} is already {done:?}; a review would change nothing: file a new proposal"
+            "{kind} {name:?} is already {done}; a review would change nothing: {}",
+            T::INSTEAD
         ));
     }
     if after.iter().filter(|c| c.status == "True").count() > 1 {
         return ReviewChange::Refused(format!(
-            "policyproposal {name:?}: Approved and Denied cannot both be True"
+            "{kind} {name:?}: Approved and Denied cannot both be True"
         ));
     }
     for condition in after.iter().filter(|c| c.status == "True") {
@@ -249,15 +343,15 @@ pub fn review_change(old: &PolicyProposal, new: &PolicyProposal, username: &str)
         let rest = condition.message.strip_prefix(&prefix);
         if !rest.is_some_and(|r| r.is_empty() || r.starts_with(':')) {
             return ReviewChange::Refused(format!(
-                "policyproposal {name:?}: the {} condition's message must begin with {prefix} (then \": reason\" if you like), so the commit record names its reviewer; kubectl agentgate approve|deny writes it",
+                "{kind} {name:?}: the {} condition's message must begin with {prefix} (then \": reason\" if you like), so the record names its reviewer; kubectl agentgate approve|deny writes it",
                 condition.type_
             ));
         }
-        if condition.observed_generation != new.metadata.generation {
+        if condition.observed_generation != new.generation() {
             return ReviewChange::Refused(format!(
-                "policyproposal {name:?}: the {} condition's observedGeneration must be the proposal's generation {}, so the review covers exactly the spec that was read",
+                "{kind} {name:?}: the {} condition's observedGeneration must be its generation {}, so the review covers exactly the spec that was read",
                 condition.type_,
-                new.metadata.generation.unwrap_or_default()
+                new.generation().unwrap_or_default()
             ));
         }
     }

@@ -389,6 +389,8 @@ mod tests {
         DataPlane {
             image: "ghcr.io/agentgate-dev/agentgate:test".into(),
             pull_policy: None,
+            approvals: None,
+            hold_timeout_seconds: 120,
         }
     }
 

@@ -14,7 +14,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    PodSpec, Probe, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    PodSpec, Probe, ProjectedVolumeSource, SecretVolumeSource, SecurityContext,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -27,6 +28,11 @@ pub struct DataPlane {
     pub image: String,
     /// `imagePullPolicy` of the data-plane containers (`None`: the cluster's default).
     pub pull_policy: Option<String>,
+    /// The approval service held calls are put to (the operator's
+    /// `https://…/v1/hold`); `None`: held calls are refused.
+    pub approvals: Option<String>,
+    /// Seconds a held call waits for a person.
+    pub hold_timeout_seconds: u64,
 }
 
 impl DataPlane {
@@ -58,6 +64,20 @@ pub const CA_VOLUME: &str = "agentgate-ca";
 /// there, and neither `agentgate-init` nor the proxy needs the agent's
 /// identity (nor may a stored Pod's data plane differ from the built one).
 pub const TOKEN_SHIELD_VOLUME: &str = "agentgate-no-token";
+/// The projected ServiceAccount token, audience [`HOLD_AUDIENCE`], with
+/// which the proxy puts held calls to the approval service (the proxy's
+/// alone: no agent container may mount it or a token of that audience).
+pub const APPROVALS_VOLUME: &str = "agentgate-approvals";
+/// Where the proxy finds it.
+pub const APPROVALS_DIR: &str = "/agentgate/approvals";
+/// The audience of that token: `/v1/hold` accepts no other, and the API
+/// server none of it.
+pub const HOLD_AUDIENCE: &str = "agentgate.dev/hold";
+/// How long each such token lives (the kubelet renews it at 80%).
+const APPROVALS_TOKEN_SECONDS: i64 = 3600;
+/// The roots that verify the approval service (its serving CA), as the
+/// operator publishes them in the policy ConfigMap.
+pub const APPROVALS_CA_FILE: &str = "/agentgate/policy/approvals-ca.pem";
 /// Where the ServiceAccount admission plugin mounts the API token.
 pub const SERVICE_ACCOUNT_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Everything the data plane mounts lives below this directory.
@@ -225,18 +245,30 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
         image: Some(data_plane.image.clone()),
         image_pull_policy: data_plane.pull_policy.clone(),
         restart_policy: Some(string("Always")),
-        command: Some(vec![
-            format!("{IMAGE_BIN_DIR}/agentgate-proxy"),
-            format!("--policy={POLICY_FILE}"),
-            format!("--listen=127.0.0.1:{EXPLICIT_PORT}"),
-            format!("--transparent-listen=127.0.0.1:{TRANSPARENT_PORT}"),
-            format!("--metrics-listen=0.0.0.0:{ADMIN_PORT}"),
-            format!("--ca-cert={CA_DIR}/tls.crt"),
-            format!("--ca-key={CA_DIR}/tls.key"),
-            format!("--agent-cas={SANDBOX_CAS_FILE}"),
-            format!("--agent-ca-bundle={CA_BUNDLE_FILE}"),
-            string("--log-json"),
-        ]),
+        command: Some(
+            vec![
+                format!("{IMAGE_BIN_DIR}/agentgate-proxy"),
+                format!("--policy={POLICY_FILE}"),
+                format!("--listen=127.0.0.1:{EXPLICIT_PORT}"),
+                format!("--transparent-listen=127.0.0.1:{TRANSPARENT_PORT}"),
+                format!("--metrics-listen=0.0.0.0:{ADMIN_PORT}"),
+                format!("--ca-cert={CA_DIR}/tls.crt"),
+                format!("--ca-key={CA_DIR}/tls.key"),
+                format!("--agent-cas={SANDBOX_CAS_FILE}"),
+                format!("--agent-ca-bundle={CA_BUNDLE_FILE}"),
+                string("--log-json"),
+            ]
+            .into_iter()
+            .chain(data_plane.approvals.iter().flat_map(|url| {
+                [
+                    format!("--approvals={url}"),
+                    format!("--approvals-ca={APPROVALS_CA_FILE}"),
+                    format!("--approvals-token={APPROVALS_DIR}/token"),
+                    format!("--hold-timeout={}", data_plane.hold_timeout_seconds),
+                ]
+            }))
+            .collect(),
+        ),
         env: Some(vec![EnvVar {
             name: string("MALLOC_CONF"),
             value: Some(string(PROXY_MALLOC_CONF)),
@@ -270,24 +302,50 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
             period_seconds: Some(5),
             ..Probe::default()
         }),
-        volume_mounts: Some(vec![
-            mount(POLICY_VOLUME, POLICY_DIR),
-            mount(CA_VOLUME, CA_DIR),
-            VolumeMount {
-                read_only: None,
-                ..mount(TRUST_VOLUME, TRUST_DIR)
-            },
-            mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
-        ]),
+        volume_mounts: Some(
+            vec![
+                mount(POLICY_VOLUME, POLICY_DIR),
+                mount(CA_VOLUME, CA_DIR),
+                VolumeMount {
+                    read_only: None,
+                    ..mount(TRUST_VOLUME, TRUST_DIR)
+                },
+                mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
+            ]
+            .into_iter()
+            .chain(
+                data_plane
+                    .approvals
+                    .is_some()
+                    .then(|| mount(APPROVALS_VOLUME, APPROVALS_DIR)),
+            )
+            .collect(),
+        ),
         ..Container::default()
     }
 }
 
 /// The data plane's volumes: the emptyDirs for `agentgate-exec` and the
 /// agent's CA bundle, the policy ConfigMap, the CA Secret and the empty
-/// directory shielding the data plane from the agent's API token.
-pub fn volumes(sandbox: &str) -> Vec<Volume> {
-    vec![
+/// directory shielding the data plane from the agent's API token; with
+/// an approval service, the proxy's token for it.
+pub fn volumes(sandbox: &str, data_plane: &DataPlane) -> Vec<Volume> {
+    let approvals = data_plane.approvals.is_some().then(|| Volume {
+        name: string(APPROVALS_VOLUME),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(string(HOLD_AUDIENCE)),
+                    expiration_seconds: Some(APPROVALS_TOKEN_SECONDS),
+                    path: string("token"),
+                }),
+                ..VolumeProjection::default()
+            }]),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    });
+    let mut all = vec![
         Volume {
             name: string(BIN_VOLUME),
             empty_dir: Some(EmptyDirVolumeSource::default()),
@@ -319,7 +377,9 @@ pub fn volumes(sandbox: &str) -> Vec<Volume> {
             }),
             ..Volume::default()
         },
-    ]
+    ];
+    all.extend(approvals);
+    all
 }
 
 /// Whether a stored volume is the data plane's `want`: same source and
@@ -338,6 +398,10 @@ fn same_volume(found: &Volume, want: &Volume) -> bool {
         secret: v.secret.as_ref().map(|s| SecretVolumeSource {
             default_mode: None,
             ..s.clone()
+        }),
+        projected: v.projected.as_ref().map(|p| ProjectedVolumeSource {
+            default_mode: None,
+            ..p.clone()
         }),
         ..v.clone()
     };
@@ -415,6 +479,19 @@ fn reads_ca_secret(volume: &Volume, sandbox: &str) -> bool {
     direct || projected
 }
 
+/// Whether a volume projects a token for the approval service: only the
+/// data plane's may, or the agent could put calls on hold itself.
+fn projects_hold_token(volume: &Volume) -> bool {
+    volume
+        .projected
+        .as_ref()
+        .and_then(|p| p.sources.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|source| source.service_account_token.as_ref())
+        .any(|token| token.audience.as_deref() == Some(HOLD_AUDIENCE))
+}
+
 /// What the template may not contain: the data plane's names and mount
 /// point, and containers that cannot be wrapped.
 fn template_refusals(sandbox: &str, spec: &PodSpec) -> Vec<PodRefusal> {
@@ -435,6 +512,12 @@ fn template_refusals(sandbox: &str, spec: &PodSpec) -> Vec<PodRefusal> {
                 "spec.template.spec.volumes[{i}] ({:?}) reads Secret {:?}: the sandbox CA's key is the proxy's alone",
                 volume.name,
                 ca_secret_name(sandbox)
+            )));
+        }
+        if projects_hold_token(volume) {
+            out.push(reserved(format!(
+                "spec.template.spec.volumes[{i}] ({:?}) projects a token for audience {HOLD_AUDIENCE}: putting calls on hold is the proxy's alone",
+                volume.name
             )));
         }
     }
@@ -578,7 +661,7 @@ pub fn enforced_pod_spec(
         .into_iter()
         .map(agent_container)
         .collect();
-    let mut all_volumes = volumes(sandbox);
+    let mut all_volumes = volumes(sandbox, data_plane);
     all_volumes.extend(spec.volumes.take().unwrap_or_default());
     spec.volumes = Some(all_volumes);
     Ok(spec)
@@ -648,7 +731,7 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             )),
         }
     }
-    let want_volumes = volumes(sandbox);
+    let want_volumes = volumes(sandbox, data_plane);
     for want in &want_volumes {
         let found = spec.volumes.iter().flatten().find(|v| v.name == want.name);
         if !found.is_some_and(|f| same_volume(f, want)) {
@@ -678,6 +761,12 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
         if volume.name != CA_VOLUME && reads_ca_secret(volume, sandbox) {
             problems.push(format!(
                 "spec.volumes[{i}] ({:?}) reads the sandbox CA's Secret, whose key is the proxy's alone",
+                volume.name
+            ));
+        }
+        if volume.name != APPROVALS_VOLUME && projects_hold_token(volume) {
+            problems.push(format!(
+                "spec.volumes[{i}] ({:?}) projects a token for audience {HOLD_AUDIENCE}, which is the proxy's alone",
                 volume.name
             ));
         }
@@ -718,8 +807,14 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             .flatten()
             .filter(|m| {
                 under_mount_root(&m.mount_path)
-                    || [BIN_VOLUME, POLICY_VOLUME, TRUST_VOLUME, CA_VOLUME]
-                        .contains(&m.name.as_str())
+                    || [
+                        BIN_VOLUME,
+                        POLICY_VOLUME,
+                        TRUST_VOLUME,
+                        CA_VOLUME,
+                        APPROVALS_VOLUME,
+                    ]
+                    .contains(&m.name.as_str())
             })
             .map(|m| {
                 (
@@ -779,6 +874,8 @@ mod tests {
         DataPlane {
             image: "ghcr.io/agentgate-dev/agentgate:test".into(),
             pull_policy: None,
+            approvals: None,
+            hold_timeout_seconds: 120,
         }
     }
 
@@ -914,6 +1011,66 @@ mod tests {
         assert!(!has_token(&init[0]) && !has_token(&init[1]));
         assert!(has_token(&stored.containers[0]));
         assert!(is_data_plane_container(&init[1], &data_plane()));
+    }
+
+    #[test]
+    fn the_hold_token_reaches_the_proxy_only() {
+        let approvals = DataPlane {
+            approvals: Some("https://agentgate-webhook.ops.svc.cluster.local/v1/hold".into()),
+            hold_timeout_seconds: 30,
+            ..data_plane()
+        };
+        let spec = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let built = enforced_pod_spec("bot", &spec, &approvals).unwrap();
+        let stored = with_service_account_token(built.clone());
+        assert_eq!(
+            shape_problems(&stored, "bot", &approvals),
+            Vec::<String>::new()
+        );
+        let proxy = &built.init_containers.as_ref().unwrap()[1];
+        let command = proxy.command.as_ref().unwrap();
+        assert!(command.contains(&"--approvals-token=/agentgate/approvals/token".to_string()));
+        assert!(command.contains(&"--hold-timeout=30".to_string()));
+        let mounts = |c: &Container| -> Vec<String> {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| m.name.clone())
+                .collect()
+        };
+        assert!(mounts(proxy).contains(&APPROVALS_VOLUME.to_string()));
+        assert!(!mounts(&built.containers[0]).contains(&APPROVALS_VOLUME.to_string()));
+        // Without the service, the Pod it built is not the one admitted.
+        assert!(!shape_problems(&stored, "bot", &data_plane()).is_empty());
+
+        // An agent mounting the token, or a volume of its own for that
+        // audience, is refused.
+        let mut leaked = stored.clone();
+        leaked.containers[0]
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: APPROVALS_VOLUME.into(),
+                mount_path: "/tmp/token".into(),
+                ..VolumeMount::default()
+            });
+        assert!(
+            shape_problems(&leaked, "bot", &approvals)
+                .iter()
+                .any(|p| p.contains("volumeMounts"))
+        );
+        let own = template(serde_json::json!({
+            "volumes": [{"name": "mine", "projected": {"sources": [
+                {"serviceAccountToken": {"audience": HOLD_AUDIENCE, "path": "t"}}]}}],
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let refused = enforced_pod_spec("bot", &own, &approvals).unwrap_err();
+        assert!(
+            refused.iter().any(|r| r.message.contains(HOLD_AUDIENCE)),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -23,6 +23,14 @@ pub struct DataPlaneArgs {
     /// third of it before expiry and signs from a sixth before.
     #[arg(long, default_value_t = 365 * 24 * 3600)]
     pub sandbox_ca_validity_seconds: u64,
+    /// The approval service the sandbox proxies put held calls to: this
+    /// operator's `https://SERVICE.NAMESPACE.svc.CLUSTER-DOMAIN/v1/hold`
+    /// (docs/proxy.md, "Held calls"). Without it held calls are refused.
+    #[arg(long)]
+    pub approvals_url: Option<String>,
+    /// Seconds a held call waits for a person before it is refused.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
+    pub hold_timeout_seconds: u64,
 }
 
 impl DataPlaneArgs {
@@ -35,6 +43,8 @@ impl DataPlaneArgs {
                 .filter(|i| !i.is_empty())
                 .unwrap_or_else(DataPlane::default_image),
             pull_policy: self.proxy_image_pull_policy.clone(),
+            approvals: self.approvals_url.clone().filter(|u| !u.is_empty()),
+            hold_timeout_seconds: self.hold_timeout_seconds,
         }
     }
 

@@ -415,7 +415,7 @@ pub fn compile(
                             ),
                         ));
                     }
-                    EndpointKind::Mcp(compile_mcp(&at, endpoint, limits.pattern_bytes)?)
+                    EndpointKind::Mcp(compile_mcp(&at, endpoint, role, limits.pattern_bytes)?)
                 }
                 Protocol::Rest => {
                     if let Some(field) = mcp_field(endpoint) {
@@ -541,13 +541,23 @@ fn mcp_field(endpoint: &Endpoint) -> Option<&'static str> {
 }
 
 /// Compiles the MCP part of an endpoint (docs/policy-semantics.md §8.2).
-fn compile_mcp(at: &str, endpoint: &Endpoint, max: usize) -> Result<CompiledMcp, Reason> {
+fn compile_mcp(
+    at: &str,
+    endpoint: &Endpoint,
+    role: Role,
+    max: usize,
+) -> Result<CompiledMcp, Reason> {
     let Some(path) = endpoint.path.as_deref() else {
         return Err(shape(
             format!("{at}.path"),
             "an mcp endpoint needs path: the server's path, such as /mcp",
         ));
     };
+    if role == Role::Maximum {
+        no_held_entries(&format!("{at}.tools"), &endpoint.tools)?;
+    }
+    no_held_entries(&format!("{at}.denyTools"), &endpoint.deny_tools)?;
+    no_held_entries(&format!("{at}.prompts"), &endpoint.prompts)?;
     Ok(CompiledMcp {
         path: glob_within(GlobKind::Path, &format!("{at}.path"), path, max)?,
         tools: call_entries(&format!("{at}.tools"), &endpoint.tools, max)?,
@@ -555,6 +565,20 @@ fn compile_mcp(at: &str, endpoint: &Endpoint, max: usize) -> Result<CompiledMcp,
         resources: resource_entries(&format!("{at}.resources"), &endpoint.resources, max)?,
         prompts: call_entries(&format!("{at}.prompts"), &endpoint.prompts, max)?,
     })
+}
+
+/// Refuses `mode` on entries where it means nothing: only a sandbox's (or
+/// a proposal's) `tools` hold calls for approval (docs/policy-semantics.md
+/// §8.6). A ceiling bounds authority, and a held call is authority, so
+/// `mode: ask` there would read as a promise the proof cannot keep.
+fn no_held_entries(at: &str, entries: &[crate::model::ToolEntry]) -> Result<(), Reason> {
+    match entries.iter().position(|e| e.mode.is_some()) {
+        Some(i) => Err(shape(
+            format!("{at}[{i}].mode"),
+            "mode belongs on the tools entries of an AgentSandbox or a PolicyProposal only (a ceiling bounds held calls as it bounds allowed ones)",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Compiles a list of tool or prompt entries; `at` is the list's field.
@@ -649,11 +673,9 @@ fn region_calls(region: &Region, field: &str) -> Result<Option<CompiledCalls>, R
     }
     let max = Limits::default().pattern_bytes;
     let calls = |name: &str, entries: &Option<Vec<crate::model::ToolEntry>>| {
-        call_entries(
-            &format!("{field}.{name}"),
-            listed(field, name, entries)?,
-            max,
-        )
+        let entries = listed(field, name, entries)?;
+        no_held_entries(&format!("{field}.{name}"), entries)?;
+        call_entries(&format!("{field}.{name}"), entries, max)
     };
     Ok(Some(CompiledCalls {
         tools: calls("tools", &region.tools)?,

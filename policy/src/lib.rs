@@ -10,6 +10,7 @@ pub mod compose;
 pub mod error;
 pub mod findings;
 pub mod glob;
+pub mod held;
 pub mod index;
 pub mod load;
 pub mod matcher;

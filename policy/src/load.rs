@@ -94,7 +94,7 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "unrecordedPaths",
 ];
 const ENTRY_FIELDS: &[&str] = &["methods", "path"];
-const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments"];
+const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments", "mode"];
 const RESOURCE_FIELDS: &[&str] = &["uri"];
 const CONSTRAINT_FIELDS: &[&str] = &[
     "oneOf",

@@ -8,6 +8,7 @@ use crate::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
 };
 use crate::index::HostIndex;
+use crate::mcp::Reading;
 use crate::provenance::{Provenance, Record};
 use std::cell::OnceCell;
 
@@ -116,6 +117,7 @@ fn endpoint_kind_allows_mcp(
     e: &CompiledEndpoint,
     t: &McpAction,
     provenance: Provenance<'_>,
+    reading: Reading,
     wire: &OnceCell<NetworkAction>,
 ) -> bool {
     match &e.kind {
@@ -123,7 +125,7 @@ fn endpoint_kind_allows_mcp(
         EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire.get_or_init(|| t.transport())),
         // The entry first: a name that differs is one comparison, and most
         // endpoints on a server name other tools; the path glob is dearer.
-        EndpointKind::Mcp(m) => m.entry_allows(t, provenance) && m.path.matches(&t.path),
+        EndpointKind::Mcp(m) => m.entry_allows(t, provenance, reading) && m.path.matches(&t.path),
     }
 }
 
@@ -352,7 +354,7 @@ pub fn decide_mcp(policy: &CompiledPolicy, t: &McpAction) -> Decision {
 
 /// [`decide_mcp`] for a caller the runtime may not know (see [`Caller`]).
 pub fn decide_mcp_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Decision {
-    mcp_over(all_pairs(policy), caller, t, stated(t))
+    mcp_over(all_pairs(policy), caller, t, stated(t), Reading::Allowed)
 }
 
 /// [`decide_mcp_as`] looking only at the endpoints `index` (built from this
@@ -363,7 +365,13 @@ pub fn decide_mcp_indexed(
     caller: Caller<'_>,
     t: &McpAction,
 ) -> Decision {
-    mcp_over(indexed_pairs(policy, index, &t.host), caller, t, stated(t))
+    mcp_over(
+        indexed_pairs(policy, index, &t.host),
+        caller,
+        t,
+        stated(t),
+        Reading::Allowed,
+    )
 }
 
 /// [`decide_mcp_indexed`] with `from` read from a session's record (the
@@ -380,7 +388,35 @@ pub fn decide_mcp_recorded(
         caller,
         t,
         Provenance::of(record),
+        Reading::Allowed,
     )
+}
+
+/// The rule that holds a call for a person's approval (`mode: ask`,
+/// docs/policy-semantics.md §8.6), if one does: the call is allowed when
+/// held entries count as allow entries. Deny entries still win, so a call
+/// a `denyTools` entry refuses is never held. Asked only of a call the
+/// policy refused ([`decide_mcp_recorded`] or [`decide_mcp_indexed`]);
+/// `record` as theirs (`None`: the action's stated sources).
+pub fn held_by(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    t: &McpAction,
+    record: Option<&dyn Record>,
+) -> Option<String> {
+    let provenance = match record {
+        Some(record) => Provenance::of(record),
+        None => stated(t),
+    };
+    let held = mcp_over(
+        indexed_pairs(policy, index, &t.host),
+        caller,
+        t,
+        provenance,
+        Reading::AllowedOrHeld,
+    );
+    if held.allow { held.rule } else { None }
 }
 
 /// The provenance an action states: its sources, or no record.
@@ -396,6 +432,7 @@ fn mcp_over<'p>(
     caller: Caller<'_>,
     t: &McpAction,
     provenance: Provenance<'_>,
+    reading: Reading,
 ) -> Decision {
     // The request that carries the call, judged against rest endpoints.
     let wire = OnceCell::new();
@@ -410,7 +447,7 @@ fn mcp_over<'p>(
         pairs.filter(|(_, e)| concerned(e) && endpoint_reaches(e, &t.host, t.port)),
         caller,
         |e| endpoint_kind_denies_mcp(e, t, provenance, &wire),
-        |e| endpoint_kind_allows_mcp(e, t, provenance, &wire),
+        |e| endpoint_kind_allows_mcp(e, t, provenance, reading, &wire),
         || match t.kind {
             McpKind::Resource => format!("no rule allows resources/read {}", t.name),
             kind => format!(
@@ -607,12 +644,24 @@ pub fn allows_filesystem(policy: &CompiledPolicy, a: &FilesystemAction) -> bool 
     entries.iter().any(|base| path_is_under(&a.path, base))
 }
 
-/// `allows_P(a)` for either kind of action.
+/// `allows_P(a)` for either kind of action: the policy's authority, which
+/// is what containment reads, so a call a `mode: ask` entry holds counts
+/// as allowed (a person may let it through; docs/policy-semantics.md
+/// §8.6). Enforcement asks [`decide_mcp`] and then [`held_by`].
 pub fn allows(policy: &CompiledPolicy, action: &Action) -> bool {
     match action {
         Action::Network(a) => allows_network(policy, a),
         Action::Filesystem(a) => allows_filesystem(policy, a),
-        Action::Mcp(t) => decide_mcp(policy, t).allow,
+        Action::Mcp(t) => {
+            mcp_over(
+                all_pairs(policy),
+                Caller::Binary(&t.binary),
+                t,
+                stated(t),
+                Reading::AllowedOrHeld,
+            )
+            .allow
+        }
     }
 }
 

@@ -560,6 +560,11 @@ pub struct CompiledCall {
     pub arguments: BTreeMap<String, CompiledConstraint>,
     /// Whether arguments not listed are allowed.
     pub additional_arguments: bool,
+    /// `mode: ask`: the calls it matches are held for a person's approval,
+    /// not allowed (docs/policy-semantics.md §8.6). Authority all the same:
+    /// the prover reads a held entry as an allow entry, since a person may
+    /// let any call it matches through.
+    pub held: bool,
 }
 
 impl CompiledCall {
@@ -625,6 +630,17 @@ fn entry_of_kind_matches(
     }
 }
 
+/// Which tool entries allow a call (docs/policy-semantics.md §8.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// The entries that let a call through at once: enforcement.
+    Allowed,
+    /// Those and the `mode: ask` entries, which a person may let a call
+    /// through: the policy's authority, as the prover and every
+    /// containment question read it.
+    AllowedOrHeld,
+}
+
 /// What an `mcp` endpoint allows and denies beyond host, port and binary.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CompiledMcp {
@@ -642,9 +658,21 @@ pub struct CompiledMcp {
 
 impl CompiledMcp {
     /// True when some allow entry of the action's kind matches it (the
-    /// path is the caller's to check).
-    pub fn entry_allows(&self, t: &McpAction, provenance: Provenance<'_>) -> bool {
-        entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t, provenance)
+    /// path is the caller's to check); `held` entries count only when
+    /// `reading` says so.
+    pub fn entry_allows(
+        &self,
+        t: &McpAction,
+        provenance: Provenance<'_>,
+        reading: Reading,
+    ) -> bool {
+        match (t.kind, reading) {
+            (McpKind::Tool, Reading::Allowed) => self
+                .tools
+                .iter()
+                .any(|e| !e.held && e.matches(&t.name, &t.args, provenance)),
+            _ => entry_of_kind_matches(&self.tools, &self.prompts, &self.resources, t, provenance),
+        }
     }
 
     /// True when some allow or deny entry of the action's kind could
@@ -906,6 +934,7 @@ pub fn call_entry(
         name,
         arguments,
         additional_arguments: entry.additional_arguments.unwrap_or(true),
+        held: entry.mode == Some(crate::model::ToolMode::Ask),
     })
 }
 

@@ -12,7 +12,7 @@ use crate::compile::CompiledPolicy;
 use crate::findings::{CompiledFindings, RuntimeMode};
 use crate::index::HostIndex;
 use crate::matcher::{
-    Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, mcp_query,
+    Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, held_by, mcp_query,
 };
 use crate::mcp::json_equal;
 use crate::provenance::{Origin, Record, find_leaf};
@@ -96,6 +96,10 @@ pub enum Judged {
         /// forwarded, to be logged and counted.
         audits: Vec<Refusal>,
     },
+    /// One call held for a person's approval: forward it as
+    /// [`HeldCall::approved`] says once a person approves, else answer
+    /// [`HeldCall::refused`] (docs/proxy.md, "Held calls").
+    Hold(Box<HeldCall>),
     /// Answer in the server's place; nothing is forwarded.
     Answer {
         /// HTTP status: 200 for JSON-RPC errors, 400 for a body that is not
@@ -106,6 +110,46 @@ pub enum Judged {
         /// The first refusal, for logs and metrics.
         refusal: Refusal,
     },
+}
+
+/// A body that is one held call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldCall {
+    /// The call and its JSON-RPC id.
+    pub call: ForwardedCall,
+    /// The rule that holds it and why it was not allowed.
+    pub held: Held,
+    /// A runtime-trifecta flow it completes in audit mode, if any.
+    pub audit: Option<Refusal>,
+}
+
+impl HeldCall {
+    /// What to do once a person approved: forward the body unchanged.
+    pub fn approved(self) -> Judged {
+        Judged::Forward {
+            lists: Vec::new(),
+            calls: vec![self.call],
+            audits: self.audit.into_iter().collect(),
+        }
+    }
+
+    /// What to answer when it was denied, expired or could not be asked:
+    /// the refusal, as a JSON-RPC error to its id (HTTP 403 for a call sent
+    /// as a notification, which has no answer in JSON-RPC).
+    pub fn refused(&self, refusal: Refusal) -> Judged {
+        match &self.call.id {
+            Some(id) => Judged::Answer {
+                status: 200,
+                body: refusal_error(id, &refusal).to_string(),
+                refusal,
+            },
+            None => Judged::Answer {
+                status: 403,
+                body: refusal.body(),
+                refusal,
+            },
+        }
+    }
 }
 
 /// One message of a body, classified.
@@ -220,6 +264,19 @@ pub struct Allowed {
     /// The runtime-trifecta flow an audited call completed (forwarded, but
     /// to be logged and counted).
     pub audit: Option<Refusal>,
+    /// The call is not allowed but held for a person's approval (`mode:
+    /// ask`, docs/policy-semantics.md §8.6): the rule that holds it and why
+    /// its allow entries refused it.
+    pub held: Option<Held>,
+}
+
+/// Why a call is held rather than allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The rule whose `mode: ask` entry holds it.
+    pub rule: String,
+    /// Why no allow entry let it through, as a refusal would say it.
+    pub reason: String,
 }
 
 /// A call a forwarded body carries.
@@ -270,7 +327,22 @@ impl Judge<'_> {
                     }
                     None => decide_mcp_indexed(self.policy, self.index, self.caller, &action),
                 };
-                if decision.allow {
+                let seen = || {
+                    self.record
+                        .map(|r| sources_seen(r, &action.args))
+                        .unwrap_or_default()
+                };
+                let held = match decision.allow {
+                    true => None,
+                    // Deny entries win over a hold: `held_by` reads them.
+                    false => held_by(self.policy, self.index, self.caller, &action, self.record)
+                        .map(|rule| Held {
+                            rule,
+                            reason: format!("{}{}", decision.reason, seen()),
+                        }),
+                };
+                if decision.allow || held.is_some() {
+                    // A flow the trifecta forbids is refused, never held.
                     let audit = match self.runtime_trifecta(&action) {
                         None => None,
                         Some((refusal, RuntimeMode::Audit)) => Some(refusal),
@@ -280,12 +352,12 @@ impl Judge<'_> {
                         list: None,
                         call: Some(action),
                         audit,
+                        held,
                     });
                 }
-                let seen = self.record.map(|r| sources_seen(r, &action.args));
                 Err(Refusal {
                     decision: "deny",
-                    reason: format!("{action}: {}{}", decision.reason, seen.unwrap_or_default()),
+                    reason: format!("{action}: {}{}", decision.reason, seen()),
                     code: if decision.rule.is_some() {
                         RefusalCode::DeniedByRule
                     } else {
@@ -435,7 +507,39 @@ pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Ref
         Value::Array(items) => (items.iter().collect::<Vec<_>>(), true),
         single => (vec![single], false),
     };
-    let verdicts: Vec<_> = messages.iter().map(|m| judge(m)).collect();
+    let mut verdicts: Vec<_> = messages.iter().map(|m| judge(m)).collect();
+    if batch {
+        // A batch is answered as a whole, so one held call would hold
+        // every other message with it: refused, with the way out.
+        for verdict in &mut verdicts {
+            if let Ok(Allowed {
+                held: Some(_),
+                call: Some(call),
+                ..
+            }) = verdict
+            {
+                *verdict = Err(Refusal::new(
+                    RefusalCode::HeldCallUnavailable,
+                    format!(
+                        "{call}: held for a person's approval, which a batch cannot wait for; send the call alone"
+                    ),
+                ));
+            }
+        }
+    }
+    if let [Ok(allowed)] = verdicts.as_mut_slice()
+        && allowed.held.is_some()
+        && let (Some(held), Some(action)) = (allowed.held.take(), allowed.call.take())
+    {
+        return Judged::Hold(Box::new(HeldCall {
+            call: ForwardedCall {
+                id: messages[0].get("id").cloned(),
+                action,
+            },
+            held,
+            audit: allowed.audit.take(),
+        }));
+    }
     let Some(first) = verdicts.iter().find_map(|v| v.as_ref().err()).cloned() else {
         let mut lists = Vec::new();
         let mut calls = Vec::new();

@@ -214,6 +214,22 @@ pub struct ToolEntry {
     /// Whether arguments not listed are allowed (default true: unconstrained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_arguments: Option<bool>,
+    /// A sandbox's `tools` entries only: `ask` holds a call that this entry
+    /// matches and no `allow` entry allows until a person approves it
+    /// (docs/policy-semantics.md §8.6); absent means `allow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ToolMode>,
+}
+
+/// What a tool entry does with the calls it matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolMode {
+    /// The call is allowed.
+    #[default]
+    Allow,
+    /// The call is held until a person approves it (a held call).
+    Ask,
 }
 
 /// An MCP resource entry.

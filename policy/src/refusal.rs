@@ -46,6 +46,13 @@ pub enum RefusalCode {
     /// A call of a trifecta finding's sink carrying a value of its secret
     /// after its untrusted input reached the model (docs/trifecta.md).
     RuntimeTrifecta,
+    /// A held call (`mode: ask`) a person denied.
+    HeldCallDenied,
+    /// A held call no person decided in time.
+    HeldCallExpired,
+    /// A held call that could not be put to a person: no approval service,
+    /// the service failed, or the call came in a batch.
+    HeldCallUnavailable,
 }
 
 impl RefusalCode {
@@ -66,6 +73,9 @@ impl RefusalCode {
             RefusalCode::MalformedModelRequest => "malformed_model_request",
             RefusalCode::UnreadModelRequest => "unread_model_request",
             RefusalCode::RuntimeTrifecta => "runtime_trifecta",
+            RefusalCode::HeldCallDenied => "held_call_denied",
+            RefusalCode::HeldCallExpired => "held_call_expired",
+            RefusalCode::HeldCallUnavailable => "held_call_unavailable",
         }
     }
 }

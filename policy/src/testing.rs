@@ -325,6 +325,7 @@ pub fn tool_entry() -> impl Strategy<Value = ToolEntry> {
                 .chain(body.map(|c| (FREE_TEXT_ARGUMENT.to_string(), c)))
                 .collect(),
             additional_arguments: additional,
+            mode: None,
         })
 }
 

@@ -4,6 +4,7 @@
 //! committed effective policy, with the same matcher the operator's proofs
 //! are replayed through, and enforces the verdict. See docs/proxy.md.
 
+pub mod approval;
 pub mod decide;
 pub mod identity;
 pub mod idle;

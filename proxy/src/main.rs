@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentgate_proxy::approval::Approvals;
 use agentgate_proxy::identity::IdentityMode;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
 use agentgate_proxy::provider::ConversationRecord;
@@ -117,6 +118,21 @@ struct RunArgs {
     /// Seconds an upstream may take to connect, or to start answering.
     #[arg(long, default_value_t = 300)]
     upstream_timeout: u64,
+    /// The approval service held calls (`mode: ask`) are put to: the
+    /// operator's https://…/v1/hold, or http:// to a loopback address.
+    /// Without it a held call is refused (docs/proxy.md, "Held calls").
+    #[arg(long)]
+    approvals: Option<String>,
+    /// The roots (PEM) that verify --approvals over https.
+    #[arg(long, requires = "approvals")]
+    approvals_ca: Option<PathBuf>,
+    /// A bearer token file sent to --approvals, re-read for every hold (a
+    /// projected ServiceAccount token).
+    #[arg(long, requires = "approvals")]
+    approvals_token: Option<PathBuf>,
+    /// Seconds a held call waits for a person before it is refused.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
+    hold_timeout: u64,
 }
 
 #[derive(Args)]
@@ -275,6 +291,19 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let roots: Vec<&std::path::Path> = args.upstream_ca.iter().map(PathBuf::as_path).collect();
     let upstream_tls = upstream_config(&roots).context("loading --upstream-ca")?;
     let resolver = Resolver::with_pins(&args.resolve)?;
+    let approvals = args
+        .approvals
+        .as_deref()
+        .map(|url| {
+            Approvals::new(
+                url,
+                args.approvals_ca.as_deref(),
+                args.approvals_token.clone(),
+                Duration::from_secs(args.hold_timeout),
+            )
+        })
+        .transpose()
+        .context("--approvals")?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.workers))
         .enable_all()
@@ -308,6 +337,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                     Duration::from_secs(args.conversation_overlap),
                 )),
                 session: session.clone(),
+                approvals,
             });
             let explicit = TcpListener::bind(listen)
                 .await

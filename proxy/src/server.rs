@@ -40,7 +40,9 @@ use crate::telemetry::{GaugeGuard, Metrics};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
+use agentgate_policy::held::{self, HoldRequest};
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
+use agentgate_policy::mcp_messages::HeldCall;
 use agentgate_policy::provenance::{Record, Source};
 use agentgate_policy::request_values::{content_coded, request_values};
 
@@ -115,6 +117,9 @@ pub struct Proxy {
     /// What the session did: flows, tools called, last refusals
     /// (`/lineage` on the metrics port).
     pub session: Arc<Mutex<SessionGraph>>,
+    /// Where held calls (`mode: ask`) are put to a person; without it they
+    /// are refused (docs/proxy.md, "Held calls").
+    pub approvals: Option<crate::approval::Approvals>,
 }
 
 /// The longest request to a model provider whose conversation is recorded;
@@ -1873,6 +1878,43 @@ impl Inspected {
     /// forwarded, a refused one answered here; GET (the server's event
     /// stream) and DELETE (the end of a session) carry no call and pass
     /// when a session with the server is allowed.
+    /// Puts a held call to a person through the approval service and
+    /// waits: `Ok` once approved, else the refusal the agent reads.
+    async fn hold(&self, held: &HeldCall) -> Result<(), Refusal> {
+        let proxy = &self.proxy;
+        let Some(approvals) = &proxy.approvals else {
+            return Err(held::unavailable(
+                held,
+                "this proxy has no approval service (--approvals)",
+            ));
+        };
+        let request = HoldRequest::of(held, approvals.timeout.as_secs());
+        tracing::info!(
+            binary = %self.binary.shown(),
+            tool = %held.call.action.name,
+            rule = %held.held.rule,
+            "tools/call held for a person's approval"
+        );
+        proxy.metrics.held_call("held");
+        let verdict = match approvals.ask(&proxy.resolver, &request).await {
+            Ok(answer) => answer.verdict(held),
+            Err(e) => Err(held::unavailable(held, &e.to_string())),
+        };
+        proxy.metrics.held_call(match &verdict {
+            Ok(()) => "approved",
+            Err(refusal) => refusal.code.as_str(),
+        });
+        if verdict.is_ok() {
+            tracing::info!(
+                binary = %self.binary.shown(),
+                tool = %held.call.action.name,
+                rule = %held.held.rule,
+                "held tools/call approved: forwarded"
+            );
+        }
+        verdict
+    }
+
     async fn mcp_request(
         &self,
         req: Request<Incoming>,
@@ -1971,13 +2013,31 @@ impl Inspected {
         // `from` is judged by the session's record where the policy keeps
         // one (a `modelProvider` endpoint), else with no record (§8.3).
         let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
-        let judged = {
+        let judge = |snapshot: &Snapshot| {
             let conversation = records.then(|| mcp::lock(&proxy.conversation));
             let record = conversation.as_deref().map(|c| c.record(Instant::now()));
             let record = record.as_ref().map(|r| r as &dyn Record);
             mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
         };
+        let judged = match judge(snapshot) {
+            Judged::Hold(held) => match self.hold(&held).await {
+                // Judged again under the policy in force now: a revocation
+                // while the person decided wins over their approval.
+                Ok(()) => match judge(&proxy.policy.borrow().clone()) {
+                    Judged::Hold(_) => held.approved(),
+                    judged => judged,
+                },
+                Err(refusal) => held.refused(refusal),
+            },
+            judged => judged,
+        };
         let (lists, results, linked) = match judged {
+            // Resolved above; a second hold is never waited for.
+            Judged::Hold(held) => {
+                let refusal = held::unavailable(&held, "it was held again after its approval");
+                refuse(&refusal);
+                return refusal_response(&refusal);
+            }
             Judged::Answer {
                 status,
                 body,

@@ -51,6 +51,13 @@ pub struct UpstreamLabels {
     pub kind: &'static str,
 }
 
+/// A held call's step.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    /// `held`, `approved`, or the refusal code it ended with.
+    pub outcome: &'static str,
+}
+
 /// The proxy's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -65,6 +72,7 @@ pub struct Metrics {
     tunnels_closed: Counter,
     lineage_bytes: Gauge,
     model_requests: Counter,
+    held_calls: Family<HeldLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -82,6 +90,7 @@ impl Default for Metrics {
             tunnels_closed: Counter::default(),
             lineage_bytes: Gauge::default(),
             model_requests: Counter::default(),
+            held_calls: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -139,6 +148,11 @@ impl Default for Metrics {
             "Requests to the agent's model provider whose conversation was recorded",
             m.model_requests.clone(),
         );
+        registry.register(
+            "held_calls",
+            "Tool calls held for a person's approval (outcome held), and how each ended (approved, or the refusal code)",
+            m.held_calls.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -155,6 +169,11 @@ impl Metrics {
     pub fn lineage(&self, kept_bytes: usize) {
         self.lineage_bytes
             .set(i64::try_from(kept_bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a held call's step.
+    pub fn held_call(&self, outcome: &'static str) {
+        self.held_calls.get_or_create(&HeldLabels { outcome }).inc();
     }
 
     /// Counts a decision.

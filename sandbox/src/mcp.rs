@@ -94,7 +94,17 @@ impl Relay {
     /// when there is nothing to answer: refused notifications). Refusals
     /// are logged on stderr.
     pub fn from_client(&self, line: &str) -> Result<String, Option<String>> {
-        match self.judge().body(line.as_bytes()) {
+        let judged = match self.judge().body(line.as_bytes()) {
+            // Held calls are put to a person by the egress proxy alone
+            // (docs/proxy.md, "Held calls"); here they are refused.
+            Judged::Hold(held) => held.refused(agentgate_policy::held::unavailable(
+                &held,
+                "agentgate-exec --mcp (stdio) cannot put a call to a person; only the egress proxy holds calls",
+            )),
+            judged => judged,
+        };
+        match judged {
+            Judged::Hold(_) => Err(None),
             Judged::Forward { lists, .. } => {
                 if let Ok(mut pending) = self.pending.lock() {
                     pending.extend(lists);

@@ -257,6 +257,8 @@ fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
     let proxy = proxy_container(&DataPlane {
         image: "agentgate:test".into(),
         pull_policy: None,
+        approvals: None,
+        hold_timeout_seconds: 120,
     });
     let env: Vec<(String, Option<String>)> = proxy
         .env

@@ -10,11 +10,15 @@
 
 use agentgate::webhook::decide::{DecideRequest, decide_action};
 use agentgate_policy::action::{Action, Layer, NetworkAction};
+use agentgate_policy::compile::EndpointKind;
 use agentgate_policy::compile::{
     CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region,
 };
+use agentgate_policy::index::HostIndex;
 use agentgate_policy::load::CompiledInvariant;
-use agentgate_policy::matcher::{allows, region_contains, region_holds};
+use agentgate_policy::matcher::{
+    Caller, allows, decide_mcp_indexed, held_by, region_contains, region_holds,
+};
 use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
     HOST_GLOBS, PATH_GLOBS, PORTS, document, mcp_calls, mcp_document, strings, tool_entry, universe,
@@ -290,6 +294,73 @@ proptest! {
     fn mcp_intersection_agrees_with_matcher((c, _, _) in mcp_pair(), region in mcp_region()) {
         check_intersection(mcp_universe(), &c, &region)?;
     }
+}
+
+proptest! {
+    // Two proofs per case: fewer cases than the blocks above.
+    #![proptest_config(ProptestConfig { cases: 120, ..ProptestConfig::default() })]
+
+    /// Held calls (`mode: ask`, docs/policy-semantics.md §8.6): marking
+    /// tool entries held changes no proof (a held call is authority) and
+    /// splits the matcher's allow in two: what a held policy allows or
+    /// holds is exactly what the unmarked one allows.
+    #[test]
+    fn held_entries_are_authority_and_split_enforcement((c, m, _) in mcp_pair(), marks in any::<u32>()) {
+        check_held(mcp_universe(), &c, &m, marks)?;
+    }
+}
+
+/// `c` with the tool entries whose bit is set in `marks` held.
+fn held_marked(c: &CompiledPolicy, marks: u32) -> CompiledPolicy {
+    let mut held = c.clone();
+    let entries = held
+        .rules
+        .iter_mut()
+        .flat_map(|r| r.endpoints.iter_mut())
+        .filter_map(|e| match &mut e.kind {
+            EndpointKind::Mcp(m) => Some(m.tools.iter_mut()),
+            _ => None,
+        })
+        .flatten();
+    for (i, entry) in entries.enumerate() {
+        entry.held = marks & (1 << (i % 32)) != 0;
+    }
+    held
+}
+
+fn check_held(
+    actions: &[Action],
+    c: &PolicyDocument,
+    m: &PolicyDocument,
+    marks: u32,
+) -> Result<(), TestCaseError> {
+    let (c, m) = (compiled(c), compiled(m));
+    let held = held_marked(&c, marks);
+    let plain = prover().containment(&c, &m).outcome;
+    let marked = prover().containment(&held, &m).outcome;
+    prop_assert_eq!(
+        matches!(plain, Outcome::Within),
+        matches!(marked, Outcome::Within),
+        "held entries changed the proof"
+    );
+    if let Outcome::Exceeds { counterexample } = &marked {
+        prop_assert!(allows(&held, counterexample) && !allows(&m, counterexample));
+    }
+    let index = HostIndex::build(&held);
+    for action in actions {
+        prop_assert_eq!(allows(&held, action), allows(&c, action), "{}", action);
+        let Action::Mcp(t) = action else { continue };
+        let caller = Caller::Binary(&t.binary);
+        let allowed = decide_mcp_indexed(&held, &index, caller, t).allow;
+        let holds = held_by(&held, &index, caller, t, None).is_some();
+        prop_assert_eq!(
+            allowed || holds,
+            decide_mcp_indexed(&c, &HostIndex::build(&c), caller, t).allow,
+            "{}",
+            action
+        );
+    }
+    Ok(())
 }
 
 /// The policy that allows exactly one REST action (no glob characters

@@ -1,8 +1,9 @@
 //! `kubectl agentgate`: the reviewer's and the GitOps engineer's commands.
 //! - `approve NAME` / `deny NAME`: set the `Approved`/`Denied` condition
-//!   through the status subresource (server-side apply, field manager
+//!   of a proposal, or of a held tool call (`heldcall/NAME`), through the
+//!   status subresource (server-side apply, field manager
 //!   `kubectl-agentgate`); the webhook lets it through only for users who
-//!   hold the `approve` verb and did not request the proposal.
+//!   hold the `approve` verb and did not make the request.
 //! - `why NAME`: verdict, reason, counterexample, new authority, cost and
 //!   proof record of a proposal.
 //! - `export SANDBOX`: the committed effective policy as an AgentSandbox
@@ -24,8 +25,10 @@ use serde_json::json;
 use crate::cli::{EXIT_EXCEEDS, EXIT_USAGE, EXIT_WITHIN};
 use agentgate_api::conditions;
 use agentgate_api::crd::{
-    AgentSandbox, AgentSandboxSpec, AgentSandboxStatus, PolicyProposal, review_message_prefix,
+    AgentSandbox, AgentSandboxSpec, AgentSandboxStatus, HeldCall, PolicyProposal,
+    review_message_prefix,
 };
+use agentgate_governance::authority::Reviewed;
 use agentgate_policy::model::PolicyDocument;
 
 /// The field manager of approvals and denials.
@@ -68,9 +71,11 @@ pub struct Connection {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Approve a PolicyProposal (needs the approve verb; not your own).
+    /// Approve a PolicyProposal (NAME) or a held tool call
+    /// (heldcall/NAME); needs the approve verb, and not on your own.
     Approve(Review),
-    /// Deny a PolicyProposal (needs the approve verb; not your own).
+    /// Deny a PolicyProposal (NAME) or a held tool call (heldcall/NAME);
+    /// needs the approve verb, and not on your own.
     Deny(Review),
     /// Explain a PolicyProposal's verdict.
     Why {
@@ -106,7 +111,8 @@ pub enum PluginCommand {
 /// Arguments of approve and deny.
 #[derive(Debug, Args)]
 pub struct Review {
-    /// The proposal.
+    /// NAME or policyproposal/NAME (a proposal), heldcall/NAME (a held
+    /// tool call).
     pub name: String,
     /// Why (recorded in the condition's message).
     #[arg(long)]
@@ -217,6 +223,31 @@ fn not_found(e: kube::Error, kind: &str, namespace: &str, name: &str) -> anyhow:
     }
 }
 
+/// What `approve` and `deny` decide: `NAME` or `proposal/NAME` is a
+/// PolicyProposal, `heldcall/NAME` a held tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reviewable {
+    Proposal,
+    HeldCall,
+}
+
+/// The kind and name `approve`/`deny` were given.
+fn reviewable(target: &str) -> anyhow::Result<(Reviewable, &str)> {
+    match target.split_once('/') {
+        None => Ok((Reviewable::Proposal, target)),
+        Some((kind, name)) if !name.is_empty() => match kind.to_ascii_lowercase().as_str() {
+            "proposal" | "policyproposal" | "policyproposals" | "pprop" => {
+                Ok((Reviewable::Proposal, name))
+            }
+            "heldcall" | "heldcalls" | "hcall" => Ok((Reviewable::HeldCall, name)),
+            other => anyhow::bail!(
+                "{other:?} is not something to approve or deny: give NAME or policyproposal/NAME for a proposal, heldcall/NAME for a held tool call"
+            ),
+        },
+        Some(_) => anyhow::bail!("{target:?} names no object"),
+    }
+}
+
 async fn set_review(
     client: &Client,
     namespace: &str,
@@ -224,33 +255,57 @@ async fn set_review(
     kind: &str,
     opposite: &str,
 ) -> anyhow::Result<u8> {
-    let api: Api<PolicyProposal> = Api::namespaced(client.clone(), namespace);
-    let proposal = api
-        .get(&review.name)
+    match reviewable(&review.name)? {
+        (Reviewable::Proposal, name) => {
+            let api: Api<PolicyProposal> = Api::namespaced(client.clone(), namespace);
+            set_review_of(client, &api, namespace, name, review, kind, opposite).await
+        }
+        (Reviewable::HeldCall, name) => {
+            let api: Api<HeldCall> = Api::namespaced(client.clone(), namespace);
+            set_review_of(client, &api, namespace, name, review, kind, opposite).await
+        }
+    }
+}
+
+async fn set_review_of<K>(
+    client: &Client,
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+    review: &Review,
+    kind: &str,
+    opposite: &str,
+) -> anyhow::Result<u8>
+where
+    K: kube::Resource<DynamicType = ()> + Reviewed + Clone + std::fmt::Debug,
+    K: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let what = K::KIND;
+    let object = api
+        .get(name)
         .await
-        .map_err(|e| not_found(e, "policyproposal", namespace, &review.name))?;
-    let existing = proposal
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+        .map_err(|e| not_found(e, what, namespace, name))?;
+    let existing = object.conditions();
     if conditions::is_true(existing, opposite) {
         anyhow::bail!(
-            "policyproposal {namespace}/{} is already {}; a decided review is final",
-            review.name,
+            "{what} {namespace}/{name} is already {}; a decided review is final",
             opposite.to_lowercase()
         );
     }
     if conditions::is_true(existing, kind) {
         println!(
-            "policyproposal {namespace}/{} is already {}",
-            review.name,
+            "{what} {namespace}/{name} is already {}",
             kind.to_lowercase()
         );
         return Ok(EXIT_WITHIN);
     }
+    if let Some(closed) = object.closed() {
+        anyhow::bail!(
+            "{what} {namespace}/{name} is already {closed}; a review would change nothing"
+        );
+    }
     // The webhook admits a review only under the reviewer's own name, so
-    // the commit record can say who decided.
+    // the record can say who decided.
     let me = Api::<SelfSubjectReview>::all(client.clone())
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await
@@ -265,19 +320,19 @@ async fn set_review(
         None => prefix,
     };
     let patch = json!({
-        "apiVersion": "agentgate.dev/v1alpha1",
-        "kind": "PolicyProposal",
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": {"conditions": [{
             "type": kind,
             "status": "True",
             "reason": format!("Reviewer{kind}"),
             "message": message,
-            "observedGeneration": proposal.metadata.generation,
+            "observedGeneration": object.generation(),
             "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
         }]},
     });
     api.patch_status(
-        &review.name,
+        name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
@@ -286,11 +341,7 @@ async fn set_review(
         kube::Error::Api(s) => anyhow::anyhow!("{}", s.message),
         e => anyhow::Error::new(e),
     })?;
-    println!(
-        "policyproposal {namespace}/{} {}",
-        review.name,
-        kind.to_lowercase()
-    );
+    println!("{what} {namespace}/{name} {}", kind.to_lowercase());
     Ok(EXIT_WITHIN)
 }
 

@@ -3,6 +3,7 @@
 //! blocking threads; no Z3 value crosses an `.await`.
 
 pub mod agent_account;
+pub mod approvals;
 pub mod fence;
 pub mod maximum;
 pub mod proposal;
@@ -103,6 +104,9 @@ pub struct Context {
     pub views: std::sync::OnceLock<Views>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Where sandbox proxies put held calls (`--approvals-url`), if
+    /// anywhere.
+    pub approvals: Option<approvals::ApprovalsWiring>,
 }
 
 /// Owned objects by API path: the hash of the content last applied and the
@@ -256,7 +260,14 @@ impl Context {
             views: std::sync::OnceLock::new(),
             fence: None,
             failures: Mutex::new(HashMap::new()),
+            approvals: None,
         }
+    }
+
+    /// This context with sandbox Pods wired to the approval service.
+    pub fn with_approvals(mut self, approvals: Option<approvals::ApprovalsWiring>) -> Context {
+        self.approvals = approvals;
+        self
     }
 
     /// This context with the leader fence `fence`.
@@ -430,25 +441,7 @@ pub async fn publish_to(
     }
 }
 
-/// The most an Event's note may hold (the API server refuses a longer one,
-/// and the Event is lost).
-pub const EVENT_NOTE_LIMIT: usize = 1024;
-
-/// `note` cut to [`EVENT_NOTE_LIMIT`] bytes on a character boundary, ending
-/// in `…` when cut: a long refusal (every field of a pod's shape) still
-/// reaches `kubectl describe`, and the status keeps the whole message.
-pub fn event_note(mut note: String) -> String {
-    if note.len() <= EVENT_NOTE_LIMIT {
-        return note;
-    }
-    let mut end = EVENT_NOTE_LIMIT - '…'.len_utf8();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    note.truncate(end);
-    note.push('…');
-    note
-}
+pub use crate::k8s::events::{EVENT_NOTE_LIMIT, event_note};
 
 /// Runs a configured controller until shutdown (SIGINT/SIGTERM), with the
 /// shared concurrency bound, `counted` reconciles and backoff on errors.

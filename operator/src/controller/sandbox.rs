@@ -954,9 +954,10 @@ fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
 
 /// The data plane's view: the committed effective policy, `findings.json`
 /// (the sandbox's trifecta findings with the regions their tools reach,
-/// which the proxy cites in refusals, docs/proxy.md) and `sandbox-ca.pem`
+/// which the proxy cites in refusals, docs/proxy.md), `sandbox-ca.pem`
 /// (the sandbox CAs, to which the proxy adds the Mozilla roots in the
-/// bundle the agent trusts).
+/// bundle the agent trusts) and, with an approval service,
+/// `approvals-ca.pem` (the roots that verify it).
 async fn apply_config_map(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
@@ -981,7 +982,7 @@ async fn apply_config_map(
             f
         })
         .collect();
-    let patch = json!({
+    let mut patch = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owned_metadata(sandbox, &name),
@@ -993,6 +994,13 @@ async fn apply_config_map(
             "revision": revision.to_string(),
         },
     });
+    // The roots the proxy verifies the approval service with; until the
+    // webhook configuration carries them, held calls are refused.
+    if let Some(approvals) = &ctx.approvals
+        && let Some(ca) = approvals.ca_bundle(&ctx.client).await
+    {
+        patch["data"]["approvals-ca.pem"] = ca.into();
+    }
     let seen = ctx
         .views
         .get()
@@ -1164,6 +1172,9 @@ async fn apply_network_policy(
             .map(|p| json!({"protocol": "TCP", "port": p}))
             .collect();
         egress.push(json!({"ports": ports}));
+    }
+    if let Some(approvals) = &ctx.approvals {
+        egress.push(approvals.egress());
     }
     let patch = json!({
         "apiVersion": "networking.k8s.io/v1",

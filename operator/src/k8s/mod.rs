@@ -3,4 +3,5 @@
 //! pure rules over them in `agentgate_governance`.
 
 pub mod cache;
+pub mod events;
 pub mod permissions;

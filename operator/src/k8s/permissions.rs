@@ -176,12 +176,33 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
         "authentication.k8s.io",
         "tokenreviews",
         &["create"],
-        "/v1/decide callers' bearer tokens",
+        "/v1/decide callers' and /v1/hold callers' (the sandbox proxies') bearer tokens",
+    ),
+    cluster(
+        "agentgate.dev",
+        "heldcalls",
+        &["create", "get", "list", "watch"],
+        "/v1/hold: the HeldCall a sandbox's proxy puts to a person, the pending ones of its sandbox counted, and a watch of each until it is decided",
+    ),
+    cluster(
+        "agentgate.dev",
+        "heldcalls/status",
+        &["update", "patch"],
+        "/v1/hold: Expired with the resourceVersion as precondition, then the answer the proxy got (server-side apply)",
     ),
     Permission {
         group: "admissionregistration.k8s.io",
         resource: "validatingwebhookconfigurations",
-        verbs: &["get", "patch"],
+        verbs: &["get"],
+        names: &["$webhook"],
+        scope: Scope::Cluster,
+        needed: Needed::Always,
+        used_by: "the caBundle of the release's own webhook configuration, published to each sandbox's proxy to verify the approval service of held calls",
+    },
+    Permission {
+        group: "admissionregistration.k8s.io",
+        resource: "validatingwebhookconfigurations",
+        verbs: &["patch"],
         names: &["$webhook"],
         scope: Scope::Cluster,
         needed: Needed::SelfManagedCertificates,
@@ -212,10 +233,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_resource_and_scope_is_listed_once_with_its_reason() {
+    fn each_resource_scope_and_need_is_listed_once_with_its_reason() {
         let mut seen = std::collections::BTreeSet::new();
         for p in OPERATOR_PERMISSIONS {
-            assert!(seen.insert((p.group, p.resource, p.scope)), "{p:?} twice");
+            // A resource may be listed once per need (some verbs only
+            // in one certificate mode).
+            let need = p.needed == Needed::Always;
+            assert!(
+                seen.insert((p.group, p.resource, p.scope, need)),
+                "{p:?} twice"
+            );
             assert!(!p.verbs.is_empty() && !p.used_by.is_empty(), "{p:?}");
         }
     }

@@ -144,15 +144,31 @@ impl WebhookState {
         &self,
         headers: &HeaderMap,
     ) -> Result<UserInfo, CallerRefusal> {
+        self.authenticate_for(headers, None).await
+    }
+
+    /// [`Self::authenticate`] for a token that must carry `audience` (a
+    /// projected ServiceAccount token minted for this endpoint alone), or
+    /// the API server's own audiences when `None`.
+    pub(super) async fn authenticate_for(
+        &self,
+        headers: &HeaderMap,
+        audience: Option<&str>,
+    ) -> Result<UserInfo, CallerRefusal> {
         let token = bearer_token(headers)?;
-        let key = token_key(token);
+        // The audience is part of the key: a token good for one endpoint
+        // is not thereby good for another.
+        let key = match audience {
+            None => token_key(token),
+            Some(audience) => token_key(&format!("{audience}\n{token}")),
+        };
         if let Some(known) = self.tokens.get(&key, Instant::now()) {
             return known.map_err(CallerRefusal::Unauthenticated);
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
-                audiences: None,
+                audiences: audience.map(|a| vec![a.to_string()]),
             },
             ..TokenReview::default()
         };
@@ -161,7 +177,18 @@ impl WebhookState {
             .await
             .map_err(|e| CallerRefusal::Unavailable(format!("cannot review the token: {e}")))?;
         let status = answer.status.unwrap_or_default();
+        // An audience asked for must be one the token was minted for.
+        let for_us = audience.is_none_or(|a| {
+            status
+                .audiences
+                .as_ref()
+                .is_some_and(|list| list.iter().any(|x| x == a))
+        });
         let outcome = match (status.authenticated, status.user) {
+            (Some(true), _) if !for_us => Err(format!(
+                "the token is not for audience {:?}: mount a projected ServiceAccount token with that audience",
+                audience.unwrap_or_default()
+            )),
             (Some(true), Some(user)) if user.username.as_deref().is_some_and(|u| !u.is_empty()) => {
                 Ok(user)
             }

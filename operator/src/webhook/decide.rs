@@ -196,10 +196,26 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
             return DecideResponse::deny(format!("not a canonical action: {e}"));
         }
         let decision = decide_mcp(policy, &call);
+        // A call a `mode: ask` entry holds waits for a person only at the
+        // egress proxy; asked here, it is refused, saying so.
+        let held = (!decision.allow)
+            .then(|| {
+                let index = agentgate_policy::index::HostIndex::build(policy);
+                let caller = agentgate_policy::matcher::Caller::Binary(&call.binary);
+                agentgate_policy::matcher::held_by(policy, &index, caller, &call, None)
+            })
+            .flatten();
+        let reason = match &held {
+            Some(rule) => format!(
+                "{call}: {}; rule {rule:?} holds it for a person's approval (mode: ask), which only the egress proxy asks for",
+                decision.reason
+            ),
+            None => format!("{call}: {}", decision.reason),
+        };
         return DecideResponse {
             allow: decision.allow,
             rule: decision.rule,
-            reason: format!("{call}: {}", decision.reason),
+            reason,
             revision: None,
             finding: None,
         };

@@ -15,6 +15,7 @@ pub mod certs;
 pub mod decide;
 mod decide_endpoint;
 mod health;
+mod hold_endpoint;
 pub mod server;
 mod state;
 #[cfg(test)]

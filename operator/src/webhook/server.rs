@@ -18,7 +18,9 @@ use crate::webhook::certs::CertResolver;
 use crate::webhook::decide_endpoint::decide_endpoint;
 use crate::webhook::health::{healthz, readyz};
 use crate::webhook::tls;
-use crate::webhook::validate::{maximums, namespaces, pods, proposals, sandboxes, scans};
+use crate::webhook::validate::{
+    held_calls, maximums, namespaces, pods, proposals, sandboxes, scans,
+};
 use crate::webhook::{WebhookArgs, WebhookError};
 use agentgate_prover::Prover;
 
@@ -41,9 +43,14 @@ pub fn router(state: Arc<WebhookState>) -> Router {
             post(maximums::validate_maximum),
         )
         .route("/validate/agentscans", post(scans::validate_scan))
+        .route("/validate/heldcalls", post(held_calls::validate_held_call))
         .route("/validate/pods", post(pods::validate_pod))
         .route("/validate/namespaces", post(namespaces::validate_namespace))
         .route("/v1/decide", post(decide_endpoint))
+        .route(
+            "/v1/hold",
+            post(crate::webhook::hold_endpoint::hold_endpoint),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))

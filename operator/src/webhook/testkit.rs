@@ -136,6 +136,13 @@ pub const SCANS: Kind = Kind {
     resource: "agentscans",
     kind: "AgentScan",
 };
+/// HeldCalls.
+pub const HELD_CALLS: Kind = Kind {
+    group: "agentgate.dev",
+    version: "v1alpha1",
+    resource: "heldcalls",
+    kind: "HeldCall",
+};
 /// Pods.
 pub const PODS: Kind = Kind {
     group: "",
@@ -215,8 +222,11 @@ impl Grant {
 /// What the fake API server knows.
 #[derive(Debug, Default)]
 pub struct FakeApi {
-    /// Bearer tokens the TokenReview accepts, and whose they are.
+    /// Bearer tokens the TokenReview accepts, and whose they are (for any
+    /// audience asked for).
     pub tokens: BTreeMap<String, String>,
+    /// Tokens bound to a Pod: token → the Pod's name.
+    pub bound_pods: BTreeMap<String, String>,
     /// What SubjectAccessReviews allow; everything else is refused.
     pub grants: Vec<Grant>,
     /// Namespaces a GET finds (those not yet in the webhook's cache).
@@ -242,11 +252,15 @@ impl FakeApi {
     fn answer(&self, method: &str, path: &str, sent: &Value) -> (StatusCode, Value) {
         self.calls.lock().unwrap().push(format!("{method} {path}"));
         if path.ends_with("/tokenreviews") {
-            let user = sent["spec"]["token"]
-                .as_str()
-                .and_then(|t| self.tokens.get(t));
-            let status = match user {
-                Some(user) => json!({"authenticated": true, "user": {"username": user}}),
+            let token = sent["spec"]["token"].as_str().unwrap_or_default();
+            let status = match self.tokens.get(token) {
+                Some(user) => {
+                    let mut user = json!({"username": user});
+                    if let Some(pod) = self.bound_pods.get(token) {
+                        user["extra"] = json!({"authentication.kubernetes.io/pod-name": [pod]});
+                    }
+                    json!({"authenticated": true, "user": user, "audiences": sent["spec"]["audiences"]})
+                }
                 None => json!({"authenticated": false, "error": "invalid bearer token"}),
             };
             let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}, "status": status});

@@ -4,6 +4,7 @@
 //! `webhook::admission`, `webhook::authority` and `webhook::pods`.
 
 pub(super) mod envelope;
+pub(super) mod held_calls;
 pub(super) mod maximums;
 pub(super) mod namespaces;
 pub(super) mod pods;

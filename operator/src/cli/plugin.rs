@@ -569,6 +569,23 @@ mod tests {
     use agentgate_api::crd::{AgentSandboxStatus, PolicyProposalStatus, ProofRecord};
 
     #[test]
+    fn approve_and_deny_name_a_proposal_or_a_held_call() {
+        assert_eq!(reviewable("p").unwrap(), (Reviewable::Proposal, "p"));
+        assert_eq!(
+            reviewable("policyproposal/p").unwrap(),
+            (Reviewable::Proposal, "p")
+        );
+        assert_eq!(
+            reviewable("heldcall/bot-x7k2p").unwrap(),
+            (Reviewable::HeldCall, "bot-x7k2p")
+        );
+        assert_eq!(reviewable("hcall/h").unwrap(), (Reviewable::HeldCall, "h"));
+        let wrong = reviewable("pod/p").unwrap_err().to_string();
+        assert!(wrong.contains("heldcall/NAME"), "{wrong}");
+        assert!(reviewable("heldcall/").is_err());
+    }
+
+    #[test]
     fn export_replaces_the_declared_policy_with_the_effective_one() {
         let mut sandbox: AgentSandbox =
             serde_saphyr::from_str(include_str!("../../../examples/sandbox.yaml")).unwrap();

@@ -18,7 +18,14 @@ Configurations:
   removed: tools and argument constraints;
 - `provenance`: examples/agentdojo/SUITE.yaml as written, its model
   provider endpoint recording the conversation that `from` is judged
-  against (docs/policy-semantics.md §8.3);
+  against (docs/policy-semantics.md §8.3); the proxy has no approval
+  service, so a call that only a `mode: ask` entry matches is refused
+  (`held_call_unavailable`);
+- `held calls`: the same policies, the proxy started with `--approvals`
+  naming approver.py, a simulated person who approves a held call if and
+  only if it is the call the trace makes next and not the injection's (an
+  oracle for intent: the figures are the mechanism's given a person who
+  judges correctly; the holds are that person's cost);
 - `runtime trifecta`: the same policies, and beside them (findings.json)
   the findings the tool labels of examples/agentdojo/trifecta.yaml
   predict, one per untrusted tool, secret tool and sink, each with its
@@ -29,8 +36,9 @@ Traces are traces.py's, test split (odd task numbers), unless
 one JSON line per trace and configuration (replay.py's, with `config`),
 then per configuration and suite: clean utility (benign traces wholly
 allowed), attacked utility (attack traces whose own calls are all allowed)
-and attack success rate (attack traces whose injected calls all pass).
-`--smoke`: the banking suite only.
+and attack success rate (attack traces whose injected calls all pass);
+for `held calls` also the mean number of holds per clean (benign) and per
+attacked trace. `--smoke`: the banking suite only.
 
 usage: bench.py PROXY_BINARY AGENTDOJO_PYTHON [--smoke] [--traces FILE]
 (run as root; it enters its own network namespace)
@@ -38,6 +46,7 @@ usage: bench.py PROXY_BINARY AGENTDOJO_PYTHON [--smoke] [--traces FILE]
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -52,6 +61,9 @@ SUITES = ["banking", "slack", "travel", "workspace"]
 PROXY = "127.0.0.1:15000"
 METRICS = "127.0.0.1:15020"
 MODEL_PORT = 8930
+# approver.py, the approval service of the `held calls` configuration.
+APPROVER_PORT = 8940
+APPROVER = f"http://127.0.0.1:{APPROVER_PORT}"
 MODEL_URL = f"http://model.agentdojo:{MODEL_PORT}/v1/chat/completions"
 # The model provider as plain REST, for the configurations without provenance.
 MODEL_RULE = (
@@ -232,8 +244,22 @@ def main():
                 stderr=subprocess.DEVNULL,
             )
         )
+        # The approval service's bearer token, which the proxy sends with
+        # every hold (--approvals-token) and approver.py checks.
+        token = work / "approvals-token"
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+        approver_log = open(work / "approver.log", "w")
+        servers.append(
+            subprocess.Popen(
+                [python, str(HERE / "approver.py"), "127.0.0.1", str(APPROVER_PORT), str(token)],
+                stdout=approver_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
         for suite in suites:
             wait_until(f"the {suite} server", lambda: "ready" in (work / f"{suite}-server.log").read_text())
+        wait_until("the approver", lambda: "ready" in (work / "approver.log").read_text())
         train = {s: traces_of(s, "train") for s in suites}
         if traces_file:
             test = {s: [] for s in suites}
@@ -253,6 +279,7 @@ def main():
             ("tool names", tool_names(train)),
             ("names and arguments", examples(provenance=False)),
             ("provenance", examples(provenance=True)),
+            ("held calls", examples(provenance=True)),
             ("runtime trifecta", examples(provenance=True)),
         ]
         figures = []
@@ -265,6 +292,13 @@ def main():
                 findings.unlink()
             resolve = [a for s in suites for a in ("--resolve", f"{s}.agentdojo:{port(s)}:127.0.0.1")]
             resolve += ["--resolve", f"model.agentdojo:{MODEL_PORT}:127.0.0.1"]
+            # Only `held calls` has a person to ask; elsewhere a held call
+            # is refused, which is what it is compared with.
+            approvals = []
+            replay_approver = []
+            if config == "held calls":
+                approvals = ["--approvals", f"{APPROVER}/v1/hold", "--approvals-token", str(token)]
+                replay_approver = ["--approver", APPROVER]
             proxy_log = open(work / "proxy.log", "w")
             proxy = subprocess.Popen(
                 # The replay plays one trace, one conversation, at a time,
@@ -272,7 +306,7 @@ def main():
                 # conversation judges a call (docs/proxy.md, "Provenance").
                 [proxy_binary, "--policy", str(work / "policy.yaml"), "--listen", PROXY, "--metrics-listen", METRICS,
                  "--ca-cert", str(work / "ca.pem"), "--ca-key", str(work / "ca.key"), "--conversation-overlap", "0",
-                 *resolve],
+                 *approvals, *resolve],
                 stdout=proxy_log,
                 stderr=subprocess.STDOUT,
             )
@@ -283,7 +317,8 @@ def main():
                     path.write_text("".join(json.dumps(t) + "\n" for t in test[suite]))
                     env = dict(os.environ, HTTP_PROXY=f"http://{PROXY}", http_proxy=f"http://{PROXY}", NO_PROXY="", no_proxy="")
                     out = run(
-                        [python, str(HERE / "replay.py"), str(path), "--model", MODEL_URL, f"{suite}=http://{suite}.agentdojo:{port(suite)}/mcp"],
+                        [python, str(HERE / "replay.py"), str(path), "--model", MODEL_URL, *replay_approver,
+                         f"{suite}=http://{suite}.agentdojo:{port(suite)}/mcp"],
                         env=env,
                     )
                     totals = {}
@@ -301,20 +336,21 @@ def main():
             benign = totals.get("benign", {"traces": 0, "all_allowed": 0})
             attack = totals.get("attack", {"traces": 0, "own_calls_allowed": 0, "injected_calls_all_allowed": 0})
             rate = lambda n, d: round(n / d, 3) if d else None
-            print(
-                json.dumps(
-                    {
-                        "totals": config,
-                        "suite": suite,
-                        "benign": benign["traces"],
-                        "attacks": attack["traces"],
-                        "clean_utility": rate(benign["all_allowed"], benign["traces"]),
-                        "attacked_utility": rate(attack["own_calls_allowed"], attack["traces"]),
-                        "attack_success_rate": rate(attack["injected_calls_all_allowed"], attack["traces"]),
-                    }
-                ),
-                flush=True,
-            )
+            summary = {
+                "totals": config,
+                "suite": suite,
+                "benign": benign["traces"],
+                "attacks": attack["traces"],
+                "clean_utility": rate(benign["all_allowed"], benign["traces"]),
+                "attacked_utility": rate(attack["own_calls_allowed"], attack["traces"]),
+                "attack_success_rate": rate(attack["injected_calls_all_allowed"], attack["traces"]),
+            }
+            if config == "held calls":
+                # The person's cost: holds per trace, the injection's
+                # included in an attacked trace's.
+                summary["holds_per_clean_trace"] = rate(benign.get("held_calls", 0), benign["traces"])
+                summary["holds_per_attacked_trace"] = rate(attack.get("held_calls", 0), attack["traces"])
+            print(json.dumps(summary), flush=True)
     except subprocess.CalledProcessError as e:
         sys.exit(f"bench-agentdojo: {' '.join(map(str, e.cmd[:3]))} failed: {e.stderr[-2000:]}")
     finally:

@@ -1051,6 +1051,21 @@ fn without_provenance(node: &mut Value) {
     }
 }
 
+/// `node` with every `mode: ask` tool entry removed: what the policy
+/// allows at once (§8.6).
+fn without_held(node: &mut Value) {
+    match node {
+        Value::Object(members) => {
+            if let Some(Value::Array(tools)) = members.get_mut("tools") {
+                tools.retain(|entry| entry["mode"] != "ask");
+            }
+            members.values_mut().for_each(without_held);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_held),
+        _ => {}
+    }
+}
+
 #[test]
 fn s8_3_the_agentdojo_examples_are_proved_narrower_by_their_provenance() {
     let prover = prover();
@@ -1068,6 +1083,22 @@ fn s8_3_the_agentdojo_examples_are_proved_narrower_by_their_provenance() {
         let mut stripped: Value = serde_saphyr::from_str(&text).unwrap();
         without_provenance(&mut stripped);
         let without = policy(&stripped.to_string(), Role::Sandbox);
+        // Every call `from` refuses is held for a person (§8.6): the
+        // authority is the same, both ways.
+        for (wide, narrow) in [(&with, &without), (&without, &with)] {
+            assert_eq!(
+                prover.containment(wide, narrow).outcome,
+                Outcome::Within,
+                "{suite}: a held call is authority"
+            );
+        }
+        // What is allowed at once: `from` only narrows, and a call from
+        // the wrong source is where it does.
+        let mut at_once: Value = serde_saphyr::from_str(&text).unwrap();
+        without_held(&mut at_once);
+        let with = policy(&at_once.to_string(), Role::Sandbox);
+        without_provenance(&mut at_once);
+        let without = policy(&at_once.to_string(), Role::Sandbox);
         assert_eq!(
             prover.containment(&with, &without).outcome,
             Outcome::Within,

@@ -416,7 +416,20 @@ pub fn held_by(
         provenance,
         Reading::AllowedOrHeld,
     );
-    if held.allow { held.rule } else { None }
+    held.allow.then_some(held.rule).flatten()
+}
+
+/// [`held_by`] over every endpoint of the policy, with the action's stated
+/// sources, for a caller that keeps no host index (as [`decide_mcp_as`]).
+pub fn held_by_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Option<String> {
+    let held = mcp_over(
+        all_pairs(policy),
+        caller,
+        t,
+        stated(t),
+        Reading::AllowedOrHeld,
+    );
+    held.allow.then_some(held.rule).flatten()
 }
 
 /// The provenance an action states: its sources, or no record.

@@ -47,6 +47,18 @@ pub enum CallerRefusal {
     Unavailable(String),
 }
 
+impl CallerRefusal {
+    /// The HTTP status a refused caller is answered with.
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            CallerRefusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            CallerRefusal::Forbidden(_) => StatusCode::FORBIDDEN,
+            CallerRefusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
 /// The bearer token of an `Authorization: Bearer …` header.
 pub fn bearer_token(headers: &HeaderMap) -> Result<&str, CallerRefusal> {
     let missing = || {

@@ -200,9 +200,8 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
         // egress proxy; asked here, it is refused, saying so.
         let held = (!decision.allow)
             .then(|| {
-                let index = agentgate_policy::index::HostIndex::build(policy);
                 let caller = agentgate_policy::matcher::Caller::Binary(&call.binary);
-                agentgate_policy::matcher::held_by(policy, &index, caller, &call, None)
+                agentgate_policy::matcher::held_by_as(policy, caller, &call)
             })
             .flatten();
         let reason = match &held {

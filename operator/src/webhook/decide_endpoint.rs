@@ -111,11 +111,7 @@ fn refusal_label(refusal: &CallerRefusal) -> &'static str {
 /// The HTTP answer to a refused caller: 401 (with a Bearer challenge), 403
 /// or 503, and a deny with the reason in the body.
 fn refused(refusal: CallerRefusal) -> axum::response::Response {
-    let status = match refusal {
-        CallerRefusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        CallerRefusal::Forbidden(_) => StatusCode::FORBIDDEN,
-        CallerRefusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
+    let status = refusal.status();
     let body = Json(DecideResponse::deny(refusal.to_string()));
     if status == StatusCode::UNAUTHORIZED {
         (

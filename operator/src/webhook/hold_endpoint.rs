@@ -32,11 +32,12 @@ use crate::webhook::caller::{CallerRefusal, is_agent};
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::{
     AgentSandbox, HeldCall, HeldCallDecision, HeldCallSpec, SANDBOX_LABEL, SandboxRef,
+    review_message_prefix, reviewer_in,
 };
-use agentgate_governance::authority::HELD_CALL_EXPIRED;
+use agentgate_governance::authority::{HELD_CALL_EXPIRED, Requester};
 use agentgate_governance::pod_template::agent_identities;
+use agentgate_policy::compile::EndpointKind;
 use agentgate_policy::held::{HoldAnswer, HoldDecision, HoldRequest, MAX_HOLD_SECONDS};
-use agentgate_policy::model::{PolicyDocument, ToolMode};
 
 pub use agentgate_governance::sandbox_pod::HOLD_AUDIENCE;
 /// The TokenReview extra naming the Pod a token is bound to.
@@ -71,7 +72,7 @@ pub(super) async fn hold_endpoint(
         Ok(request) => request,
         Err(reason) => return error(StatusCode::BAD_REQUEST, reason),
     };
-    if let Err(reason) = holds(&sandbox, &request) {
+    if let Err(reason) = holds(&state, &sandbox, &request) {
         return error(StatusCode::FORBIDDEN, reason);
     }
     match hold(&state, &sandbox, &user, &request).await {
@@ -86,12 +87,7 @@ fn error(status: StatusCode, reason: String) -> axum::response::Response {
 }
 
 fn refused(refusal: CallerRefusal) -> axum::response::Response {
-    let status = match refusal {
-        CallerRefusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        CallerRefusal::Forbidden(_) => StatusCode::FORBIDDEN,
-        CallerRefusal::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, refusal.to_string())
+    error(refusal.status(), refusal.to_string())
 }
 
 /// The sandbox whose Pod the token is bound to, if the token's
@@ -99,15 +95,15 @@ fn refused(refusal: CallerRefusal) -> axum::response::Response {
 /// sandbox).
 fn sandbox_of(state: &WebhookState, user: &UserInfo) -> Result<Arc<AgentSandbox>, CallerRefusal> {
     let username = user.username.as_deref().unwrap_or_default();
-    let namespace = username
-        .strip_prefix("system:serviceaccount:")
-        .and_then(|rest| rest.split_once(':'))
-        .map(|(namespace, _)| namespace)
-        .ok_or_else(|| {
-            CallerRefusal::Forbidden(format!(
-                "{username:?} is not a ServiceAccount: only a sandbox's Pod puts calls on hold"
-            ))
-        })?;
+    let requester = Requester {
+        username,
+        groups: &[],
+    };
+    let (namespace, _) = requester.service_account().ok_or_else(|| {
+        CallerRefusal::Forbidden(format!(
+            "{username:?} is not a ServiceAccount: only a sandbox's Pod puts calls on hold"
+        ))
+    })?;
     let pod = user
         .extra
         .as_ref()
@@ -146,40 +142,47 @@ fn read_request(body: &[u8]) -> Result<HoldRequest, String> {
     Ok(request)
 }
 
-/// Whether the sandbox's committed policy has the rule the request names,
-/// with a `mode: ask` entry for its tool on its server: a request that
-/// names anything else was not held by this sandbox's policy.
-pub fn holds(sandbox: &AgentSandbox, request: &HoldRequest) -> Result<(), String> {
-    let policy: Option<&PolicyDocument> = sandbox
-        .status
-        .as_ref()
-        .and_then(|s| s.effective_policy.as_ref());
-    let held = policy.is_some_and(|policy| {
-        policy
-            .network
-            .iter()
-            .filter(|rule| rule.name == request.rule)
-            .flat_map(|rule| rule.endpoints.iter())
-            .filter(|e| e.ports.contains(&request.server.port))
-            .flat_map(|e| e.tools.iter())
-            .filter(|entry| entry.mode == Some(ToolMode::Ask))
-            .any(|entry| name_glob_matches(&entry.name, &request.tool))
-    });
-    if held {
-        Ok(())
-    } else {
-        Err(format!(
-            "agentsandbox {}/{}: its committed policy has no mode: ask entry of rule {:?} for tool {:?}",
-            sandbox.namespace().unwrap_or_default(),
+/// Whether the sandbox's committed policy (compiled once per revision, as
+/// for `/v1/decide`) has the rule the request names, with a `mode: ask`
+/// entry for its tool on its server's port: a request that names anything
+/// else was not held by this sandbox's policy.
+fn holds(
+    state: &WebhookState,
+    sandbox: &AgentSandbox,
+    request: &HoldRequest,
+) -> Result<(), String> {
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let refused = || {
+        format!(
+            "agentsandbox {namespace}/{}: its committed policy has no mode: ask entry of rule {:?} for tool {:?}",
             sandbox.name_any(),
             request.rule,
             request.tool
-        ))
-    }
-}
-
-fn name_glob_matches(glob: &str, name: &str) -> bool {
-    agentgate_policy::mcp::NameGlob::parse("name", glob, 4096).is_ok_and(|g| g.matches(name))
+        )
+    };
+    let status = sandbox.status.as_ref().ok_or_else(refused)?;
+    let policy = status.effective_policy.as_ref().ok_or_else(refused)?;
+    let uid = sandbox.uid().unwrap_or_default();
+    let compiled = state.policies.get(
+        &namespace,
+        &sandbox.name_any(),
+        &uid,
+        status.revision,
+        policy,
+    )?;
+    let held = compiled
+        .rules
+        .iter()
+        .filter(|rule| rule.name == request.rule)
+        .flat_map(|rule| &rule.endpoints)
+        .filter(|e| e.ports.contains(&request.server.port))
+        .filter_map(|e| match &e.kind {
+            EndpointKind::Mcp(mcp) => Some(&mcp.tools),
+            EndpointKind::L4 | EndpointKind::Rest { .. } => None,
+        })
+        .flatten()
+        .any(|entry| entry.held && entry.name.matches(&request.tool));
+    if held { Ok(()) } else { Err(refused()) }
 }
 
 /// The HeldCall recording `request` for `sandbox`, expiring at `expires`.
@@ -243,14 +246,17 @@ pub fn decision_of(held: &HeldCall) -> Option<HoldAnswer> {
         "Denied" => HoldDecision::Denied,
         _ => HoldDecision::Expired,
     };
-    // "approved by \"alice\": reason" → alice, reason.
-    let (by, message) = match found.message.split_once(": ") {
-        Some((head, rest)) => (head, Some(rest.to_string())),
-        None => (found.message.as_str(), None),
-    };
-    let decided_by = by
-        .split_once(" by ")
-        .and_then(|(_, who)| serde_json::from_str::<String>(who).ok());
+    // `approved by "alice": reason` (review_message_prefix) → alice, reason.
+    let decided_by = reviewer_in(&found.type_, &found.message);
+    let message = decided_by
+        .as_deref()
+        .and_then(|who| {
+            found
+                .message
+                .strip_prefix(&review_message_prefix(&found.type_, who))
+        })
+        .and_then(|rest| rest.strip_prefix(": "))
+        .map(str::to_string);
     Some(HoldAnswer {
         decision,
         held_call: held.metadata.name.clone(),

@@ -1074,6 +1074,7 @@ mod tests {
                     .cloned()
                     .unwrap(),
                 sources: None,
+                credential: None,
             }),
             Action::Mcp(McpAction {
                 binary: "/usr/bin/python3".into(),
@@ -1084,6 +1085,7 @@ mod tests {
                 name: "file:///reports/q3".into(),
                 args: serde_json::Map::new(),
                 sources: None,
+                credential: None,
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),
@@ -1092,6 +1094,7 @@ mod tests {
                 layer: Layer::Rest,
                 method: "GET".into(),
                 path: "/repos".into(),
+                credential: None,
             }),
         ];
         for action in actions {

@@ -131,6 +131,7 @@ fn compile_maximum(maximum: &MaximumPolicy) -> Compiled {
         policy: maximum.spec.policy.clone(),
         invariants: maximum.spec.invariants.clone(),
         budget: maximum.spec.budget,
+        credentials: Vec::new(),
         policy_field: "spec.policy",
     };
     loaded

@@ -40,6 +40,11 @@ pub struct NetworkAction {
     pub method: String,
     /// Request path (empty for `l4`).
     pub path: String,
+    /// The credential the request carries (docs/policy-semantics.md §9):
+    /// the name of a sandbox credential whose placeholder it holds, or
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 /// Filesystem access kind.
@@ -121,6 +126,9 @@ pub struct McpAction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<std::collections::BTreeMap<String, Vec<String>>>")]
     pub sources: Option<Box<crate::provenance::StatedSources>>,
+    /// The credential the call's transport request carries (§9), or `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl std::hash::Hash for McpAction {
@@ -134,6 +142,7 @@ impl std::hash::Hash for McpAction {
         // Equal maps (in any key order) have one canonical text.
         crate::mcp::canonical_object(&self.args).hash(state);
         self.sources.hash(state);
+        self.credential.hash(state);
     }
 }
 
@@ -156,15 +165,15 @@ impl fmt::Display for NetworkAction {
         match self.layer {
             Layer::Rest => write!(
                 f,
-                "{} https://{}:{}{} by {} (layer rest)",
+                "{} https://{}:{}{} by {}",
                 self.method, self.host, self.port, self.path, self.binary
-            ),
-            Layer::L4 => write!(
-                f,
-                "connect {}:{} by {} (layer l4)",
-                self.host, self.port, self.binary
-            ),
+            )?,
+            Layer::L4 => write!(f, "connect {}:{} by {}", self.host, self.port, self.binary)?,
         }
+        if let Some(credential) = &self.credential {
+            write!(f, " with credential {credential}")?;
+        }
+        write!(f, " (layer {})", self.layer.as_str())
     }
 }
 
@@ -188,9 +197,12 @@ impl fmt::Display for McpAction {
             " by {} on {}:{}{}",
             self.binary, self.host, self.port, self.path
         )?;
-        match &self.sources {
-            Some(sources) if !sources.0.is_empty() => write!(f, " with {sources}"),
-            _ => Ok(()),
+        if let Some(sources) = self.sources.as_deref().filter(|s| !s.0.is_empty()) {
+            write!(f, " with {sources}")?;
+        }
+        match &self.credential {
+            Some(credential) => write!(f, " with credential {credential}"),
+            None => Ok(()),
         }
     }
 }
@@ -254,6 +266,33 @@ pub fn check_absolute_path(field: &'static str, value: &str) -> Result<(), Canon
         if segment == "." || segment == ".." {
             return Err(err(field, "`.` and `..` segments are not canonical"));
         }
+    }
+    Ok(())
+}
+
+/// The longest credential name.
+pub const MAX_CREDENTIAL_NAME_BYTES: usize = 63;
+
+/// Checks a credential name (docs/policy-semantics.md §9): a DNS label, 1..63
+/// characters of `[a-z0-9-]`, starting and ending with a letter or digit,
+/// so that it can name a file, an Event reason and a placeholder alike.
+pub fn check_credential_name(value: &str) -> Result<(), CanonicalError> {
+    let field = "credential";
+    if value.is_empty() || value.len() > MAX_CREDENTIAL_NAME_BYTES {
+        return Err(err(field, "a credential name is 1..63 characters"));
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        || value.starts_with('-')
+        || value.ends_with('-')
+    {
+        return Err(err(
+            field,
+            format!(
+                "{value:?} is not a DNS label (lower-case letters, digits and -, starting and ending with a letter or digit)"
+            ),
+        ));
     }
     Ok(())
 }
@@ -397,6 +436,9 @@ impl NetworkAction {
                 check_request_path(&self.path)?;
             }
         }
+        if let Some(credential) = &self.credential {
+            check_credential_name(credential)?;
+        }
         Ok(())
     }
 }
@@ -419,6 +461,7 @@ impl McpAction {
             layer: Layer::Rest,
             method: "POST".to_string(),
             path: self.path.clone(),
+            credential: self.credential.clone(),
         }
     }
 
@@ -511,6 +554,7 @@ mod tests {
             name: "send_money".into(),
             args: args.as_object().cloned().unwrap_or_default(),
             sources: None,
+            credential: None,
         };
         let a = call(serde_json::json!({"recipient": "x", "amount": 101}));
         assert_eq!(
@@ -536,6 +580,7 @@ mod tests {
             layer: Layer::Rest,
             method: "POST".into(),
             path: "/repos/acme".into(),
+            credential: None,
         };
         assert_eq!(
             a.to_string(),

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::action::{Layer, check_absolute_path, check_method};
+use crate::action::{Layer, check_absolute_path, check_credential_name, check_method};
 use crate::error::{Reason, ReasonCode};
 use crate::glob::{Glob, GlobKind};
-use crate::mcp::{self, CompiledCalls, CompiledMcp};
+use crate::mcp::{self, CompiledCalls, CompiledMcp, NameGlob};
 use crate::model::{AccessLevel, Endpoint, PolicyDocument, Protocol, Region, RuleEntry};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
@@ -119,6 +119,33 @@ pub struct CompiledEndpoint {
     pub unrecorded_paths: Vec<Glob>,
 }
 
+impl CompiledEndpoint {
+    /// Removes what the endpoint allows and keeps what it denies: the
+    /// endpoint then allows nothing, and still refuses what its deny
+    /// entries refuse.
+    fn strip_allows(&mut self) {
+        self.kind = match &self.kind {
+            EndpointKind::L4 => EndpointKind::Rest {
+                scope: None,
+                allow: Vec::new(),
+                deny: Vec::new(),
+            },
+            EndpointKind::Rest { scope, deny, .. } => EndpointKind::Rest {
+                scope: scope.clone(),
+                allow: Vec::new(),
+                deny: deny.clone(),
+            },
+            EndpointKind::Mcp(m) => EndpointKind::Mcp(CompiledMcp {
+                path: m.path.clone(),
+                tools: Vec::new(),
+                deny_tools: m.deny_tools.clone(),
+                resources: Vec::new(),
+                prompts: Vec::new(),
+            }),
+        };
+    }
+}
+
 /// A compiled network rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CompiledRule {
@@ -128,6 +155,18 @@ pub struct CompiledRule {
     pub binaries: Vec<Glob>,
     /// Endpoints.
     pub endpoints: Vec<CompiledEndpoint>,
+    /// The credentials the requests this rule allows may carry (§9): exact
+    /// names in a sandbox policy, name globs in a MaximumPolicy.
+    pub credentials: Vec<NameGlob>,
+}
+
+impl CompiledRule {
+    /// Whether a request carrying `credential` may be allowed by this rule:
+    /// every rule allows requests that carry none; only a rule that binds
+    /// the credential allows those that carry it.
+    pub fn binds(&self, credential: Option<&str>) -> bool {
+        credential.is_none_or(|name| self.credentials.iter().any(|g| g.matches(name)))
+    }
 }
 
 /// Compiled filesystem grants.
@@ -166,6 +205,21 @@ pub struct CompiledRegion {
     /// MCP only: the calls the region holds. `Some` means the region holds
     /// no network action, only the calls these entries match.
     pub calls: Option<CompiledCalls>,
+    /// Credential name globs (§9): `Some` means the region holds only
+    /// actions carrying a credential one of them matches.
+    pub credentials: Option<Vec<NameGlob>>,
+}
+
+impl CompiledRegion {
+    /// Whether an action carrying `credential` may lie in the region, as
+    /// far as its credential part says.
+    pub fn holds_credential(&self, credential: Option<&str>) -> bool {
+        match (&self.credentials, credential) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(globs), Some(name)) => globs.iter().any(|g| g.matches(name)),
+        }
+    }
 }
 
 const READ_ONLY_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS"];
@@ -502,13 +556,67 @@ pub fn compile(
                 unrecorded_paths,
             });
         }
+        let credentials = rule_credentials(&at, rule, &endpoints, role, limits.pattern_bytes)?;
         rules.push(CompiledRule {
             name: rule.name.clone(),
             binaries,
             endpoints,
+            credentials,
         });
     }
     Ok(CompiledPolicy { filesystem, rules })
+}
+
+/// Compiles a rule's `credentials` (docs/policy-semantics.md §9). A sandbox
+/// names credentials exactly (the sandbox declares them); a ceiling may use
+/// name globs. A sandbox binding on an `l4` endpoint, whose requests no
+/// method or path constrains, needs `allowUninspectedCredentials`.
+fn rule_credentials(
+    at: &str,
+    rule: &crate::model::NetworkRule,
+    endpoints: &[CompiledEndpoint],
+    role: Role,
+    max: usize,
+) -> Result<Vec<NameGlob>, Reason> {
+    if rule.allow_uninspected_credentials {
+        if role == Role::Maximum {
+            return Err(shape(
+                format!("{at}.allowUninspectedCredentials"),
+                "belongs in an AgentSandbox or a PolicyProposal: a ceiling's credentials already bound every request its endpoints reach",
+            ));
+        }
+        if rule.credentials.is_empty() {
+            return Err(shape(
+                format!("{at}.allowUninspectedCredentials"),
+                "the rule binds no credential; remove the flag or add credentials",
+            ));
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(rule.credentials.len());
+    for (i, name) in rule.credentials.iter().enumerate() {
+        let field = format!("{at}.credentials[{i}]");
+        if role == Role::Sandbox {
+            check_credential_name(name).map_err(|e| shape(field.clone(), e.message))?;
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(shape(field, format!("credential {name:?} is listed twice")));
+        }
+        out.push(credential_glob(&field, name, max)?);
+    }
+    if role == Role::Sandbox
+        && !out.is_empty()
+        && !rule.allow_uninspected_credentials
+        && let Some(e) = endpoints
+            .iter()
+            .position(|e| matches!(e.kind, EndpointKind::L4))
+    {
+        return Err(shape(
+            format!("{at}.endpoints[{e}]"),
+            "an l4 endpoint carries bytes the proxy does not judge by method or path, so a credential bound here would reach every request to it; bind credentials on rest or mcp endpoints, or set allowUninspectedCredentials: true on the rule to accept that reach",
+        ));
+    }
+    Ok(out)
 }
 
 /// The first REST-only field an endpoint sets, if any (`path` aside, which
@@ -653,7 +761,44 @@ pub fn compile_region(region: &Region, field: &str) -> Result<CompiledRegion, Re
         methods,
         paths: globs(GlobKind::Path, "paths", &region.paths)?,
         calls,
+        credentials: region_credentials(region, field)?,
     })
+}
+
+/// A credential name glob: the characters of a credential name (§9) and
+/// `*`, any run of them.
+fn credential_glob(field: &str, pattern: &str, max: usize) -> Result<NameGlob, Reason> {
+    if pattern.is_empty()
+        || !pattern
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'*')
+    {
+        return Err(Reason::at(
+            ReasonCode::InvalidGlob,
+            field,
+            "a credential glob is lower-case letters, digits, - and * (any run of them)",
+        ));
+    }
+    NameGlob::parse(field, pattern, max)
+}
+
+/// The credential part of a region (§9), if it has one.
+fn region_credentials(region: &Region, field: &str) -> Result<Option<Vec<NameGlob>>, Reason> {
+    let Some(list) = &region.credentials else {
+        return Ok(None);
+    };
+    if list.is_empty() {
+        return Err(shape(
+            format!("{field}.credentials"),
+            "an empty list holds no action; omit the field, or give [\"*\"] for any credential",
+        ));
+    }
+    let max = Limits::default().pattern_bytes;
+    list.iter()
+        .enumerate()
+        .map(|(i, g)| credential_glob(&format!("{field}.credentials[{i}]"), g, max))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// The MCP part of a region (docs/policy-semantics.md §8.5), if it has one.
@@ -697,30 +842,41 @@ impl CompiledPolicy {
         for rule in &mut view.rules {
             for endpoint in &mut rule.endpoints {
                 if endpoint.review_required {
-                    endpoint.kind = match &endpoint.kind {
-                        EndpointKind::L4 => EndpointKind::Rest {
-                            scope: None,
-                            allow: Vec::new(),
-                            deny: Vec::new(),
-                        },
-                        EndpointKind::Rest { scope, deny, .. } => EndpointKind::Rest {
-                            scope: scope.clone(),
-                            allow: Vec::new(),
-                            deny: deny.clone(),
-                        },
-                        EndpointKind::Mcp(m) => EndpointKind::Mcp(CompiledMcp {
-                            path: m.path.clone(),
-                            tools: Vec::new(),
-                            deny_tools: m.deny_tools.clone(),
-                            resources: Vec::new(),
-                            prompts: Vec::new(),
-                        }),
-                    };
+                    endpoint.strip_allows();
                     endpoint.review_required = false;
                 }
             }
         }
         view
+    }
+
+    /// The view of the policy for requests that carry `credential`
+    /// (docs/policy-semantics.md §9): the same policy with the allow part of
+    /// every rule that does not bind it removed. Deny entries stay (a deny
+    /// wins across rules), so the view allows exactly the actions the
+    /// policy allows with the credential attached, and refuses them for
+    /// the same reasons. The rule and endpoint positions are unchanged, so
+    /// a [`crate::index::HostIndex`] of the policy indexes the view too.
+    pub fn bound_to(&self, credential: &str) -> CompiledPolicy {
+        let mut view = self.clone();
+        for rule in view.rules.iter_mut().filter(|r| !r.binds(Some(credential))) {
+            rule.endpoints
+                .iter_mut()
+                .for_each(CompiledEndpoint::strip_allows);
+        }
+        view
+    }
+
+    /// The credential patterns the policy binds anywhere, each once, in
+    /// policy order.
+    pub fn credential_patterns(&self) -> Vec<&NameGlob> {
+        let mut out: Vec<&NameGlob> = Vec::new();
+        for glob in self.rules.iter().flat_map(|r| &r.credentials) {
+            if !out.iter().any(|g| g.as_str() == glob.as_str()) {
+                out.push(glob);
+            }
+        }
+        out
     }
 
     /// True when any endpoint is marked review-required.

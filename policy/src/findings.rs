@@ -464,6 +464,7 @@ mod tests {
             layer: Layer::Rest,
             method: "POST".into(),
             path: "/x".into(),
+            credential: None,
         };
         let cite = |a: &NetworkAction| compiled.cite(&Action::Network(a.clone())).cloned();
         assert_eq!(cite(&action).map(|c| c.node), Some("post".to_string()));
@@ -488,6 +489,7 @@ mod tests {
             name: "send_money".into(),
             args: serde_json::Map::new(),
             sources: None,
+            credential: None,
         };
         let transport = Action::Network(call.transport());
         assert_eq!(
@@ -524,6 +526,7 @@ mod tests {
             layer: Layer::Rest,
             method: "POST".into(),
             path: "/notes".into(),
+            credential: None,
         };
         let body = |text: &str| {
             request_values(
@@ -600,6 +603,7 @@ mod tests {
             name: "post_note".into(),
             args: body(r#"{"text": "hunter2-secret"}"#),
             sources: None,
+            credential: None,
         };
         assert_eq!(
             compiled.observed_flow(&call, &record),

@@ -36,6 +36,9 @@ pub struct LoadedDocument {
     pub invariants: Vec<Invariant>,
     /// A MaximumPolicy's budget.
     pub budget: Option<Budget>,
+    /// An AgentSandbox's credentials (docs/policy-semantics.md §9): read and
+    /// checked, never their Secrets.
+    pub credentials: Vec<crate::credentials::Credential>,
     /// Where the policy sits in the file (`""` or `spec.policy`), for error paths.
     pub policy_field: &'static str,
 }
@@ -75,7 +78,14 @@ pub enum LoadError {
 
 const DOCUMENT_FIELDS: &[&str] = &["filesystem", "network"];
 const FILESYSTEM_FIELDS: &[&str] = &["readOnly", "readWrite"];
-const RULE_FIELDS: &[&str] = &["name", "binaries", "endpoints", "review"];
+const RULE_FIELDS: &[&str] = &[
+    "name",
+    "binaries",
+    "endpoints",
+    "review",
+    "credentials",
+    "allowUninspectedCredentials",
+];
 const ENDPOINT_FIELDS: &[&str] = &[
     "host",
     "port",
@@ -126,6 +136,8 @@ const SANDBOX_SPEC_FIELDS: &[&str] = &[
     "policy",
     "acceptedFindings",
     "runtimeTrifecta",
+    "toolLabels",
+    "credentials",
 ];
 /// Fields that other policy languages have and this one deliberately does not
 /// model yet; named so the message says so instead of "unknown".
@@ -313,6 +325,7 @@ pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
             policy: typed(value, "")?,
             invariants: Vec::new(),
             budget: None,
+            credentials: Vec::new(),
             policy_field: "",
         });
     };
@@ -354,12 +367,17 @@ pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
     } else {
         (Vec::new(), None)
     };
+    let credentials = match value.pointer("/spec/credentials") {
+        Some(v) if kind == DocumentKind::AgentSandbox => typed(v, "spec.credentials")?,
+        _ => Vec::new(),
+    };
     Ok(LoadedDocument {
         kind,
         name,
         policy,
         invariants,
         budget,
+        credentials,
         policy_field: "spec.policy",
     })
 }
@@ -369,6 +387,14 @@ impl LoadedDocument {
     pub fn compile(&self, role: Role, limits: &Limits) -> Result<CompiledDocument, Reason> {
         let policy =
             compile(&self.policy, role, limits).map_err(|r| r.within(self.policy_field))?;
+        if self.kind == DocumentKind::AgentSandbox {
+            crate::credentials::check(
+                "spec.credentials",
+                &self.credentials,
+                &policy,
+                "spec.policy.",
+            )?;
+        }
         let invariants = self
             .invariants
             .iter()

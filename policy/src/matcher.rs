@@ -230,12 +230,20 @@ fn connection_over<'p>(
     let mut tunnel = None;
     let mut could_allow = false;
     let mut deny_touches = false;
+    let mut attaches = false;
     for (rule, e) in pairs.filter(|(_, e)| endpoint_reaches(e, host, port)) {
         let (allow_ok, deny_ok) = (
             caller_ok(rule, caller, false),
             caller_ok(rule, caller, true),
         );
         match &e.kind {
+            // A rule binding a credential on an l4 endpoint
+            // (`allowUninspectedCredentials`) needs its requests read:
+            // the proxy attaches the secret to each one.
+            EndpointKind::L4 if allow_ok && !rule.credentials.is_empty() => {
+                could_allow = true;
+                attaches = true;
+            }
             EndpointKind::L4 if allow_ok => {
                 could_allow = true;
                 tunnel.get_or_insert(rule.name.as_str());
@@ -252,7 +260,7 @@ fn connection_over<'p>(
         }
     }
     match tunnel {
-        Some(rule) if !deny_touches => ConnectionDecision::Tunnel {
+        Some(rule) if !deny_touches && !attaches => ConnectionDecision::Tunnel {
             rule: rule.to_string(),
         },
         _ if could_allow => ConnectionDecision::Inspect,
@@ -298,9 +306,13 @@ fn network_over<'p>(
     judge_over(
         pairs.filter(|(_, e)| endpoint_reaches(e, &a.host, a.port)),
         caller,
+        a.credential.as_deref(),
         |e| endpoint_kind_denies(e, a).then_some("a denyRules entry"),
         |e| endpoint_kind_allows(e, a),
-        || "no rule allows it".to_string(),
+        || match &a.credential {
+            Some(credential) => format!("no rule binding credential {credential} allows it"),
+            None => "no rule allows it".to_string(),
+        },
     )
 }
 
@@ -310,6 +322,7 @@ fn network_over<'p>(
 fn judge_over<'p>(
     reaching: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
     caller: Caller<'_>,
+    credential: Option<&str>,
     denies: impl Fn(&CompiledEndpoint) -> Option<&'static str>,
     allows: impl Fn(&CompiledEndpoint) -> bool,
     refusal: impl FnOnce() -> String,
@@ -325,7 +338,11 @@ fn judge_over<'p>(
                 reason: format!("denied by {entry} of rule {:?}", rule.name),
             };
         }
-        if allowing.is_none() && allows(e) && caller_ok(rule, caller, false) {
+        if allowing.is_none()
+            && rule.binds(credential)
+            && allows(e)
+            && caller_ok(rule, caller, false)
+        {
             allowing = Some(&rule.name);
         }
     }
@@ -459,15 +476,22 @@ fn mcp_over<'p>(
     judge_over(
         pairs.filter(|(_, e)| concerned(e) && endpoint_reaches(e, &t.host, t.port)),
         caller,
+        t.credential.as_deref(),
         |e| endpoint_kind_denies_mcp(e, t, provenance, &wire),
         |e| endpoint_kind_allows_mcp(e, t, provenance, reading, &wire),
-        || match t.kind {
-            McpKind::Resource => format!("no rule allows resources/read {}", t.name),
-            kind => format!(
-                "no rule allows {} {} with these arguments",
-                kind.method(),
-                t.name
-            ),
+        || {
+            let bound = match &t.credential {
+                Some(credential) => format!(" binding credential {credential}"),
+                None => String::new(),
+            };
+            match t.kind {
+                McpKind::Resource => format!("no rule{bound} allows resources/read {}", t.name),
+                kind => format!(
+                    "no rule{bound} allows {} {} with these arguments",
+                    kind.method(),
+                    t.name
+                ),
+            }
         },
     )
 }
@@ -497,6 +521,7 @@ impl McpServer<'_> {
             layer: Layer::Rest,
             method: "POST".to_string(),
             path: self.path.to_string(),
+            credential: None,
         }
     }
 }
@@ -589,13 +614,27 @@ pub fn mcp_query(
     server: McpServer<'_>,
     query: McpQuery<'_>,
 ) -> bool {
-    let wire = server.wire(caller);
+    mcp_query_carrying(policy, index, caller, None, server, query)
+}
+
+/// [`mcp_query`] for requests that carry `credential` (§9): only the
+/// rules that bind it may allow; every rule's deny entries still deny.
+pub fn mcp_query_carrying(
+    policy: &CompiledPolicy,
+    index: &HostIndex,
+    caller: Caller<'_>,
+    credential: Option<&str>,
+    server: McpServer<'_>,
+    query: McpQuery<'_>,
+) -> bool {
+    let mut wire = server.wire(caller);
+    wire.credential = credential.map(str::to_string);
     let mut allowed = false;
     let reaching = indexed_pairs(policy, index, server.host)
         .filter(|(_, e)| endpoint_reaches(e, server.host, server.port));
     for (rule, e) in reaching {
         let (may_allow, may_deny) = (
-            caller_ok(rule, caller, false),
+            caller_ok(rule, caller, false) && rule.binds(credential),
             caller_ok(rule, caller, true),
         );
         match &e.kind {
@@ -722,7 +761,8 @@ pub fn connection_in_region(region: &CompiledRegion, binary: &str, host: &str, p
 
 fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
     let rest = a.layer == Layer::Rest;
-    connection_in_region(region, &a.binary, &a.host, a.port)
+    region.holds_credential(a.credential.as_deref())
+        && connection_in_region(region, &a.binary, &a.host, a.port)
         && region.layers.as_ref().is_none_or(|l| l.contains(&a.layer))
         && region
             .methods

@@ -12,7 +12,8 @@ use crate::compile::CompiledPolicy;
 use crate::findings::{CompiledFindings, RuntimeMode};
 use crate::index::HostIndex;
 use crate::matcher::{
-    Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, held_by, mcp_query,
+    Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, held_by,
+    mcp_query_carrying,
 };
 use crate::mcp::json_equal;
 use crate::provenance::{Origin, Record, find_leaf};
@@ -201,6 +202,7 @@ fn call(
         name: name.to_string(),
         args,
         sources: None,
+        credential: None,
     };
     action
         .check_canonical()
@@ -313,6 +315,10 @@ pub struct Judge<'a> {
     /// enforcement point keeps one; without it no allow entry's `from`
     /// holds.
     pub record: Option<&'a dyn Record>,
+    /// The credential the request carrying the messages holds
+    /// (docs/policy-semantics.md §9): every message is judged as carrying
+    /// it, so only rules that bind it may allow.
+    pub credential: Option<&'a str>,
 }
 
 impl Judge<'_> {
@@ -320,7 +326,8 @@ impl Judge<'_> {
     pub fn message(&self, message: &Value) -> Result<Allowed, Refusal> {
         let server = self.server;
         match classify(message, self.shown, server)? {
-            Message::Call(action) => {
+            Message::Call(mut action) => {
+                action.credential = self.credential.map(str::to_string);
                 let decision = match self.record {
                     Some(record) => {
                         decide_mcp_recorded(self.policy, self.index, self.caller, &action, record)
@@ -391,19 +398,24 @@ impl Judge<'_> {
     /// transport's own requests that carry none (an event stream's GET).
     pub fn session(&self) -> Result<(), Refusal> {
         let server = self.server;
-        if mcp_query(
+        if mcp_query_carrying(
             self.policy,
             self.index,
             self.caller,
+            self.credential,
             server,
             McpQuery::Session,
         ) {
             return Ok(());
         }
+        let carrying = match self.credential {
+            Some(credential) => format!(" with credential {credential}"),
+            None => String::new(),
+        };
         Err(Refusal::new(
             RefusalCode::NoRule,
             format!(
-                "POST https://{}:{}{} by {}: no rule allows a session with this MCP server",
+                "POST https://{}:{}{} by {}{carrying}: no rule allows a session with this MCP server",
                 server.host, server.port, server.path, self.shown
             ),
         ))
@@ -412,7 +424,14 @@ impl Judge<'_> {
     /// Whether a `*/list` result shows an entry ([`McpQuery::Listed`],
     /// [`McpQuery::ListedTemplate`]).
     pub fn listed(&self, query: McpQuery<'_>) -> bool {
-        mcp_query(self.policy, self.index, self.caller, self.server, query)
+        mcp_query_carrying(
+            self.policy,
+            self.index,
+            self.caller,
+            self.credential,
+            self.server,
+            query,
+        )
     }
 
     /// [`judge_messages`] with this judge.

@@ -75,6 +75,19 @@ pub struct NetworkRule {
     /// MaximumPolicy only: grants under this rule need a human.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
+    /// The credentials that requests this rule allows may carry
+    /// (docs/policy-semantics.md §9): in an AgentSandbox or a proposal, names
+    /// of the sandbox's `credentials`, each bound to exactly what this rule
+    /// allows; in a MaximumPolicy, name globs (`*` = any run of characters)
+    /// bounding where a governed policy may bind them. Absent: the rule's
+    /// requests carry no credential.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
+    /// Accept `credentials` on this rule's `l4` endpoints, whose requests
+    /// no method or path constrains: the credential then reaches every
+    /// request the endpoint reaches (docs/policy-semantics.md §9).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_uninspected_credentials: bool,
 }
 
 /// Protocol of an endpoint. `l4`, `rest` and `mcp` are part of the language;
@@ -374,6 +387,11 @@ pub struct Region {
     /// MCP prompt requests matching one of these entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<Vec<ToolEntry>>,
+    /// Credential name globs (docs/policy-semantics.md §9): when given, the
+    /// region holds only actions that carry a credential one of them
+    /// matches (`["*"]`: any credentialed action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Vec<String>>,
 }
 
 /// A hard invariant of a MaximumPolicy: no governed policy may allow any
@@ -409,6 +427,9 @@ pub struct CostWeights {
     pub binary_wildcard: u32,
     /// A raw L4 grant, which covers every request at every layer.
     pub l7_to_l4: u32,
+    /// Each credential a new grant may carry, or an existing grant newly
+    /// carries (docs/policy-semantics.md §9).
+    pub credential: u32,
 }
 
 impl Default for CostWeights {
@@ -421,6 +442,7 @@ impl Default for CostWeights {
             method_wildcard: 3,
             binary_wildcard: 4,
             l7_to_l4: 8,
+            credential: 4,
         }
     }
 }

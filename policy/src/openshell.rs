@@ -612,6 +612,7 @@ pub fn import(value: &Value, workdir: Option<&str>) -> Result<Imported, Reason> 
                 binaries,
                 endpoints,
                 review: None,
+                ..NetworkRule::default()
             });
         }
     }
@@ -719,6 +720,7 @@ mod tests {
             name: name.into(),
             args: Map::new(),
             sources: None,
+            credential: None,
         };
         let allowed = |name: &str| crate::matcher::decide_mcp(&compiled, &call(name)).allow;
         assert!(allowed("search_web") && allowed("list_repos"));

@@ -53,6 +53,14 @@ pub enum RefusalCode {
     /// A held call that could not be put to a person: no approval service,
     /// the service failed, or the call came in a batch.
     HeldCallUnavailable,
+    /// A credential's placeholder outside its attach form, two credentials
+    /// in one request, or a credential's secret value itself
+    /// (docs/policy-semantics.md §9).
+    CredentialMisuse,
+    /// A request carrying a credential whose secret the proxy does not
+    /// hold (its Secret or key is missing, or not valid for its attach
+    /// form): never forwarded without it (docs/policy-semantics.md §9).
+    CredentialUnavailable,
 }
 
 impl RefusalCode {
@@ -76,6 +84,8 @@ impl RefusalCode {
             RefusalCode::HeldCallDenied => "held_call_denied",
             RefusalCode::HeldCallExpired => "held_call_expired",
             RefusalCode::HeldCallUnavailable => "held_call_unavailable",
+            RefusalCode::CredentialMisuse => "credential_misuse",
+            RefusalCode::CredentialUnavailable => "credential_unavailable",
         }
     }
 }

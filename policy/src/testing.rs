@@ -74,6 +74,7 @@ pub fn universe() -> &'static [Action] {
                         layer: Layer::L4,
                         method: String::new(),
                         path: String::new(),
+                        credential: None,
                     }));
                     for m in ACTION_METHODS {
                         for p in PATHS {
@@ -84,6 +85,7 @@ pub fn universe() -> &'static [Action] {
                                 layer: Layer::Rest,
                                 method: m.to_string(),
                                 path: p.to_string(),
+                                credential: None,
                             }));
                         }
                     }
@@ -179,8 +181,67 @@ fn named_rules(rules: Vec<(Vec<String>, Vec<Endpoint>)>) -> Vec<NetworkRule> {
             binaries,
             endpoints,
             review: None,
+            ..NetworkRule::default()
         })
         .collect()
+}
+
+// Credentials (docs/policy-semantics.md §9): patterns a ceiling may write,
+// names a sandbox declares, and the actions that carry them.
+
+pub const CREDENTIAL_GLOBS: &[&str] = &["github", "git*", "*", "npm-token", "*-token"];
+pub const CREDENTIALS: &[&str] = &["github", "gitlab", "npm-token", "x"];
+
+/// A random policy whose rules may bind credentials (globs: compile it as a
+/// MaximumPolicy, where an `l4` binding needs no flag).
+pub fn credentialed_document() -> impl Strategy<Value = PolicyDocument> {
+    (
+        document(),
+        proptest::collection::vec(strings(CREDENTIAL_GLOBS, 2), 3),
+    )
+        .prop_map(|(mut doc, bindings)| {
+            for (rule, credentials) in doc.network.iter_mut().zip(bindings) {
+                rule.credentials = credentials;
+            }
+            doc
+        })
+}
+
+/// Network actions of a smaller alphabet, each without a credential and
+/// with every name of [`CREDENTIALS`]: small enough to enumerate per case.
+pub fn credentialed_universe() -> &'static [Action] {
+    static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
+    ACTIONS.get_or_init(|| {
+        let mut out = Vec::new();
+        let credentials =
+            std::iter::once(None).chain(CREDENTIALS.iter().map(|c| Some(c.to_string())));
+        for credential in credentials {
+            for b in &BINARIES[..3] {
+                for h in &HOSTS[..4] {
+                    for &port in &ACTION_PORTS[..2] {
+                        let action = |layer, method: &str, path: &str| {
+                            Action::Network(NetworkAction {
+                                binary: b.to_string(),
+                                host: h.to_string(),
+                                port,
+                                layer,
+                                method: method.to_string(),
+                                path: path.to_string(),
+                                credential: credential.clone(),
+                            })
+                        };
+                        out.push(action(Layer::L4, "", ""));
+                        for m in ["GET", "POST", "DELETE"] {
+                            for p in ["/", "/a", "/a/x", "/a/x/b", "/b", "/bx"] {
+                                out.push(action(Layer::Rest, m, p));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    })
 }
 
 // MCP (docs/policy-semantics.md §8): a small alphabet of tools, arguments
@@ -449,6 +510,7 @@ pub fn mcp_calls(binary: &str, host: &str, port: u16) -> Vec<McpAction> {
             name: name.to_string(),
             args,
             sources: None,
+            credential: None,
         }
     };
     let values = argument_values();

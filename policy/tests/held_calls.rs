@@ -52,6 +52,7 @@ fn call(name: &str, args: Value) -> McpAction {
         name: name.into(),
         args,
         sources: None,
+        credential: None,
     }
 }
 
@@ -117,6 +118,7 @@ fn judge_body(policy: &CompiledPolicy, body: Value) -> Judged {
             path: "/mcp",
         },
         record: None,
+        credential: None,
     };
     judge_messages(body.to_string().as_bytes(), &|m| judge.message(m))
 }

@@ -43,6 +43,9 @@ pub enum Domain {
     /// JSON string argument values, explored over ASCII (see
     /// `crate::arguments` for why that suffices), possibly empty.
     Text,
+    /// Credential names: DNS labels, 1..=63 of `[a-z0-9-]`, starting and
+    /// ending with a letter or digit (docs/policy-semantics.md §9).
+    Credential,
 }
 
 impl Domain {
@@ -51,7 +54,7 @@ impl Domain {
             Domain::Host => b'.',
             // Name and text patterns have no `Star` (a `*` is `AnyString`):
             // the separator is never consulted for them.
-            Domain::Name | Domain::Text => 0,
+            Domain::Name | Domain::Text | Domain::Credential => 0,
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b'/',
         }
     }
@@ -62,6 +65,7 @@ impl Domain {
             Domain::Host => b".",
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => b"/.",
             Domain::Name | Domain::Text => b"",
+            Domain::Credential => b"-",
         }
     }
 
@@ -72,6 +76,7 @@ impl Domain {
             Domain::RequestPath => c.is_ascii() && !matches!(c, 0 | b'?' | b'#' | b';'),
             Domain::Name => agentgate_policy::mcp::is_name_byte(c),
             Domain::Text => c.is_ascii(),
+            Domain::Credential => c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-',
         }
     }
 
@@ -86,6 +91,7 @@ impl Domain {
             // Every ASCII byte, so that a state always has an "anything
             // else" character however many literals it expects.
             Domain::Text => TEXT_FILLERS,
+            Domain::Credential => b"xyzabcdefghijklmnopqrstuvw0123456789-",
         }
     }
 
@@ -104,6 +110,9 @@ impl Domain {
             }
             Domain::Name => value.len() <= agentgate_policy::mcp::MAX_NAME_BYTES,
             Domain::Text => true,
+            Domain::Credential => {
+                value.len() <= agentgate_policy::action::MAX_CREDENTIAL_NAME_BYTES
+            }
         }
     }
 
@@ -114,7 +123,8 @@ impl Domain {
     /// Canonical-form automaton. States:
     /// paths: 0 start, 1 root `/`, 2 after a later `/`, 3 `/.`, 4 `/..`, 5 in a segment;
     /// hosts: 0 start of a label, 1 in a label;
-    /// names: 0 empty, 1 non-empty; text: 0 only.
+    /// names: 0 empty, 1 non-empty; text: 0 only;
+    /// credentials: 0 empty, 1 ends with a letter or digit, 2 ends with `-`.
     fn step(self, state: u8, c: u8) -> Option<u8> {
         if !self.allowed(c) {
             return None;
@@ -122,6 +132,11 @@ impl Domain {
         match self {
             Domain::Name => Some(1),
             Domain::Text => Some(state),
+            Domain::Credential => match (state, c) {
+                (0, b'-') => None,
+                (_, b'-') => Some(2),
+                _ => Some(1),
+            },
             Domain::Host => match (state, c) {
                 (1, b'.') => Some(0),
                 (_, b'.') => None,
@@ -142,7 +157,7 @@ impl Domain {
 
     fn accepting(self, state: u8) -> bool {
         match self {
-            Domain::Host | Domain::Name => state == 1,
+            Domain::Host | Domain::Name | Domain::Credential => state == 1,
             Domain::Text => true,
             Domain::AbsolutePath => matches!(state, 1 | 5),
             Domain::Binary => state == 5,

@@ -190,10 +190,17 @@ pub fn delta_cost(current: &PolicyDocument, candidate: &PolicyDocument, w: &Cost
             .iter()
             .find(|r| r.name == rule.name && r.binaries == rule.binaries);
         for (i, e) in rule.endpoints.iter().enumerate() {
+            let at = format!("network[{}].endpoints[{i}]", rule.name);
+            // Each credential the grant may now carry that it could not.
+            let credentials = rule.credentials.iter().filter(|c| {
+                existing.is_none_or(|r| !r.endpoints.contains(e) || !r.credentials.contains(c))
+            });
+            for c in credentials {
+                cost.add(format!("{at}: carries credential {c}"), w.credential);
+            }
             if existing.is_some_and(|r| r.endpoints.contains(e)) {
                 continue;
             }
-            let at = format!("network[{}].endpoints[{i}]", rule.name);
             // The same MCP server already granted: only the entries it
             // gains (and the denyTools entries it loses) are new authority.
             if let Some(prior) =
@@ -264,6 +271,7 @@ mod tests {
                     binaries: vec!["/usr/bin/gh".into()],
                     endpoints: vec![e.clone()],
                     review: None,
+                    ..NetworkRule::default()
                 }],
                 ..Default::default()
             };
@@ -293,6 +301,7 @@ mod tests {
                 binaries: vec!["/usr/bin/python3".into()],
                 endpoints: vec![e.clone()],
                 review: None,
+                ..NetworkRule::default()
             }],
             ..Default::default()
         };
@@ -332,6 +341,7 @@ mod tests {
                 binaries: vec![],
                 endpoints: vec![endpoint("*.example.com", Protocol::L4)],
                 review: None,
+                ..NetworkRule::default()
             }],
             ..Default::default()
         };

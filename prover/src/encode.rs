@@ -1292,6 +1292,7 @@ impl<'u> ComponentVars<'u> {
                 .speaks_of_sources
                 .then(|| Box::new(stated.realized(&args))),
             args,
+            credential: None,
         };
         (action, all(same))
     }
@@ -1323,6 +1324,7 @@ impl<'u> ComponentVars<'u> {
             } else {
                 String::new()
             },
+            credential: None,
         };
         let mut same = vec![if rest {
             self.rest.clone()

@@ -28,6 +28,7 @@ use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, CompiledRegion, EndpointKind};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::matcher::{allows, region_holds};
+use agentgate_policy::mcp::NameGlob;
 pub use encode::{Question, Search, SearchEnd};
 
 /// The four answers of §5.
@@ -228,21 +229,19 @@ impl Prover {
     pub fn search(&self, question: &Question<'_>, k: usize) -> (Search, f64) {
         let started = Instant::now();
         let budget = self.budget(started);
-        let mut result = encode::search_network(question, k, &budget);
+        // A region that names credentials holds no action without one.
+        let mut result = if question.regions.iter().all(|r| r.credentials.is_none()) {
+            uncredentialed_search(question, k, &budget)
+        } else {
+            Search {
+                examples: Vec::new(),
+                end: SearchEnd::Exhausted,
+            }
+        };
         if result.end == SearchEnd::Exhausted && result.examples.len() < k {
-            let fs = encode::search_filesystem(question, k - result.examples.len(), &budget);
-            result.examples.extend(fs.examples);
-            result.end = fs.end;
-        }
-        let tools = question.positive.iter().chain(question.negative);
-        if result.end == SearchEnd::Exhausted
-            && result.examples.len() < k
-            && (tools.into_iter().any(|p| has_mcp(p))
-                || question.regions.iter().any(|r| r.calls.is_some()))
-        {
-            let calls = encode::search_mcp(question, k - result.examples.len(), &budget);
-            result.examples.extend(calls.examples);
-            result.end = calls.end;
+            let credentialed = credentialed_search(question, k - result.examples.len(), &budget);
+            result.examples.extend(credentialed.examples);
+            result.end = credentialed.end;
         }
         if let Some(bad) = result
             .examples
@@ -410,6 +409,166 @@ impl Prover {
     pub fn cached_answers(&self) -> usize {
         self.cache.len()
     }
+}
+
+/// Network, filesystem, then MCP actions that carry no credential.
+///
+/// Tool calls are searched only when some policy of the question has an
+/// `mcp` endpoint or some region names calls: without either, every policy
+/// judges a call exactly as its transport request `POST path` (§8.2), and
+/// regions hold a call iff they hold that request, so the network search
+/// has already answered for every call.
+fn uncredentialed_search(question: &Question<'_>, k: usize, budget: &encode::Budget) -> Search {
+    let mut result = encode::search_network(question, k, budget);
+    if result.end == SearchEnd::Exhausted && result.examples.len() < k {
+        let fs = encode::search_filesystem(question, k - result.examples.len(), budget);
+        result.examples.extend(fs.examples);
+        result.end = fs.end;
+    }
+    if result.end == SearchEnd::Exhausted && result.examples.len() < k && speaks_of_calls(question)
+    {
+        let calls = encode::search_mcp(question, k - result.examples.len(), budget);
+        result.examples.extend(calls.examples);
+        result.end = calls.end;
+    }
+    result
+}
+
+fn speaks_of_calls(question: &Question<'_>) -> bool {
+    let mut policies = question.positive.iter().chain(question.negative);
+    policies.any(|p| has_mcp(p)) || question.regions.iter().any(|r| r.calls.is_some())
+}
+
+/// Network and MCP actions that carry a credential (docs/policy-semantics.md
+/// §9). A policy allows an action with credential `c` iff its view
+/// [`CompiledPolicy::bound_to`] `c` allows the action without it, so each
+/// credential name the question can tell apart is one question about those
+/// views: the names are the witnesses of the realizable signatures of
+/// every credential pattern it mentions (a name a sandbox writes is its own
+/// witness). A file access carries no credential.
+fn credentialed_search(question: &Question<'_>, k: usize, budget: &encode::Budget) -> Search {
+    let names = match credential_witnesses(question, budget) {
+        Ok(names) => names,
+        Err(reason) => {
+            return Search {
+                examples: Vec::new(),
+                end: SearchEnd::Inconclusive(reason),
+            };
+        }
+    };
+    let mut found = Vec::new();
+    for name in names {
+        let positive: Vec<CompiledPolicy> = question
+            .positive
+            .iter()
+            .map(|p| p.bound_to(&name))
+            .collect();
+        let negative: Vec<CompiledPolicy> = question
+            .negative
+            .iter()
+            .map(|p| p.bound_to(&name))
+            .collect();
+        let (positive, negative): (Vec<&CompiledPolicy>, Vec<&CompiledPolicy>) =
+            (positive.iter().collect(), negative.iter().collect());
+        let bound = Question {
+            positive: &positive,
+            negative: &negative,
+            regions: question.regions,
+        };
+        let mut result = encode::search_network(&bound, k - found.len(), budget);
+        if result.end == SearchEnd::Exhausted
+            && result.examples.len() < k - found.len()
+            && speaks_of_calls(&bound)
+        {
+            let calls = encode::search_mcp(&bound, k - found.len() - result.examples.len(), budget);
+            result.examples.extend(calls.examples);
+            result.end = calls.end;
+        }
+        found.extend(result.examples.into_iter().map(|mut action| {
+            match &mut action {
+                Action::Network(a) => a.credential = Some(name.clone()),
+                Action::Mcp(t) => t.credential = Some(name.clone()),
+                Action::Filesystem(_) => {}
+            }
+            action
+        }));
+        if result.end != SearchEnd::Exhausted || found.len() >= k {
+            return Search {
+                examples: found,
+                end: result.end,
+            };
+        }
+    }
+    Search {
+        examples: found,
+        end: SearchEnd::Exhausted,
+    }
+}
+
+/// The credential names worth asking about: one per realizable signature
+/// of the question's credential patterns that every positive policy binds
+/// and every region that names credentials holds.
+fn credential_witnesses(
+    question: &Question<'_>,
+    budget: &encode::Budget,
+) -> Result<Vec<String>, Reason> {
+    if question
+        .positive
+        .iter()
+        .any(|p| p.credential_patterns().is_empty())
+    {
+        return Ok(Vec::new());
+    }
+    let mut patterns: Vec<&NameGlob> = Vec::new();
+    let mentioned = question
+        .positive
+        .iter()
+        .chain(question.negative)
+        .flat_map(|p| p.credential_patterns())
+        .chain(
+            question
+                .regions
+                .iter()
+                .flat_map(|r| r.credentials.iter().flatten()),
+        );
+    for glob in mentioned {
+        if !patterns.iter().any(|g| g.as_str() == glob.as_str()) {
+            patterns.push(glob);
+        }
+    }
+    let tokens: Vec<Vec<agentgate_policy::glob::Token>> =
+        patterns.iter().map(|g| g.tokens()).collect();
+    let tokens: Vec<&[agentgate_policy::glob::Token]> = tokens.iter().map(Vec::as_slice).collect();
+    let found = automaton::signatures(
+        automaton::Domain::Credential,
+        "credential",
+        &tokens,
+        budget.max_states,
+        budget.deadline,
+    )
+    .map_err(|e| match e {
+        automaton::AutomatonError::Deadline(_) => {
+            Reason::general(ReasonCode::SolverTimeout, e.to_string())
+        }
+        automaton::AutomatonError::TooManyStates { .. } => {
+            Reason::general(ReasonCode::ResourceLimit, e.to_string())
+        }
+    })?;
+    Ok(found
+        .signatures
+        .into_iter()
+        .map(|s| s.witness)
+        .filter(|name| {
+            question
+                .positive
+                .iter()
+                .all(|p| p.rules.iter().any(|r| r.binds(Some(name))))
+                && question
+                    .regions
+                    .iter()
+                    .all(|r| r.holds_credential(Some(name)))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ pub struct Verdict {
 pub enum Evidence {
     /// The action that breaks it. The [`Prover`] answers Exceeds only with
     /// a counterexample the runtime matcher has replayed.
-    Counterexample(Action),
+    Counterexample(Box<Action>),
     /// No proof either way (Unsupported or Inconclusive), with its code.
     Unproved(ReasonCode),
 }
@@ -214,7 +214,7 @@ fn failure(
         Outcome::Within => None,
         Outcome::Exceeds { counterexample } => Some(Failure {
             reason: exceeds(counterexample),
-            evidence: Evidence::Counterexample(counterexample.clone()),
+            evidence: Evidence::Counterexample(Box::new(counterexample.clone())),
         }),
         Outcome::Unsupported { reason } | Outcome::Inconclusive { reason } => Some(Failure {
             reason: unproved(reason),
@@ -245,7 +245,7 @@ impl Verdict {
         let mut v = Verdict::plain(decision, step, failure.reason);
         v.maximum = Some(maximum.to_string());
         match failure.evidence {
-            Evidence::Counterexample(action) => v.counterexample = Some(action),
+            Evidence::Counterexample(action) => v.counterexample = Some(*action),
             Evidence::Unproved(code) => v.code = Some(code),
         }
         v

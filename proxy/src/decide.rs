@@ -134,6 +134,7 @@ pub fn judge_connection(
                 layer: Layer::L4,
                 method: String::new(),
                 path: String::new(),
+                credential: None,
             };
             let mut refusal = Refusal::new(
                 RefusalCode::NoRule,
@@ -193,6 +194,7 @@ pub fn judge_request_action(
         layer: Layer::Rest,
         method: method.to_string(),
         path,
+        credential: None,
     };
     let decision =
         decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);

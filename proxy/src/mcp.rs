@@ -39,6 +39,7 @@ fn judge<'a>(
         findings: &snapshot.findings,
         server,
         record,
+        credential: None,
     })
 }
 

@@ -325,6 +325,7 @@ mod tests {
             name: name.into(),
             args: args.as_object().cloned().unwrap_or_default(),
             sources: None,
+            credential: None,
         }
     }
 

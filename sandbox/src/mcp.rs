@@ -86,6 +86,7 @@ impl Relay {
             },
             // A stdio wrapper sees no model requests: no record (§8.3).
             record: None,
+            credential: None,
         }
     }
 

@@ -21,7 +21,8 @@ use agentgate_policy::matcher::{
 };
 use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
-    HOST_GLOBS, PATH_GLOBS, PORTS, document, mcp_calls, mcp_document, strings, tool_entry, universe,
+    CREDENTIAL_GLOBS, CREDENTIALS, HOST_GLOBS, PATH_GLOBS, PORTS, credentialed_document,
+    credentialed_universe, document, mcp_calls, mcp_document, strings, tool_entry, universe,
 };
 use agentgate_prover::verdict::{
     Evidence, GoverningMaximum, Mode, Source, Step, VerdictInput, decide, first_escape,
@@ -236,6 +237,72 @@ proptest! {
     #[test]
     fn intersection_agrees_with_matcher((c, _, _) in pair(), region in region()) {
         check_intersection(universe(), &c, &region)?;
+    }
+}
+
+/// Pairs (C, M) whose rules bind credentials (docs/policy-semantics.md §9),
+/// built as [`pair`] builds them; in the contained case M's extra rules
+/// bind nothing new, so C ⊆ M still holds with credentials.
+fn credential_pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
+    (credentialed_document(), credentialed_document(), 0u8..3).prop_map(|(c, other, how)| {
+        let (m, contained) = maximum_around(&c, other, how);
+        (c, m, contained)
+    })
+}
+
+/// A random region that may name credentials.
+fn credential_region() -> impl Strategy<Value = Region> {
+    (region(), proptest::option::of(strings(CREDENTIAL_GLOBS, 2))).prop_map(
+        |(mut region, credentials)| {
+            region.credentials = credentials.filter(|c| !c.is_empty());
+            region
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Credential reach: Within is never wrong on the enumerated actions
+    /// (without a credential and with each name), every witness replays
+    /// with its credential, and C ⊆ M by construction is proved.
+    #[test]
+    fn credential_containment_agrees_with_matcher((c, m, contained) in credential_pair()) {
+        check_containment(credentialed_universe(), &c, &m, contained)?;
+    }
+
+    /// New credential reach: distinct examples that replay.
+    #[test]
+    fn credential_new_authority_examples_replay((c, p, _) in credential_pair()) {
+        check_new_authority(credentialed_universe(), &c, &p)?;
+    }
+
+    /// Regions that name credentials hold only credentialed actions.
+    #[test]
+    fn credential_intersection_agrees_with_matcher((c, _, _) in credential_pair(), region in credential_region()) {
+        check_intersection(credentialed_universe(), &c, &region)?;
+    }
+
+    /// A policy allows an action with a credential iff its view bound to
+    /// that credential allows the action without one.
+    #[test]
+    fn the_bound_view_is_the_credentialed_policy((c, _, _) in credential_pair()) {
+        let c = compiled(&c);
+        for name in CREDENTIALS {
+            let view = c.bound_to(name);
+            for a in credentialed_universe() {
+                let Action::Network(a) = a else { continue };
+                if a.credential.as_deref() != Some(*name) {
+                    continue;
+                }
+                let bare = NetworkAction { credential: None, ..a.clone() };
+                prop_assert_eq!(
+                    allows(&c, &Action::Network(a.clone())),
+                    allows(&view, &Action::Network(bare)),
+                    "{}", a
+                );
+            }
+        }
     }
 }
 
@@ -563,7 +630,7 @@ proptest! {
         if let Some(escape) = first_escape(&committed, &governing, &prover, &mut Vec::new()) {
             prop_assert_eq!(&escape.reason, &admitted.reason);
             prop_assert_eq!(escape.evidence, match &admitted.counterexample {
-                Some(action) => Evidence::Counterexample(action.clone()),
+                Some(action) => Evidence::Counterexample(Box::new(action.clone())),
                 None => Evidence::Unproved(admitted.code.unwrap()),
             });
         }

@@ -93,6 +93,7 @@ fn req(method: &str, path: &str) -> NetworkAction {
         layer: Layer::Rest,
         method: method.into(),
         path: path.into(),
+        credential: None,
     }
 }
 
@@ -104,6 +105,7 @@ fn conn(host: &str, port: u16) -> NetworkAction {
         layer: Layer::L4,
         method: String::new(),
         path: String::new(),
+        credential: None,
     }
 }
 

@@ -66,6 +66,7 @@ fn call(kind: McpKind, name: &str, args: Value) -> McpAction {
         name: name.into(),
         args: args.as_object().cloned().unwrap_or_default(),
         sources: None,
+        credential: None,
     }
 }
 
@@ -414,6 +415,7 @@ fn s8_3_only_a_rest_endpoint_can_be_the_model_provider() {
         layer: agentgate_policy::action::Layer::Rest,
         method: method.into(),
         path: path.into(),
+        credential: None,
     };
     let post = request("POST", "/v1/chat/completions");
     assert!(agentgate_policy::matcher::decide_network(&p, &post).allow);

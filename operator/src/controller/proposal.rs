@@ -1043,6 +1043,7 @@ mod tests {
             layer: Layer::Rest,
             method: "POST".into(),
             path: "/repos/acme".into(),
+            credential: None,
         });
         let mut verdict = verdict(
             Decision::Reject,

@@ -74,6 +74,7 @@ impl DecideRequest {
             layer: self.layer.unwrap_or(Layer::Rest),
             method: self.method.clone().unwrap_or_default(),
             path: self.path.clone().unwrap_or_default(),
+            credential: None,
         })
     }
 
@@ -89,6 +90,7 @@ impl DecideRequest {
             name: self.name.clone()?,
             args: self.arguments.clone().unwrap_or_default(),
             sources: None,
+            credential: None,
         })
     }
 }

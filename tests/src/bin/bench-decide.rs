@@ -78,6 +78,7 @@ fn main() -> ExitCode {
             } else {
                 format!("/v2/t{i}/items")
             },
+            credential: None,
         })
         .collect();
     let requests: Vec<DecideRequest> = actions

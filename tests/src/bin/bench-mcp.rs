@@ -261,6 +261,7 @@ fn main() -> ExitCode {
                 .cloned()
                 .unwrap_or_default(),
             sources: None,
+            credential: None,
         })
         .collect();
     let requests: Vec<NetworkAction> = (0..rules)
@@ -275,6 +276,7 @@ fn main() -> ExitCode {
             } else {
                 format!("/tool_{i}/call")
             },
+            credential: None,
         })
         .collect();
     let index_of = |p: &CompiledPolicy| HostIndex::build(p);

@@ -245,6 +245,14 @@ pub struct AgentSandboxSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub tool_labels: Vec<ToolLabel>,
+    /// Credentials the agent holds only as placeholders
+    /// (docs/policy-semantics.md §9): each names a Secret key that only the
+    /// proxy container mounts, what the agent sees instead, and how the
+    /// proxy attaches the secret to the requests the policy binds it to
+    /// (`network[].credentials`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub credentials: Vec<agentgate_policy::credentials::Credential>,
 }
 
 /// One tool's labels in a sandbox's `toolLabels`.
@@ -405,6 +413,10 @@ pub struct AgentSandboxStatus {
     /// Trifecta findings of the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub findings: Option<FindingsSummary>,
+    /// Each declared credential's reach in the effective policy and whether
+    /// the proxy can attach it (docs/policy-semantics.md §9).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialReach>,
     /// `WithinMaximum`, `FindingsClear`, `Ready` (True when the committed
     /// policy is within every maximum and the pod can run) and `Reconciling`
     /// or `Stalled` when it is not: see docs/status.md.
@@ -414,6 +426,28 @@ pub struct AgentSandboxStatus {
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// A declared credential as the status shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialReach {
+    /// The credential's name.
+    pub name: String,
+    /// `SECRET/KEY` it is read from (never its value).
+    pub secret: String,
+    /// Whether the proxy can attach it: the Secret and key exist and the
+    /// value can travel in its attach form.
+    pub available: bool,
+    /// Why it cannot, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The rules of the effective policy that bind it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound_by: Vec<String>,
+    /// One line per endpoint it may be attached to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach: Vec<String>,
 }
 
 /// The operator's record of one committed proposal (docs/design.md §5): what was
@@ -653,6 +687,10 @@ pub struct ActionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "json_object_schema")]
     pub args: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Network and MCP: the credential the request carries
+    /// (docs/policy-semantics.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 /// The schema of a JSON object whose members the schema does not fix; the
@@ -688,6 +726,7 @@ impl From<&Action> for ActionRecord {
                 layer: Some(a.layer),
                 method: Some(a.method.clone()),
                 path: Some(a.path.clone()),
+                credential: a.credential.clone(),
                 ..ActionRecord::default()
             },
             Action::Filesystem(a) => ActionRecord {
@@ -705,6 +744,7 @@ impl From<&Action> for ActionRecord {
                 call: Some(t.kind),
                 name: Some(t.name.clone()),
                 args: Some(t.args.clone()),
+                credential: t.credential.clone(),
                 ..ActionRecord::default()
             },
         }
@@ -982,19 +1022,27 @@ impl std::fmt::Display for ActionRecord {
                 match self.layer {
                     Some(Layer::L4) => write!(
                         f,
-                        "connect {}:{port} by {} (layer l4)",
+                        "connect {}:{port} by {}",
                         text(&self.host),
                         text(&self.binary)
-                    ),
+                    )?,
                     _ => write!(
                         f,
-                        "{} https://{}:{port}{} by {} (layer rest)",
+                        "{} https://{}:{port}{} by {}",
                         text(&self.method),
                         text(&self.host),
                         text(&self.path),
                         text(&self.binary)
-                    ),
+                    )?,
                 }
+                if let Some(credential) = &self.credential {
+                    write!(f, " with credential {credential}")?;
+                }
+                let layer = match self.layer {
+                    Some(Layer::L4) => "l4",
+                    _ => "rest",
+                };
+                write!(f, " (layer {layer})")
             }
             ActionKind::Mcp => {
                 let method = self.call.map_or("?", McpKind::method);
@@ -1010,7 +1058,11 @@ impl std::fmt::Display for ActionRecord {
                     text(&self.host),
                     self.port.map_or_else(|| "?".into(), |p| p.to_string()),
                     text(&self.path)
-                )
+                )?;
+                match &self.credential {
+                    Some(credential) => write!(f, " with credential {credential}"),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -1095,6 +1147,24 @@ mod tests {
                 method: "GET".into(),
                 path: "/repos".into(),
                 credential: None,
+            }),
+            Action::Network(NetworkAction {
+                binary: "/usr/bin/gh".into(),
+                host: "api.github.com".into(),
+                port: 443,
+                layer: Layer::Rest,
+                method: "POST".into(),
+                path: "/repos/acme/prod/issues".into(),
+                credential: Some("github-token".into()),
+            }),
+            Action::Network(NetworkAction {
+                binary: "/usr/bin/gh".into(),
+                host: "api.github.com".into(),
+                port: 443,
+                layer: Layer::L4,
+                method: String::new(),
+                path: String::new(),
+                credential: Some("github-token".into()),
             }),
         ];
         for action in actions {

@@ -450,3 +450,154 @@ spec:
 {sdk}"
     )
 }
+
+/// The credentials scenario's namespace (and team).
+pub const CRED: &str = "cred";
+/// The Secret's first value.
+pub const SECRET_V1: &str = "e2e-github-secret-v1";
+/// The Secret's value after rotation.
+pub const SECRET_V2: &str = "e2e-github-secret-v2";
+
+/// The agent of the credentials scenario: one `CRED` line per round.
+/// - `envok`: `$GITHUB_TOKEN` is a placeholder, the same as the file one;
+/// - `bound`: a GET the policy binds the token to, with the placeholder;
+/// - `unbound`: the placeholder sent where no rule binds the token;
+/// - `misuse`: the placeholder in a query parameter (outside its form);
+/// - `write`: a POST the proposal binds the token to once approved;
+/// - `leak`: what reading the secret from the proxy's process gave
+///   (`none` when every way failed).
+pub fn credential_agent() -> String {
+    r#"#!/bin/bash
+code() { curl -s -o "$1" -w '%{http_code}' --max-time 5 "${@:2}" 2>/dev/null; }
+n=0
+while true; do
+  n=$((n+1)); t=$(date +%s.%N)
+  ph=$(cat /etc/github-token 2>/dev/null)
+  case "$GITHUB_TOKEN" in agentgate-placeholder-*) [ "$GITHUB_TOKEN" = "$ph" ] && envok=yes || envok=differs;; *) envok=no;; esac
+  auth="Authorization: Bearer $GITHUB_TOKEN"
+  bound=$(code /tmp/bound.body -H "$auth" http://api.example.test:8080/repos/acme/app/issues)
+  unbound=$(code /tmp/unbound.body -H "$auth" http://api.example.test:8080/public/x)
+  misuse=$(code /tmp/misuse.body "http://api.example.test:8080/public/x?t=$GITHUB_TOKEN")
+  write=$(code /tmp/write.body -X POST -d x -H "$auth" http://api.example.test:8080/repos/acme/app/issues/1/comments)
+  leak=$(python3 - <<'PY'
+import glob, os
+found = []
+for d in glob.glob("/proc/[0-9]*"):
+    try:
+        cmd = open(d + "/cmdline", "rb").read()
+    except OSError:
+        continue
+    if b"agentgate-proxy" not in cmd:
+        continue
+    for p in ("/environ", "/root/agentgate/credentials/github-token", "/mem", "/maps"):
+        try:
+            with open(d + p, "rb") as f:
+                data = f.read(65536)
+            if b"e2e-github-secret" in data:
+                found.append(p.strip("/").split("/")[0])
+        except OSError:
+            pass
+for p in ["/agentgate/credentials/github-token"] + glob.glob("/var/lib/kubelet/pods/*/volumes/*/*/*"):
+    try:
+        if b"e2e-github-secret" in open(p, "rb").read():
+            found.append(p)
+    except OSError:
+        pass
+env = "\0".join(f"{k}={v}" for k, v in os.environ.items())
+if "e2e-github-secret" in env:
+    found.append("own-environment")
+print(",".join(found) or "none")
+PY
+)
+  if [ $n = 1 ]; then
+    echo "BODY unbound $(tr -d '\n' < /tmp/unbound.body)"
+    echo "BODY misuse $(tr -d '\n' < /tmp/misuse.body)"
+  fi
+  echo "CRED n=$n t=$t envok=$envok bound=$bound unbound=$unbound misuse=$misuse write=$write leak=$leak"
+  sleep 0.3
+done
+"#
+    .to_string()
+}
+
+/// The namespace, the Secret, a reviewer, the ceiling and the sandbox of
+/// the credentials scenario: the token may be attached by curl to GETs
+/// under /repos/acme and, in a review region, to POSTs under
+/// /repos/acme/app; the sandbox binds it to the GETs only.
+pub fn credential_manifests(image: &str) -> String {
+    let script = serde_json::Value::String(credential_agent()).to_string();
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {CRED}, labels: {{team: {CRED}}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: github, namespace: {CRED}}}
+stringData: {{token: {SECRET_V1}}}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: MaximumPolicy
+metadata: {{name: {CRED}-ceiling}}
+spec:
+  selector:
+    namespaceSelector: {{matchLabels: {{team: {CRED}}}}}
+  allowedModes: [ask, auto]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /proc]
+      readWrite: [/tmp]
+    network:
+      - name: token-reads
+        binaries: [/usr/bin/curl]
+        credentials: [github-token]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET], path: "/repos/acme/**"}}]}}
+      - name: token-writes
+        binaries: [/usr/bin/curl]
+        credentials: [github-token]
+        review: {{required: true, reason: credentialed writes need a human}}
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [POST], path: "/repos/acme/app/**"}}]}}
+      - name: anonymous
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET, POST], path: "/**"}}]}}
+---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {{name: {CRED}-bot, namespace: {CRED}}}
+spec:
+  mode: auto
+  agentServiceAccount: {CRED}-bot
+  credentials:
+    - name: github-token
+      secretRef: {{name: github, key: token}}
+      placeholder: {{env: GITHUB_TOKEN, file: /etc/github-token}}
+      attach: {{header: {{name: Authorization, format: "Bearer {{}}"}}}}
+  template:
+    spec:
+      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+      volumes: [{{name: work, emptyDir: {{}}}}]
+      containers:
+        - name: agent
+          image: {image}
+          imagePullPolicy: Never
+          command: [/bin/bash, -c, {script}]
+          volumeMounts: [{{name: work, mountPath: /tmp}}]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc, /proc]
+      readWrite: [/tmp]
+    network:
+      - name: gh-read
+        binaries: [/usr/bin/curl]
+        credentials: [github-token]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET], path: "/repos/acme/**"}}]}}
+      - name: public
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET, POST], path: "/**"}}]}}
+"#
+    )
+}

@@ -22,6 +22,11 @@
 //!    code, and the agent cannot approve its own;
 //!    the sandbox CA rotated under the running agent (a CA a day from its
 //!    end: the next minted, published and signing) without a restart;
+//!    credentials as authority: the agent holds a placeholder, the
+//!    upstream receives the real token only where the policy binds it, a
+//!    placeholder sent elsewhere is refused (an Event), the agent reads
+//!    the secret nowhere, a wider binding waits for review and its
+//!    approval and the Secret's rotation take effect without a restart;
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
 //! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
 //!    of a proposal burst: no commit lost or doubled;
@@ -35,7 +40,9 @@
 use std::time::{Duration, Instant};
 
 use agentgate_e2e::node::{Images, NODE_NAME, build_images};
-use agentgate_e2e::probe::{self, now, probes, tail};
+use agentgate_e2e::probe::{
+    self, CRED, SECRET_V1, SECRET_V2, credential_manifests, now, probes, tail,
+};
 use agentgate_e2e::race::{self, NAMESPACE, SANDBOX};
 use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, operator_binary, scan_example_as};
 
@@ -799,6 +806,317 @@ fn deletion_collects_everything(cp: &ControlPlane) {
     }
 }
 
+/// The proposal that binds the token to comments on acme/app's issues:
+/// inside the ceiling's review region, so it waits for a person.
+const CRED_PROPOSAL: &str = r#"apiVersion: agentgate.dev/v1alpha1
+kind: PolicyProposal
+metadata: {name: cred-comments, namespace: cred}
+spec:
+  sandboxRef: {name: cred-bot}
+  rationale: answer on acme/app's issues
+  requestedBy: e2e-admin
+  add:
+    network:
+      - name: gh-comments
+        binaries: [/usr/bin/curl]
+        credentials: [github-token]
+        endpoints:
+          - {host: api.example.test, ports: [8080], protocol: rest, rules: [{methods: [POST], path: "/repos/acme/app/issues/*/comments"}]}
+"#;
+
+fn cred_log(cp: &ControlPlane) -> String {
+    cp.container_log(CRED, "cred-bot", "agent")
+}
+
+fn cred_rounds(log: &str) -> Vec<probe::Probe> {
+    log.split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
+        .filter_map(|l| l.strip_prefix("CRED "))
+        .map(|l| {
+            let fields: std::collections::BTreeMap<String, String> = l
+                .split(' ')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let started = fields.get("t").and_then(|t| t.parse().ok()).unwrap_or(0.0);
+            probe::Probe { started, fields }
+        })
+        .collect()
+}
+
+/// Lines of the upstream's log with the Authorization it received.
+fn upstream_auth(cp: &ControlPlane) -> Vec<String> {
+    cp.log_tail("upstream", 100_000)
+        .lines()
+        .filter(|l| l.starts_with("AUTH "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Scenario: credentials as authority (docs/policy-semantics.md §9). The
+/// agent holds a placeholder; the upstream receives the real token only
+/// on the requests the policy binds it to; the placeholder sent elsewhere
+/// is refused (a `CredentialMisuse` Event); the agent reads the secret
+/// nowhere (its environment, the proxy's /proc, the kubelet's volume
+/// paths) and its ServiceAccount may not get Secrets; a proposal that
+/// widens the token's reach waits for review with a counterexample naming
+/// it, and its approval takes effect without a restart; a rotated Secret
+/// reaches the upstream without one. Returns seconds from the Secret's
+/// rotation to the upstream's first request with the new value.
+fn credentials_attached(cp: &ControlPlane, images: &Images) -> f64 {
+    let manifests = credential_manifests(&images.agent_image);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = cp.apply_yaml(&manifests) {
+        assert!(
+            Instant::now() < deadline,
+            "the credentials sandbox was never admitted: {e}\n{}",
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    cp.wait_pod_ready(CRED, "cred-bot", Duration::from_secs(180))
+        .unwrap_or_else(|last| {
+            panic!(
+                "the credentials Pod never became Ready ({last:?})\nproxy:\n{}\n{}",
+                cp.container_log(CRED, "cred-bot", "agentgate-proxy"),
+                report(cp)
+            )
+        });
+    let context = || {
+        format!(
+            "agent:\n{}\nproxy:\n{}\nupstream:\n{}\n{}",
+            tail(&cred_log(cp), 20),
+            tail(&cp.container_log(CRED, "cred-bot", "agentgate-proxy"), 30),
+            upstream_auth(cp).join("\n"),
+            report(cp)
+        )
+    };
+    let first_round = || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(round) = cred_rounds(&cred_log(cp)).into_iter().next() {
+                return round;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent never probed\n{}",
+                context()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let round = first_round();
+    for (field, want) in [
+        ("envok", "yes"),
+        ("bound", "200"),
+        ("unbound", "403"),
+        ("misuse", "403"),
+        ("write", "403"),
+        ("leak", "none"),
+    ] {
+        assert_eq!(round.field(field), want, "{field}\n{}", context());
+    }
+    let log = cred_log(cp);
+    let body = |kind: &str| -> serde_json::Value {
+        serde_json::from_str(&probe::line_after(&log, &format!("BODY {kind} "))).unwrap_or_default()
+    };
+    assert_eq!(body("unbound")["code"], "no_rule", "{}", context());
+    assert!(
+        body("unbound")["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no rule binding credential github-token"),
+        "{}",
+        context()
+    );
+    assert_eq!(body("misuse")["code"], "credential_misuse", "{}", context());
+    // The upstream saw the real token on the bound path only, never the
+    // placeholder.
+    let auth = upstream_auth(cp);
+    assert!(
+        auth.iter()
+            .any(|l| l == &format!("AUTH GET /repos/acme/app/issues Bearer {SECRET_V1}")),
+        "{}",
+        context()
+    );
+    assert!(
+        auth.iter()
+            .all(|l| l.starts_with("AUTH GET /repos/acme/") && !l.contains("agentgate-placeholder")),
+        "{}",
+        context()
+    );
+    // The agent's account may not read the Secret through the API
+    // (`can-i` answers "no" and exits 1).
+    let can = cp
+        .kubectl(&[
+            "auth",
+            "can-i",
+            "get",
+            "secret/github",
+            "-n",
+            CRED,
+            "--as",
+            "system:serviceaccount:cred:cred-bot",
+        ])
+        .unwrap();
+    let answer = String::from_utf8_lossy(&can.stdout).trim().to_string();
+    assert_eq!(answer, "no", "the agent may read the Secret: {can:?}");
+    // Misuse is an Event on the sandbox (published on the operator's poll).
+    cp.wait_for(
+        &[
+            "get",
+            "events",
+            "-n",
+            CRED,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        Duration::from_secs(60),
+        |s| s.contains("CredentialMisuse"),
+    )
+    .unwrap_or_else(|last| panic!("no CredentialMisuse Event: {last}\n{}", context()));
+    // The status shows the token's reach and that it is available.
+    let reach = cp
+        .run(&[
+            "get",
+            "asbx",
+            "cred-bot",
+            "-n",
+            CRED,
+            "-o",
+            "jsonpath={.status.credentials[0].available} {.status.credentials[0].reach[0]}",
+        ])
+        .unwrap_or_default();
+    assert!(
+        reach.starts_with("true gh-read: GET api.example.test:8080/repos/acme/** by /usr/bin/curl"),
+        "{reach}"
+    );
+
+    // A wider binding waits for a person, with the credential named.
+    cp.run(&[
+        "create",
+        "rolebinding",
+        "carol-reviews",
+        "-n",
+        CRED,
+        "--clusterrole=agentgate-reviewer",
+        "--user=carol",
+    ])
+    .unwrap();
+    cp.apply_yaml(CRED_PROPOSAL).unwrap();
+    cp.wait_proposal_phase(
+        CRED,
+        "cred-comments",
+        "AwaitingApproval",
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|last| panic!("proposal phase {last}\n{}", context()));
+    let shown = cp
+        .run(&[
+            "get",
+            "pprop",
+            "cred-comments",
+            "-n",
+            CRED,
+            "-o",
+            "jsonpath={.status.newAuthority}",
+        ])
+        .unwrap_or_default();
+    assert!(shown.contains("\"credential\":\"github-token\""), "{shown}");
+    let approved_at = now();
+    let out = cp
+        .plugin(&["approve", "cred-comments", "-n", CRED, "--as", "carol"])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "approve: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    probe::first_round_after(
+        || cred_log(cp),
+        cred_rounds,
+        approved_at,
+        "write",
+        "200",
+        Duration::from_secs(90),
+    )
+    .unwrap_or_else(|_| {
+        panic!(
+            "the approved binding never reached the agent\n{}",
+            context()
+        )
+    });
+    assert!(
+        upstream_auth(cp).iter().any(
+            |l| l == &format!("AUTH POST /repos/acme/app/issues/1/comments Bearer {SECRET_V1}")
+        ),
+        "{}",
+        context()
+    );
+
+    // Rotation: the next bound request carries the new value, no restart.
+    let rotated_at = Instant::now();
+    cp.run(&[
+        "patch",
+        "secret",
+        "github",
+        "-n",
+        CRED,
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"stringData":{{"token":"{SECRET_V2}"}}}}"#),
+    ])
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !upstream_auth(cp)
+        .iter()
+        .any(|l| l.ends_with(&format!("Bearer {SECRET_V2}")))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the rotated Secret never reached the upstream\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let rotation = rotated_at.elapsed().as_secs_f64();
+    assert_eq!(
+        restarts(cp, "cred-bot", CRED),
+        "agentgate-init=0 agentgate-proxy=0 agent=0 ",
+        "no container restarted\n{}",
+        context()
+    );
+    // Nothing the proxy said holds the secret.
+    let proxy_log = cp.container_log(CRED, "cred-bot", "agentgate-proxy");
+    assert!(
+        !proxy_log.contains("e2e-github-secret"),
+        "the proxy logged the secret"
+    );
+    let events = cp
+        .run(&[
+            "get",
+            "events",
+            "-n",
+            CRED,
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .unwrap_or_default();
+    assert!(
+        !events.contains("e2e-github-secret"),
+        "an Event holds the secret"
+    );
+    assert!(
+        cred_rounds(&cred_log(cp))
+            .iter()
+            .all(|r| r.field("leak") == "none"),
+        "the agent read the secret\n{}",
+        context()
+    );
+    rotation
+}
+
 #[test]
 fn the_product_on_a_real_node() {
     let started = Instant::now();
@@ -822,6 +1140,10 @@ fn the_product_on_a_real_node() {
     let rotated = ca_rotation(&cp);
     eprintln!(
         "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"
+    );
+    let rotation = credentials_attached(&cp, &images);
+    eprintln!(
+        "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
     );
     unconfined_pod_refused(&cp, &images);
     operator_killed_mid_burst(&cp);

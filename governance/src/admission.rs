@@ -65,6 +65,14 @@ pub fn review_sandbox(
             ));
         }
     };
+    if let Err(reason) = agentgate_policy::credentials::check(
+        "spec.credentials",
+        &sandbox.spec.credentials,
+        &compiled,
+        "spec.policy.",
+    ) {
+        return Answer::Deny(format!("agentsandbox {name:?}: {reason}"));
+    }
     let verdict = prove_declared(sandbox, &compiled, governing, allow_unmanaged, prover);
     match verdict.decision {
         Decision::Reject => Answer::Deny(format!("agentsandbox {name:?} {}", verdict.reason)),

@@ -18,7 +18,7 @@ use agentgate_prover::Prover;
 use agentgate_trifecta::image::image_digest;
 
 use crate::convert::{ToApi, ToDomain};
-use crate::sever::{finding_regions, restrict, severed_by};
+use crate::sever::{drop_placeholder_reads, finding_regions, restrict, severed_by};
 use agentgate_policy::findings::FindingRegions;
 use agentgate_trifecta::analysis::{Finding, analyze};
 use agentgate_trifecta::graph::{Confidentiality, Effect, Graph, Integrity};
@@ -103,6 +103,7 @@ pub fn assess_image(
     policy: Option<&CompiledPolicy>,
     prover: &Prover,
     accepted: &[AcceptedFinding],
+    credentials: &[agentgate_policy::credentials::Credential],
     now: Timestamp,
 ) -> ImageFindings {
     let mut out = ImageFindings {
@@ -132,11 +133,20 @@ pub fn assess_image(
             return out;
         }
     };
+    // A secret the agent holds only as a placeholder is no secret leg
+    // (docs/policy-semantics.md §9), whatever the policy.
+    let mut graph = scan.graph.clone();
+    let placeholders = drop_placeholder_reads(&mut graph, credentials);
     let severed = match policy {
         Some(policy) if !findings.is_empty() => {
-            let (restricted, touched) = restrict(scan.graph, policy, prover);
+            let (restricted, mut touched) = restrict(&graph, policy, prover);
+            touched.extend(placeholders.iter().map(|(node, _)| node.clone()));
             severed_by(findings, &restricted, &touched)
                 .unwrap_or_else(|_| vec![None; findings.len()])
+        }
+        _ if !findings.is_empty() && !placeholders.is_empty() => {
+            let touched: Vec<String> = placeholders.iter().map(|(node, _)| node.clone()).collect();
+            severed_by(findings, &graph, &touched).unwrap_or_else(|_| vec![None; findings.len()])
         }
         _ => vec![None; findings.len()],
     };
@@ -150,12 +160,23 @@ pub fn assess_image(
                 (None, Some(_)) => FindingState::Accepted,
                 (None, None) => FindingState::Unfixed,
             };
+            // Say so when a placeholder is what severs it.
+            let because: Vec<&str> = placeholders
+                .iter()
+                .filter(|(node, _)| severed.as_ref().is_some_and(|by| by.contains(node)))
+                .map(|(_, why)| why.as_str())
+                .collect();
+            let message = if because.is_empty() {
+                finding.to_string()
+            } else {
+                format!("{finding}; severed: {}", because.join("; "))
+            };
             FindingRecord {
                 id: finding.id.clone(),
                 sink: finding.sink.clone(),
                 severity: finding.severity.to_api(),
                 state,
-                message: finding.to_string(),
+                message,
                 fix: finding.fix(),
                 severed_by: severed.unwrap_or_default(),
                 accepted_until: accepted.map(|a| a.expires.clone()),
@@ -224,7 +245,15 @@ pub fn assess_sandbox(
             }),
             _ => None,
         };
-        let assessed = assess_image(image, input, policy, prover, accepted, now);
+        let assessed = assess_image(
+            image,
+            input,
+            policy,
+            prover,
+            accepted,
+            sandbox.credentials,
+            now,
+        );
         summary.total += assessed.findings.len() as u32;
         summary.unfixed += assessed
             .findings
@@ -244,6 +273,8 @@ pub struct SandboxRisk<'a> {
     pub accepted: &'a [AcceptedFinding],
     /// `spec.toolLabels`.
     pub labels: &'a [ToolLabel],
+    /// `spec.credentials`: their placeholders are no secrets.
+    pub credentials: &'a [agentgate_policy::credentials::Credential],
 }
 
 /// An AgentScan's graph as a sandbox's analysis reads it: converted, with

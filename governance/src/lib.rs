@@ -12,6 +12,7 @@ pub mod access;
 pub mod admission;
 pub mod authority;
 pub mod convert;
+pub mod credentials;
 pub mod findings;
 pub mod governing;
 pub mod maximum;

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::findings::{acceptance, short_image, unfixed_line};
-use crate::sandbox_pod::{DataPlane, is_data_plane_container, shape_problems};
+use crate::sandbox_pod::{
+    DataPlane, credential_exposures, is_data_plane_container, shape_problems,
+};
 use agentgate_api::crd::{AcceptedFinding, AgentSandbox, FindingState, ImageFindings};
 use agentgate_trifecta::Finding;
 use agentgate_trifecta::image::image_digest;
@@ -250,6 +252,15 @@ pub fn review_pod(
             Err(problem) => shape.push(problem),
         }
         shape.extend(pod_escapes(&spec, "spec", &trusted));
+        // The sandbox's credentials reach the proxy alone
+        // (docs/policy-semantics.md §9.4).
+        if let Some(sandbox) = sandbox {
+            shape.extend(credential_exposures(
+                &spec,
+                &sandbox.spec.credentials,
+                "spec",
+            ));
+        }
     }
     // A claim, once made, stays: the webhook sees a sandbox's pods by their
     // label, so an update that dropped it would take every later update
@@ -371,7 +382,8 @@ mod tests {
             let mut template = pod.spec.clone().unwrap();
             template.containers[0].command = Some(vec!["/usr/local/bin/bot".into()]);
             let mut spec =
-                crate::sandbox_pod::enforced_pod_spec("bot", &template, &data_plane()).unwrap();
+                crate::sandbox_pod::enforced_pod_spec("bot", &template, &data_plane(), &[])
+                    .unwrap();
             spec.service_account_name = Some("bot".into());
             pod.spec = Some(spec);
             pod.metadata.owner_references = Some(vec![
@@ -586,6 +598,7 @@ mod tests {
                 accepted_findings: Vec::new(),
                 runtime_trifecta: None,
                 tool_labels: Vec::new(),
+                credentials: Vec::new(),
             },
         );
         let record = |state| FindingRecord {

@@ -85,6 +85,18 @@ pub fn judge(
             ));
         }
     };
+    // A credential the candidate binds must be one the sandbox declares
+    // (docs/policy-semantics.md §9.4): a proposal cannot bring a secret.
+    if let Err(reason) = agentgate_policy::credentials::check(
+        "spec.credentials of the sandbox",
+        &sandbox.spec.credentials,
+        &compiled_candidate,
+        "",
+    ) {
+        return Judgement::Refused(format!(
+            "the proposal binds what the sandbox does not declare: {reason}"
+        ));
+    }
     let compiled_current = compile(current, Role::Sandbox, &limits).unwrap_or_default();
     // Δ's own grants, judged on their own in review regions (a copy of an
     // approved grant is not "nothing new": it outlives the original).

@@ -14,9 +14,11 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    PodSpec, Probe, ProjectedVolumeSource, SecretVolumeSource, SecurityContext,
-    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    KeyToPath, PodSpec, Probe, ProjectedVolumeSource, SecretProjection, SecretVolumeSource,
+    SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
+
+use agentgate_policy::credentials::Credential;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::pod_template::PROXY_UID;
@@ -80,6 +82,19 @@ const APPROVALS_TOKEN_SECONDS: i64 = 3600;
 pub const APPROVALS_CA_FILE: &str = "/agentgate/policy/approvals-ca.pem";
 /// Where the ServiceAccount admission plugin mounts the API token.
 pub const SERVICE_ACCOUNT_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The emptyDir where the proxy keeps each credential's placeholder
+/// (docs/policy-semantics.md §9): written by the proxy, read-only for the
+/// agent.
+pub const PLACEHOLDERS_VOLUME: &str = "agentgate-placeholders";
+/// Where the placeholders are mounted.
+pub const PLACEHOLDERS_DIR: &str = "/agentgate/placeholders";
+/// The credentials' Secret keys, projected into the proxy container only.
+pub const CREDENTIALS_VOLUME: &str = "agentgate-credentials";
+/// Where the proxy reads the secrets.
+pub const CREDENTIALS_DIR: &str = "/agentgate/credentials";
+/// The sandbox's credential declarations in the policy ConfigMap (no
+/// secrets: where each comes from and how it is attached).
+pub const CREDENTIALS_FILE_NAME: &str = "credentials.json";
 /// Everything the data plane mounts lives below this directory.
 pub const MOUNT_ROOT: &str = "/agentgate";
 /// Where `agentgate-exec` is copied.
@@ -159,6 +174,8 @@ pub fn exec_prefix() -> Vec<String> {
         MOUNT_ROOT,
         "--proxy-uid",
         &PROXY_UID.to_string(),
+        "--placeholders",
+        PLACEHOLDERS_DIR,
         "--",
     ]
     .iter()
@@ -256,6 +273,8 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
                 format!("--ca-key={CA_DIR}/tls.key"),
                 format!("--agent-cas={SANDBOX_CAS_FILE}"),
                 format!("--agent-ca-bundle={CA_BUNDLE_FILE}"),
+                format!("--credential-secrets={CREDENTIALS_DIR}"),
+                format!("--placeholders={PLACEHOLDERS_DIR}"),
                 string("--log-json"),
             ]
             .into_iter()
@@ -311,6 +330,11 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
                     ..mount(TRUST_VOLUME, TRUST_DIR)
                 },
                 mount(TOKEN_SHIELD_VOLUME, SERVICE_ACCOUNT_TOKEN_DIR),
+                mount(CREDENTIALS_VOLUME, CREDENTIALS_DIR),
+                VolumeMount {
+                    read_only: None,
+                    ..mount(PLACEHOLDERS_VOLUME, PLACEHOLDERS_DIR)
+                },
             ]
             .into_iter()
             .chain(
@@ -325,11 +349,12 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
     }
 }
 
-/// The data plane's volumes: the emptyDirs for `agentgate-exec` and the
-/// agent's CA bundle, the policy ConfigMap, the CA Secret and the empty
+/// The data plane's volumes: the emptyDirs for `agentgate-exec`, the
+/// agent's CA bundle and the credentials' placeholders, the policy
+/// ConfigMap, the CA Secret, the credentials' Secret keys and the empty
 /// directory shielding the data plane from the agent's API token; with
 /// an approval service, the proxy's token for it.
-pub fn volumes(sandbox: &str, data_plane: &DataPlane) -> Vec<Volume> {
+pub fn volumes(sandbox: &str, data_plane: &DataPlane, credentials: &[Credential]) -> Vec<Volume> {
     let approvals = data_plane.approvals.is_some().then(|| Volume {
         name: string(APPROVALS_VOLUME),
         projected: Some(ProjectedVolumeSource {
@@ -378,8 +403,169 @@ pub fn volumes(sandbox: &str, data_plane: &DataPlane) -> Vec<Volume> {
             ..Volume::default()
         },
     ];
+    all.push(Volume {
+        name: string(PLACEHOLDERS_VOLUME),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    });
+    all.push(credentials_volume(credentials));
     all.extend(approvals);
     all
+}
+
+/// The credentials' Secret keys for the proxy, one file per credential
+/// named by the credential: optional, so that a missing Secret or key
+/// leaves the Pod running and that credential unavailable (its requests
+/// refused, docs/policy-semantics.md §9.4) rather than the Pod stuck. An
+/// emptyDir when the sandbox declares none.
+fn credentials_volume(credentials: &[Credential]) -> Volume {
+    if credentials.is_empty() {
+        return Volume {
+            name: string(CREDENTIALS_VOLUME),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        };
+    }
+    let sources = credentials
+        .iter()
+        .map(|c| VolumeProjection {
+            secret: Some(SecretProjection {
+                name: c.secret_ref.name.clone(),
+                items: Some(vec![KeyToPath {
+                    key: c.secret_ref.key.clone(),
+                    path: c.name.clone(),
+                    mode: None,
+                }]),
+                optional: Some(true),
+            }),
+            ..VolumeProjection::default()
+        })
+        .collect();
+    Volume {
+        name: string(CREDENTIALS_VOLUME),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Whether a stored credentials volume has a form the data plane makes:
+/// an emptyDir, or Secret keys projected and nothing else.
+fn is_credentials_volume(volume: &Volume) -> bool {
+    let only_secrets = volume.projected.as_ref().is_some_and(|p| {
+        p.sources.iter().flatten().all(|s| {
+            s.secret.is_some()
+                && s.config_map.is_none()
+                && s.downward_api.is_none()
+                && s.service_account_token.is_none()
+                && s.cluster_trust_bundle.is_none()
+        })
+    });
+    let others = volume.secret.is_none()
+        && volume.config_map.is_none()
+        && volume.host_path.is_none()
+        && volume.persistent_volume_claim.is_none();
+    others
+        && (volume.empty_dir.is_some() != volume.projected.is_some())
+        && (volume.empty_dir.is_some() || only_secrets)
+}
+
+/// The Secrets a sandbox's credentials read.
+fn credential_secrets(credentials: &[Credential]) -> BTreeSet<&str> {
+    credentials
+        .iter()
+        .map(|c| c.secret_ref.name.as_str())
+        .collect()
+}
+
+/// Every place a Pod spec (or a template's, under `at`) would hand a
+/// credential's Secret to something other than the proxy's own
+/// `agentgate-credentials` volume: a Secret or projected volume, an
+/// environment variable or `envFrom` of any container
+/// (docs/policy-semantics.md §9.4: the secret never reaches the agent).
+pub fn credential_exposures(spec: &PodSpec, credentials: &[Credential], at: &str) -> Vec<String> {
+    let secrets = credential_secrets(credentials);
+    if secrets.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        if volume.name == CREDENTIALS_VOLUME {
+            continue;
+        }
+        let direct = volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref())
+            .filter(|n| secrets.contains(n));
+        let projected = volume
+            .projected
+            .as_ref()
+            .and_then(|p| p.sources.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source.secret.as_ref())
+            .map(|s| s.name.as_str())
+            .find(|n| secrets.contains(n));
+        if let Some(secret) = direct.or(projected) {
+            out.push(format!(
+                "{at}.volumes[{i}] ({:?}) mounts Secret {secret:?}, which holds a credential of the sandbox: only the proxy may read it; the agent gets a placeholder",
+                volume.name
+            ));
+        }
+    }
+    let lists = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("containers", spec.containers.as_slice()),
+    ];
+    for (list, containers) in lists {
+        for (i, container) in containers.iter().enumerate() {
+            for (j, env) in container.env.iter().flatten().enumerate() {
+                let secret = env
+                    .value_from
+                    .as_ref()
+                    .and_then(|v| v.secret_key_ref.as_ref())
+                    .map(|r| r.name.as_str())
+                    .filter(|n| secrets.contains(n));
+                if let Some(secret) = secret {
+                    out.push(format!(
+                        "{at}.{list}[{i}].env[{j}] ({}) reads Secret {secret:?}, which holds a credential of the sandbox: use the credential's placeholder instead",
+                        env.name
+                    ));
+                }
+            }
+            for (j, from) in container.env_from.iter().flatten().enumerate() {
+                let secret = from
+                    .secret_ref
+                    .as_ref()
+                    .map(|r| r.name.as_str())
+                    .filter(|n| secrets.contains(n));
+                if let Some(secret) = secret {
+                    out.push(format!(
+                        "{at}.{list}[{i}].envFrom[{j}] reads Secret {secret:?}, which holds a credential of the sandbox: use the credential's placeholder instead"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a mount is one credential's file placeholder: one file of the
+/// placeholders volume, read-only, outside the data plane's directory.
+fn is_placeholder_file_mount(m: &VolumeMount) -> bool {
+    m.name == PLACEHOLDERS_VOLUME
+        && m.read_only == Some(true)
+        && m.sub_path_expr.is_none()
+        && m.sub_path
+            .as_deref()
+            .is_some_and(|p| agentgate_policy::action::check_credential_name(p).is_ok())
+        && !under_mount_root(&m.mount_path)
 }
 
 /// Whether a stored volume is the data plane's `want`: same source and
@@ -606,7 +792,7 @@ fn agent_env(env: Option<Vec<EnvVar>>) -> Vec<EnvVar> {
 /// An agent container in the enforced shape: wrapped command, proxy and CA
 /// environment, the data plane's read-only mounts, no capabilities beyond
 /// the restricted profile's NET_BIND_SERVICE, no privilege escalation.
-fn agent_container(mut container: Container) -> Container {
+fn agent_container(mut container: Container, credentials: &[Credential]) -> Container {
     let mut command = exec_prefix();
     command.extend(container.command.take().unwrap_or_default());
     container.command = Some(command);
@@ -615,6 +801,18 @@ fn agent_container(mut container: Container) -> Container {
     mounts.push(mount(BIN_VOLUME, BIN_DIR));
     mounts.push(mount(POLICY_VOLUME, POLICY_DIR));
     mounts.push(mount(TRUST_VOLUME, TRUST_DIR));
+    mounts.push(mount(PLACEHOLDERS_VOLUME, PLACEHOLDERS_DIR));
+    // A file placeholder is the proxy's file for that credential, one
+    // file mounted by itself (the proxy writes it before it is ready, so
+    // before any agent container starts).
+    for c in credentials {
+        if let Some(file) = &c.placeholder.file {
+            mounts.push(VolumeMount {
+                sub_path: Some(c.name.clone()),
+                ..mount(PLACEHOLDERS_VOLUME, file)
+            });
+        }
+    }
     container.volume_mounts = Some(mounts);
     let mut context = container.security_context.take().unwrap_or_default();
     context.allow_privilege_escalation = Some(false);
@@ -641,8 +839,17 @@ pub fn enforced_pod_spec(
     sandbox: &str,
     template: &PodSpec,
     data_plane: &DataPlane,
+    credentials: &[Credential],
 ) -> Result<PodSpec, Vec<PodRefusal>> {
-    let refusals = template_refusals(sandbox, template);
+    let mut refusals = template_refusals(sandbox, template);
+    refusals.extend(
+        credential_exposures(template, credentials, "spec.template.spec")
+            .into_iter()
+            .map(|message| PodRefusal {
+                reason: "CredentialExposed",
+                message,
+            }),
+    );
     if !refusals.is_empty() {
         return Err(refusals);
     }
@@ -654,14 +861,14 @@ pub fn enforced_pod_spec(
             .take()
             .unwrap_or_default()
             .into_iter()
-            .map(agent_container),
+            .map(|c| agent_container(c, credentials)),
     );
     spec.init_containers = Some(init);
     spec.containers = std::mem::take(&mut spec.containers)
         .into_iter()
-        .map(agent_container)
+        .map(|c| agent_container(c, credentials))
         .collect();
-    let mut all_volumes = volumes(sandbox, data_plane);
+    let mut all_volumes = volumes(sandbox, data_plane, credentials);
     all_volumes.extend(spec.volumes.take().unwrap_or_default());
     spec.volumes = Some(all_volumes);
     Ok(spec)
@@ -731,16 +938,24 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             )),
         }
     }
-    let want_volumes = volumes(sandbox, data_plane);
+    // The credentials volume's Secrets are the sandbox's to say (pod
+    // admission checks them against its declarations): here only its form.
+    let want_volumes = volumes(sandbox, data_plane, &[]);
     for want in &want_volumes {
         let found = spec.volumes.iter().flatten().find(|v| v.name == want.name);
-        if !found.is_some_and(|f| same_volume(f, want)) {
+        let fits = |f: &Volume| match want.name == CREDENTIALS_VOLUME {
+            true => is_credentials_volume(f),
+            false => same_volume(f, want),
+        };
+        if !found.is_some_and(fits) {
             problems.push(format!(
                 "spec.volumes: {:?} is not the sandbox's own ({})",
                 want.name,
                 match (&want.config_map, &want.secret) {
                     (Some(c), _) => format!("ConfigMap {}", c.name),
                     (_, Some(s)) => format!("Secret {}", s.secret_name.as_deref().unwrap_or("")),
+                    _ if want.name == CREDENTIALS_VOLUME =>
+                        "the credentials' Secret keys, or an emptyDir".to_string(),
                     _ => "an emptyDir".to_string(),
                 }
             ));
@@ -805,6 +1020,7 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             .volume_mounts
             .iter()
             .flatten()
+            .filter(|m| !is_placeholder_file_mount(m))
             .filter(|m| {
                 under_mount_root(&m.mount_path)
                     || [
@@ -813,6 +1029,8 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
                         TRUST_VOLUME,
                         CA_VOLUME,
                         APPROVALS_VOLUME,
+                        PLACEHOLDERS_VOLUME,
+                        CREDENTIALS_VOLUME,
                     ]
                     .contains(&m.name.as_str())
             })
@@ -828,12 +1046,13 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             (BIN_VOLUME, BIN_DIR, true),
             (POLICY_VOLUME, POLICY_DIR, true),
             (TRUST_VOLUME, TRUST_DIR, true),
+            (PLACEHOLDERS_VOLUME, PLACEHOLDERS_DIR, true),
         ]
         .into_iter()
         .collect();
         if data_plane_mounts != want {
             problems.push(format!(
-                "{path}.volumeMounts: an agent container mounts exactly {BIN_VOLUME} at {BIN_DIR}, {POLICY_VOLUME} at {POLICY_DIR} and {TRUST_VOLUME} at {TRUST_DIR}, read-only, and nothing else under {MOUNT_ROOT} (never the CA key)"
+                "{path}.volumeMounts: an agent container mounts exactly {BIN_VOLUME} at {BIN_DIR}, {POLICY_VOLUME} at {POLICY_DIR}, {TRUST_VOLUME} at {TRUST_DIR} and {PLACEHOLDERS_VOLUME} at {PLACEHOLDERS_DIR}, read-only, and nothing else under {MOUNT_ROOT} (never the CA key or the credentials)"
             ));
         }
         let context = container.security_context.as_ref();
@@ -892,7 +1111,7 @@ mod tests {
                 "volumeMounts": [{"name": "work", "mountPath": "/sandbox"}],
                 "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "NET_ADMIN"]}, "privileged": true}}]
         }));
-        let pod = enforced_pod_spec("bot", &spec, &data_plane()).unwrap();
+        let pod = enforced_pod_spec("bot", &spec, &data_plane(), &[]).unwrap();
         assert_eq!(pod.share_process_namespace, Some(true));
         let init = pod.init_containers.as_ref().unwrap();
         assert_eq!(init[0].name, INIT_CONTAINER);
@@ -901,7 +1120,7 @@ mod tests {
         let agent = &pod.containers[0];
         assert_eq!(
             agent.command.as_ref().unwrap().join(" "),
-            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --policy-mount /agentgate --proxy-uid 1337 -- /usr/local/bin/agent"
+            "/agentgate/bin/agentgate-exec --policy /agentgate/policy/policy.yaml --policy-mount /agentgate --proxy-uid 1337 --placeholders /agentgate/placeholders -- /usr/local/bin/agent"
         );
         assert_eq!(agent.args, Some(vec!["--serve".to_string()]));
         let env: Vec<(String, String)> = agent
@@ -920,7 +1139,7 @@ mod tests {
             context.capabilities.as_ref().unwrap().add,
             Some(vec!["NET_BIND_SERVICE".to_string()])
         );
-        assert_eq!(pod.volumes.as_ref().unwrap().len(), 6);
+        assert_eq!(pod.volumes.as_ref().unwrap().len(), 8);
         // Only the proxy writes the agent's CA bundle; the agent reads it.
         let trust = |c: &Container| {
             c.volume_mounts
@@ -995,7 +1214,7 @@ mod tests {
         let spec = template(serde_json::json!({
             "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
         }));
-        let built = enforced_pod_spec("bot", &spec, &data_plane()).unwrap();
+        let built = enforced_pod_spec("bot", &spec, &data_plane(), &[]).unwrap();
         let stored = with_service_account_token(built);
         assert_eq!(
             shape_problems(&stored, "bot", &data_plane()),
@@ -1023,7 +1242,7 @@ mod tests {
         let spec = template(serde_json::json!({
             "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
         }));
-        let built = enforced_pod_spec("bot", &spec, &approvals).unwrap();
+        let built = enforced_pod_spec("bot", &spec, &approvals, &[]).unwrap();
         let stored = with_service_account_token(built.clone());
         assert_eq!(
             shape_problems(&stored, "bot", &approvals),
@@ -1066,7 +1285,7 @@ mod tests {
                 {"serviceAccountToken": {"audience": HOLD_AUDIENCE, "path": "t"}}]}}],
             "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
         }));
-        let refused = enforced_pod_spec("bot", &own, &approvals).unwrap_err();
+        let refused = enforced_pod_spec("bot", &own, &approvals, &[]).unwrap_err();
         assert!(
             refused.iter().any(|r| r.message.contains(HOLD_AUDIENCE)),
             "{refused:?}"
@@ -1103,7 +1322,7 @@ mod tests {
             "containers": [{"name": "agent", "image": "bot",
                 "volumeMounts": [{"name": "x", "mountPath": "/agentgate/bin/"}]}]
         }));
-        let refusals = enforced_pod_spec("bot", &spec, &data_plane()).unwrap_err();
+        let refusals = enforced_pod_spec("bot", &spec, &data_plane(), &[]).unwrap_err();
         let reasons: Vec<&str> = refusals.iter().map(|r| r.reason).collect();
         assert_eq!(reasons, ["ReservedName", "ReservedName", "CommandRequired"]);
         assert!(
@@ -1127,7 +1346,7 @@ mod tests {
                                  {"name": "more", "mountPath": "/./agentgate/policy"},
                                  {"name": "more", "mountPath": "/srv/../agentgate/ca"}]}]
         }));
-        let refusals = enforced_pod_spec("bot", &spec, &data_plane()).unwrap_err();
+        let refusals = enforced_pod_spec("bot", &spec, &data_plane(), &[]).unwrap_err();
         let lines: Vec<(&str, &str)> = refusals
             .iter()
             .map(|r| (r.reason, r.message.split(' ').next().unwrap()))
@@ -1166,7 +1385,7 @@ mod tests {
         let plain = template(serde_json::json!({
             "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
         }));
-        let mut built = enforced_pod_spec("bot", &plain, &data_plane()).unwrap();
+        let mut built = enforced_pod_spec("bot", &plain, &data_plane(), &[]).unwrap();
         built.containers[0].lifecycle = spec.containers[0].lifecycle.clone();
         built
             .volumes
@@ -1175,6 +1394,92 @@ mod tests {
             .push(spec.volumes.as_ref().unwrap()[0].clone());
         let problems = shape_problems(&built, "bot", &data_plane());
         assert_eq!(problems.len(), 2, "{problems:?}");
+    }
+
+    fn github_credential(file: Option<&str>) -> Credential {
+        serde_json::from_value(serde_json::json!({
+            "name": "github-token",
+            "secretRef": {"name": "github", "key": "token"},
+            "placeholder": {"env": "GITHUB_TOKEN", "file": file},
+            "attach": {"header": {"name": "Authorization", "format": "Bearer {}"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn credentials_reach_the_proxy_alone_and_placeholders_the_agent() {
+        let spec = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let credentials = [github_credential(Some("/home/agent/.github-token"))];
+        let pod = enforced_pod_spec("bot", &spec, &data_plane(), &credentials).unwrap();
+        assert!(shape_problems(&pod, "bot", &data_plane()).is_empty());
+        assert!(credential_exposures(&pod, &credentials, "spec").is_empty());
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == CREDENTIALS_VOLUME)
+            .unwrap();
+        let source = volume.projected.as_ref().unwrap().sources.as_ref().unwrap()[0]
+            .secret
+            .clone()
+            .unwrap();
+        assert_eq!(source.name, "github");
+        assert_eq!(source.optional, Some(true));
+        assert_eq!(source.items.unwrap()[0].path, "github-token");
+        // Only the proxy mounts the secrets.
+        let mounting: Vec<&str> = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&pod.containers)
+            .filter(|c| {
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == CREDENTIALS_VOLUME)
+            })
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(mounting, [PROXY_CONTAINER]);
+        // The agent sees its file placeholder, one file, read-only.
+        let agent = &pod.containers[0];
+        assert!(agent.volume_mounts.iter().flatten().any(|m| {
+            m.name == PLACEHOLDERS_VOLUME
+                && m.mount_path == "/home/agent/.github-token"
+                && m.sub_path.as_deref() == Some("github-token")
+                && m.read_only == Some(true)
+        }));
+        // An agent container that mounts the secrets is out of shape.
+        let mut leaked = pod.clone();
+        leaked.containers[0]
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .push(mount(CREDENTIALS_VOLUME, "/tmp/creds"));
+        assert_eq!(shape_problems(&leaked, "bot", &data_plane()).len(), 1);
+        // A template that hands the Secret to the agent is refused, by
+        // volume or by environment.
+        let by_volume = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"],
+                "volumeMounts": [{"name": "gh", "mountPath": "/gh"}]}],
+            "volumes": [{"name": "gh", "secret": {"secretName": "github"}}]
+        }));
+        let refused =
+            enforced_pod_spec("bot", &by_volume, &data_plane(), &credentials).unwrap_err();
+        assert_eq!(refused[0].reason, "CredentialExposed");
+        assert!(refused[0].message.contains("spec.template.spec.volumes[0]"));
+        let by_env = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"],
+                "env": [{"name": "GH", "valueFrom": {"secretKeyRef": {"name": "github", "key": "token"}}}],
+                "envFrom": [{"secretRef": {"name": "github"}}]}]
+        }));
+        let exposures = credential_exposures(&by_env, &credentials, "spec");
+        assert_eq!(exposures.len(), 2, "{exposures:?}");
+        assert!(exposures[0].starts_with("spec.containers[0].env[0] (GH) reads Secret \"github\""));
+        // Another Secret is none of the data plane's business.
+        assert!(credential_exposures(&by_env, &[], "spec").is_empty());
     }
 
     #[test]
@@ -1198,6 +1503,8 @@ mod tests {
                 "spec.volumes:",
                 "spec.volumes:",
                 "spec.volumes:",
+                "spec.volumes:",
+                "spec.volumes:",
                 "spec.containers[0].command",
                 "spec.containers[0].volumeMounts:",
                 "spec.containers[0].securityContext.allowPrivilegeEscalation",
@@ -1209,7 +1516,7 @@ mod tests {
         let spec = template(serde_json::json!({
             "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
         }));
-        let built = enforced_pod_spec("bot", &spec, &data_plane()).unwrap();
+        let built = enforced_pod_spec("bot", &spec, &data_plane(), &[]).unwrap();
         let mut swapped = built.clone();
         swapped.init_containers.as_mut().unwrap()[1].image = Some("evil/proxy".into());
         assert_eq!(shape_problems(&swapped, "bot", &data_plane()).len(), 1);

@@ -225,6 +225,47 @@ pub fn restrict(graph: &Graph, policy: &CompiledPolicy, prover: &Prover) -> (Gra
     (restricted, touched)
 }
 
+/// Drops every secret read of a credential's placeholder from the graph
+/// (docs/policy-semantics.md §9): the agent holds only the placeholder in
+/// that environment variable or file, which is worth nothing outside the
+/// proxy, so the read is no secret leg. Returns each node that lost such a
+/// read, with why.
+pub fn drop_placeholder_reads(
+    graph: &mut Graph,
+    credentials: &[agentgate_policy::credentials::Credential],
+) -> Vec<(String, String)> {
+    let mut dropped = Vec::new();
+    for node in &mut graph.nodes {
+        let mut why = None;
+        node.capabilities.retain(|c| {
+            let resource = c.resource.as_deref();
+            let held = credentials.iter().find(|cred| {
+                c.effect == Effect::ReadsSecret
+                    && resource.is_some()
+                    && match c.channel {
+                        Channel::Env => cred.placeholder.env.as_deref() == resource,
+                        Channel::File => cred.placeholder.file.as_deref() == resource,
+                        _ => false,
+                    }
+            });
+            if let Some(cred) = held {
+                why = Some(format!(
+                    "{} reads {} {}, which holds only a placeholder of credential {}",
+                    node.id,
+                    c.channel,
+                    resource.unwrap_or_default(),
+                    cred.name
+                ));
+            }
+            held.is_none()
+        });
+        if let Some(why) = why {
+            dropped.push((node.id.clone(), why));
+        }
+    }
+    dropped
+}
+
 /// For each finding (of `graph`), the nodes whose restriction severs it, or
 /// `None` when the finding survives the policy.
 pub fn severed_by(
@@ -541,5 +582,42 @@ mod tests {
         graph.nodes[3].capabilities = vec![capability(Effect::Egress, Channel::File, None)];
         let findings = analyze(&graph).unwrap();
         assert_eq!(finding_regions(&findings[0], &graph).runtime, None);
+    }
+
+    #[test]
+    fn a_placeholder_read_is_no_secret_leg() {
+        let mut graph = mail_agent();
+        // Only the mail password is worth stealing here.
+        for node in graph.nodes.iter_mut().filter(|n| n.id == "query_customers") {
+            node.capabilities.clear();
+        }
+        for node in &mut graph.nodes {
+            for c in &mut node.capabilities {
+                if c.effect == Effect::ReadsSecret {
+                    c.resource = Some("SMTP_PASSWORD".into());
+                }
+            }
+        }
+        assert_eq!(analyze(&graph).unwrap().len(), 1);
+        let smtp: agentgate_policy::credentials::Credential =
+            serde_json::from_value(serde_json::json!({
+                "name": "smtp-password",
+                "secretRef": {"name": "smtp", "key": "password"},
+                "placeholder": {"env": "SMTP_PASSWORD"},
+                "attach": {"basic": {"username": "bot"}},
+            }))
+            .unwrap();
+        let mut other = smtp.clone();
+        other.placeholder.env = Some("OTHER".into());
+        assert!(drop_placeholder_reads(&mut graph.clone(), &[other]).is_empty());
+        let dropped = drop_placeholder_reads(&mut graph, &[smtp]);
+        assert_eq!(
+            dropped,
+            vec![(
+                "send_email".to_string(),
+                "send_email reads env SMTP_PASSWORD, which holds only a placeholder of credential smtp-password".to_string()
+            )]
+        );
+        assert!(analyze(&graph).unwrap().is_empty());
     }
 }

@@ -21,6 +21,10 @@ pub const MAX_CREDENTIALS: usize = 32;
 pub const PLACEHOLDER_PREFIX: &str = "agentgate-placeholder-";
 /// How many hex digits of randomness a placeholder carries (128 bits).
 pub const PLACEHOLDER_RANDOM_HEX: usize = 32;
+/// The shortest secret the proxy attaches: a shorter value could not be
+/// searched for in request heads and bodies (misuse, §9.4) without refusing
+/// unrelated requests that happen to hold those few bytes.
+pub const MIN_SECRET_BYTES: usize = 8;
 /// The marker in a header format where the secret goes.
 pub const FORMAT_MARKER: &str = "{}";
 
@@ -149,6 +153,11 @@ impl AttachForm {
     pub fn accepts_secret(&self, value: &[u8]) -> Result<(), String> {
         if value.is_empty() {
             return Err("the secret is empty".to_string());
+        }
+        if value.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "the secret is shorter than {MIN_SECRET_BYTES} bytes, too short to be told apart from other data"
+            ));
         }
         let visible = |b: &u8| *b == b' ' || *b == b'\t' || (0x21..=0x7e).contains(b);
         match self {
@@ -540,11 +549,12 @@ mod tests {
             prefix: String::new(),
             suffix: String::new(),
         };
-        assert!(header.accepts_secret(b"ghp_abc").is_ok());
+        assert!(header.accepts_secret(b"ghp_abcdef12").is_ok());
         assert!(header.accepts_secret(b"a\r\nX-Evil: 1").is_err());
+        assert!(header.accepts_secret(b"short").is_err());
         assert!(header.accepts_secret(b"").is_err());
         let query = AttachForm::Query { name: "t".into() };
-        assert!(query.accepts_secret("ä&b".as_bytes()).is_ok());
+        assert!(query.accepts_secret("ä&b-long-enough".as_bytes()).is_ok());
         assert!(query.accepts_secret(b"a\nb").is_err());
     }
 

@@ -12,6 +12,9 @@ use agentgate_policy::action::{
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
+use http::HeaderMap;
+
+use crate::credentials::{Attachment, Carried, CredentialIssue, CredentialSet};
 use agentgate_policy::matcher::{
     ConnectionDecision, ProviderPath, decide_connection_indexed, decide_network_indexed,
     has_model_provider, model_provider_path,
@@ -151,8 +154,10 @@ pub fn judge_connection(
 }
 
 /// Judges one HTTP request on a connection to (host, port) as a `rest`
-/// action. `target_path` is the request target's path, without the query.
-/// Returns the allowing rule.
+/// action. `target_path` is the request target's path, without the query;
+/// `credential` the credential the request carries (its placeholder in its
+/// attach form, docs/policy-semantics.md §9.4), which only a rule that
+/// binds it may allow. Returns the allowing rule.
 pub fn judge_request(
     snapshot: &Snapshot,
     binary: &Binary,
@@ -160,8 +165,18 @@ pub fn judge_request(
     port: u16,
     method: &str,
     target_path: &str,
+    credential: Option<&str>,
 ) -> Result<String, Refusal> {
-    judge_request_action(snapshot, binary, host, port, method, target_path).map(|(rule, _)| rule)
+    judge_request_action(
+        snapshot,
+        binary,
+        host,
+        port,
+        method,
+        target_path,
+        credential,
+    )
+    .map(|(rule, _)| rule)
 }
 
 /// [`judge_request`], also returning the action the request was judged as
@@ -173,6 +188,7 @@ pub fn judge_request_action(
     port: u16,
     method: &str,
     target_path: &str,
+    credential: Option<&str>,
 ) -> Result<(String, NetworkAction), Refusal> {
     let policy = policy_of(snapshot)?;
     let path = request_path(target_path).map_err(|e| {
@@ -194,7 +210,7 @@ pub fn judge_request_action(
         layer: Layer::Rest,
         method: method.to_string(),
         path,
-        credential: None,
+        credential: credential.map(str::to_string),
     };
     let decision =
         decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
@@ -216,6 +232,101 @@ pub fn judge_request_action(
             .cite(&Action::Network(action.clone()))
             .cloned()
             .map(Box::new),
+    })
+}
+
+/// Headers some frameworks read as the request's real method.
+pub const METHOD_OVERRIDES: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Each method-override value a request carries, with its header's name
+/// (a value that is not text reads as NUL, which no rule allows).
+pub fn method_overrides(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &str)> {
+    METHOD_OVERRIDES.iter().flat_map(move |name| {
+        headers
+            .get_all(*name)
+            .iter()
+            .map(move |value| (*name, value.to_str().unwrap_or("\u{0}").trim()))
+    })
+}
+
+/// How a request's head was refused.
+#[derive(Debug, Clone)]
+pub enum Refused {
+    /// By the policy (no rule allows it, a deny does, it cannot be
+    /// judged), with or without a credential.
+    Policy(Refusal),
+    /// Allowed with its credential, whose secret the proxy does not hold.
+    Credential(CredentialIssue),
+}
+
+/// A request the policy allows, with what to attach.
+#[derive(Debug, Clone)]
+pub struct JudgedRequest {
+    /// The allowing rule.
+    pub rule: String,
+    /// The action it was judged as (its credential included).
+    pub action: NetworkAction,
+    /// The secret to put in the placeholder's place, when the request
+    /// carries a credential.
+    pub attachment: Option<Attachment>,
+}
+
+/// Judges a request's head as docs/policy-semantics.md §7 and §9.4 say:
+/// the action carries the credential `carried` names (what
+/// [`CredentialSet::detect`] found), so only a rule that binds it may
+/// allow; each method override is judged too; and a request allowed with
+/// a credential must have its secret at hand.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_carrying(
+    snapshot: &Snapshot,
+    credentials: &CredentialSet,
+    carried: Option<&Carried>,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+    method: &str,
+    target_path: &str,
+    headers: &HeaderMap,
+) -> Result<JudgedRequest, Refused> {
+    let credential = carried.map(Carried::name);
+    let (rule, action) = judge_request_action(
+        snapshot,
+        binary,
+        host,
+        port,
+        method,
+        target_path,
+        credential,
+    )
+    .map_err(Refused::Policy)?;
+    // Servers that honour a method override run the overriding method:
+    // it is judged as well, so an allowed POST cannot carry a DELETE.
+    for (name, method) in method_overrides(headers) {
+        if let Err(mut refusal) = judge_request(
+            snapshot,
+            binary,
+            host,
+            port,
+            method,
+            target_path,
+            credential,
+        ) {
+            refusal.reason = format!("{name}: {}", refusal.reason);
+            return Err(Refused::Policy(refusal));
+        }
+    }
+    let attachment = carried
+        .map(|carried| credentials.attachment(carried))
+        .transpose()
+        .map_err(Refused::Credential)?;
+    Ok(JudgedRequest {
+        rule,
+        action,
+        attachment,
     })
 }
 
@@ -315,7 +426,7 @@ network:
         );
         let python = Binary(Some("/usr/bin/python3".into()));
         let ask = |b: &Binary, host: &str, method: &str, path: &str| {
-            let (_, action) = judge_request_action(&s, b, host, 443, method, path).ok()?;
+            let (_, action) = judge_request_action(&s, b, host, 443, method, path, None).ok()?;
             // Every request here has a body but GET's.
             model_request(&s, b, &action, method != "GET")
         };
@@ -367,8 +478,9 @@ network:
             ask(&python, "api.openai.com", "GET", "/v1/chat/completions"),
             None
         );
-        let (_, get) = judge_request_action(&s, &python, "api.openai.com", 443, "GET", "/v1/x")
-            .expect("allowed");
+        let (_, get) =
+            judge_request_action(&s, &python, "api.openai.com", 443, "GET", "/v1/x", None)
+                .expect("allowed");
         assert_eq!(
             model_request(&s, &python, &get, true).map(|r| r.map_err(|e| e.code)),
             Some(Err(RefusalCode::UnreadModelRequest))
@@ -433,12 +545,15 @@ network:
     fn requests_say_why_in_the_words_of_decide() {
         let s = snapshot(POLICY);
         assert_eq!(
-            judge_request(&s, &curl(), "api.github.com", 443, "GET", "/repos/x").unwrap(),
+            judge_request(&s, &curl(), "api.github.com", 443, "GET", "/repos/x", None).unwrap(),
             "gh"
         );
         // GET covers HEAD.
-        assert!(judge_request(&s, &curl(), "api.github.com", 443, "HEAD", "/repos/x").is_ok());
-        let no = judge_request(&s, &curl(), "api.github.com", 443, "POST", "/repos/x").unwrap_err();
+        assert!(
+            judge_request(&s, &curl(), "api.github.com", 443, "HEAD", "/repos/x", None).is_ok()
+        );
+        let no = judge_request(&s, &curl(), "api.github.com", 443, "POST", "/repos/x", None)
+            .unwrap_err();
         assert_eq!(
             no.reason,
             "POST https://api.github.com:443/repos/x by /usr/bin/curl (layer rest): no rule allows it"
@@ -451,6 +566,7 @@ network:
             443,
             "GET",
             "/repos/acme/secret/k",
+            None,
         )
         .unwrap_err();
         assert_eq!(
@@ -468,6 +584,7 @@ network:
             443,
             "GET",
             "/repos/acme/%73ecret/k",
+            None,
         )
         .unwrap_err();
         assert_eq!(smuggled.code, RefusalCode::DeniedByRule);
@@ -478,11 +595,12 @@ network:
             443,
             "GET",
             "/repos/x/%2e%2e/acme",
+            None,
         )
         .unwrap_err();
         assert_eq!(dotted.code, RefusalCode::NonCanonicalPath);
         let lower =
-            judge_request(&s, &curl(), "api.github.com", 443, "get", "/repos/x").unwrap_err();
+            judge_request(&s, &curl(), "api.github.com", 443, "get", "/repos/x", None).unwrap_err();
         assert_eq!(lower.code, RefusalCode::NonCanonicalMethod);
     }
 
@@ -496,11 +614,220 @@ network:
             RefusalCode::PolicyUnavailable
         );
         assert_eq!(
-            judge_request(&s, &curl(), "pypi.org", 443, "GET", "/")
+            judge_request(&s, &curl(), "pypi.org", 443, "GET", "/", None)
                 .unwrap_err()
                 .code,
             RefusalCode::PolicyUnavailable
         );
+    }
+
+    /// The differential test's credentials: each name of
+    /// [`agentgate_policy::testing::CREDENTIALS`] in another attach form,
+    /// with its placeholder and secret.
+    fn credential_set() -> CredentialSet {
+        use agentgate_policy::testing::CREDENTIALS;
+        let attach = [
+            serde_json::json!({"header": {"name": "Authorization", "format": "Bearer {}"}}),
+            serde_json::json!({"basic": {"username": "oauth2"}}),
+            serde_json::json!({"query": {"name": "token"}}),
+            serde_json::json!({"header": {"name": "X-Key"}}),
+        ];
+        let declarations: Vec<serde_json::Value> = CREDENTIALS
+            .iter()
+            .zip(attach)
+            .map(|(name, attach)| {
+                serde_json::json!({"name": name, "secretRef": {"name": name, "key": "k"},
+                    "placeholder": {"env": "T"}, "attach": attach})
+            })
+            .collect();
+        let placeholders: Vec<(&str, String)> = CREDENTIALS
+            .iter()
+            .map(|c| (*c, placeholder_of(c)))
+            .collect();
+        let secrets: Vec<(&str, Vec<u8>)> = CREDENTIALS
+            .iter()
+            .map(|c| (*c, secret_of(c).into_bytes()))
+            .collect();
+        let placeholders: Vec<(&str, &str)> =
+            placeholders.iter().map(|(n, p)| (*n, p.as_str())).collect();
+        let secrets: Vec<(&str, &[u8])> = secrets.iter().map(|(n, s)| (*n, s.as_slice())).collect();
+        crate::credentials::testing_set(
+            &serde_json::Value::Array(declarations),
+            &placeholders,
+            &secrets,
+        )
+    }
+
+    fn placeholder_of(credential: &str) -> String {
+        let i = agentgate_policy::testing::CREDENTIALS
+            .iter()
+            .position(|c| *c == credential)
+            .unwrap();
+        format!(
+            "{}{:032x}",
+            agentgate_policy::credentials::PLACEHOLDER_PREFIX,
+            0xabc0 + i
+        )
+    }
+
+    fn secret_of(credential: &str) -> String {
+        format!("s3cret-of-{credential}-0123")
+    }
+
+    /// Where a request puts its credential's placeholder.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Placement {
+        /// In the credential's attach form.
+        InForm,
+        /// In a header of its own.
+        OtherHeader,
+        /// In the query (another parameter, or the attach one twice).
+        Query,
+        /// In the path.
+        Path,
+    }
+
+    /// A request head for `a`, carrying its credential's placeholder as
+    /// `placement` says.
+    fn head_of(a: &NetworkAction, placement: Placement) -> (http::Uri, HeaderMap) {
+        use base64::Engine;
+        let mut headers = HeaderMap::new();
+        let mut target = a.path.clone();
+        let Some(credential) = &a.credential else {
+            return (target.parse().unwrap(), headers);
+        };
+        let p = placeholder_of(credential);
+        let mut put = |name: &'static str, value: String| {
+            headers.append(name, http::HeaderValue::from_str(&value).unwrap());
+        };
+        match (placement, credential.as_str()) {
+            (Placement::InForm, "github") => put("authorization", format!("Bearer {p}")),
+            (Placement::InForm, "gitlab") => put(
+                "authorization",
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("oauth2:{p}"))
+                ),
+            ),
+            (Placement::InForm, "npm-token") => target = format!("{target}?a=1&token={p}"),
+            (Placement::InForm, _) => put("x-key", p),
+            (Placement::OtherHeader, _) => put("x-forwarded-token", p),
+            (Placement::Query, "npm-token") => target = format!("{target}?token={p}&token={p}"),
+            (Placement::Query, _) => target = format!("{target}?q={p}"),
+            (Placement::Path, _) => target = format!("/x/{p}{target}"),
+        }
+        (target.parse().unwrap(), headers)
+    }
+
+    /// Whether a scanned body holding `content` is refused (polled by hand:
+    /// every frame is ready).
+    fn body_refused(set: &Arc<CredentialSet>, content: String) -> bool {
+        use http_body_util::BodyExt;
+        use hyper::body::Body as _;
+        let scan =
+            crate::credentials::BodyScan::new(set.clone(), "POST x".into(), Box::new(|_, _| {}));
+        let inner = http_body_util::Full::new(bytes::Bytes::from(content))
+            .map_err(|never| -> crate::credentials::BodyError { match never {} })
+            .boxed();
+        let mut body = crate::credentials::Scanned::refusing(inner, scan.clone());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        while let std::task::Poll::Ready(Some(frame)) =
+            std::pin::Pin::new(&mut body).poll_frame(&mut cx)
+        {
+            if frame.is_err() {
+                break;
+            }
+        }
+        scan.hit()
+            .is_some_and(|r| r.code == RefusalCode::CredentialMisuse)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// On random policies binding credentials (MaximumPolicy globs, so
+        /// `l4` bindings too) and every request of the small alphabet, with
+        /// and without each credential's placeholder in its attach form:
+        /// the proxy forwards with the secret attached exactly when the
+        /// matcher allows the action carrying the credential
+        /// (docs/policy-semantics.md §9.2), and misuse (the placeholder in
+        /// another header, the query, the path or the body) is refused
+        /// whatever the policy says.
+        #[test]
+        fn proxy_credential_decisions_equal_the_matcher(doc in agentgate_policy::testing::credentialed_document()) {
+            use agentgate_policy::testing::{CREDENTIALS, credentialed_universe};
+            let compiled = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let s = Snapshot {
+                generation: 1,
+                policy: Ok(Arc::new(EnforcedPolicy::new(compiled.clone()))),
+                findings: Arc::default(),
+            };
+            let set = Arc::new(credential_set());
+            for action in credentialed_universe() {
+                let agentgate_policy::action::Action::Network(a) = action else { continue };
+                let binary = Binary(Some(a.binary.clone()));
+                let bare = NetworkAction { credential: None, ..a.clone() };
+                let connection = judge_connection(&s, &binary, &a.host, a.port);
+                if let Ok(Admitted::Tunnel(_)) = connection {
+                    // Never read: sound only where every action on it is
+                    // allowed bare; a placeholder there passes as it is,
+                    // and no secret travels (§9.4).
+                    prop_assert!(decide_network(&compiled, &bare).allow, "tunnelled {}", a);
+                    continue;
+                }
+                if a.layer == Layer::L4 {
+                    // Inspected or refused: each request is judged below.
+                    continue;
+                }
+                let matcher = decide_network(&compiled, a).allow;
+                let (uri, headers) = head_of(a, Placement::InForm);
+                let carried = set.detect(&uri, &headers).unwrap();
+                prop_assert_eq!(carried.as_ref().map(Carried::name), a.credential.as_deref());
+                let proxy = connection.is_ok() && match judge_carrying(
+                    &s, &set, carried.as_ref(), &binary, &a.host, a.port, &a.method, uri.path(), &headers,
+                ) {
+                    Ok(judged) => {
+                        prop_assert_eq!(&judged.action, a);
+                        if let Some(attachment) = judged.attachment {
+                            let (mut uri, mut headers) = (uri.clone(), headers.clone());
+                            attachment.apply(&mut headers, &mut uri).unwrap();
+                            let mut sent = uri.to_string();
+                            for (n, v) in &headers {
+                                sent.push_str(&format!("\n{n}: {}", String::from_utf8_lossy(v.as_bytes())));
+                            }
+                            let credential = a.credential.as_deref().unwrap();
+                            prop_assert!(!sent.contains(&placeholder_of(credential)), "{}", a);
+                            let secret = secret_of(credential);
+                            let shown = if credential == "gitlab" {
+                                use base64::Engine;
+                                base64::engine::general_purpose::STANDARD.encode(format!("oauth2:{secret}"))
+                            } else {
+                                secret
+                            };
+                            prop_assert!(sent.contains(&shown), "{} sent {}", a, sent);
+                        }
+                        true
+                    }
+                    Err(Refused::Policy(_)) => false,
+                    Err(Refused::Credential(issue)) => {
+                        return Err(TestCaseError::fail(format!("{a}: {issue:?}")));
+                    }
+                };
+                prop_assert_eq!(proxy, matcher, "{}", a);
+                if a.credential.is_some() {
+                    for placement in [Placement::OtherHeader, Placement::Query, Placement::Path] {
+                        let (uri, headers) = head_of(a, placement);
+                        let issue = set.detect(&uri, &headers).unwrap_err();
+                        prop_assert_eq!(issue.code, RefusalCode::CredentialMisuse, "{} {:?}", a, placement);
+                    }
+                }
+            }
+            for credential in CREDENTIALS {
+                let leak = format!("{{\"note\": \"{}\"}}", placeholder_of(credential));
+                prop_assert!(body_refused(&set, leak), "{}", credential);
+                prop_assert!(body_refused(&set, format!("x={}", secret_of(credential))), "{}", credential);
+            }
+        }
     }
 
     proptest! {
@@ -524,7 +851,7 @@ network:
                 match a.layer {
                     Layer::Rest => {
                         let proxy = judge_connection(&s, &binary, &a.host, a.port).is_ok()
-                            && judge_request(&s, &binary, &a.host, a.port, &a.method, &a.path).is_ok();
+                            && judge_request(&s, &binary, &a.host, a.port, &a.method, &a.path, None).is_ok();
                         prop_assert_eq!(proxy, matcher, "{}", a);
                     }
                     Layer::L4 => {

@@ -5,6 +5,7 @@
 //! are replayed through, and enforces the verdict. See docs/proxy.md.
 
 pub mod approval;
+pub mod credentials;
 pub mod decide;
 pub mod identity;
 pub mod idle;

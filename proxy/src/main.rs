@@ -130,6 +130,19 @@ struct RunArgs {
     /// projected ServiceAccount token).
     #[arg(long, requires = "approvals")]
     approvals_token: Option<PathBuf>,
+    /// The sandbox's credential secrets: one file per credential, named by
+    /// it, holding the secret (a projected Secret volume mounted only into
+    /// the proxy). Re-read every 250 ms, so a rotated Secret applies at
+    /// once. Without it no credential is attached (docs/proxy.md,
+    /// "Credentials").
+    #[arg(long)]
+    credential_secrets: Option<PathBuf>,
+    /// Where this Pod's placeholders are written, one file per declared
+    /// credential (an emptyDir the agent's containers mount read-only),
+    /// before the proxy turns ready. Without it every placeholder is
+    /// refused as unavailable.
+    #[arg(long)]
+    placeholders: Option<PathBuf>,
     /// Seconds a held call waits for a person before it is refused.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
     hold_timeout: u64,
@@ -311,8 +324,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the runtime")?
         .block_on(async move {
             let metrics = Arc::new(Metrics::default());
-            let (watcher, receiver) =
-                PolicyWatcher::start(PolicySource::new(&policy), metrics.clone());
+            let mut source = PolicySource::new(&policy);
+            source.credentials.secrets = args.credential_secrets;
+            source.credentials.placeholders = args.placeholders;
+            // Reads the credentials too, and writes their placeholders,
+            // before anything listens: /readyz holds the agent back until
+            // the files its containers mount exist.
+            let (watcher, receiver) = PolicyWatcher::start(source, metrics.clone());
+            let credentials = watcher.credentials();
             tokio::spawn(watcher.run());
             let session = Arc::new(std::sync::Mutex::new(SessionGraph::default()));
             let proxy = Arc::new(Proxy {
@@ -338,6 +357,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 )),
                 session: session.clone(),
                 approvals,
+                credentials: credentials.clone(),
             });
             let explicit = TcpListener::bind(listen)
                 .await
@@ -351,6 +371,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 tokio::spawn(telemetry::serve(
                     listener,
                     receiver.clone(),
+                    credentials.clone(),
                     metrics.clone(),
                     session.clone(),
                 ));

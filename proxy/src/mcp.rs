@@ -23,12 +23,15 @@ use serde_json::Value;
 use crate::decide::{Binary, Refusal, Snapshot, policy_of};
 
 /// The judge of messages to `server` by the snapshot's policy, or the
-/// refusal every message gets without one.
+/// refusal every message gets without one. `credential` is the credential
+/// the HTTP request carrying them holds (docs/policy-semantics.md §9.4):
+/// every message is judged as carrying it.
 fn judge<'a>(
     snapshot: &'a Snapshot,
     binary: &'a Binary,
     server: McpServer<'a>,
     record: Option<&'a dyn Record>,
+    credential: Option<&'a str>,
 ) -> Result<Judge<'a>, Refusal> {
     let policy = policy_of(snapshot)?;
     Ok(Judge {
@@ -39,34 +42,38 @@ fn judge<'a>(
         findings: &snapshot.findings,
         server,
         record,
-        credential: None,
+        credential,
     })
 }
 
 /// Judges the body of a POST to `server` by the snapshot's policy (with
 /// none, every message is refused with that reason), `from` by the
-/// session's `record` where the proxy keeps one.
+/// session's `record` where the proxy keeps one, each message as carrying
+/// `credential` (the request's, docs/policy-semantics.md §9.4).
 pub fn judge_post(
     snapshot: &Snapshot,
     binary: &Binary,
     server: McpServer<'_>,
     record: Option<&dyn Record>,
+    credential: Option<&str>,
     body: &[u8],
 ) -> Judged {
-    match judge(snapshot, binary, server, record) {
+    match judge(snapshot, binary, server, record, credential) {
         Ok(judge) => judge.body(body),
         Err(refusal) => judge_messages(body, &|_| Err(refusal.clone())),
     }
 }
 
 /// Whether `binary` may hold a session with `server` at all (a GET for the
-/// server's event stream, a DELETE ending the session): [`Judge::session`].
+/// server's event stream, a DELETE ending the session), with the request
+/// carrying `credential`: [`Judge::session`].
 pub fn judge_session(
     snapshot: &Snapshot,
     binary: &Binary,
     server: McpServer<'_>,
+    credential: Option<&str>,
 ) -> Result<(), Refusal> {
-    judge(snapshot, binary, server, None)?.session()
+    judge(snapshot, binary, server, None, credential)?.session()
 }
 
 /// Filters the list results of a server-sent event stream as it passes:
@@ -645,7 +652,14 @@ network:
     };
 
     fn judge(s: &Snapshot, body: Value) -> Judged {
-        judge_post(s, &python(), SERVER, None, body.to_string().as_bytes())
+        judge_post(
+            s,
+            &python(),
+            SERVER,
+            None,
+            None,
+            body.to_string().as_bytes(),
+        )
     }
 
     fn tool(id: u32, name: &str, arguments: Value) -> Value {
@@ -669,6 +683,7 @@ network:
             &python(),
             SERVER,
             Some(record),
+            None,
             body.to_string().as_bytes(),
         ) else {
             panic!("the injected address is refused");
@@ -687,6 +702,7 @@ network:
                 &python(),
                 SERVER,
                 Some(record),
+                None,
                 typed.to_string().as_bytes()
             ),
             Judged::Forward { .. }
@@ -723,6 +739,7 @@ network:
                 &python(),
                 SERVER,
                 Some(record),
+                None,
                 body.to_string().as_bytes(),
             )
         };
@@ -759,6 +776,7 @@ network:
                 &enforce,
                 &python(),
                 SERVER,
+                None,
                 None,
                 body.to_string().as_bytes()
             ),
@@ -930,7 +948,8 @@ network:
             };
             assert_eq!((refusal.code, got), (code, status), "{body}");
         }
-        let Judged::Answer { status, .. } = judge_post(&s, &python(), SERVER, None, b"not json")
+        let Judged::Answer { status, .. } =
+            judge_post(&s, &python(), SERVER, None, None, b"not json")
         else {
             panic!("not JSON was forwarded");
         };
@@ -939,7 +958,7 @@ network:
         let other = Binary(Some("/usr/bin/curl".into()));
         let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
         assert!(matches!(
-            judge_post(&s, &other, SERVER, None, ping.to_string().as_bytes()),
+            judge_post(&s, &other, SERVER, None, None, ping.to_string().as_bytes()),
             Judged::Answer { .. }
         ));
     }
@@ -1283,7 +1302,7 @@ network:
                 let binary = Binary(Some(t.binary.clone()));
                 // A call stating its sources is judged with them as the record.
                 let record = t.sources.as_deref().map(|r| r as &dyn agentgate_policy::provenance::Record);
-                let proxy = matches!(judge_post(&s, &binary, server, record, body.to_string().as_bytes()), Judged::Forward { .. });
+                let proxy = matches!(judge_post(&s, &binary, server, record, None, body.to_string().as_bytes()), Judged::Forward { .. });
                 prop_assert_eq!(proxy, decide_mcp(&compiled, &t).allow, "{}", t);
                 // A listed entry is never one that no call of it could pass.
                 let listed = mcp_query(&compiled, &index, Caller::Binary(&t.binary), server, McpQuery::Listed(t.kind, &t.name));

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -26,9 +26,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::credentials::{
+    Attachment, BodyError, BodyScan, Carried, CredentialIssue, CredentialSet, ResponseMask, Scanned,
+};
 use crate::decide::{
-    Admitted, Binary, Refusal, RefusalCode, Snapshot, canonical_host, judge_connection,
-    judge_request, judge_request_action, model_request, policy_of,
+    Admitted, Binary, METHOD_OVERRIDES, Refusal, RefusalCode, Refused, Snapshot, canonical_host,
+    judge_carrying, judge_connection, method_overrides, model_request, policy_of,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::idle::{Activity, Metered, PARK_AFTER, Readiness, Tracked};
@@ -41,13 +44,47 @@ use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
 use agentgate_policy::held::{self, HoldRequest};
-use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query};
+use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query_carrying};
 use agentgate_policy::mcp_messages::HeldCall;
 use agentgate_policy::provenance::{Record, Source};
 use agentgate_policy::request_values::{content_coded, request_values};
 
-/// The body type of every response.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+/// The body type of every request forwarded and every response: a body
+/// can fail for the proxy's own reasons too (a request body that carries a
+/// credential's placeholder, [`crate::credentials::Scanned`]).
+pub type Body = BoxBody<Bytes, BodyError>;
+
+/// A client's or an upstream's body, as the proxy passes it on.
+fn boxed(body: Incoming) -> Body {
+    body.map_err(|e| -> BodyError { Box::new(e) }).boxed()
+}
+
+/// Why a body could not be read whole.
+#[derive(Debug, thiserror::Error)]
+enum ReadWhole {
+    /// It is longer than the limit.
+    #[error("it is longer than {0} bytes")]
+    TooLong(usize),
+    /// It failed.
+    #[error("{0}")]
+    Failed(BodyError),
+}
+
+/// Reads `body` whole, up to `limit` bytes (trailers are dropped, as
+/// `Limited` and `collect` did).
+async fn read_whole(mut body: Body, limit: usize) -> Result<Bytes, ReadWhole> {
+    let mut data = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ReadWhole::Failed)?;
+        if let Some(chunk) = frame.data_ref() {
+            if data.len() + chunk.len() > limit {
+                return Err(ReadWhole::TooLong(limit));
+            }
+            data.extend_from_slice(chunk);
+        }
+    }
+    Ok(data.freeze())
+}
 
 /// Bounds that keep a slow or hostile client from holding the proxy.
 #[derive(Debug, Clone)]
@@ -120,6 +157,9 @@ pub struct Proxy {
     /// Where held calls (`mode: ask`) are put to a person; without it they
     /// are refused (docs/proxy.md, "Held calls").
     pub approvals: Option<crate::approval::Approvals>,
+    /// The sandbox's credentials: placeholders, secrets, attach forms
+    /// (docs/proxy.md, "Credentials"); every request borrows the latest.
+    pub credentials: watch::Receiver<Arc<CredentialSet>>,
 }
 
 /// The longest request to a model provider whose conversation is recorded;
@@ -188,7 +228,7 @@ struct McpEvents {
     recorder: Option<Arc<Proxy>>,
 }
 
-/// Whether a `*/list` result shows an entry (see [`mcp_query`]).
+/// Whether a `*/list` result shows an entry (see [`mcp_query_carrying`]).
 type Visible = dyn Fn(McpQuery<'_>) -> bool + Send + Sync;
 
 /// Who opened a GET event stream, and where.
@@ -198,6 +238,9 @@ struct StreamOrigin {
     upstream: UpstreamKey,
     /// The GET's path, which a relative endpoint resolves against.
     path: String,
+    /// The credential the GET carried: the stream's lists are filtered as
+    /// for requests carrying it.
+    credential: Option<String>,
 }
 
 /// A stream's entry in [`Proxy::sse_sessions`], removed when the stream
@@ -227,12 +270,15 @@ fn session_key(upstream: &UpstreamKey, binary: &Binary, target: String) -> mcp::
 }
 
 /// Whether the policy in force when an entry is listed shows it, for lists
-/// answering requests to `path` on the upstream.
+/// answering requests to `path` on the upstream that carry `credential`
+/// (only the rules that bind it may show an entry then, as only they may
+/// allow its calls).
 fn visible_at(
     proxy: Arc<Proxy>,
     caller: Binary,
     upstream: &UpstreamKey,
     path: String,
+    credential: Option<String>,
 ) -> Box<Visible> {
     let host = upstream.host.clone();
     let port = upstream.port;
@@ -246,10 +292,11 @@ fn visible_at(
             port,
             path: &path,
         };
-        mcp_query(
+        mcp_query_carrying(
             &policy.compiled,
             &policy.index,
             caller.caller(),
+            credential.as_deref(),
             server,
             query,
         )
@@ -288,7 +335,13 @@ impl McpEvents {
             return;
         };
         tracing::debug!(host = %upstream.host, port = upstream.port, endpoint = %key.target, "MCP event stream linked to its messages endpoint");
-        self.visible = visible_at(origin.proxy.clone(), origin.binary.clone(), upstream, path);
+        self.visible = visible_at(
+            origin.proxy.clone(),
+            origin.binary.clone(),
+            upstream,
+            path,
+            origin.credential.clone(),
+        );
         self.link = Some(SessionLink {
             proxy: origin.proxy.clone(),
             key,
@@ -299,12 +352,12 @@ impl McpEvents {
 
 impl hyper::body::Body for McpEvents {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
         use std::task::Poll;
         let this = &mut *self;
         loop {
@@ -406,18 +459,18 @@ fn textual_type(media_type: &str) -> bool {
 /// A body read ahead (to record it) and passed on: its frames as they
 /// came, then whatever of it is still unread.
 struct Replay {
-    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, BodyError>>,
     rest: Option<Body>,
 }
 
 impl hyper::body::Body for Replay {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
         if let Some(frame) = self.frames.pop_front() {
             return std::task::Poll::Ready(Some(frame));
         }
@@ -431,7 +484,7 @@ impl hyper::body::Body for Replay {
 /// A body read ahead, up to a limit, before it is passed on.
 struct ReadAhead {
     /// The frames read, as they came.
-    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+    frames: std::collections::VecDeque<Result<hyper::body::Frame<Bytes>, BodyError>>,
     /// Their data.
     data: Vec<u8>,
     /// The body's unread rest, when it was longer than the limit.
@@ -563,24 +616,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if trailers_only {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
-}
-
-/// Headers some frameworks read as the request's real method.
-const METHOD_OVERRIDES: &[&str] = &[
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
-];
-
-/// Each method-override value a request carries, with its header's name
-/// (a value that is not text reads as NUL, which no rule allows).
-fn method_overrides(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &str)> {
-    METHOD_OVERRIDES.iter().flat_map(move |name| {
-        headers
-            .get_all(*name)
-            .iter()
-            .map(move |value| (*name, value.to_str().unwrap_or("\u{0}").trim()))
-    })
 }
 
 fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -788,6 +823,27 @@ impl Proxy {
         self.policy.borrow().clone()
     }
 
+    fn credential_set(&self) -> Arc<CredentialSet> {
+        self.credentials.borrow().clone()
+    }
+
+    /// Logs, keeps and counts a refusal for what a request carries
+    /// (stage `credential`, which the operator turns into
+    /// `CredentialMisuse` Events): misuse, an unavailable secret, or a
+    /// policy refusal of a request carrying a placeholder (`unbound`).
+    fn credential_refusal(
+        &self,
+        credential: &str,
+        outcome: &'static str,
+        binary: &Binary,
+        host: &str,
+        port: u16,
+        refusal: &Refusal,
+    ) {
+        self.metrics.credential(credential, outcome);
+        self.log_refusal("credential", binary, host, port, refusal);
+    }
+
     /// Counts, keeps and logs a refusal, or an audited runtime trifecta
     /// flow (decision `audit`), which is forwarded.
     fn log_refusal(
@@ -798,6 +854,11 @@ impl Proxy {
         port: u16,
         refusal: &Refusal,
     ) {
+        // A reason may quote a path or a name the agent wrote: a
+        // placeholder or a secret there is never logged or kept.
+        let mut redacted = refusal.clone();
+        self.credential_set().redact_refusal(&mut redacted);
+        let refusal = &redacted;
         // An audited runtime trifecta flow is forwarded: counted as
         // allowed, kept and logged as the refusal it would have been.
         let audit = refusal.decision == "audit";
@@ -1290,6 +1351,71 @@ impl Proxy {
     }
 }
 
+/// What a request carries (docs/policy-semantics.md §9.4): the credential
+/// its placeholder names, if any, and the scan of its body.
+struct Carrying {
+    set: Arc<CredentialSet>,
+    carried: Option<Carried>,
+    /// Set when the sandbox declares any credential: every body is read
+    /// as it streams.
+    scan: Option<Arc<BodyScan>>,
+    /// The request as reasons name it (`POST https://host:443/x by BINARY`).
+    shown: String,
+}
+
+impl Carrying {
+    /// The credential's name.
+    fn name(&self) -> Option<&str> {
+        self.carried.as_ref().map(Carried::name)
+    }
+
+    /// `body`, scanned as it streams where a credential is declared.
+    fn scanned(&self, body: Body) -> Body {
+        match &self.scan {
+            Some(scan) => Scanned::refusing(body, scan.clone()).boxed(),
+            None => body,
+        }
+    }
+
+    /// The secret to attach, if the request carries a credential.
+    fn attachment(&self) -> Result<Option<Attachment>, CredentialIssue> {
+        match &self.carried {
+            Some(carried) => self.set.attachment(carried).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The misuse the body's scan found, if it found one.
+    fn body_misuse(&self) -> Option<Refusal> {
+        self.scan.as_ref()?.hit()
+    }
+
+    /// The answer to a request whose body carried a placeholder or a
+    /// secret (already logged when it was found).
+    fn body_refusal_response(&self) -> Response<Body> {
+        let refusal = self.body_misuse().unwrap_or_else(|| {
+            Refusal::new(
+                RefusalCode::CredentialMisuse,
+                format!(
+                    "{}: its body carries a credential's placeholder or secret",
+                    self.shown
+                ),
+            )
+        });
+        refusal_response(&refusal)
+    }
+}
+
+/// What the answer to forwarded MCP messages is read for: the lists to
+/// filter, the results and other content to record, and the credential
+/// the request carried (lists show what calls carrying it could do).
+struct AnswerRead {
+    lists: Vec<mcp::ListRequest>,
+    results: Vec<mcp::ResultRequest>,
+    others: Option<Source>,
+    credential: Option<String>,
+}
+
 /// A client connection whose requests are judged one by one.
 struct Inspected {
     proxy: Arc<Proxy>,
@@ -1497,10 +1623,14 @@ impl Inspected {
     }
 
     /// Judges one request and forwards it when allowed.
-    async fn request(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
+    async fn request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let proxy = &self.proxy;
+        let credentials = proxy.credential_set();
         let shown_host = self.host.clone().unwrap_or_default();
-        let refuse = |refusal: Refusal, host: &str, port: u16| {
+        let refuse = |mut refusal: Refusal, host: &str, port: u16| {
+            // The refusal goes back to the agent too: no placeholder or
+            // secret it quotes is echoed.
+            credentials.redact_refusal(&mut refusal);
             proxy.log_refusal("request", &self.binary, host, port, &refusal);
             refusal_response(&refusal)
         };
@@ -1559,6 +1689,18 @@ impl Inspected {
             );
             return refuse(refusal, &host, port);
         }
+        // Which credential the request carries, before anything is judged
+        // or read (docs/policy-semantics.md §9.4).
+        let carrying = match self.carrying(&credentials, &req, &host, port) {
+            Ok(carrying) => carrying,
+            Err(response) => return response,
+        };
+        let mut req = req.map(|body| carrying.scanned(boxed(body)));
+        if let Some(scan) = &carrying.scan {
+            // For `forward`: a body that fails on a placeholder is answered
+            // as the misuse, not as an upstream failure.
+            req.extensions_mut().insert(scan.clone());
+        }
         let snapshot = proxy.snapshot();
         if let Some(path) = mcp_path(&snapshot, &host, port, req.uri().path()) {
             let key = UpstreamKey {
@@ -1567,34 +1709,50 @@ impl Inspected {
                 host: host.clone(),
                 port,
             };
-            return self.mcp_request(req, &snapshot, key, &path).await;
+            return self
+                .mcp_request(req, &snapshot, key, &path, &carrying)
+                .await;
         }
-        let (rule, action) = match judge_request_action(
+        let credential = carrying.name();
+        // A request carrying a placeholder that no rule binding it allows
+        // is the policy's refusal, logged as a credential's (the signal an
+        // operator wants: the agent sent its placeholder where it is not
+        // bound).
+        let refuse_judged = |mut refusal: Refusal| {
+            credentials.redact_refusal(&mut refusal);
+            match credential {
+                Some(name)
+                    if matches!(
+                        refusal.code,
+                        RefusalCode::NoRule | RefusalCode::DeniedByRule
+                    ) =>
+                {
+                    proxy.credential_refusal(name, "unbound", &self.binary, &host, port, &refusal);
+                    refusal_response(&refusal)
+                }
+                _ => refuse(refusal, &host, port),
+            }
+        };
+        let judged = judge_carrying(
             &snapshot,
+            &credentials,
+            carrying.carried.as_ref(),
             &self.binary,
             &host,
             port,
             req.method().as_str(),
             req.uri().path(),
-        ) {
-            Ok(judged) => judged,
-            Err(refusal) => return refuse(refusal, &host, port),
-        };
-        // Servers that honour a method override run the overriding method:
-        // it is judged as well, so an allowed POST cannot carry a DELETE.
-        for (name, method) in method_overrides(req.headers()) {
-            if let Err(mut refusal) = judge_request(
-                &snapshot,
-                &self.binary,
-                &host,
-                port,
-                method,
-                req.uri().path(),
-            ) {
-                refusal.reason = format!("{name}: {}", refusal.reason);
-                return refuse(refusal, &host, port);
+            req.headers(),
+        );
+        let (rule, action, attachment) = match judged {
+            Ok(judged) => (judged.rule, judged.action, judged.attachment),
+            Err(Refused::Policy(refusal)) => return refuse_judged(refusal),
+            // Allowed with the credential, but its secret is not at hand:
+            // not sent at all (never with its placeholder, never without).
+            Err(Refused::Credential(issue)) => {
+                return self.refuse_carrying(&issue, &carrying, &host, port);
             }
-        }
+        };
         let key = UpstreamKey {
             tls: self.tls,
             h2: self.tls && req.version() == Version::HTTP_2,
@@ -1622,9 +1780,14 @@ impl Inspected {
             );
         }
         let (req, recorded) = match api {
-            None => (req.map(BodyExt::boxed), 0),
+            None => (req, 0),
             Some(api) => match self.record_model_request(req, api).await {
                 Ok(recorded) => recorded,
+                // A body that failed on a placeholder is that misuse,
+                // already logged when it was found.
+                Err(_) if carrying.body_misuse().is_some() => {
+                    return carrying.body_refusal_response();
+                }
                 Err(refusal) => return refuse(refusal, &host, port),
             },
         };
@@ -1636,16 +1799,137 @@ impl Inspected {
         } else {
             match self.judge_sink_request(req, &snapshot, &action).await {
                 Ok(req) => req,
+                Err(_) if carrying.body_misuse().is_some() => {
+                    return carrying.body_refusal_response();
+                }
                 Err(refusal) => return refuse(refusal, &host, port),
             }
         };
+        let req = match self.attach(req, attachment.as_ref(), &host, port) {
+            Ok(req) => req,
+            Err(response) => return response,
+        };
         proxy.metrics.decision(true, "request", "allowed");
-        tracing::debug!(decision = "allow", rule, method = %req.method(), host, port, path = req.uri().path(), "allowed");
+        tracing::debug!(decision = "allow", rule, credential, method = %req.method(), host, port, path = req.uri().path(), "allowed");
         let response = self.forward(key, req).await;
         if !records_body {
             return response;
         }
         self.record_host_response(response, &host).await
+    }
+
+    /// What a request's head carries ([`CredentialSet::detect`]), with its
+    /// body wrapped to be scanned as it streams when the sandbox declares
+    /// any credential; or the refusal of a misused or unavailable one.
+    #[allow(clippy::result_large_err)]
+    fn carrying<B>(
+        self: &Arc<Self>,
+        credentials: &Arc<CredentialSet>,
+        req: &Request<B>,
+        host: &str,
+        port: u16,
+    ) -> Result<Carrying, Response<Body>> {
+        let mut carrying = Carrying {
+            set: credentials.clone(),
+            carried: None,
+            scan: None,
+            shown: String::new(),
+        };
+        if credentials.is_empty() {
+            return Ok(carrying);
+        }
+        let scheme = if self.tls { "https" } else { "http" };
+        // As reasons name the request; a placeholder in the path is
+        // replaced, never echoed.
+        carrying.shown = format!(
+            "{} {scheme}://{host}:{port}{} by {}",
+            req.method(),
+            credentials.redact(req.uri().path()),
+            self.binary.shown()
+        );
+        match credentials.detect(req.uri(), req.headers()) {
+            Ok(carried) => carrying.carried = carried,
+            Err(issue) => return Err(self.refuse_carrying(&issue, &carrying, host, port)),
+        }
+        let (proxy, binary, host) = (self.proxy.clone(), self.binary.clone(), host.to_string());
+        carrying.scan = Some(BodyScan::new(
+            credentials.clone(),
+            carrying.shown.clone(),
+            Box::new(move |issue: &CredentialIssue, refusal: &Refusal| {
+                proxy.credential_refusal(
+                    &issue.credential,
+                    issue.outcome(),
+                    &binary,
+                    &host,
+                    port,
+                    refusal,
+                );
+            }),
+        ));
+        Ok(carrying)
+    }
+
+    /// Refuses a request for what it carries: logged and counted as a
+    /// credential's refusal, answered 403.
+    fn refuse_carrying(
+        &self,
+        issue: &CredentialIssue,
+        carrying: &Carrying,
+        host: &str,
+        port: u16,
+    ) -> Response<Body> {
+        let refusal = issue.refusal(&carrying.shown);
+        self.proxy.credential_refusal(
+            &issue.credential,
+            issue.outcome(),
+            &self.binary,
+            host,
+            port,
+            &refusal,
+        );
+        refusal_response(&refusal)
+    }
+
+    /// Puts the secret in the placeholder's place, as the last step before
+    /// the request leaves, and has its answer masked where it echoes the
+    /// secret.
+    #[allow(clippy::result_large_err)]
+    fn attach(
+        &self,
+        req: Request<Body>,
+        attachment: Option<&Attachment>,
+        host: &str,
+        port: u16,
+    ) -> Result<Request<Body>, Response<Body>> {
+        let Some(attachment) = attachment else {
+            return Ok(req);
+        };
+        let (mut parts, body) = req.into_parts();
+        if let Err(why) = attachment.apply(&mut parts.headers, &mut parts.uri) {
+            let refusal = Refusal::new(
+                RefusalCode::CredentialUnavailable,
+                format!(
+                    "{} {host}:{port} by {}: credential {} could not be attached: {why}",
+                    parts.method,
+                    self.binary.shown(),
+                    attachment.credential()
+                ),
+            );
+            self.proxy.credential_refusal(
+                attachment.credential(),
+                "unavailable",
+                &self.binary,
+                host,
+                port,
+                &refusal,
+            );
+            return Err(refusal_response(&refusal));
+        }
+        parts.extensions.insert(attachment.response_mask());
+        self.proxy
+            .metrics
+            .credential(attachment.credential(), "attached");
+        Ok(Request::from_parts(parts, body))
     }
 
     /// Records an intercepted host's response body as `host:NAME` before
@@ -1812,7 +2096,7 @@ impl Inspected {
     /// Returns the request and the number of pieces of content recorded.
     async fn record_model_request(
         &self,
-        req: Request<Incoming>,
+        req: Request<Body>,
         api: crate::provider::ProviderApi,
     ) -> Result<(Request<Body>, usize), Refusal> {
         let (parts, body) = req.into_parts();
@@ -1840,8 +2124,8 @@ impl Inspected {
                 codings.join(", ")
             )));
         }
-        let bytes = match Limited::new(body, MAX_MODEL_REQUEST_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
+        let bytes = match read_whole(body, MAX_MODEL_REQUEST_BYTES).await {
+            Ok(bytes) => bytes,
             Err(e) => {
                 return Err(malformed(format!(
                     "the body could not be read whole within {MAX_MODEL_REQUEST_BYTES} bytes: {e}"
@@ -1917,10 +2201,11 @@ impl Inspected {
 
     async fn mcp_request(
         &self,
-        req: Request<Incoming>,
+        req: Request<Body>,
         snapshot: &Snapshot,
         key: UpstreamKey,
         path: &str,
+        carrying: &Carrying,
     ) -> Response<Body> {
         let proxy = &self.proxy;
         let server = McpServer {
@@ -1928,21 +2213,53 @@ impl Inspected {
             port: key.port,
             path,
         };
+        let credential = carrying.name();
         let refuse = |refusal: &Refusal| {
             proxy.log_refusal("mcp", &self.binary, &key.host, key.port, refusal);
         };
+        // A policy refusal of messages carrying a placeholder is logged as
+        // a credential's too (docs/policy-semantics.md §9.4).
+        let refuse_judged = |refusal: &Refusal| match credential {
+            Some(name)
+                if matches!(
+                    refusal.code,
+                    RefusalCode::NoRule | RefusalCode::DeniedByRule
+                ) =>
+            {
+                proxy.credential_refusal(
+                    name,
+                    "unbound",
+                    &self.binary,
+                    &key.host,
+                    key.port,
+                    refusal,
+                );
+            }
+            _ => refuse(refusal),
+        };
         if req.method() != Method::POST {
-            if let Err(refusal) = mcp::judge_session(snapshot, &self.binary, server) {
-                refuse(&refusal);
+            if let Err(refusal) = mcp::judge_session(snapshot, &self.binary, server, credential) {
+                refuse_judged(&refusal);
                 return refusal_response(&refusal);
             }
+            let attachment = match carrying.attachment() {
+                Ok(attachment) => attachment,
+                Err(issue) => return self.refuse_carrying(&issue, carrying, &key.host, key.port),
+            };
             proxy.metrics.decision(true, "mcp", "session");
             let get = req.method() == Method::GET;
             let (mut parts, body) = req.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            let response = self
-                .forward(key.clone(), Request::from_parts(parts, body.boxed()))
-                .await;
+            let req = match self.attach(
+                Request::from_parts(parts, body),
+                attachment.as_ref(),
+                &key.host,
+                key.port,
+            ) {
+                Ok(req) => req,
+                Err(response) => return response,
+            };
+            let response = self.forward(key.clone(), req).await;
             if !get || response.status() != StatusCode::OK || !is_event_stream(&response) {
                 return response;
             }
@@ -1951,8 +2268,15 @@ impl Inspected {
                 binary: self.binary.clone(),
                 upstream: key.clone(),
                 path: path.to_string(),
+                credential: credential.map(str::to_string),
             };
-            let visible = visible_at(proxy.clone(), self.binary.clone(), &key, path.to_string());
+            let visible = visible_at(
+                proxy.clone(),
+                self.binary.clone(),
+                &key,
+                path.to_string(),
+                credential.map(str::to_string),
+            );
             let (parts, body) = response.into_parts();
             let records = policy_of(snapshot).is_ok_and(|p| p.records_sessions);
             let mut filter = mcp::SseFilter::new(Vec::new());
@@ -1984,8 +2308,11 @@ impl Inspected {
             return refusal_response(&refusal);
         }
         let (mut parts, body) = req.into_parts();
-        let bytes = match Limited::new(body, mcp::MAX_BODY_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
+        let bytes = match read_whole(body, mcp::MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) if carrying.body_misuse().is_some() => {
+                return carrying.body_refusal_response();
+            }
             Err(e) => {
                 let refusal = Refusal::new(
                     RefusalCode::MalformedMcp,
@@ -2017,7 +2344,7 @@ impl Inspected {
             let conversation = records.then(|| mcp::lock(&proxy.conversation));
             let record = conversation.as_deref().map(|c| c.record(Instant::now()));
             let record = record.as_ref().map(|r| r as &dyn Record);
-            mcp::judge_post(snapshot, &self.binary, server, record, &bytes)
+            mcp::judge_post(snapshot, &self.binary, server, record, credential, &bytes)
         };
         let judged = match judge(snapshot) {
             Judged::Hold(held) => match self.hold(&held).await {
@@ -2043,7 +2370,7 @@ impl Inspected {
                 body,
                 refusal,
             } => {
-                refuse(&refusal);
+                refuse_judged(&refusal);
                 if records {
                     remember_refusals(&proxy.conversation, &body);
                 }
@@ -2158,10 +2485,22 @@ impl Inspected {
                 (lists, results, linked.is_some())
             }
         };
+        // Allowed with the credential: attached, or not sent at all.
+        let attachment = match carrying.attachment() {
+            Ok(attachment) => attachment,
+            Err(issue) => return self.refuse_carrying(&issue, carrying, &key.host, key.port),
+        };
         strip_hop_by_hop(&mut parts.headers);
-        let response = self
-            .forward(key.clone(), Request::from_parts(parts, full(bytes)))
-            .await;
+        let req = match self.attach(
+            Request::from_parts(parts, full(bytes)),
+            attachment.as_ref(),
+            &key.host,
+            key.port,
+        ) {
+            Ok(req) => req,
+            Err(response) => return response,
+        };
+        let response = self.forward(key.clone(), req).await;
         // Answers to calls POSTed to a linked stream's endpoint arrive on
         // that stream, which records them.
         let results = if linked { Vec::new() } else { results };
@@ -2169,8 +2508,13 @@ impl Inspected {
             return response;
         }
         let others = records.then(|| Source::Host(key.host.clone()));
-        self.answer(response, lists, results, others, key, path.to_string())
-            .await
+        let listing = AnswerRead {
+            lists,
+            results,
+            others,
+            credential: credential.map(str::to_string),
+        };
+        self.answer(response, listing, key, path.to_string()).await
     }
 
     /// Filters the `*/list` results in an MCP server's answer, as JSON or
@@ -2181,13 +2525,23 @@ impl Inspected {
     async fn answer(
         &self,
         response: Response<Body>,
-        lists: Vec<mcp::ListRequest>,
-        mut results: Vec<mcp::ResultRequest>,
-        others: Option<Source>,
+        listing: AnswerRead,
         key: UpstreamKey,
         path: String,
     ) -> Response<Body> {
-        let visible = visible_at(self.proxy.clone(), self.binary.clone(), &key, path);
+        let AnswerRead {
+            lists,
+            mut results,
+            others,
+            credential,
+        } = listing;
+        let visible = visible_at(
+            self.proxy.clone(),
+            self.binary.clone(),
+            &key,
+            path,
+            credential,
+        );
         let event_stream = is_event_stream(&response);
         let (mut parts, body) = response.into_parts();
         parts.headers.remove(header::CONTENT_LENGTH);
@@ -2209,8 +2563,8 @@ impl Inspected {
             };
             return Response::from_parts(parts, filtered.boxed());
         }
-        let bytes = match Limited::new(body, MAX_LIST_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
+        let bytes = match read_whole(body, MAX_LIST_BYTES).await {
+            Ok(bytes) => bytes,
             Err(e) => {
                 return error_response(
                     StatusCode::BAD_GATEWAY,
@@ -2258,6 +2612,8 @@ impl Inspected {
 
     async fn forward(&self, key: UpstreamKey, mut req: Request<Body>) -> Response<Body> {
         let proxy = &self.proxy;
+        let scan = req.extensions().get::<Arc<BodyScan>>().cloned();
+        let mask = req.extensions().get::<ResponseMask>().cloned();
         let sender = match proxy.upstreams.take(&key) {
             Some(sender) => sender,
             None => match proxy.connect_upstream(&key).await {
@@ -2334,11 +2690,23 @@ impl Inspected {
                 response
             }
         };
+        // The body failed on a placeholder or a secret: the upstream
+        // request was aborted, and the agent reads the misuse, whatever the
+        // upstream answered meanwhile.
+        if let Some(refusal) = scan.and_then(|scan| scan.hit()) {
+            return refusal_response(&refusal);
+        }
         match sent {
             Ok(Ok(mut response)) => {
                 strip_hop_by_hop(response.headers_mut());
                 *response.version_mut() = Version::default();
-                response.map(|body| body.boxed())
+                match mask {
+                    Some(mask) => {
+                        mask.headers(response.headers_mut());
+                        response.map(|body| mask.body(boxed(body)).boxed())
+                    }
+                    None => response.map(boxed),
+                }
             }
             Ok(Err(e)) => {
                 proxy.metrics.upstream_error("protocol");

@@ -3,7 +3,10 @@
 //! swaps a `..data` symlink atomically, which inotify on the file itself
 //! misses, and a 250 ms read of a few KiB costs nothing. An unreadable or
 //! invalid file replaces the policy with "refuse everything" until a valid
-//! one appears: the newer revision may be a revocation.
+//! one appears: the newer revision may be a revocation. The same poll reads
+//! the sandbox's credentials (`credentials.json` beside the policy, the
+//! secrets and the placeholders; [`crate::credentials`]), so a rotated
+//! Secret applies within 250 ms.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use agentgate_policy::findings::{CompiledFindings, FindingRegions};
 use agentgate_policy::load::{DocumentKind, load_document};
 use tokio::sync::watch;
 
+use crate::credentials::{CredentialSet, CredentialSource, Observed};
 use crate::decide::{EnforcedPolicy, Snapshot};
 use crate::telemetry::Metrics;
 
@@ -27,6 +31,9 @@ pub struct PolicySource {
     pub policy: PathBuf,
     /// `findings.json` in the same directory.
     pub findings: PathBuf,
+    /// `credentials.json` in the same directory, with the secrets and
+    /// placeholders directories when the proxy has them.
+    pub credentials: CredentialSource,
 }
 
 impl PolicySource {
@@ -39,6 +46,7 @@ impl PolicySource {
         PolicySource {
             policy: policy.to_path_buf(),
             findings,
+            credentials: CredentialSource::beside(policy),
         }
     }
 
@@ -84,6 +92,9 @@ pub struct PolicyWatcher {
     sender: watch::Sender<Arc<Snapshot>>,
     last: (Option<Vec<u8>>, Option<Vec<u8>>),
     generation: u64,
+    credentials: watch::Sender<Arc<CredentialSet>>,
+    /// What the last poll read of the credentials; `None` before the first.
+    last_credentials: Option<Observed>,
 }
 
 impl PolicyWatcher {
@@ -93,19 +104,64 @@ impl PolicyWatcher {
         metrics: Arc<Metrics>,
     ) -> (PolicyWatcher, watch::Receiver<Arc<Snapshot>>) {
         let (sender, receiver) = watch::channel(Arc::new(Snapshot::unloaded()));
+        let (credentials, _) = watch::channel(Arc::new(CredentialSet::default()));
         let mut watcher = PolicyWatcher {
             source,
             metrics,
             sender,
             last: (None, None),
             generation: 0,
+            credentials,
+            last_credentials: None,
         };
         watcher.reload(true);
         (watcher, receiver)
     }
 
+    /// The credentials as each poll finds them; the first were read (and
+    /// their placeholders written) by [`PolicyWatcher::start`].
+    pub fn credentials(&self) -> watch::Receiver<Arc<CredentialSet>> {
+        self.credentials.subscribe()
+    }
+
+    /// Re-reads the credentials; publishes them when anything changed (a
+    /// declaration, a secret, a placeholder). Logs names and why a
+    /// credential cannot be attached, never a value.
+    fn reload_credentials(&mut self) {
+        let source = &self.source.credentials;
+        let observed = source.observe();
+        if self.last_credentials.as_ref() == Some(&observed) {
+            return;
+        }
+        let set = source.build(&observed);
+        if let Some(text) = observed.declarations() {
+            match crate::credentials::parse_declarations(text) {
+                Ok(_) => tracing::info!(
+                    credentials = set.status().len(),
+                    path = %source.declarations.display(),
+                    "credentials loaded"
+                ),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "invalid credentials.json: every credential is unavailable, and requests carrying a placeholder are refused"
+                ),
+            }
+        }
+        for (name, why) in set.status() {
+            if let Some(why) = why {
+                tracing::warn!(credential = name, why, "a credential cannot be attached");
+            }
+        }
+        if let Some(why) = &set.not_ready {
+            tracing::error!(error = %why, "a placeholder could not be written: not ready");
+        }
+        self.last_credentials = Some(observed);
+        self.credentials.send_replace(Arc::new(set));
+    }
+
     /// Re-reads the files; publishes a new snapshot when they changed.
     pub fn reload(&mut self, first: bool) {
+        self.reload_credentials();
         let current = self.source.read();
         if !first && current == self.last {
             return;

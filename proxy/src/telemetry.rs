@@ -23,6 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::credentials::CredentialSet;
 use crate::decide::Snapshot;
 use crate::session::SessionGraph;
 
@@ -58,6 +59,17 @@ pub struct HeldLabels {
     pub outcome: &'static str,
 }
 
+/// A request carrying a credential's placeholder (docs/proxy.md,
+/// "Credentials"). Names only: never a value.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CredentialLabels {
+    /// The credential's name (empty when the proxy cannot tell whose a
+    /// placeholder is).
+    pub credential: String,
+    /// `attached`, `misuse`, `unbound` or `unavailable`.
+    pub outcome: &'static str,
+}
+
 /// The proxy's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -73,6 +85,7 @@ pub struct Metrics {
     lineage_bytes: Gauge,
     model_requests: Counter,
     held_calls: Family<HeldLabels, Counter>,
+    credentials: Family<CredentialLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -91,6 +104,7 @@ impl Default for Metrics {
             lineage_bytes: Gauge::default(),
             model_requests: Counter::default(),
             held_calls: Family::default(),
+            credentials: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -153,6 +167,11 @@ impl Default for Metrics {
             "Tool calls held for a person's approval (outcome held), and how each ended (approved, or the refusal code)",
             m.held_calls.clone(),
         );
+        registry.register(
+            "credentials",
+            "Requests carrying a credential's placeholder, by credential and outcome: attached (the secret replaced it), misuse (a placeholder or secret outside its attach form), unbound (no rule binding the credential allows the request), unavailable (the proxy holds no secret for it)",
+            m.credentials.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -174,6 +193,16 @@ impl Metrics {
     /// Counts a held call's step.
     pub fn held_call(&self, outcome: &'static str) {
         self.held_calls.get_or_create(&HeldLabels { outcome }).inc();
+    }
+
+    /// Counts a request carrying `credential` by its outcome.
+    pub fn credential(&self, credential: &str, outcome: &'static str) {
+        self.credentials
+            .get_or_create(&CredentialLabels {
+                credential: credential.to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     /// Counts a decision.
@@ -260,10 +289,13 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// Answers one health, metrics or lineage request.
+/// Answers one health, metrics or lineage request. Ready means a valid
+/// policy is loaded and every declared credential's placeholder is written
+/// (the agent's containers mount it by subPath when they start).
 pub fn health_response(
     path: &str,
     snapshot: &Snapshot,
+    credentials: &CredentialSet,
     metrics: &Metrics,
     session: &Mutex<SessionGraph>,
 ) -> Response<Full<Bytes>> {
@@ -282,6 +314,13 @@ pub fn health_response(
         }
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => match &snapshot.policy {
+            Ok(_) if credentials.not_ready.is_some() => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "not ready: {}\n",
+                    credentials.not_ready.as_deref().unwrap_or_default()
+                ),
+            ),
             Ok(_) => text(
                 StatusCode::OK,
                 format!("ready: policy generation {}\n", snapshot.generation),
@@ -313,6 +352,7 @@ pub fn health_response(
 pub async fn serve(
     listener: TcpListener,
     policy: watch::Receiver<Arc<Snapshot>>,
+    credentials: watch::Receiver<Arc<CredentialSet>>,
     metrics: Arc<Metrics>,
     session: Arc<Mutex<SessionGraph>>,
 ) {
@@ -322,11 +362,18 @@ pub async fn serve(
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
-        let (policy, metrics, session) = (policy.clone(), metrics.clone(), session.clone());
+        let (policy, credentials, metrics, session) = (
+            policy.clone(),
+            credentials.clone(),
+            metrics.clone(),
+            session.clone(),
+        );
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let snapshot = policy.borrow().clone();
-                let response = health_response(req.uri().path(), &snapshot, &metrics, &session);
+                let held = credentials.borrow().clone();
+                let response =
+                    health_response(req.uri().path(), &snapshot, &held, &metrics, &session);
                 async move { Ok::<_, Infallible>(response) }
             });
             let _ = hyper::server::conn::http1::Builder::new()

@@ -5,7 +5,9 @@
 //! Routes: `/bytes/N` answers N bytes; `/hang` never answers; `/reset`
 //! closes the connection; `/mcp` is a small MCP server (JSON-RPC answers as
 //! JSON, or as an event stream when the path is `/mcp-sse`) that records
-//! every method it receives ([`mcp_received`]); anything else echoes the
+//! every method it receives ([`mcp_received`]); `/record/…` reads the
+//! request whole, keeps it ([`recorded`]: what an upstream saw, to check
+//! what the proxy attached) and echoes it; anything else echoes the
 //! request as JSON (`method`, `path`, `query`, `version`, `headers`).
 
 #![allow(missing_docs)]
@@ -118,6 +120,78 @@ fn respond(req: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
     Some(response)
 }
 
+/// One request the `/record/…` route received whole.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query, as sent.
+    pub target: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+impl Recorded {
+    /// Everything the upstream received, as one byte string (to search).
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = format!("{} {}\n", self.method, self.target).into_bytes();
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+static RECORDED: Mutex<Vec<Recorded>> = Mutex::new(Vec::new());
+
+/// Every request the `/record/…` routes of this process received whole,
+/// in order.
+pub fn recorded() -> Vec<Recorded> {
+    RECORDED.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+/// Reads the request whole, keeps it, and echoes it (with its body as
+/// text); a request whose body fails (the proxy aborted it) is not kept.
+async fn record_respond(req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"aborted")));
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    };
+    let recorded = Recorded {
+        method: parts.method.to_string(),
+        target: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect(),
+        body: body.to_vec(),
+    };
+    let echo = serde_json::json!({
+        "method": recorded.method,
+        "target": recorded.target,
+        "headers": recorded.headers.iter().map(|(n, v)| (n.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into()))).collect::<serde_json::Map<_, _>>(),
+        "body": String::from_utf8_lossy(&recorded.body),
+    });
+    if let Ok(mut all) = RECORDED.lock() {
+        all.push(recorded);
+    }
+    let mut response = Response::new(Full::new(Bytes::from(echo.to_string())));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// What the MCP route received, as `METHOD NAME` lines, in order.
 static MCP_RECEIVED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -153,10 +227,28 @@ fn mcp_answer(message: &serde_json::Value) -> Option<serde_json::Value> {
 /// The MCP route: answers each request of a single message or a batch.
 async fn mcp_respond(req: Request<Incoming>) -> Response<Full<Bytes>> {
     let sse = req.uri().path() == "/mcp-sse";
-    let bytes = match req.into_body().collect().await {
+    let (parts, body) = req.into_parts();
+    let bytes = match body.collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => Bytes::new(),
     };
+    // Kept with the `/record/…` requests too: what the server received,
+    // headers and all.
+    if let Ok(mut all) = RECORDED.lock() {
+        all.push(Recorded {
+            method: parts.method.to_string(),
+            target: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: bytes.to_vec(),
+        });
+    }
     let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let answers: Vec<serde_json::Value> = match &parsed {
         serde_json::Value::Array(items) => items.iter().filter_map(mcp_answer).collect(),
@@ -204,6 +296,9 @@ pub async fn serve_upstream(listener: TcpListener, tls: Option<Arc<ServerConfig>
             let service = service_fn(|req: Request<Incoming>| async move {
                 if req.uri().path().starts_with("/mcp") {
                     return Ok(mcp_respond(req).await);
+                }
+                if req.uri().path().starts_with("/record/") {
+                    return Ok(record_respond(req).await);
                 }
                 match respond(&req) {
                     Some(response) => Ok::<_, String>(response),

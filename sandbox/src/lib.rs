@@ -100,6 +100,83 @@ pub fn may_execute(policy: &CompiledPolicy, path: &str) -> bool {
     )
 }
 
+/// What `--placeholders` does to the agent's environment and grants
+/// (docs/sandbox.md, docs/policy-semantics.md §9.4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placeholders {
+    /// Variables set to a credential's placeholder (over any value the
+    /// image set).
+    pub set: Vec<(String, String)>,
+    /// Variables removed: their credential has no valid placeholder, and
+    /// a value the image set must not pass for one (it could be a real
+    /// token).
+    pub unset: Vec<String>,
+    /// The credentials' `placeholder.file` paths, readable under Landlock:
+    /// each holds only a placeholder, worthless outside the Pod.
+    pub files: Vec<String>,
+    /// One line each, for stderr.
+    pub warnings: Vec<String>,
+}
+
+/// Reads `credentials.json` beside the policy file and this Pod's
+/// placeholders in `dir` (the proxy writes `dir/NAME` for each declared
+/// credential before the Pod's agent containers start). Without
+/// `credentials.json` the sandbox declares none and nothing changes.
+pub fn placeholders(policy: &Path, dir: &Path) -> Placeholders {
+    use agentgate_policy::credentials::{Credential, is_placeholder};
+    let mut out = Placeholders::default();
+    let declarations = policy
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("credentials.json");
+    let text = match std::fs::read(&declarations) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) => {
+            out.warnings.push(format!(
+                "{}: {e}; no placeholder is set",
+                declarations.display()
+            ));
+            return out;
+        }
+    };
+    let declared: Vec<Credential> = match serde_json::from_slice(&text) {
+        Ok(declared) => declared,
+        Err(e) => {
+            out.warnings.push(format!(
+                "{} is not a list of credentials ({e}); no placeholder is set",
+                declarations.display()
+            ));
+            return out;
+        }
+    };
+    for c in declared {
+        if let Some(file) = &c.placeholder.file {
+            out.files.push(file.clone());
+        }
+        let Some(env) = c.placeholder.env else {
+            continue;
+        };
+        // A name is a file name under `dir`: nothing else is read.
+        let value = agentgate_policy::action::check_credential_name(&c.name)
+            .ok()
+            .and_then(|()| std::fs::read_to_string(dir.join(&c.name)).ok())
+            .filter(|v| is_placeholder(v));
+        match value {
+            Some(value) => out.set.push((env, value)),
+            None => {
+                out.warnings.push(format!(
+                    "no valid placeholder for credential {} in {}; {env} is left unset",
+                    c.name,
+                    dir.display()
+                ));
+                out.unset.push(env);
+            }
+        }
+    }
+    out
+}
+
 /// What [`restrict_self`] achieved.
 #[derive(Debug)]
 pub struct Restriction {
@@ -183,4 +260,43 @@ pub fn restrict_self(
         kernel_abi,
         missing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn placeholders_need_declarations_and_a_valid_file() {
+        let root =
+            std::env::temp_dir().join(format!("agentgate-placeholders-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("ph")).unwrap();
+        let policy = root.join("policy.yaml");
+        // No credentials.json: nothing declared, nothing changes.
+        assert_eq!(
+            placeholders(&policy, &root.join("ph")),
+            Placeholders::default()
+        );
+        // Not a list of credentials: a warning, nothing set.
+        std::fs::write(root.join("credentials.json"), "{").unwrap();
+        let out = placeholders(&policy, &root.join("ph"));
+        assert!(out.set.is_empty() && out.unset.is_empty());
+        assert_eq!(out.warnings.len(), 1, "{out:?}");
+        // A name that is not a DNS label never names a file to read.
+        std::fs::write(
+            root.join("credentials.json"),
+            r#"[{"name": "../x", "secretRef": {"name": "s", "key": "k"},
+                 "placeholder": {"env": "T"}, "attach": {"query": {"name": "t"}}}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("x"),
+            "agentgate-placeholder-0123456789abcdef0123456789abcdef",
+        )
+        .unwrap();
+        let out = placeholders(&policy, &root.join("ph"));
+        assert_eq!(out.unset, vec!["T".to_string()]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

@@ -1,17 +1,20 @@
 //! `agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort]
-//! [--proxy-uid UID] [--mcp HOST:PORT/PATH] -- COMMAND [ARGS]...`: restrict
+//! [--proxy-uid UID] [--placeholders DIR] [--mcp HOST:PORT/PATH] -- COMMAND
+//! [ARGS]...`: restrict
 //! this process's files to the policy with Landlock, then exec COMMAND,
 //! whose exit code and output are then its own. With `--mcp`, COMMAND is a
 //! stdio MCP server: it runs as a child (under the same restriction) and
 //! every line its client writes is judged as a message to the policy's
 //! `mcp` endpoint HOST:PORT/PATH before it is passed on (`mcp` module).
+//! With `--placeholders`, COMMAND's environment holds this Pod's
+//! credential placeholders (docs/policy-semantics.md §9.4), never a secret.
 //!
 //! Exit codes of its own: 2 for usage or an invalid policy (nothing is
 //! executed), 126 when the restriction cannot be applied or COMMAND cannot
 //! be executed, 127 when COMMAND is not found.
 //!
 //! Hand-parsed arguments, not clap: the binary is linked statically into
-//! every agent image and its whole interface is five flags and `--`.
+//! every agent image and its whole interface is six flags and `--`.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -19,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use agentgate_sandbox::mcp::{Relay, StdioServer, parent_binary, relay_client, relay_server};
-use agentgate_sandbox::{Grant, grants, load_policy, may_execute, restrict_self};
+use agentgate_sandbox::{Grant, grants, load_policy, may_execute, placeholders, restrict_self};
 use landlock::RulesetStatus;
 
-const USAGE: &str = "usage: agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort] [--proxy-uid UID] [--mcp HOST:PORT/PATH] -- COMMAND [ARGS]...";
+const USAGE: &str = "usage: agentgate-exec --policy FILE [--policy-mount DIR] [--best-effort] [--proxy-uid UID] [--placeholders DIR] [--mcp HOST:PORT/PATH] -- COMMAND [ARGS]...";
 
 struct Args {
     policy: PathBuf,
@@ -31,6 +34,8 @@ struct Args {
     policy_mount: Option<PathBuf>,
     best_effort: bool,
     proxy_uid: Option<u32>,
+    /// This Pod's credential placeholders, one file per credential.
+    placeholders: Option<PathBuf>,
     /// Judge COMMAND's stdin as MCP messages to this server.
     mcp: Option<StdioServer>,
     command: Vec<OsString>,
@@ -41,6 +46,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
     let mut policy_mount = None;
     let mut best_effort = false;
     let mut proxy_uid = None;
+    let mut placeholders = None;
     let mut mcp = None;
     let uid = |value: Option<OsString>| -> Result<u32, String> {
         value
@@ -64,6 +70,13 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                 PathBuf::from(&flag["--policy-mount=".len()..]),
             )?,
             Some("--best-effort") => best_effort = true,
+            Some("--placeholders") => {
+                let dir = args.next().ok_or("--placeholders needs a DIR")?;
+                placeholders = Some(PathBuf::from(dir));
+            }
+            Some(flag) if flag.starts_with("--placeholders=") => {
+                placeholders = Some(PathBuf::from(&flag["--placeholders=".len()..]));
+            }
             Some("--mcp") => {
                 let server = args.next().ok_or("--mcp needs HOST:PORT/PATH")?;
                 let server = server.to_str().ok_or("--mcp needs HOST:PORT/PATH")?;
@@ -91,6 +104,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
                     policy_mount,
                     best_effort,
                     proxy_uid,
+                    placeholders,
                     mcp,
                     command,
                 });
@@ -172,8 +186,9 @@ fn serve_mcp(
     server: StdioServer,
     client: Option<String>,
     command: &[OsString],
+    environment: &agentgate_sandbox::Placeholders,
 ) -> ExitCode {
-    let mut child = match Command::new(&command[0])
+    let mut child = match with_placeholders(Command::new(&command[0]), environment)
         .args(&command[1..])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -215,6 +230,21 @@ fn serve_mcp(
         Ok(status) => ExitCode::from(status.code().map_or(1, |c| c.clamp(0, 255) as u8)),
         Err(e) => fail(126, format!("waiting for the MCP server failed: {e}")),
     }
+}
+
+/// `command` with the placeholders set (over whatever the image set) and
+/// the variables of credentials without one removed.
+fn with_placeholders(
+    mut command: Command,
+    environment: &agentgate_sandbox::Placeholders,
+) -> Command {
+    for (name, value) in &environment.set {
+        command.env(name, value);
+    }
+    for name in &environment.unset {
+        command.env_remove(name);
+    }
+    command
 }
 
 fn main() -> ExitCode {
@@ -264,7 +294,23 @@ fn main() -> ExitCode {
     }
     // Read before the restriction, which leaves /proc unreadable.
     let client = args.mcp.as_ref().and_then(|_| parent_binary());
+    // Read before the restriction too: the placeholders directory is no
+    // grant of the agent's.
+    let environment = args
+        .placeholders
+        .as_deref()
+        .map(|dir| placeholders(&args.policy, dir))
+        .unwrap_or_default();
+    for warning in &environment.warnings {
+        eprintln!("agentgate-exec: warning: {warning}");
+    }
     let mut grants = grants(&policy);
+    // A placeholder file holds nothing worth keeping from the agent: it is
+    // readable wherever the credential puts it (outside the model, like
+    // the policy mount below).
+    for file in &environment.files {
+        grants.push((file.clone(), Grant::Read));
+    }
     // Only when asked: the policy mount (the pod's /agentgate/policy: the
     // policy, findings.json and the CA bundle every TLS client needs) is
     // readable, outside the model (docs/policy-semantics.md §7). Without the
@@ -295,9 +341,9 @@ fn main() -> ExitCode {
         );
     }
     if let Some(server) = args.mcp {
-        return serve_mcp(policy, server, client, &args.command);
+        return serve_mcp(policy, server, client, &args.command, &environment);
     }
-    let error = Command::new(&args.command[0])
+    let error = with_placeholders(Command::new(&args.command[0]), &environment)
         .args(&args.command[1..])
         .exec();
     let code = if error.kind() == std::io::ErrorKind::NotFound {

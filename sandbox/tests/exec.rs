@@ -478,3 +478,76 @@ proptest! {
         }
     }
 }
+
+/// `--placeholders DIR` (docs/sandbox.md): each credential's `placeholder.env`
+/// holds this Pod's placeholder over whatever the image set, a credential
+/// without a valid one has its variable removed (with a warning), and each
+/// `placeholder.file` is readable under Landlock. Without the flag nothing
+/// changes.
+#[test]
+fn placeholders_are_set_in_the_environment_and_their_files_readable() {
+    let t = Tree::new("placeholders");
+    let policy = t.policy(&[], &[]);
+    let dir = t.root.join("placeholders");
+    std::fs::create_dir_all(&dir).unwrap();
+    let github = "agentgate-placeholder-0123456789abcdef0123456789abcdef";
+    std::fs::write(dir.join("github-token"), github).unwrap();
+    std::fs::write(dir.join("npm-token"), "not a placeholder").unwrap();
+    // The file form: mounted by the operator from the same directory.
+    let file = t.path("c/api-key");
+    let api = "agentgate-placeholder-fedcba9876543210fedcba9876543210";
+    std::fs::write(&file, api).unwrap();
+    std::fs::write(
+        t.policy_dir().join("credentials.json"),
+        serde_json::json!([
+            {"name": "github-token", "secretRef": {"name": "gh", "key": "token"},
+             "placeholder": {"env": "GITHUB_TOKEN"},
+             "attach": {"header": {"name": "Authorization", "format": "Bearer {}"}}},
+            {"name": "npm-token", "secretRef": {"name": "npm", "key": "token"},
+             "placeholder": {"env": "NPM_TOKEN"}, "attach": {"basic": {"username": "npm"}}},
+            {"name": "api-key", "secretRef": {"name": "api", "key": "key"},
+             "placeholder": {"file": file}, "attach": {"query": {"name": "key"}}},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let script = format!(
+        "echo \"gh=$GITHUB_TOKEN\"; echo \"npm=${{NPM_TOKEN-unset}}\"; {}",
+        probe("file-read", &format!("cat {file}"))
+    );
+    let run = |flag: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentgate-exec"));
+        command.arg("--policy").arg(&policy);
+        if flag {
+            command.arg(format!("--placeholders={}", dir.display()));
+        }
+        command
+            .args(["--", "/bin/sh", "-c", &script])
+            // What the image set: replaced, or removed.
+            .env("GITHUB_TOKEN", "from-the-image")
+            .env("NPM_TOKEN", "ghp_a_real_token_in_the_image")
+            .output()
+            .unwrap()
+    };
+    let out = run(true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stdout(&out),
+        format!("gh={github}\nnpm=unset\nfile-read ok\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("no valid placeholder for credential npm-token")
+            && stderr.contains("NPM_TOKEN is left unset"),
+        "{stderr}"
+    );
+    // Without the flag: the environment as the image set it, and the file
+    // is no grant.
+    let out = run(false);
+    assert_eq!(
+        stdout(&out),
+        "gh=from-the-image\nnpm=ghp_a_real_token_in_the_image\nfile-read denied\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

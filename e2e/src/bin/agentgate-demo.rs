@@ -12,7 +12,9 @@
 //! admitted once the policy severs the sink; then a sandbox's Pod, run by
 //! the kubelet, whose agent is refused by the proxy with the reason (a REST
 //! request, and an MCP tool call answered as a JSON-RPC error) and allowed
-//! once a reviewer approves its proposal; prints the KUBECONFIG
+//! once a reviewer approves its proposal; credentials as authority (the
+//! prover naming the credential a proposal would widen, an agent holding a
+//! placeholder whose secret reaches the API only where it is bound); prints the KUBECONFIG
 //! path and exits, leaving everything running. `agentgate-demo down` stops
 //! it and removes the files.
 
@@ -195,6 +197,7 @@ fn up() -> Result<(), String> {
 
     trifecta(&cp)?;
     enforcement(&cp, &images)?;
+    credentials(&cp, &images)?;
 
     let kubeconfig = cp.kubeconfig().display().to_string();
     let pids = cp.detach();
@@ -612,6 +615,71 @@ fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
     let (_, tool_allowed) = line_with("-> {\"path\": \"/mcp\"", tool_seen)?;
     println!(
         "\x1b[1m# The same proposal granted add_label with label triaged: the call now reaches the tracker\x1b[0m\n{tool_allowed}"
+    );
+    Ok(())
+}
+
+/// Credentials as authority (docs/policy-semantics.md §9): the prover's
+/// counterexample for a proposal that widens where a token goes, then a
+/// sandbox Pod whose agent holds a placeholder: the upstream receives the
+/// real token on the bound request, and the placeholder sent elsewhere is
+/// refused.
+fn credentials(cp: &ControlPlane, images: &Images) -> Result<(), String> {
+    use agentgate_e2e::probe::{CRED, credential_manifests};
+    println!(
+        "\n\x1b[1m# Credentials are authority: a proposal that looks narrow but binds the GitHub token to every repository's comments is caught, the credential named\x1b[0m"
+    );
+    let files = [
+        "examples/gitops/namespaces.yaml",
+        "examples/credentials/maximum.yaml",
+        "examples/credentials/sandbox.yaml",
+        "examples/credentials/widen-comments.yaml",
+    ];
+    println!("$ agentgate verify {}", files.join(" "));
+    let verify = Command::new(agentgate_e2e::operator_binary().map_err(|e| e.to_string())?)
+        .arg("verify")
+        .args(files)
+        .current_dir(agentgate_e2e::repo_root())
+        .output()
+        .map_err(|e| e.to_string())?;
+    print!("{}", String::from_utf8_lossy(&verify.stdout));
+    println!(
+        "\n\x1b[1m# A sandbox whose agent holds only a placeholder of the token (the Secret is mounted into the proxy container alone)\x1b[0m"
+    );
+    cp.apply_yaml(&credential_manifests(&images.agent_image))
+        .map_err(|e| e.to_string())?;
+    cp.wait_pod_ready(CRED, "cred-bot", Duration::from_secs(180))
+        .map_err(|last| format!("the credentials Pod never became Ready ({last:?})"))?;
+    let log = || cp.container_log(CRED, "cred-bot", "agent");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let round = loop {
+        if let Some(line) = log().lines().find(|l| l.starts_with("CRED ")) {
+            break line.to_string();
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the credentials agent never probed:\n{}", log()));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    println!("$ kubectl logs cred-bot -n {CRED} -c agent\n{round}");
+    println!(
+        "  (envok: $GITHUB_TOKEN is a placeholder; bound: the credentialed GET reached the API; unbound, misuse: the placeholder sent where no rule binds it, or in a query parameter, refused; leak: the agent found the secret nowhere)"
+    );
+    let body = log()
+        .lines()
+        .find_map(|l| l.strip_prefix("BODY misuse ").map(str::to_string))
+        .unwrap_or_default();
+    println!("{body}");
+    let auth: Vec<String> = cp
+        .log_tail("upstream", 100_000)
+        .lines()
+        .filter(|l| l.starts_with("AUTH "))
+        .take(1)
+        .map(str::to_string)
+        .collect();
+    println!(
+        "\x1b[1m# What the API received: the real token, on the bound request only\x1b[0m\n{}",
+        auth.join("\n")
     );
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! the proxy in each sandbox Pod keeps its last refusals at `/lineage` on
 //! its metrics port (docs/proxy.md, "Lineage"); every
 //! [`POLL_INTERVAL`] the leader reads it from each running sandbox Pod and
-//! publishes the tool-call refusals it has not published yet as Events on
+//! publishes the tool-call and credential refusals it has not published yet as Events on
 //! the AgentSandbox, so `kubectl describe asbx` shows them beside the
 //! proof's.
 //!
@@ -69,14 +69,19 @@ pub fn new_refusals(
             newest = Some(when);
         }
         let code = refusal["code"].as_str().unwrap_or("refused");
-        // Tool calls, and the requests that call an in-process sink.
-        if refusal["stage"] != "mcp" && code != "runtime_trifecta" {
+        // Tool calls, the requests that call an in-process sink, and a
+        // credential's placeholder sent where no rule binds it
+        // (docs/policy-semantics.md §9.4).
+        let credential = refusal["stage"] == "credential";
+        if refusal["stage"] != "mcp" && code != "runtime_trifecta" && !credential {
             continue;
         }
         let audit = refusal["decision"] == "audit";
         let (type_, reason) = match (code, audit) {
             ("runtime_trifecta", true) => (EventType::Warning, "RuntimeTrifectaAudited"),
             ("runtime_trifecta", false) => (EventType::Warning, "RuntimeTrifecta"),
+            ("credential_unavailable", _) => (EventType::Warning, "CredentialUnavailable"),
+            _ if credential => (EventType::Warning, "CredentialMisuse"),
             _ => (EventType::Warning, "ToolCallRefused"),
         };
         let mut note = format!(
@@ -253,6 +258,10 @@ mod tests {
             {"at": "2026-12-04T10:00:03.4Z", "stage": "mcp", "decision": "audit", "code": "runtime_trifecta", "reason": "audited"},
             {"at": "2026-12-04T10:00:03.5Z", "stage": "request", "decision": "deny", "code": "runtime_trifecta",
              "reason": "POST https://notes.example.com:443/notes: body.text carries a value of tool:read_vault"},
+            {"at": "2026-12-04T10:00:03.6Z", "stage": "credential", "decision": "deny", "code": "credential_misuse",
+             "reason": "POST https://paste.example:443/x by /usr/bin/curl: carries the placeholder of credential github-token outside its attach form"},
+            {"at": "2026-12-04T10:00:03.7Z", "stage": "credential", "decision": "deny", "code": "credential_unavailable",
+             "reason": "credential github-token has no secret"},
         ]});
         let (notes, newest) = new_refusals(&report, "bank-bot", None);
         let reasons: Vec<&str> = notes.iter().map(|n| n.1).collect();
@@ -262,7 +271,9 @@ mod tests {
                 "ToolCallRefused",
                 "RuntimeTrifecta",
                 "RuntimeTrifectaAudited",
-                "RuntimeTrifecta"
+                "RuntimeTrifecta",
+                "CredentialMisuse",
+                "CredentialUnavailable"
             ]
         );
         assert_eq!(
@@ -270,13 +281,13 @@ mod tests {
             "pod bank-bot at 2026-12-04T10:00:02.3Z: runtime_trifecta: tools/call send_money {\"recipient\":\"…\"}: recipient carries a value of tool:get_statement (finding AG-TRIFECTA)"
         );
         let at = |t: &str| OffsetDateTime::parse(t, &Rfc3339).unwrap();
-        assert_eq!(newest, Some(at("2026-12-04T10:00:03.5Z")));
+        assert_eq!(newest, Some(at("2026-12-04T10:00:03.7Z")));
         // The next poll publishes only what came since.
         let (again, same) = new_refusals(&report, "bank-bot", newest);
         assert!(again.is_empty());
         assert_eq!(same, newest);
         let (later, _) = new_refusals(&report, "bank-bot", Some(at("2026-12-04T10:00:02Z")));
-        assert_eq!(later.len(), 3);
+        assert_eq!(later.len(), 5);
         // A flood is counted, not published one by one.
         let flood: Vec<serde_json::Value> = (0..50)
             .map(|i| json!({"at": format!("2026-12-04T10:01:{i:02}Z"), "stage": "mcp", "decision": "deny", "code": "no_rule", "reason": "r"}))

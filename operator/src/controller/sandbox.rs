@@ -48,7 +48,8 @@ use agentgate_governance::pod_template::{
     owning_sandbox, pod_service_account, template_escapes, template_images,
 };
 use agentgate_governance::sandbox_pod::{
-    DataPlane, enforced_pod_spec, network_policy_name, policy_config_map_name, shape_problems,
+    CREDENTIALS_FILE_NAME, DataPlane, enforced_pod_spec, network_policy_name,
+    policy_config_map_name, shape_problems,
 };
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
@@ -448,6 +449,7 @@ async fn assess_findings(
     let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
     let accepted = sandbox.spec.accepted_findings.clone();
     let labels = sandbox.spec.tool_labels.clone();
+    let credentials = sandbox.spec.credentials.clone();
     let prover = ctx.prover.clone();
     let result = ctx
         .solve(move || {
@@ -456,6 +458,7 @@ async fn assess_findings(
             let risk = SandboxRisk {
                 accepted: &accepted,
                 labels: &labels,
+                credentials: &credentials,
             };
             let assessed = assess_sandbox(
                 &images,
@@ -498,6 +501,8 @@ struct Observed<'a> {
     findings: &'a FindingsAssessment,
     /// Why the template cannot run in the enforced shape, if it cannot.
     pod_refusal: Option<&'a PodRefusal>,
+    /// Each declared credential's reach and availability.
+    credentials: &'a [agentgate_api::crd::CredentialReach],
     /// The time conditions that change now carry.
     time: &'a Time,
 }
@@ -528,6 +533,7 @@ fn desired_status(observed: &Observed<'_>) -> DesiredStatus {
         verification,
         findings,
         pod_refusal,
+        credentials,
         time,
     } = *observed;
     let generation = sandbox.meta().generation;
@@ -570,6 +576,8 @@ fn desired_status(observed: &Observed<'_>) -> DesiredStatus {
         time,
         &mut events,
     );
+    let requeue = set_credentials(&mut status, credentials, generation, time, &mut events)
+        .map_or(requeue, |wait| wait.min(requeue));
     // Ready, Reconciling and Stalled, from what was just decided.
     let summary = summary(&status, pod_refusal);
     if conditions::summarize(&mut status.conditions, &summary, generation, time)
@@ -584,6 +592,70 @@ fn desired_status(observed: &Observed<'_>) -> DesiredStatus {
         events,
         requeue,
     }
+}
+
+/// How soon a sandbox with an unavailable credential looks at its Secrets
+/// again (they are read, not watched).
+const CREDENTIAL_RECHECK: Duration = Duration::from_secs(30);
+
+/// Sets `status.credentials` and `CredentialsAvailable` (docs/status.md):
+/// False, naming each credential the proxy cannot attach and why, when a
+/// Secret or key is missing or its value cannot travel in its attach
+/// form; absent when the sandbox declares none. Returns when to look again.
+fn set_credentials(
+    status: &mut AgentSandboxStatus,
+    credentials: &[agentgate_api::crd::CredentialReach],
+    generation: Option<i64>,
+    time: &Time,
+    events: &mut Vec<super::Note>,
+) -> Option<Duration> {
+    status.credentials = credentials.to_vec();
+    if credentials.is_empty() {
+        status
+            .conditions
+            .retain(|c| c.type_ != "CredentialsAvailable");
+        return None;
+    }
+    let missing: Vec<String> = credentials
+        .iter()
+        .filter_map(|c| c.reason.as_ref().map(|why| format!("{}: {why}", c.name)))
+        .collect();
+    let (value, reason, message) = if missing.is_empty() {
+        (
+            Status::True,
+            "Available",
+            format!(
+                "the proxy can attach every credential ({})",
+                credentials.len()
+            ),
+        )
+    } else {
+        (
+            Status::False,
+            "CredentialUnavailable",
+            format!(
+                "requests carrying these credentials are refused until they can be attached: {}",
+                missing.join("; ")
+            ),
+        )
+    };
+    if conditions::set(
+        &mut status.conditions,
+        "CredentialsAvailable",
+        value,
+        reason,
+        &message,
+        generation,
+        time,
+    ) {
+        let type_ = if value == Status::True {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        events.push((type_, reason, message));
+    }
+    (value != Status::True).then_some(CREDENTIAL_RECHECK)
 }
 
 /// Sets `WithinMaximum` from `within`, with an Event for a refusal or a
@@ -746,6 +818,7 @@ async fn reconcile(
     let pod_plan = pod_plan(&sandbox, &ctx.data_plane);
     let revision = next_revision(sandbox.status.as_ref(), &verification.effective);
     let findings = assess_findings(&sandbox, &verification.effective, revision, &ctx).await;
+    let credentials = credential_reach(&sandbox, &verification.effective, &ctx).await?;
 
     // Decide.
     let desired = desired_status(&Observed {
@@ -755,6 +828,7 @@ async fn reconcile(
         verification: &verification,
         findings: &findings,
         pod_refusal: pod_plan.as_ref().err(),
+        credentials: &credentials,
         time: &super::now(),
     });
 
@@ -931,6 +1005,40 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
     }
 }
 
+/// Each declared credential's reach in the effective policy and whether
+/// the proxy can attach it: the operator reads each named Secret (a get
+/// per Secret, never a list) to tell, and keeps nothing of its data.
+async fn credential_reach(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    ctx: &Context,
+) -> Result<Vec<agentgate_api::crd::CredentialReach>, ControllerError> {
+    let declared = &sandbox.spec.credentials;
+    if declared.is_empty() {
+        return Ok(Vec::new());
+    }
+    let api: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    let mut secrets = std::collections::BTreeMap::new();
+    for name in declared.iter().map(|c| c.secret_ref.name.clone()) {
+        if secrets.contains_key(&name) {
+            continue;
+        }
+        let data = api.get_opt(&name).await?.map(|secret| {
+            secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(key, value)| (key, value.0))
+                .collect::<std::collections::BTreeMap<String, Vec<u8>>>()
+        });
+        secrets.insert(name, data);
+    }
+    Ok(agentgate_governance::credentials::reach(
+        declared, effective, &secrets,
+    ))
+}
+
 /// The metadata of an object the operator keeps for a sandbox: its name,
 /// the sandbox's label and the sandbox as controlling owner.
 fn owned_metadata(sandbox: &AgentSandbox, name: &str) -> serde_json::Value {
@@ -994,6 +1102,15 @@ async fn apply_config_map(
             "revision": revision.to_string(),
         },
     });
+    // Where each credential comes from and how it travels (no secret):
+    // the proxy attaches, agentgate-exec sets the placeholders.
+    if !sandbox.spec.credentials.is_empty() {
+        patch["data"][CREDENTIALS_FILE_NAME] = serde_json::to_string(&sandbox.spec.credentials)
+            .map_err(|e| {
+                ControllerError::Prover(format!("rendering {CREDENTIALS_FILE_NAME}: {e}"))
+            })?
+            .into();
+    }
     // The roots the proxy verifies the approval service with; until the
     // webhook configuration carries them, held calls are refused.
     if let Some(approvals) = &ctx.approvals
@@ -1105,16 +1222,21 @@ fn pod_plan(sandbox: &AgentSandbox, data_plane: &DataPlane) -> Result<Option<Pod
             ),
         });
     }
-    enforced_pod_spec(&sandbox.name_any(), template, data_plane)
-        .map(Some)
-        .map_err(|refusals| {
-            let reason = refusals.first().map_or("TemplateRefused", |r| r.reason);
-            let lines: Vec<String> = refusals.into_iter().map(|r| r.message).collect();
-            PodRefusal {
-                reason,
-                message: format!("no pod is created: {}", lines.join("; ")),
-            }
-        })
+    enforced_pod_spec(
+        &sandbox.name_any(),
+        template,
+        data_plane,
+        &sandbox.spec.credentials,
+    )
+    .map(Some)
+    .map_err(|refusals| {
+        let reason = refusals.first().map_or("TemplateRefused", |r| r.reason);
+        let lines: Vec<String> = refusals.into_iter().map(|r| r.message).collect();
+        PodRefusal {
+            reason,
+            message: format!("no pod is created: {}", lines.join("; ")),
+        }
+    })
 }
 
 /// `Ready`, `Reconciling` and `Stalled` of a sandbox (docs/status.md), from
@@ -1137,6 +1259,9 @@ fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&PodRefusal>) -> Sum
     }
     if let Some(refusal) = pod_refusal {
         return Summary::stalled(refusal.reason, format!("{revision}; {}", refusal.message));
+    }
+    if let Some(credentials) = with("CredentialsAvailable", "False") {
+        return Summary::stalled_by(credentials);
     }
     if let Some(findings) = with("FindingsClear", "False") {
         return Summary::stalled_by(findings);
@@ -1610,6 +1735,7 @@ mod tests {
             verification,
             findings,
             pod_refusal,
+            credentials: &[],
             time,
         })
     }
@@ -1742,6 +1868,63 @@ mod tests {
     }
 
     #[test]
+    fn an_unavailable_credential_stalls_ready_and_says_which() {
+        let sandbox = sandbox_with(&["a"], None);
+        let verification = proved(&["a"]);
+        let unavailable = [agentgate_api::crd::CredentialReach {
+            name: "github-token".into(),
+            secret: "github/token".into(),
+            available: false,
+            reason: Some("Secret \"github\" does not exist in the sandbox's namespace".into()),
+            bound_by: vec!["a".into()],
+            reach: Vec::new(),
+        }];
+        let desired = desired_status(&Observed {
+            sandbox: &sandbox,
+            records: &[],
+            pruned: &[],
+            verification: &verification,
+            findings: &FindingsAssessment::NoTemplate,
+            pod_refusal: None,
+            credentials: &unavailable,
+            time: &at(1),
+        });
+        let (value, reason, message) = condition(&desired.status, "Ready").unwrap();
+        assert_eq!(
+            (value.as_str(), reason.as_str()),
+            ("False", "CredentialUnavailable")
+        );
+        assert!(
+            message.contains("github-token: Secret \"github\" does not exist"),
+            "{message}"
+        );
+        assert_eq!(desired.requeue, CREDENTIAL_RECHECK);
+        assert_eq!(desired.status.credentials, unavailable.to_vec());
+        // Once the Secret is there, the condition turns and Ready follows.
+        let mut sandbox = sandbox;
+        sandbox.status = Some(desired.status);
+        let available = [agentgate_api::crd::CredentialReach {
+            available: true,
+            reason: None,
+            ..unavailable[0].clone()
+        }];
+        let desired = desired_status(&Observed {
+            sandbox: &sandbox,
+            records: &[],
+            pruned: &[],
+            verification: &verification,
+            findings: &FindingsAssessment::NoTemplate,
+            pod_refusal: None,
+            credentials: &available,
+            time: &at(2),
+        });
+        let (value, _, _) = condition(&desired.status, "Ready").unwrap();
+        assert_eq!(value, "True");
+        let (value, reason, _) = condition(&desired.status, "CredentialsAvailable").unwrap();
+        assert_eq!((value.as_str(), reason.as_str()), ("True", "Available"));
+    }
+
+    #[test]
     fn a_sandbox_no_maximum_governs_is_granted_nothing() {
         let committed = decide(
             &sandbox_with(&["read"], None),
@@ -1798,6 +1981,7 @@ mod tests {
             verification: &verification,
             findings: &FindingsAssessment::NoTemplate,
             pod_refusal: None,
+            credentials: &[],
             time: &at(10),
         });
         assert_eq!(

@@ -18,7 +18,10 @@
 //! Between 1 and 2, the same for MCP: `tools/call` POSTs on one keep-alive
 //! connection to an `mcp` endpoint of 101 tool entries, each JSON-RPC
 //! message judged by the proxy (`BENCH_PROXY_ONLY=mcp`, which `make
-//! bench-mcp` sets, runs only 1 and that).
+//! bench-mcp` sets, runs only 1 and that). Then 1c: the same GET carrying
+//! a bound credential's placeholder (replaced by the secret) beside it
+//! without one, through a proxy that holds a credential
+//! (docs/proxy.md, "Credentials"); not run against `BENCH_PROXY_BINARY`.
 //!
 //! `BENCH_PROXY_BINARY=PATH` runs another `agentgate-proxy` build (the
 //! previous head's) under the same client, for side-by-side figures.
@@ -88,9 +91,20 @@ fn sizes() -> Sizes {
 const HOST: &str = "api.example.test";
 const RAW_HOST: &str = "raw.example.test";
 
+/// The credential of section 1c, and its secret.
+const CREDENTIAL: &str = "bench-token";
+const SECRET: &str = "ghp_benchSecretValue0123456789abcdef";
+
 /// `rules` rules; the ones the benchmark uses come last, so every decision
-/// walks the whole policy.
-fn policy_text(rules: usize, port: u16, sink_port: u16, generation: usize) -> String {
+/// walks the whole policy. With `credential`, one more rule binds
+/// [`CREDENTIAL`] to the GETs the benchmark makes.
+fn policy_text(
+    rules: usize,
+    port: u16,
+    sink_port: u16,
+    generation: usize,
+    credential: bool,
+) -> String {
     let mut text = format!("# generation {generation}\nnetwork:\n");
     for i in 0..rules.saturating_sub(2) {
         if i % 3 == 0 {
@@ -109,6 +123,11 @@ fn policy_text(rules: usize, port: u16, sink_port: u16, generation: usize) -> St
     text.push_str(&format!(
         "  - {{name: raw, endpoints: [{{host: {RAW_HOST}, ports: [{sink_port}]}}]}}\n"
     ));
+    if credential {
+        text.push_str(&format!(
+            "  - name: bench-credential\n    credentials: [{CREDENTIAL}]\n    endpoints:\n      - host: {HOST}\n        ports: [{port}]\n        protocol: rest\n        rules: [{{methods: [GET], path: \"/bytes/**\"}}]\n"
+        ));
+    }
     text.push_str(&format!(
         "  - name: bench-mcp\n    endpoints:\n      - host: {HOST}\n        ports: [{port}]\n        protocol: mcp\n        path: /mcp\n        tools:\n"
     ));
@@ -190,10 +209,16 @@ async fn serve_sink(listener: TcpListener) {
 
 impl Bench {
     /// Starts the proxy; `as_pod` runs it as the sandbox Pod does: uid
-    /// 1337 with CAP_SYS_PTRACE only (needs root and setpriv).
-    async fn start(sizes: &Sizes, identity: &str, as_pod: bool) -> anyhow::Result<Bench> {
+    /// 1337 with CAP_SYS_PTRACE only (needs root and setpriv); `credential`
+    /// gives it [`CREDENTIAL`] (declared, its secret, a placeholder).
+    async fn start(
+        sizes: &Sizes,
+        identity: &str,
+        as_pod: bool,
+        credential: bool,
+    ) -> anyhow::Result<Bench> {
         let dir = std::env::temp_dir().join(format!(
-            "agentgate-bench-proxy-{}-{identity}-{as_pod}",
+            "agentgate-bench-proxy-{}-{identity}-{as_pod}-{credential}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir)?;
@@ -212,8 +237,26 @@ impl Bench {
         let policy_path = dir.join("policy.yaml");
         std::fs::write(
             &policy_path,
-            policy_text(sizes.rules, upstream.port(), sink.port(), 0),
+            policy_text(sizes.rules, upstream.port(), sink.port(), 0, credential),
         )?;
+        let mut credential_args = Vec::new();
+        if credential {
+            std::fs::write(
+                dir.join("credentials.json"),
+                serde_json::json!([{"name": CREDENTIAL, "secretRef": {"name": "bench", "key": "token"},
+                    "placeholder": {"env": "BENCH_TOKEN"},
+                    "attach": {"header": {"name": "Authorization", "format": "Bearer {}"}}}])
+                .to_string(),
+            )?;
+            for sub in ["secrets", "placeholders"] {
+                std::fs::create_dir_all(dir.join(sub))?;
+            }
+            std::fs::write(dir.join("secrets").join(CREDENTIAL), SECRET)?;
+            credential_args.push("--credential-secrets".into());
+            credential_args.push(dir.join("secrets").display().to_string());
+            credential_args.push("--placeholders".into());
+            credential_args.push(dir.join("placeholders").display().to_string());
+        }
         let proxy_addr = free_addr()?;
         let metrics_addr = free_addr()?;
         // BENCH_PROXY_BINARY runs another build (the previous head's) under
@@ -266,6 +309,7 @@ impl Bench {
             .arg("--upstream-ca")
             .arg(dir.join("upstream-ca.pem"))
             .args(["--identity", identity])
+            .args(&credential_args)
             .args([
                 "--resolve",
                 &format!("{HOST}:{}:127.0.0.1", upstream.port()),
@@ -451,6 +495,69 @@ fn latency_table(direct: &[Duration], proxied: &[Duration], targets: &str) {
     );
 }
 
+/// One GET of 1 KiB with an `authorization` header; checks the answer.
+async fn get_with(
+    sender: &mut SendRequest<Empty<Bytes>>,
+    authorization: &str,
+) -> anyhow::Result<()> {
+    sender.ready().await?;
+    let request = http::Request::get("/bytes/1024")
+        .header("host", HOST)
+        .header("authorization", authorization)
+        .body(Empty::new())?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    if status != 200 || body.len() != 1024 {
+        bail!(
+            "unexpected answer {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(())
+}
+
+/// Section 1c: the same GET through a proxy that holds [`CREDENTIAL`],
+/// carrying its placeholder (attached: replaced by the secret) and
+/// carrying a value of the same length that is none (judged without a
+/// credential), alternately on two keep-alive connections so that both
+/// see the same machine. (without, with) samples.
+async fn credential_latency(
+    bench: &Bench,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let placeholder = std::fs::read_to_string(bench.dir.join("placeholders").join(CREDENTIAL))
+        .context("the proxy wrote no placeholder")?;
+    let with = format!("Bearer {placeholder}");
+    let without = format!("Bearer {}", "x".repeat(placeholder.len()));
+    let mut plain = bench.http_client(true).await?;
+    let mut carrying = bench.http_client(true).await?;
+    for _ in 0..n.min(500) {
+        get_with(&mut plain, &without).await?;
+        get_with(&mut carrying, &with).await?;
+    }
+    let (mut bare, mut attached) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let start = Instant::now();
+        get_with(&mut plain, &without).await?;
+        bare.push(start.elapsed());
+        let start = Instant::now();
+        get_with(&mut carrying, &with).await?;
+        attached.push(start.elapsed());
+    }
+    bare.sort();
+    attached.sort();
+    let attached_total = bench
+        .metric(&format!(
+            "agentgate_proxy_credentials_total{{credential=\"{CREDENTIAL}\",outcome=\"attached\"}} "
+        ))
+        .await;
+    if attached_total < n as f64 {
+        bail!("the proxy attached the secret {attached_total} times, not {n}");
+    }
+    Ok((bare, attached))
+}
+
 async fn latency(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut sender = bench.http_client(proxied).await?;
     for _ in 0..n.min(500) {
@@ -531,7 +638,7 @@ async fn load(
             let mut generation = 1;
             while !stop.load(Ordering::Relaxed) {
                 let tmp = path.with_extension("tmp");
-                let _ = std::fs::write(&tmp, policy_text(rules, port, sink, generation));
+                let _ = std::fs::write(&tmp, policy_text(rules, port, sink, generation, false));
                 let _ = std::fs::rename(&tmp, &path);
                 generation += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -608,7 +715,7 @@ async fn tunnel_throughput(bench: &Bench, proxied: bool, bytes: usize) -> anyhow
 }
 
 fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
-    let text = policy_text(sizes.rules, 8443, 9000, 0);
+    let text = policy_text(sizes.rules, 8443, 9000, 0, false);
     let rounds = 5;
     let start = Instant::now();
     let mut compiled = None;
@@ -637,6 +744,7 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
             8443,
             "GET",
             std::hint::black_box(path),
+            None,
         );
         if verdict.is_ok() != (i % 2 == 0) {
             bail!("wrong decision for {path}");
@@ -653,6 +761,7 @@ fn in_process(sizes: &Sizes) -> anyhow::Result<(f64, f64, f64)> {
             8443,
             "GET",
             "/x",
+            None,
         ));
     }
     let miss_us = start.elapsed().as_secs_f64() * 1e6 / sizes.decisions as f64;
@@ -696,7 +805,7 @@ async fn idle_connections(bench: &Bench, pid: u32, sizes: &Sizes) -> anyhow::Res
 
 async fn run() -> anyhow::Result<()> {
     let sizes = sizes();
-    let bench = Bench::start(&sizes, "proc", false).await?;
+    let bench = Bench::start(&sizes, "proc", false, false).await?;
     let pid = bench.proxy.id();
     let rss_start = proc_rss_mib(pid);
     println!(
@@ -730,6 +839,41 @@ async fn run() -> anyhow::Result<()> {
         return Ok(());
     }
 
+    // An older build (BENCH_PROXY_BINARY) knows no credential flags.
+    if std::env::var_os("BENCH_PROXY_BINARY").is_none() {
+        let credentialed = Bench::start(&sizes, "proc", false, true).await?;
+        let (bare, attached) = credential_latency(&credentialed, sizes.latency_requests).await?;
+        drop(credentialed);
+        println!(
+            "1c. keep-alive HTTPS GET carrying a bound credential's placeholder (replaced by the secret) beside the same GET without one, {} each, alternating",
+            sizes.latency_requests
+        );
+        println!(
+            "   {:<26} {:>10} {:>10} {:>10}",
+            "", "p50 µs", "p90 µs", "p99 µs"
+        );
+        for (name, samples) in [
+            ("without a credential", &bare),
+            ("with the credential", &attached),
+        ] {
+            println!(
+                "   {:<26} {:>10.0} {:>10.0} {:>10.0}",
+                name,
+                micros(percentile(samples, 0.5)),
+                micros(percentile(samples, 0.9)),
+                micros(percentile(samples, 0.99))
+            );
+        }
+        println!(
+            "   {:<26} {:>10.1} {:>10.1} {:>10.1}   (target: p99 ≤ 20)",
+            "added by the credential",
+            micros(percentile(&attached, 0.5)) - micros(percentile(&bare, 0.5)),
+            micros(percentile(&attached, 0.9)) - micros(percentile(&bare, 0.9)),
+            micros(percentile(&attached, 0.99)) - micros(percentile(&bare, 0.99)),
+        );
+        println!();
+    }
+
     let (direct_rps, direct_failed, _, _) = load(&bench, false, &sizes, false).await?;
     let (proxy_rps, proxy_failed, proxy_cores, _) = load(&bench, true, &sizes, false).await?;
     let (reload_rps, reload_failed, _, reloads) = load(&bench, true, &sizes, true).await?;
@@ -758,7 +902,7 @@ async fn run() -> anyhow::Result<()> {
 
     let direct_new = new_connections(&bench, false, sizes.new_connections).await?;
     let proxied_new = new_connections(&bench, true, sizes.new_connections).await?;
-    let anonymous = Bench::start(&sizes, "none", false).await?;
+    let anonymous = Bench::start(&sizes, "none", false, false).await?;
     let proxied_none = new_connections(&anonymous, true, sizes.new_connections).await?;
     drop(anonymous);
     // As in the Pod: another uid, so every process is inspected through
@@ -766,7 +910,7 @@ async fn run() -> anyhow::Result<()> {
     let as_root = std::fs::read_to_string("/proc/self/status")
         .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")));
     let proxied_pod = if as_root {
-        let pod = Bench::start(&sizes, "proc", true).await?;
+        let pod = Bench::start(&sizes, "proc", true, false).await?;
         let times = new_connections(&pod, true, sizes.new_connections).await?;
         drop(pod);
         Some(times)

@@ -56,6 +56,8 @@ pub struct Harness {
     pub sandbox_ca: PathBuf,
     pub upstream_ca: PathBuf,
     pub policy_path: PathBuf,
+    /// The proxy's RUST_LOG (`info` unless a test wants more).
+    pub rust_log: String,
     proxy: Option<Child>,
     log: PathBuf,
 }
@@ -85,6 +87,7 @@ impl Harness {
             upstream_ca: dir.join("upstream-ca.pem"),
             policy_path: dir.join("policy/policy.yaml"),
             log: dir.join("proxy.log"),
+            rust_log: "info".into(),
             dir,
             proxy: None,
         }
@@ -140,7 +143,7 @@ impl Harness {
         let log = std::fs::File::create(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_agentgate-proxy"))
             .args(&args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", &self.rust_log)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -154,6 +157,14 @@ impl Harness {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("the proxy did not start:\n{}", self.proxy_log());
+    }
+
+    /// Stops the proxy (a restart then calls [`Harness::start_proxy`]).
+    pub fn stop_proxy(&mut self) {
+        if let Some(mut child) = self.proxy.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     pub fn proxy_log(&self) -> String {

@@ -4,6 +4,9 @@ network namespace (so the in-process Rust upstream cannot serve there).
 
 usage: upstream.py ADDR PORT [CERT KEY]   (with CERT and KEY: HTTPS)
 Answers every GET/POST/DELETE with JSON {"path": ..., "upstream": "direct"}.
+A request carrying an Authorization header is logged as
+`AUTH METHOD PATH VALUE` on stdout: the credential tests read what the
+upstream really received (docs/policy-semantics.md §9).
 """
 import json
 import ssl
@@ -32,6 +35,9 @@ class Echo(BaseHTTPRequestHandler):
 
     def answer(self):
         self.read_body()
+        authorization = self.headers.get("Authorization")
+        if authorization is not None:
+            print(f"AUTH {self.command} {self.path} {authorization}", flush=True)
         body = json.dumps({"path": self.path, "method": self.command, "upstream": "direct"}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

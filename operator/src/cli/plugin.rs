@@ -4,8 +4,8 @@
 //!   status subresource (server-side apply, field manager
 //!   `kubectl-agentgate`); the webhook lets it through only for users who
 //!   hold the `approve` verb and did not make the request.
-//! - `why NAME`: verdict, reason, counterexample, new authority, cost and
-//!   proof record of a proposal.
+//! - `why NAME`: verdict, reason, counterexample, new authority, the
+//!   credential reach of what it adds, cost and proof record of a proposal.
 //! - `export SANDBOX`: the committed effective policy as an AgentSandbox
 //!   manifest, to promote runtime-approved grants into git.
 //! - `lineage SANDBOX`: what the sandbox's agent did in its session, as its
@@ -394,6 +394,28 @@ pub fn explain(proposal: &PolicyProposal) -> String {
             &mut out,
         );
     }
+    // Where the proposal would attach each credential it binds
+    // (docs/policy-semantics.md §9).
+    let reach: Vec<String> = proposal
+        .spec
+        .add
+        .iter()
+        .flat_map(|add| &add.network)
+        .filter(|rule| !rule.credentials.is_empty())
+        .flat_map(|rule| {
+            let credentials = rule.credentials.join(", ");
+            agentgate_governance::credentials::reach_lines(rule)
+                .into_iter()
+                .map(move |line| format!("{credentials}: {line}"))
+        })
+        .collect();
+    for (i, line) in reach.into_iter().enumerate() {
+        field(
+            if i == 0 { "credential reach:" } else { "" },
+            line,
+            &mut out,
+        );
+    }
     if let Some(cost) = status.cost {
         let items: Vec<String> = status
             .cost_breakdown
@@ -651,5 +673,22 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn why_shows_where_a_proposal_attaches_its_credentials() {
+        let mut p: PolicyProposal = serde_saphyr::from_str(include_str!(
+            "../../../examples/credentials/widen-comments.yaml"
+        ))
+        .unwrap();
+        p.status = Some(PolicyProposalStatus {
+            verdict: Some(agentgate_api::verdict::Decision::Reject),
+            ..PolicyProposalStatus::default()
+        });
+        let text = explain(&p);
+        assert!(
+            text.contains("credential reach: github-token: gh-comments: POST api.github.com:443/repos/acme/*/issues/*/comments by /usr/bin/gh"),
+            "{text}"
+        );
     }
 }

@@ -278,7 +278,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         .unwrap();
     assert_eq!(
         shape.trim(),
-        r#"true agentgate-init agentgate-proxy Always ["/agentgate/bin/agentgate-exec","--policy","/agentgate/policy/policy.yaml","--policy-mount","/agentgate","--proxy-uid","1337","--","/app/agent"]"#
+        r#"true agentgate-init agentgate-proxy Always ["/agentgate/bin/agentgate-exec","--policy","/agentgate/policy/policy.yaml","--policy-mount","/agentgate","--proxy-uid","1337","--placeholders","/agentgate/placeholders","--","/app/agent"]"#
     );
     let secret = cp
         .run(&[

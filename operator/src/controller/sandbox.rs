@@ -594,6 +594,33 @@ fn desired_status(observed: &Observed<'_>) -> DesiredStatus {
     }
 }
 
+/// Sets a domain condition and, when it changes, announces it as an Event:
+/// Normal when it turns True, Warning otherwise.
+fn announce_condition(
+    status: &mut AgentSandboxStatus,
+    (type_, value, reason, message): (&str, Status, &'static str, String),
+    generation: Option<i64>,
+    time: &Time,
+    events: &mut Vec<super::Note>,
+) {
+    if conditions::set(
+        &mut status.conditions,
+        type_,
+        value,
+        reason,
+        &message,
+        generation,
+        time,
+    ) {
+        let event = if value == Status::True {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        events.push((event, reason, message));
+    }
+}
+
 /// How soon a sandbox with an unavailable credential looks at its Secrets
 /// again (they are read, not watched).
 const CREDENTIAL_RECHECK: Duration = Duration::from_secs(30);
@@ -639,22 +666,13 @@ fn set_credentials(
             ),
         )
     };
-    if conditions::set(
-        &mut status.conditions,
-        "CredentialsAvailable",
-        value,
-        reason,
-        &message,
+    announce_condition(
+        status,
+        ("CredentialsAvailable", value, reason, message),
         generation,
         time,
-    ) {
-        let type_ = if value == Status::True {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        events.push((type_, reason, message));
-    }
+        events,
+    );
     (value != Status::True).then_some(CREDENTIAL_RECHECK)
 }
 
@@ -743,22 +761,13 @@ fn set_findings(
             (Status::Unknown, "AssessmentFailed", message.clone())
         }
     };
-    if conditions::set(
-        &mut status.conditions,
-        "FindingsClear",
-        value,
-        reason,
-        &message,
+    announce_condition(
+        status,
+        ("FindingsClear", value, reason, message),
         generation,
         time,
-    ) {
-        let type_ = if value == Status::True {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        events.push((type_, reason, message));
-    }
+        events,
+    );
     match assessment {
         FindingsAssessment::Failed(_) => Duration::from_secs(10),
         FindingsAssessment::Assessed { at, .. } => next_expiry(accepted, *at)

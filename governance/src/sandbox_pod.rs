@@ -495,21 +495,7 @@ pub fn credential_exposures(spec: &PodSpec, credentials: &[Credential], at: &str
         if volume.name == CREDENTIALS_VOLUME {
             continue;
         }
-        let direct = volume
-            .secret
-            .as_ref()
-            .and_then(|s| s.secret_name.as_deref())
-            .filter(|n| secrets.contains(n));
-        let projected = volume
-            .projected
-            .as_ref()
-            .and_then(|p| p.sources.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|source| source.secret.as_ref())
-            .map(|s| s.name.as_str())
-            .find(|n| secrets.contains(n));
-        if let Some(secret) = direct.or(projected) {
+        if let Some(secret) = volume_secrets(volume).find(|n| secrets.contains(n)) {
             out.push(format!(
                 "{at}.volumes[{i}] ({:?}) mounts Secret {secret:?}, which holds a credential of the sandbox: only the proxy may read it; the agent gets a placeholder",
                 volume.name
@@ -651,18 +637,24 @@ fn exec_handlers(container: &Container) -> Vec<&'static str> {
 /// proxy may hold), directly or projected.
 fn reads_ca_secret(volume: &Volume, sandbox: &str) -> bool {
     let ca = ca_secret_name(sandbox);
+    volume_secrets(volume).any(|name| name == ca)
+}
+
+/// The Secrets a volume reads, directly or projected.
+fn volume_secrets(volume: &Volume) -> impl Iterator<Item = &str> {
     let direct = volume
         .secret
         .as_ref()
-        .is_some_and(|s| s.secret_name.as_deref() == Some(ca.as_str()));
+        .and_then(|s| s.secret_name.as_deref());
     let projected = volume
         .projected
         .as_ref()
         .and_then(|p| p.sources.as_ref())
         .into_iter()
         .flatten()
-        .any(|source| source.secret.as_ref().is_some_and(|s| s.name == ca));
-    direct || projected
+        .filter_map(|source| source.secret.as_ref())
+        .map(|s| s.name.as_str());
+    direct.into_iter().chain(projected)
 }
 
 /// Whether a volume projects a token for the approval service: only the

@@ -17,6 +17,10 @@
 
 use serde_json::{Map, Value};
 
+use crate::action::check_credential_name;
+use crate::credentials::{
+    Attach, Credential, HeaderAttach, Placeholder, QueryAttach, SecretKeyRef,
+};
 use crate::error::{Reason, ReasonCode};
 use crate::mcp_messages::SESSION_METHODS;
 use crate::model::{
@@ -489,6 +493,30 @@ fn mcp_endpoint(
     Ok(())
 }
 
+/// The paths of an OpenShell `binaries` list: entries `{path, harness}`,
+/// or (a provider profile's form) bare paths when `bare` is true.
+fn binary_paths(value: Option<&Value>, field: &str, bare: bool) -> Result<Vec<String>, Reason> {
+    let mut paths = Vec::new();
+    for (i, b) in value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{field}[{i}]");
+        if let (true, Value::String(path)) = (bare, b) {
+            paths.push(path.clone());
+            continue;
+        }
+        let map = object(b, &at)?;
+        check_keys(map, &at, &["path", "harness"])?;
+        let path = str_field(map, "path", &at)?
+            .ok_or_else(|| unsupported(format!("{at}.path"), "a binary path is required"))?;
+        paths.push(path.to_string());
+    }
+    Ok(paths)
+}
+
 /// Converts an OpenShell policy (parsed YAML). `workdir` is the sandbox
 /// working directory, needed when `include_workdir` is in effect.
 pub fn import(value: &Value, workdir: Option<&str>) -> Result<Imported, Reason> {
@@ -575,22 +603,7 @@ pub fn import(value: &Value, workdir: Option<&str>) -> Result<Imported, Reason> 
             let name = str_field(map, "name", &at)?
                 .filter(|n| !n.is_empty())
                 .unwrap_or(key);
-            let mut binaries = Vec::new();
-            for (i, b) in map
-                .get("binaries")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let bat = format!("{at}.binaries[{i}]");
-                let bmap = object(b, &bat)?;
-                check_keys(bmap, &bat, &["path", "harness"])?;
-                let path = str_field(bmap, "path", &bat)?.ok_or_else(|| {
-                    unsupported(format!("{bat}.path"), "a binary path is required")
-                })?;
-                binaries.push(path.to_string());
-            }
+            let binaries = binary_paths(map.get("binaries"), &format!("{at}.binaries"), false)?;
             if binaries.is_empty() {
                 notes.push(format!(
                     "{at}: no binaries, so OpenShell allows nothing under it; dropped"
@@ -622,6 +635,326 @@ pub fn import(value: &Value, workdir: Option<&str>) -> Result<Imported, Reason> 
             network,
         },
         notes,
+    })
+}
+
+/// An OpenShell provider profile as a sandbox's credentials and the rules
+/// that bind them: the sandbox spec's `credentials` and `policy.network`
+/// entries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedProvider {
+    /// One declaration per credential of the profile.
+    pub credentials: Vec<Credential>,
+    /// The profile's inspected endpoints, bound to every credential of the
+    /// profile, and (when there are any) its uninspected ones, unbound.
+    pub rules: Vec<NetworkRule>,
+    /// Shape changes a reviewer should know about.
+    pub notes: Vec<String>,
+}
+
+/// Endpoint fields of a provider profile that change how the credential
+/// travels in ways agentgate does not model, with why.
+const PROVIDER_ENDPOINT_UNMODELLED: &[(&str, &str)] = &[
+    (
+        "credential_signing",
+        "request signing (such as AWS SigV4) is not modelled: agentgate attaches a secret, it does not sign requests",
+    ),
+    (
+        "signing_service",
+        "request signing (such as AWS SigV4) is not modelled: agentgate attaches a secret, it does not sign requests",
+    ),
+    (
+        "signing_region",
+        "request signing (such as AWS SigV4) is not modelled: agentgate attaches a secret, it does not sign requests",
+    ),
+    (
+        "request_body_credential_rewrite",
+        "agentgate never rewrites a placeholder in a body: a placeholder there is refused as misuse",
+    ),
+    (
+        "websocket_credential_rewrite",
+        "WebSocket endpoints are not modelled",
+    ),
+];
+
+/// Converts an OpenShell provider profile (parsed YAML). The provider's
+/// values come from the Secret `secret` in the sandbox's namespace, one key
+/// per credential named like its first environment variable, as
+/// `openshell provider create --credential KEY=VALUE` stores them.
+///
+/// OpenShell attaches a provider's credential only to requests its network
+/// policy allows *and* whose binary and endpoint the profile names, so the
+/// profile becomes one rule: its binaries, its endpoints, every credential
+/// of the profile bound to them. Endpoints OpenShell does not inspect
+/// (`tcp`, or `rest` in audit) become a second rule without credentials:
+/// binding a credential there would let it reach every request of the
+/// endpoint (docs/policy-semantics.md §9), so importing it bound would
+/// widen what OpenShell's profile says.
+pub fn import_provider(value: &Value, secret: &str) -> Result<ImportedProvider, Reason> {
+    let top = object(value, "(profile)")?;
+    check_keys(
+        top,
+        "(profile)",
+        &[
+            "id",
+            "resource_version",
+            "annotations",
+            "display_name",
+            "description",
+            "category",
+            "credentials",
+            "endpoints",
+            "binaries",
+            "inference_capable",
+            "discovery",
+        ],
+    )?;
+    let id = str_field(top, "id", "(profile)")?
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| unsupported("id", "a provider profile needs an id"))?;
+    if check_credential_name(id).is_err() {
+        return Err(unsupported(
+            "id",
+            format!("{id:?} is not lower-case kebab-case"),
+        ));
+    }
+    let mut notes = Vec::new();
+    let mut credentials = Vec::new();
+    let list = match top.get("credentials") {
+        Some(list) => list
+            .as_array()
+            .ok_or_else(|| unsupported("credentials", "expected a list"))?
+            .as_slice(),
+        None => &[],
+    };
+    if list.is_empty() {
+        return Err(unsupported(
+            "credentials",
+            "the profile declares no credential; import its endpoints as a policy instead",
+        ));
+    }
+    for (i, c) in list.iter().enumerate() {
+        credentials.push(provider_credential(c, i, id, secret, &mut notes)?);
+    }
+
+    let binaries = binary_paths(top.get("binaries"), "binaries", true)?;
+    if binaries.is_empty() {
+        return Err(unsupported(
+            "binaries",
+            "OpenShell attaches the credential for no binary; agentgate would read an empty list as any binary",
+        ));
+    }
+
+    let mut inspected = Vec::new();
+    let mut uninspected = Vec::new();
+    for (i, e) in top
+        .get("endpoints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("endpoints[{i}]");
+        for (key, why) in PROVIDER_ENDPOINT_UNMODELLED {
+            let set = object(e, &at)?
+                .get(*key)
+                .is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false)));
+            if set {
+                return Err(unsupported(format!("{at}.{key}"), *why));
+            }
+        }
+        let mut endpoint_value = e.clone();
+        if let Some(map) = endpoint_value.as_object_mut() {
+            for (key, _) in PROVIDER_ENDPOINT_UNMODELLED {
+                map.remove(*key);
+            }
+        }
+        let converted = endpoint(&endpoint_value, &at, &mut notes)?;
+        if converted.protocol == Protocol::L4 {
+            notes.push(format!(
+                "{at}: not inspected, so the credential is not attached there; bind it yourself with allowUninspectedCredentials: true if it must reach every request of {}",
+                converted.host
+            ));
+            uninspected.push(converted);
+        } else {
+            inspected.push(converted);
+        }
+    }
+    if inspected.is_empty() && uninspected.is_empty() {
+        return Err(unsupported(
+            "endpoints",
+            "the profile names no endpoint, so OpenShell attaches its credentials nowhere",
+        ));
+    }
+    let names: Vec<String> = credentials.iter().map(|c| c.name.clone()).collect();
+    let mut rules = Vec::new();
+    if !inspected.is_empty() {
+        rules.push(NetworkRule {
+            name: format!("provider-{id}"),
+            binaries: binaries.clone(),
+            endpoints: inspected,
+            credentials: names,
+            ..NetworkRule::default()
+        });
+    }
+    if !uninspected.is_empty() {
+        rules.push(NetworkRule {
+            name: format!("provider-{id}-uninspected"),
+            binaries,
+            endpoints: uninspected,
+            ..NetworkRule::default()
+        });
+    }
+    Ok(ImportedProvider {
+        credentials,
+        rules,
+        notes,
+    })
+}
+
+/// One credential of a provider profile (`credentials[i]`).
+fn provider_credential(
+    value: &Value,
+    i: usize,
+    id: &str,
+    secret: &str,
+    notes: &mut Vec<String>,
+) -> Result<Credential, Reason> {
+    let at = format!("credentials[{i}]");
+    let map = object(value, &at)?;
+    check_keys(
+        map,
+        &at,
+        &[
+            "name",
+            "description",
+            "env_vars",
+            "required",
+            "auth_style",
+            "header_name",
+            "query_param",
+            "path_template",
+            "refresh",
+            "token_grant",
+        ],
+    )?;
+    let name = str_field(map, "name", &at)?
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| unsupported(format!("{at}.name"), "a credential name is required"))?;
+    // Ours are DNS labels, unique in the sandbox: the profile id keeps two
+    // providers' `api_key`s apart.
+    let ours = format!("{id}-{}", name.to_ascii_lowercase().replace('_', "-"));
+    if check_credential_name(&ours).is_err() {
+        return Err(unsupported(
+            format!("{at}.name"),
+            format!("{id}-{name} cannot be made a DNS label"),
+        ));
+    }
+    if map.get("token_grant").is_some_and(|v| !v.is_null()) {
+        return Err(unsupported(
+            format!("{at}.token_grant"),
+            "token exchange mints a different value per audience; agentgate attaches one Secret value",
+        ));
+    }
+    if map.get("required") == Some(&Value::Bool(false)) {
+        notes.push(format!(
+            "{at}.required: false: agentgate declares it all the same; until the Secret has the key the sandbox is Ready=False (CredentialUnavailable) and requests needing it are refused"
+        ));
+    }
+    if map.get("refresh").is_some_and(|v| !v.is_null()) {
+        notes.push(format!(
+            "{at}.refresh: the gateway's token refresh is not imported; keep the Secret current (such as with an external secrets operator): the proxy picks up a new value without a restart"
+        ));
+    }
+    let envs = string_list(map.get("env_vars"), &format!("{at}.env_vars"))?;
+    let Some(env) = envs.first() else {
+        return Err(unsupported(
+            format!("{at}.env_vars"),
+            "a credential without env_vars gives the agent no placeholder",
+        ));
+    };
+    if envs.len() > 1 {
+        let rest = &envs[1..];
+        notes.push(format!(
+            "{at}.env_vars: the placeholder is in {env} only; {} {} unset",
+            rest.join(", "),
+            if rest.len() == 1 { "stays" } else { "stay" }
+        ));
+    }
+    let header_name = str_field(map, "header_name", &at)?.unwrap_or("").trim();
+    let style = str_field(map, "auth_style", &at)?
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let attach = match style.as_str() {
+        "bearer" | "header" => {
+            if header_name.is_empty() {
+                return Err(unsupported(
+                    format!("{at}.header_name"),
+                    format!("header_name is required for {style} auth"),
+                ));
+            }
+            Attach {
+                header: Some(HeaderAttach {
+                    name: header_name.to_string(),
+                    format: (style == "bearer").then(|| "Bearer {}".to_string()),
+                }),
+                ..Attach::default()
+            }
+        }
+        "query" => {
+            let param = str_field(map, "query_param", &at)?
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    unsupported(
+                        format!("{at}.query_param"),
+                        "query_param is required for query auth",
+                    )
+                })?;
+            Attach {
+                query: Some(QueryAttach {
+                    name: param.to_string(),
+                }),
+                ..Attach::default()
+            }
+        }
+        "basic" => {
+            return Err(unsupported(
+                format!("{at}.auth_style"),
+                "basic auth's user name is not in the profile; declare the credential with attach.basic.username yourself",
+            ));
+        }
+        "path" => {
+            return Err(unsupported(
+                format!("{at}.auth_style"),
+                "a secret in the request path is not modelled (it would be logged and matched as a path)",
+            ));
+        }
+        "" => {
+            return Err(unsupported(
+                format!("{at}.auth_style"),
+                "without auth_style OpenShell rewrites the placeholder wherever it appears; agentgate attaches a secret in one declared form: give bearer, header or query",
+            ));
+        }
+        other => {
+            return Err(unsupported(
+                format!("{at}.auth_style"),
+                format!("auth_style {other} is not modelled"),
+            ));
+        }
+    };
+    Ok(Credential {
+        name: ours,
+        secret_ref: SecretKeyRef {
+            name: secret.to_string(),
+            key: env.clone(),
+        },
+        placeholder: Placeholder {
+            env: Some(env.clone()),
+            file: None,
+        },
+        attach,
     })
 }
 
@@ -773,6 +1106,156 @@ mod tests {
                 "enforcement: enforce\n        rules: [{allow: {method: tools/call}}]\n"
             )),
             format!("{at}.path")
+        );
+    }
+
+    const PROFILE: &str = "id: github\ndisplay_name: GitHub\ncategory: source_control\ncredentials:\n  - name: api_token\n    env_vars: [GITHUB_TOKEN, GH_TOKEN]\n    required: true\n    auth_style: bearer\n    header_name: authorization\ndiscovery: {credentials: [api_token]}\nendpoints:\n  - {host: api.github.com, port: 443, protocol: rest, access: read-only, enforcement: enforce}\n  - {host: codeload.github.com, port: 443}\nbinaries: [/usr/bin/gh]\n";
+
+    #[test]
+    fn a_provider_binds_its_credential_to_its_inspected_endpoints_and_binaries_only() {
+        let out = import_provider(&yaml(PROFILE), "openshell-github").unwrap();
+        assert_eq!(out.credentials.len(), 1);
+        let c = &out.credentials[0];
+        assert_eq!(c.name, "github-api-token");
+        assert_eq!(
+            (c.secret_ref.name.as_str(), c.secret_ref.key.as_str()),
+            ("openshell-github", "GITHUB_TOKEN")
+        );
+        assert_eq!(c.placeholder.env.as_deref(), Some("GITHUB_TOKEN"));
+        assert_eq!(
+            c.attach_form().unwrap(),
+            crate::credentials::AttachForm::Header {
+                name: "authorization".into(),
+                prefix: "Bearer ".into(),
+                suffix: String::new()
+            }
+        );
+        assert!(out.notes.iter().any(|n| n.contains("GH_TOKEN stays unset")));
+        assert!(
+            out.notes
+                .iter()
+                .any(|n| n.contains("endpoints[1]: not inspected"))
+        );
+
+        let policy = PolicyDocument {
+            network: out.rules,
+            ..PolicyDocument::default()
+        };
+        let compiled = crate::compile::compile(
+            &policy,
+            crate::compile::Role::Sandbox,
+            &crate::compile::Limits::default(),
+        )
+        .unwrap();
+        crate::credentials::check("credentials", &out.credentials, &compiled, "policy.").unwrap();
+        let request = |binary: &str, host: &str, method: &str, credential: Option<&str>| {
+            let layer = if host == "api.github.com" {
+                crate::action::Layer::Rest
+            } else {
+                crate::action::Layer::L4
+            };
+            let rest = layer == crate::action::Layer::Rest;
+            crate::matcher::decide_network(
+                &compiled,
+                &crate::action::NetworkAction {
+                    binary: binary.into(),
+                    host: host.into(),
+                    port: 443,
+                    layer,
+                    method: if rest { method.into() } else { String::new() },
+                    path: if rest {
+                        "/repos/acme/x".into()
+                    } else {
+                        String::new()
+                    },
+                    credential: credential.map(str::to_string),
+                },
+            )
+            .allow
+        };
+        let token = Some("github-api-token");
+        // Where OpenShell would attach it: the profile's binary, an
+        // inspected endpoint, a request the access preset allows.
+        assert!(request("/usr/bin/gh", "api.github.com", "GET", token));
+        // Nowhere else: not a write, not another binary, not the
+        // uninspected endpoint (reachable there without the credential).
+        assert!(!request("/usr/bin/gh", "api.github.com", "POST", token));
+        assert!(!request("/usr/bin/curl", "api.github.com", "GET", token));
+        assert!(!request("/usr/bin/gh", "codeload.github.com", "", token));
+        assert!(request("/usr/bin/gh", "codeload.github.com", "", None));
+    }
+
+    #[test]
+    fn provider_fields_agentgate_cannot_represent_are_errors_naming_the_field() {
+        let field = |text: &str| {
+            import_provider(&yaml(text), "s")
+                .unwrap_err()
+                .field
+                .unwrap()
+        };
+        for (from, to, at) in [
+            (
+                "auth_style: bearer",
+                "auth_style: basic",
+                "credentials[0].auth_style",
+            ),
+            (
+                "auth_style: bearer",
+                "auth_style: path",
+                "credentials[0].auth_style",
+            ),
+            ("    auth_style: bearer\n", "", "credentials[0].auth_style"),
+            (
+                "header_name: authorization",
+                "header_name: ''",
+                "credentials[0].header_name",
+            ),
+            (
+                "env_vars: [GITHUB_TOKEN, GH_TOKEN]",
+                "env_vars: []",
+                "credentials[0].env_vars",
+            ),
+            (
+                "required: true",
+                "token_grant: {token_endpoint: https://sts.example/token}",
+                "credentials[0].token_grant",
+            ),
+            ("binaries: [/usr/bin/gh]", "binaries: []", "binaries"),
+            (
+                "enforcement: enforce}",
+                "enforcement: enforce, credential_signing: aws-sigv4}",
+                "endpoints[0].credential_signing",
+            ),
+            (
+                "enforcement: enforce}",
+                "enforcement: enforce, request_body_credential_rewrite: true}",
+                "endpoints[0].request_body_credential_rewrite",
+            ),
+            (
+                "protocol: rest,",
+                "protocol: graphql,",
+                "endpoints[0].protocol",
+            ),
+            ("id: github", "id: GitHub", "id"),
+        ] {
+            assert!(PROFILE.contains(from), "{from}");
+            assert_eq!(field(&PROFILE.replace(from, to)), at, "{to}");
+        }
+        // The gateway's refresh is noted, not an error: the binding is the same.
+        let refreshed = PROFILE.replace(
+            "required: true",
+            "required: true\n    refresh: {strategy: oauth2_client_credentials}",
+        );
+        let out = import_provider(&yaml(&refreshed), "s").unwrap();
+        assert!(out.notes.iter().any(|n| n.contains("refresh")));
+        let query = PROFILE.replace(
+            "auth_style: bearer\n    header_name: authorization",
+            "auth_style: query\n    query_param: key",
+        );
+        let out = import_provider(&yaml(&query), "s").unwrap();
+        assert_eq!(
+            out.credentials[0].attach_form().unwrap(),
+            crate::credentials::AttachForm::Query { name: "key".into() }
         );
     }
 

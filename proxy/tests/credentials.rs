@@ -42,6 +42,13 @@ network:
         protocol: mcp
         path: /mcp
         tools: [{name: get_balance}]
+  - name: raw-uninspected
+    binaries: [{CURL}]
+    credentials: [github-token]
+    allowUninspectedCredentials: true
+    endpoints:
+      - host: raw.example.test
+        ports: [{PORT}]
   - name: bank-anonymous
     binaries: [{CURL}]
     endpoints:
@@ -342,6 +349,42 @@ fn the_secret_reaches_only_bound_requests_and_never_the_agent_or_the_logs() {
         "{answer}"
     );
     assert_eq!(received("/mcp").len(), before + 2);
+
+    // An l4 endpoint bound with allowUninspectedCredentials: the proxy
+    // inspects the connection instead of tunnelling it, so it can attach
+    // the secret, and the credential reaches every request of the endpoint
+    // (§9.3), any method and path; a placeholder outside its form is still
+    // misuse there.
+    for (method, path) in [
+        ("GET", "/record/l4/read"),
+        ("DELETE", "/record/l4/any/path"),
+    ] {
+        let url = c.h.url("raw.example.test", path);
+        let (status, _) = c.curl(&["-X", method, "-H", &bearer, &url]);
+        assert_eq!(status, 200, "{method} {path}\n{}", c.h.proxy_log());
+        let got = received(path);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            header(&got[0], "authorization"),
+            Some(format!("Bearer {GH_SECRET}").as_bytes()),
+            "{method} {path}"
+        );
+    }
+    let url = c.h.url("raw.example.test", "/record/l4/misuse");
+    let (status, refusal) = c.curl(&["-H", &token, &url]);
+    assert_eq!(
+        (status, refusal["code"].as_str()),
+        (403, Some("credential_misuse")),
+        "{refusal}"
+    );
+    assert!(received("/record/l4/misuse").is_empty());
+    // Without a placeholder the endpoint is plain l4, as before.
+    let (status, _) = c.curl(&[&c.h.url("raw.example.test", "/record/l4/bare")]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&received("/record/l4/bare")[0], "authorization"),
+        None
+    );
 
     // Rotation: the kubelet swaps the file; the next request carries the
     // new secret, without a restart.

@@ -22,7 +22,9 @@ use agentgate_trifecta::{Channel, Finding, Graph};
 /// `layer` (default `rest`), `method` and `path`; a filesystem action gives
 /// `access` and `path`; an MCP action (docs/policy-semantics.md §8.1), for
 /// tools that run inside the agent, gives `binary`, `host`, `port`, `path`
-/// (the server's), `call`, `name` and `arguments`.
+/// (the server's), `call`, `name` and `arguments`. A network or MCP action
+/// may name the `credential` it would carry (docs/policy-semantics.md §9):
+/// it is then allowed only where a rule binding that credential allows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideRequest {
@@ -60,6 +62,9 @@ pub struct DecideRequest {
     /// The call's arguments (MCP; none when absent).
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The sandbox credential the action carries (network and MCP).
+    #[serde(default)]
+    pub credential: Option<String>,
 }
 
 impl DecideRequest {
@@ -74,7 +79,7 @@ impl DecideRequest {
             layer: self.layer.unwrap_or(Layer::Rest),
             method: self.method.clone().unwrap_or_default(),
             path: self.path.clone().unwrap_or_default(),
-            credential: None,
+            credential: self.credential.clone(),
         })
     }
 
@@ -90,7 +95,7 @@ impl DecideRequest {
             name: self.name.clone()?,
             args: self.arguments.clone().unwrap_or_default(),
             sources: None,
-            credential: None,
+            credential: self.credential.clone(),
         })
     }
 }
@@ -225,6 +230,11 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
         return DecideResponse::deny("name and arguments belong to an MCP action: give call too");
     }
     if let Some(access) = request.access {
+        if request.credential.is_some() {
+            return DecideResponse::deny(
+                "a filesystem action carries no credential: credentials travel on requests",
+            );
+        }
         let Some(path) = request.path.clone() else {
             return DecideResponse::deny("a filesystem action needs a path");
         };
@@ -309,8 +319,13 @@ impl CompiledPolicies {
 mod tests {
     use super::*;
 
+    fn compiled(text: &str) -> CompiledPolicy {
+        let doc: PolicyDocument = serde_saphyr::from_str(text).unwrap();
+        compile(&doc, Role::Sandbox, &Limits::default()).unwrap()
+    }
+
     fn policy() -> CompiledPolicy {
-        let doc: PolicyDocument = serde_saphyr::from_str(
+        compiled(
             r#"
 filesystem: {readOnly: [/app], readWrite: [/sandbox]}
 network:
@@ -326,8 +341,6 @@ network:
           - {methods: [GET], path: "/repos/acme/secret/**"}
 "#,
         )
-        .unwrap();
-        compile(&doc, Role::Sandbox, &Limits::default()).unwrap()
     }
 
     fn request(method: &str, path: &str) -> DecideRequest {
@@ -374,6 +387,50 @@ network:
     }
 
     #[test]
+    fn a_credential_is_allowed_only_where_a_rule_binding_it_allows_the_action() {
+        let p = compiled(
+            r#"
+network:
+  - name: anonymous
+    binaries: [/usr/local/bin/agent]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET, POST], path: "/repos/**"}]}
+  - name: token-reads
+    binaries: [/usr/local/bin/agent]
+    credentials: [github-token]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: "/repos/acme/**"}]}
+"#,
+        );
+        let with = |method: &str, path: &str, credential: &str| DecideRequest {
+            credential: Some(credential.into()),
+            ..request(method, path)
+        };
+        let read = decide_action(&p, &with("GET", "/repos/acme/x", "github-token"));
+        assert!(read.allow, "{}", read.reason);
+        assert_eq!(read.rule.as_deref(), Some("token-reads"));
+        // The anonymous rule allows the write bare, not with the token.
+        assert!(decide_action(&p, &request("POST", "/repos/acme/x")).allow);
+        let write = decide_action(&p, &with("POST", "/repos/acme/x", "github-token"));
+        assert!(!write.allow);
+        assert!(
+            write.reason.contains("with credential github-token"),
+            "{}",
+            write.reason
+        );
+        assert!(!decide_action(&p, &with("GET", "/repos/acme/x", "other-token")).allow);
+        let bad = decide_action(&p, &with("GET", "/repos/acme/x", "Not_A_Label"));
+        assert!(
+            bad.reason.contains("not a canonical action"),
+            "{}",
+            bad.reason
+        );
+        let mut file = with("", "/sandbox/x", "github-token");
+        file.access = Some(Access::Read);
+        assert!(!decide_action(&p, &file).allow);
+    }
+
+    #[test]
     fn filesystem_actions() {
         let p = policy();
         let mut r = request("", "/sandbox/out.txt");
@@ -387,7 +444,7 @@ network:
 
     #[test]
     fn mcp_actions_are_judged_per_call() {
-        let doc: PolicyDocument = serde_saphyr::from_str(
+        let p = compiled(
             r#"
 network:
   - name: bank
@@ -401,9 +458,7 @@ network:
           - name: send_money
             arguments: {amount: {maximum: 100}}
 "#,
-        )
-        .unwrap();
-        let p = compile(&doc, Role::Sandbox, &Limits::default()).unwrap();
+        );
         let call = |amount: u32| DecideRequest {
             sandbox: "bot".into(),
             namespace: "agents".into(),

@@ -1890,6 +1890,29 @@ impl Inspected {
         refusal_response(&refusal)
     }
 
+    /// An allowed MCP request as it leaves: hop-by-hop headers gone and the
+    /// carried credential's secret attached; without the secret it is
+    /// refused, never sent with the placeholder or without it.
+    #[allow(clippy::result_large_err)]
+    fn attach_carried(
+        &self,
+        carrying: &Carrying,
+        mut parts: http::request::Parts,
+        body: Body,
+        key: &UpstreamKey,
+    ) -> Result<Request<Body>, Response<Body>> {
+        let attachment = carrying
+            .attachment()
+            .map_err(|issue| self.refuse_carrying(&issue, carrying, &key.host, key.port))?;
+        strip_hop_by_hop(&mut parts.headers);
+        self.attach(
+            Request::from_parts(parts, body),
+            attachment.as_ref(),
+            &key.host,
+            key.port,
+        )
+    }
+
     /// Puts the secret in the placeholder's place, as the last step before
     /// the request leaves, and has its answer masked where it echoes the
     /// secret.
@@ -2242,23 +2265,13 @@ impl Inspected {
                 refuse_judged(&refusal);
                 return refusal_response(&refusal);
             }
-            let attachment = match carrying.attachment() {
-                Ok(attachment) => attachment,
-                Err(issue) => return self.refuse_carrying(&issue, carrying, &key.host, key.port),
-            };
-            proxy.metrics.decision(true, "mcp", "session");
             let get = req.method() == Method::GET;
-            let (mut parts, body) = req.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            let req = match self.attach(
-                Request::from_parts(parts, body),
-                attachment.as_ref(),
-                &key.host,
-                key.port,
-            ) {
+            let (parts, body) = req.into_parts();
+            let req = match self.attach_carried(carrying, parts, body, &key) {
                 Ok(req) => req,
                 Err(response) => return response,
             };
+            proxy.metrics.decision(true, "mcp", "session");
             let response = self.forward(key.clone(), req).await;
             if !get || response.status() != StatusCode::OK || !is_event_stream(&response) {
                 return response;
@@ -2307,7 +2320,7 @@ impl Inspected {
             refuse(&refusal);
             return refusal_response(&refusal);
         }
-        let (mut parts, body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let bytes = match read_whole(body, mcp::MAX_BODY_BYTES).await {
             Ok(bytes) => bytes,
             Err(_) if carrying.body_misuse().is_some() => {
@@ -2485,18 +2498,7 @@ impl Inspected {
                 (lists, results, linked.is_some())
             }
         };
-        // Allowed with the credential: attached, or not sent at all.
-        let attachment = match carrying.attachment() {
-            Ok(attachment) => attachment,
-            Err(issue) => return self.refuse_carrying(&issue, carrying, &key.host, key.port),
-        };
-        strip_hop_by_hop(&mut parts.headers);
-        let req = match self.attach(
-            Request::from_parts(parts, full(bytes)),
-            attachment.as_ref(),
-            &key.host,
-            key.port,
-        ) {
+        let req = match self.attach_carried(carrying, parts, full(bytes), &key) {
             Ok(req) => req,
             Err(response) => return response,
         };

@@ -147,6 +147,25 @@ impl Recorded {
 
 static RECORDED: Mutex<Vec<Recorded>> = Mutex::new(Vec::new());
 
+impl Recorded {
+    /// A request as the upstream received it: head and whole body.
+    fn of(parts: &http::request::Parts, body: &[u8]) -> Recorded {
+        Recorded {
+            method: parts.method.to_string(),
+            target: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.to_vec(),
+        }
+    }
+}
+
 /// Every request the `/record/…` routes of this process received whole,
 /// in order.
 pub fn recorded() -> Vec<Recorded> {
@@ -162,19 +181,7 @@ async fn record_respond(req: Request<Incoming>) -> Response<Full<Bytes>> {
         *response.status_mut() = StatusCode::BAD_REQUEST;
         return response;
     };
-    let recorded = Recorded {
-        method: parts.method.to_string(),
-        target: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-            .collect(),
-        body: body.to_vec(),
-    };
+    let recorded = Recorded::of(&parts, &body);
     let echo = serde_json::json!({
         "method": recorded.method,
         "target": recorded.target,
@@ -235,19 +242,7 @@ async fn mcp_respond(req: Request<Incoming>) -> Response<Full<Bytes>> {
     // Kept with the `/record/…` requests too: what the server received,
     // headers and all.
     if let Ok(mut all) = RECORDED.lock() {
-        all.push(Recorded {
-            method: parts.method.to_string(),
-            target: parts
-                .uri
-                .path_and_query()
-                .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
-            headers: parts
-                .headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-                .collect(),
-            body: bytes.to_vec(),
-        });
+        all.push(Recorded::of(&parts, &bytes));
     }
     let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let answers: Vec<serde_json::Value> = match &parsed {

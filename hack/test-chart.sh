@@ -226,6 +226,10 @@ assert_in CustomResourceDefinition heldcalls.agentgate.dev "scope: Namespaced"
 # them, reviewers decide them.
 assert_in Deployment agentgate "- --approvals-url=https://agentgate-webhook.$namespace.svc.cluster.local/v1/hold"
 assert_in Deployment agentgate "- --hold-timeout-seconds=120"
+# Policy delivery: the proxies subscribe to this operator's stream, and a
+# Pod's report of what it enforces is a status patch.
+assert_in Deployment agentgate "- --policy-stream-url=https://agentgate-webhook.$namespace.svc.cluster.local/v1/policy/stream"
+assert_in ClusterRole agentgate-controller 'verbs: ["update", "patch"]'
 assert_in ClusterRole agentgate-controller '"heldcalls"'
 assert_in ClusterRole agentgate-controller '"heldcalls/status"'
 assert_in ClusterRole agentgate-reviewer-base '"heldcalls"'
@@ -329,6 +333,10 @@ assert_kind_count CustomResourceDefinition 0
 run_case held-calls-off --set dataPlane.heldCalls=false
 common_checks
 assert_not_in Deployment agentgate "--approvals-url"
+
+run_case policy-stream-off --set dataPlane.policyStream=false
+common_checks
+assert_not_in Deployment agentgate "--policy-stream-url"
 
 run_case crds-not-kept --set crds.keep=false
 assert_kind_count CustomResourceDefinition 5

@@ -204,6 +204,11 @@ pub struct AcceptedFinding {
     ),
     printcolumn(name = "Revision", type_ = "integer", json_path = ".status.revision"),
     printcolumn(
+        name = "Enforced",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Enforced\")].reason"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].message",
@@ -417,6 +422,20 @@ pub struct AgentSandboxStatus {
     /// the proxy can attach it (docs/policy-semantics.md §9).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<CredentialReach>,
+    /// `sha256:…` of the policy ConfigMap's data as the operator commits it
+    /// (docs/design.md §10, "Delivery"): the policy stream pushes that
+    /// ConfigMap to the sandbox's proxy only while it has this digest, so an
+    /// edit by anyone else is never pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
+    /// When the operator committed `policyDigest` (RFC 3339): where the
+    /// commit → enforced latency of each Pod is measured from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_committed_at: Option<String>,
+    /// What each of the sandbox's Pods reports it enforces (docs/status.md):
+    /// written when its proxy confirms a pushed update.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<PodEnforcement>,
     /// `WithinMaximum`, `FindingsClear`, `Ready` (True when the committed
     /// policy is within every maximum and the pod can run) and `Reconciling`
     /// or `Stalled` when it is not: see docs/status.md.
@@ -426,6 +445,24 @@ pub struct AgentSandboxStatus {
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The sandbox condition that says whether its Pods enforce the committed
+/// policy (docs/status.md): `Pending`, `NotConfirmed` or `Applied`.
+pub const ENFORCED_CONDITION: &str = "Enforced";
+
+/// The policy a sandbox Pod's proxy reports it enforces.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodEnforcement {
+    /// The Pod's name.
+    pub name: String,
+    /// The revision it enforces.
+    pub revision: u64,
+    /// The digest of the policy ConfigMap it enforces.
+    pub digest: String,
+    /// When it reported it (RFC 3339).
+    pub applied_at: String,
 }
 
 /// A declared credential as the status shows it.

@@ -402,6 +402,7 @@ mod tests {
             image: "ghcr.io/agentgate-dev/agentgate:test".into(),
             pull_policy: None,
             approvals: None,
+            policy_stream: None,
             hold_timeout_seconds: 120,
         }
     }

@@ -35,6 +35,10 @@ pub struct DataPlane {
     pub approvals: Option<String>,
     /// Seconds a held call waits for a person.
     pub hold_timeout_seconds: u64,
+    /// The policy stream the proxy subscribes to (the operator's
+    /// `https://…/v1/policy/stream`, docs/design.md §10, "Delivery");
+    /// `None`: the proxy follows the ConfigMap volume alone.
+    pub policy_stream: Option<String>,
 }
 
 impl DataPlane {
@@ -77,8 +81,21 @@ pub const APPROVALS_DIR: &str = "/agentgate/approvals";
 pub const HOLD_AUDIENCE: &str = "agentgate.dev/hold";
 /// How long each such token lives (the kubelet renews it at 80%).
 const APPROVALS_TOKEN_SECONDS: i64 = 3600;
-/// The roots that verify the approval service (its serving CA), as the
-/// operator publishes them in the policy ConfigMap.
+/// The projected ServiceAccount token, audience [`POLICY_AUDIENCE`], with
+/// which the proxy subscribes to its policy stream (the proxy's alone).
+pub const DELIVERY_VOLUME: &str = "agentgate-delivery";
+/// Where the proxy finds it.
+pub const DELIVERY_DIR: &str = "/agentgate/delivery";
+pub use agentgate_policy::delivery::POLICY_AUDIENCE;
+/// The emptyDir where the proxy keeps the updates the stream pushed: it
+/// outlives a proxy restart, so a restarted proxy never falls back to an
+/// older policy than it enforced (the proxy's alone).
+pub const PUSHED_VOLUME: &str = "agentgate-pushed";
+/// Where the proxy keeps them.
+pub const PUSHED_DIR: &str = "/agentgate/pushed";
+/// The roots that verify the approval service and the policy stream (the
+/// operator's serving CA), as the operator publishes them in the policy
+/// ConfigMap.
 pub const APPROVALS_CA_FILE: &str = "/agentgate/policy/approvals-ca.pem";
 /// Where the ServiceAccount admission plugin mounts the API token.
 pub const SERVICE_ACCOUNT_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -286,6 +303,14 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
                     format!("--hold-timeout={}", data_plane.hold_timeout_seconds),
                 ]
             }))
+            .chain(data_plane.policy_stream.iter().flat_map(|url| {
+                [
+                    format!("--policy-stream={url}"),
+                    format!("--policy-stream-ca={APPROVALS_CA_FILE}"),
+                    format!("--policy-stream-token={DELIVERY_DIR}/token"),
+                    format!("--pushed-policy={PUSHED_DIR}"),
+                ]
+            }))
             .collect(),
         ),
         env: Some(vec![EnvVar {
@@ -343,6 +368,22 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
                     .is_some()
                     .then(|| mount(APPROVALS_VOLUME, APPROVALS_DIR)),
             )
+            .chain(
+                data_plane
+                    .policy_stream
+                    .is_some()
+                    .then(|| {
+                        [
+                            mount(DELIVERY_VOLUME, DELIVERY_DIR),
+                            VolumeMount {
+                                read_only: None,
+                                ..mount(PUSHED_VOLUME, PUSHED_DIR)
+                            },
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
             .collect(),
         ),
         ..Container::default()
@@ -355,12 +396,12 @@ pub fn proxy_container(data_plane: &DataPlane) -> Container {
 /// directory shielding the data plane from the agent's API token; with
 /// an approval service, the proxy's token for it.
 pub fn volumes(sandbox: &str, data_plane: &DataPlane, credentials: &[Credential]) -> Vec<Volume> {
-    let approvals = data_plane.approvals.is_some().then(|| Volume {
-        name: string(APPROVALS_VOLUME),
+    let token_volume = |name: &str, audience: &str| Volume {
+        name: string(name),
         projected: Some(ProjectedVolumeSource {
             sources: Some(vec![VolumeProjection {
                 service_account_token: Some(ServiceAccountTokenProjection {
-                    audience: Some(string(HOLD_AUDIENCE)),
+                    audience: Some(string(audience)),
                     expiration_seconds: Some(APPROVALS_TOKEN_SECONDS),
                     path: string("token"),
                 }),
@@ -369,6 +410,20 @@ pub fn volumes(sandbox: &str, data_plane: &DataPlane, credentials: &[Credential]
             default_mode: None,
         }),
         ..Volume::default()
+    };
+    let approvals = data_plane
+        .approvals
+        .is_some()
+        .then(|| token_volume(APPROVALS_VOLUME, HOLD_AUDIENCE));
+    let delivery = data_plane.policy_stream.is_some().then(|| {
+        [
+            token_volume(DELIVERY_VOLUME, POLICY_AUDIENCE),
+            Volume {
+                name: string(PUSHED_VOLUME),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            },
+        ]
     });
     let mut all = vec![
         Volume {
@@ -410,6 +465,7 @@ pub fn volumes(sandbox: &str, data_plane: &DataPlane, credentials: &[Credential]
     });
     all.push(credentials_volume(credentials));
     all.extend(approvals);
+    all.extend(delivery.into_iter().flatten());
     all
 }
 
@@ -657,9 +713,23 @@ fn volume_secrets(volume: &Volume) -> impl Iterator<Item = &str> {
     direct.into_iter().chain(projected)
 }
 
-/// Whether a volume projects a token for the approval service: only the
-/// data plane's may, or the agent could put calls on hold itself.
-fn projects_hold_token(volume: &Volume) -> bool {
+/// The data plane's token audiences, each with the one volume that may
+/// project it and what a token of it does.
+const DATA_PLANE_AUDIENCES: &[(&str, &str, &str)] = &[
+    (HOLD_AUDIENCE, APPROVALS_VOLUME, "putting calls on hold"),
+    (
+        POLICY_AUDIENCE,
+        DELIVERY_VOLUME,
+        "subscribing to the sandbox's policy",
+    ),
+];
+
+/// The data plane audience a volume projects a token for, if any, with its
+/// volume and use: only the data plane's volume may, or the agent could
+/// put calls on hold or report enforcement itself.
+fn projected_data_plane_audience(
+    volume: &Volume,
+) -> Option<(&'static str, &'static str, &'static str)> {
     volume
         .projected
         .as_ref()
@@ -667,7 +737,12 @@ fn projects_hold_token(volume: &Volume) -> bool {
         .into_iter()
         .flatten()
         .filter_map(|source| source.service_account_token.as_ref())
-        .any(|token| token.audience.as_deref() == Some(HOLD_AUDIENCE))
+        .find_map(|token| {
+            DATA_PLANE_AUDIENCES
+                .iter()
+                .find(|(audience, _, _)| token.audience.as_deref() == Some(*audience))
+                .copied()
+        })
 }
 
 /// What the template may not contain: the data plane's names and mount
@@ -692,9 +767,9 @@ fn template_refusals(sandbox: &str, spec: &PodSpec) -> Vec<PodRefusal> {
                 ca_secret_name(sandbox)
             )));
         }
-        if projects_hold_token(volume) {
+        if let Some((audience, _, what)) = projected_data_plane_audience(volume) {
             out.push(reserved(format!(
-                "spec.template.spec.volumes[{i}] ({:?}) projects a token for audience {HOLD_AUDIENCE}: putting calls on hold is the proxy's alone",
+                "spec.template.spec.volumes[{i}] ({:?}) projects a token for audience {audience}: {what} is the proxy's alone",
                 volume.name
             )));
         }
@@ -971,9 +1046,11 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
                 volume.name
             ));
         }
-        if volume.name != APPROVALS_VOLUME && projects_hold_token(volume) {
+        if let Some((audience, own, _)) = projected_data_plane_audience(volume)
+            && volume.name != own
+        {
             problems.push(format!(
-                "spec.volumes[{i}] ({:?}) projects a token for audience {HOLD_AUDIENCE}, which is the proxy's alone",
+                "spec.volumes[{i}] ({:?}) projects a token for audience {audience}, which is the proxy's alone",
                 volume.name
             ));
         }
@@ -1013,19 +1090,9 @@ pub fn shape_problems(spec: &PodSpec, sandbox: &str, data_plane: &DataPlane) -> 
             .iter()
             .flatten()
             .filter(|m| !is_placeholder_file_mount(m))
-            .filter(|m| {
-                under_mount_root(&m.mount_path)
-                    || [
-                        BIN_VOLUME,
-                        POLICY_VOLUME,
-                        TRUST_VOLUME,
-                        CA_VOLUME,
-                        APPROVALS_VOLUME,
-                        PLACEHOLDERS_VOLUME,
-                        CREDENTIALS_VOLUME,
-                    ]
-                    .contains(&m.name.as_str())
-            })
+            // Every data plane volume is named agentgate-…: one rule, so a
+            // volume added to the data plane is covered without a list here.
+            .filter(|m| under_mount_root(&m.mount_path) || is_reserved_name(&m.name))
             .map(|m| {
                 (
                     m.name.as_str(),
@@ -1086,6 +1153,7 @@ mod tests {
             image: "ghcr.io/agentgate-dev/agentgate:test".into(),
             pull_policy: None,
             approvals: None,
+            policy_stream: None,
             hold_timeout_seconds: 120,
         }
     }
@@ -1224,6 +1292,30 @@ mod tests {
         assert!(is_data_plane_container(&init[1], &data_plane()));
     }
 
+    /// The example agent's Pod as built with `data_plane`, and as stored
+    /// (with the API token the ServiceAccount admission adds), which the
+    /// shape check admits.
+    fn built_and_stored(data_plane: &DataPlane) -> (PodSpec, PodSpec) {
+        let spec = template(serde_json::json!({
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let built = enforced_pod_spec("bot", &spec, data_plane, &[]).unwrap();
+        let stored = with_service_account_token(built.clone());
+        assert_eq!(
+            shape_problems(&stored, "bot", data_plane),
+            Vec::<String>::new()
+        );
+        (built, stored)
+    }
+
+    fn mounts(c: &Container) -> Vec<String> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.name.clone())
+            .collect()
+    }
+
     #[test]
     fn the_hold_token_reaches_the_proxy_only() {
         let approvals = DataPlane {
@@ -1231,26 +1323,11 @@ mod tests {
             hold_timeout_seconds: 30,
             ..data_plane()
         };
-        let spec = template(serde_json::json!({
-            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
-        }));
-        let built = enforced_pod_spec("bot", &spec, &approvals, &[]).unwrap();
-        let stored = with_service_account_token(built.clone());
-        assert_eq!(
-            shape_problems(&stored, "bot", &approvals),
-            Vec::<String>::new()
-        );
+        let (built, stored) = built_and_stored(&approvals);
         let proxy = &built.init_containers.as_ref().unwrap()[1];
         let command = proxy.command.as_ref().unwrap();
         assert!(command.contains(&"--approvals-token=/agentgate/approvals/token".to_string()));
         assert!(command.contains(&"--hold-timeout=30".to_string()));
-        let mounts = |c: &Container| -> Vec<String> {
-            c.volume_mounts
-                .iter()
-                .flatten()
-                .map(|m| m.name.clone())
-                .collect()
-        };
         assert!(mounts(proxy).contains(&APPROVALS_VOLUME.to_string()));
         assert!(!mounts(&built.containers[0]).contains(&APPROVALS_VOLUME.to_string()));
         // Without the service, the Pod it built is not the one admitted.
@@ -1280,6 +1357,62 @@ mod tests {
         let refused = enforced_pod_spec("bot", &own, &approvals, &[]).unwrap_err();
         assert!(
             refused.iter().any(|r| r.message.contains(HOLD_AUDIENCE)),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn the_policy_stream_token_and_pushed_updates_reach_the_proxy_only() {
+        let delivery = DataPlane {
+            policy_stream: Some(
+                "https://agentgate-webhook.ops.svc.cluster.local/v1/policy/stream".into(),
+            ),
+            ..data_plane()
+        };
+        let (built, stored) = built_and_stored(&delivery);
+        let proxy = &built.init_containers.as_ref().unwrap()[1];
+        let command = proxy.command.as_ref().unwrap();
+        for flag in [
+            "--policy-stream=https://agentgate-webhook.ops.svc.cluster.local/v1/policy/stream",
+            "--policy-stream-token=/agentgate/delivery/token",
+            "--pushed-policy=/agentgate/pushed",
+        ] {
+            assert!(command.contains(&flag.to_string()), "{flag}");
+        }
+        for volume in [DELIVERY_VOLUME, PUSHED_VOLUME] {
+            assert!(mounts(proxy).contains(&volume.to_string()), "{volume}");
+            assert!(!mounts(&built.containers[0]).contains(&volume.to_string()));
+        }
+        let token = built
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == DELIVERY_VOLUME)
+            .and_then(|v| v.projected.as_ref())
+            .and_then(|p| p.sources.as_ref())
+            .and_then(|s| s[0].service_account_token.as_ref())
+            .and_then(|t| t.audience.clone());
+        assert_eq!(token.as_deref(), Some(POLICY_AUDIENCE));
+        // An agent mounting the pushed updates, or a volume of its own for
+        // the policy audience, is refused.
+        let mut leaked = stored.clone();
+        leaked.containers[0]
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: PUSHED_VOLUME.into(),
+                mount_path: "/tmp/pushed".into(),
+                ..VolumeMount::default()
+            });
+        assert!(!shape_problems(&leaked, "bot", &delivery).is_empty());
+        let own = template(serde_json::json!({
+            "volumes": [{"name": "mine", "projected": {"sources": [
+                {"serviceAccountToken": {"audience": POLICY_AUDIENCE, "path": "t"}}]}}],
+            "containers": [{"name": "agent", "image": "bot", "command": ["/agent"]}]
+        }));
+        let refused = enforced_pod_spec("bot", &own, &delivery, &[]).unwrap_err();
+        assert!(
+            refused.iter().any(|r| r.message.contains(POLICY_AUDIENCE)),
             "{refused:?}"
         );
     }

@@ -28,6 +28,12 @@ pub struct DataPlaneArgs {
     /// (docs/proxy.md, "Held calls"). Without it held calls are refused.
     #[arg(long)]
     pub approvals_url: Option<String>,
+    /// The policy stream the sandbox proxies subscribe to: this operator's
+    /// `https://SERVICE.NAMESPACE.svc.CLUSTER-DOMAIN/v1/policy/stream`
+    /// (docs/design.md §10, "Delivery"). Without it a commit reaches a Pod
+    /// when the kubelet refreshes its ConfigMap volume.
+    #[arg(long)]
+    pub policy_stream_url: Option<String>,
     /// Seconds a held call waits for a person before it is refused.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
     pub hold_timeout_seconds: u64,
@@ -44,6 +50,7 @@ impl DataPlaneArgs {
                 .unwrap_or_else(DataPlane::default_image),
             pull_policy: self.proxy_image_pull_policy.clone(),
             approvals: self.approvals_url.clone().filter(|u| !u.is_empty()),
+            policy_stream: self.policy_stream_url.clone().filter(|u| !u.is_empty()),
             hold_timeout_seconds: self.hold_timeout_seconds,
         }
     }

@@ -85,6 +85,13 @@ pub struct Metrics {
     pub certificate_rotations: Counter,
     /// Expiry of the serving certificate, Unix seconds.
     pub certificate_expiry: Gauge,
+    /// Proxies subscribed to the policy stream of this replica.
+    pub policy_subscribers: Gauge,
+    /// Policy updates pushed to a subscribed proxy.
+    pub policy_pushes: Counter,
+    /// Seconds from a commit (`status.policyCommittedAt`) to a Pod's report
+    /// that it enforces it.
+    pub policy_enforced_seconds: Histogram,
     registry: Registry,
 }
 
@@ -113,6 +120,10 @@ impl Metrics {
             decisions: Family::default(),
             certificate_rotations: Counter::default(),
             certificate_expiry: Gauge::default(),
+            policy_subscribers: Gauge::default(),
+            policy_pushes: Counter::default(),
+            // 1 ms .. ~65 s
+            policy_enforced_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Reconciles started", m.reconciles.clone());
@@ -171,6 +182,21 @@ impl Metrics {
             "certificate_expiry_timestamp_seconds",
             "When the served webhook certificate expires",
             m.certificate_expiry.clone(),
+        );
+        registry.register(
+            "policy_subscribers",
+            "Sandbox proxies subscribed to this replica's policy stream",
+            m.policy_subscribers.clone(),
+        );
+        registry.register(
+            "policy_pushes",
+            "Committed policies pushed to a subscribed sandbox proxy",
+            m.policy_pushes.clone(),
+        );
+        registry.register(
+            "policy_enforced_seconds",
+            "Seconds from a sandbox's commit to a Pod's report that it enforces it",
+            m.policy_enforced_seconds.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -8,6 +8,7 @@ pub mod action;
 pub mod compile;
 pub mod compose;
 pub mod credentials;
+pub mod delivery;
 pub mod error;
 pub mod findings;
 pub mod glob;

@@ -7,11 +7,13 @@
 pub mod approval;
 pub mod credentials;
 pub mod decide;
+pub mod delivery;
 pub mod identity;
 pub mod idle;
 pub mod io;
 pub mod mcp;
 pub mod netinit;
+pub mod operator_api;
 pub mod provider;
 pub mod resolve;
 pub mod server;

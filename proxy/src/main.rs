@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentgate_proxy::approval::Approvals;
+use agentgate_proxy::delivery::{PolicyStream, report_applied};
 use agentgate_proxy::identity::IdentityMode;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
 use agentgate_proxy::provider::ConversationRecord;
@@ -130,6 +131,24 @@ struct RunArgs {
     /// projected ServiceAccount token).
     #[arg(long, requires = "approvals")]
     approvals_token: Option<PathBuf>,
+    /// The operator's policy stream (https://…/v1/policy/stream, or http://
+    /// to a loopback address): each committed policy is pushed and enforced
+    /// at once, not when the kubelet refreshes the ConfigMap volume
+    /// (docs/design.md §10, "Delivery"). Needs --pushed-policy.
+    #[arg(long, requires = "pushed_policy")]
+    policy_stream: Option<String>,
+    /// The roots (PEM) that verify --policy-stream over https.
+    #[arg(long, requires = "policy_stream")]
+    policy_stream_ca: Option<PathBuf>,
+    /// A bearer token file sent to --policy-stream, re-read for every
+    /// subscription (a projected ServiceAccount token).
+    #[arg(long, requires = "policy_stream")]
+    policy_stream_token: Option<PathBuf>,
+    /// Where the pushed updates are kept (a directory that outlives a
+    /// proxy restart, so a restarted proxy never enforces an older policy
+    /// than it did).
+    #[arg(long, requires = "policy_stream")]
+    pushed_policy: Option<PathBuf>,
     /// The sandbox's credential secrets: one file per credential, named by
     /// it, holding the secret (a projected Secret volume mounted only into
     /// the proxy). Re-read every 250 ms, so a rotated Secret applies at
@@ -317,6 +336,24 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         })
         .transpose()
         .context("--approvals")?;
+    let policy_volume = policy
+        .parent()
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let stream = args
+        .policy_stream
+        .as_deref()
+        .zip(args.pushed_policy.clone())
+        .map(|(url, pushed)| {
+            PolicyStream::new(
+                url,
+                args.policy_stream_ca.as_deref(),
+                args.policy_stream_token.clone(),
+                pushed,
+                policy_volume.clone(),
+            )
+        })
+        .transpose()
+        .context("--policy-stream")?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.workers))
         .enable_all()
@@ -327,18 +364,28 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let mut source = PolicySource::new(&policy);
             source.credentials.secrets = args.credential_secrets;
             source.credentials.placeholders = args.placeholders;
+            source.pushed = args.pushed_policy.clone().filter(|_| stream.is_some());
             // Reads the credentials too, and writes their placeholders,
             // before anything listens: /readyz holds the agent back until
             // the files its containers mount exist.
             let (watcher, receiver) = PolicyWatcher::start(source, metrics.clone());
             let credentials = watcher.credentials();
+            let resolver = Arc::new(resolver);
+            if let Some(stream) = stream {
+                tokio::spawn(report_applied(
+                    stream.report_endpoint(),
+                    resolver.clone(),
+                    watcher.applied(),
+                ));
+                tokio::spawn(stream.run(resolver.clone(), watcher.wake()));
+            }
             tokio::spawn(watcher.run());
             let session = Arc::new(std::sync::Mutex::new(SessionGraph::default()));
             let proxy = Arc::new(Proxy {
                 policy: receiver.clone(),
                 interceptor,
                 upstream_tls,
-                resolver: Arc::new(resolver),
+                resolver,
                 identity: args.identity,
                 proc_root: PathBuf::from("/proc"),
                 metrics: metrics.clone(),

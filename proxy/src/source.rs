@@ -6,19 +6,24 @@
 //! one appears: the newer revision may be a revocation. The same poll reads
 //! the sandbox's credentials (`credentials.json` beside the policy, the
 //! secrets and the placeholders; [`crate::credentials`]), so a rotated
-//! Secret applies within 250 ms.
+//! Secret applies within 250 ms. With a policy stream, the updates it
+//! pushed are kept in a directory of their own and the newer of it and the
+//! ConfigMap volume is read ([`Choice`], [`crate::delivery`]); a push is
+//! read at once, not at the next poll.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentgate_policy::compile::{Limits, Role, compile};
+use agentgate_policy::delivery::Applied;
 use agentgate_policy::findings::{CompiledFindings, FindingRegions};
 use agentgate_policy::load::{DocumentKind, load_document};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::credentials::{CredentialSet, CredentialSource, Observed};
 use crate::decide::{EnforcedPolicy, Snapshot};
+use crate::delivery::{Held, held_in, pushed_in};
 use crate::telemetry::Metrics;
 
 /// How often the files are read.
@@ -34,6 +39,10 @@ pub struct PolicySource {
     /// `credentials.json` in the same directory, with the secrets and
     /// placeholders directories when the proxy has them.
     pub credentials: CredentialSource,
+    /// `--pushed-policy`: where the policy stream keeps what it pushed
+    /// ([`crate::delivery`]); the newer of it and the policy's directory is
+    /// read.
+    pub pushed: Option<PathBuf>,
 }
 
 impl PolicySource {
@@ -47,14 +56,69 @@ impl PolicySource {
             policy: policy.to_path_buf(),
             findings,
             credentials: CredentialSource::beside(policy),
+            pushed: None,
         }
     }
 
-    fn read(&self) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
-        (
-            std::fs::read(&self.policy).ok(),
-            std::fs::read(&self.findings).ok(),
-        )
+    fn read(&self, from: Option<&Held>) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        match from {
+            None => (
+                std::fs::read(&self.policy).ok(),
+                std::fs::read(&self.findings).ok(),
+            ),
+            Some(held) => (
+                self.policy
+                    .file_name()
+                    .and_then(|name| std::fs::read(held.dir.join(name)).ok()),
+                std::fs::read(held.dir.join("findings.json")).ok(),
+            ),
+        }
+    }
+
+    /// The policy's own directory (the ConfigMap volume).
+    fn volume(&self) -> &Path {
+        self.policy.parent().unwrap_or_else(|| Path::new("."))
+    }
+}
+
+/// Which of the volume and the pushed directory to read
+/// (docs/design.md §10, "Delivery"): the higher revision; at the same
+/// revision (the same policy, while findings, credential declarations or
+/// CAs may differ) the one that changed last as this proxy saw it, the
+/// pushed one after a restart.
+#[derive(Debug, Default)]
+pub struct Choice {
+    volume: Option<String>,
+    pushed: Option<String>,
+    volume_fresher: bool,
+}
+
+impl Choice {
+    /// Picks between what the volume and the pushed directory hold.
+    pub fn pick(&mut self, volume: Option<Held>, pushed: Option<Held>) -> Option<Held> {
+        let digest = |h: &Option<Held>| h.as_ref().map(|h| h.digest.clone());
+        if digest(&volume) != self.volume {
+            if self.volume.is_some() {
+                self.volume_fresher = true;
+            }
+            self.volume = digest(&volume);
+        }
+        if digest(&pushed) != self.pushed {
+            self.volume_fresher = false;
+            self.pushed = digest(&pushed);
+        }
+        match (volume, pushed) {
+            (Some(v), Some(p)) => {
+                if v.revision > p.revision
+                    || (v.revision == p.revision && self.volume_fresher && v.digest != p.digest)
+                {
+                    Some(v)
+                } else {
+                    Some(p)
+                }
+            }
+            (v, p) => p.or(v),
+        }
     }
 }
 
@@ -95,6 +159,12 @@ pub struct PolicyWatcher {
     credentials: watch::Sender<Arc<CredentialSet>>,
     /// What the last poll read of the credentials; `None` before the first.
     last_credentials: Option<Observed>,
+    /// With a policy stream: which source is read, and what is enforced.
+    choice: Choice,
+    held: Option<Held>,
+    applied: watch::Sender<Option<Applied>>,
+    /// Notified when the stream wrote an update: read at once.
+    wake: Arc<Notify>,
 }
 
 impl PolicyWatcher {
@@ -113,9 +183,24 @@ impl PolicyWatcher {
             generation: 0,
             credentials,
             last_credentials: None,
+            choice: Choice::default(),
+            held: None,
+            applied: watch::channel(None).0,
+            wake: Arc::new(Notify::new()),
         };
         watcher.reload(true);
         (watcher, receiver)
+    }
+
+    /// What the proxy enforces, as it reports it to the policy stream
+    /// (`None` until a valid policy with a revision is in force).
+    pub fn applied(&self) -> watch::Receiver<Option<Applied>> {
+        self.applied.subscribe()
+    }
+
+    /// What the policy stream notifies when it wrote an update.
+    pub fn wake(&self) -> Arc<Notify> {
+        self.wake.clone()
     }
 
     /// The credentials as each poll finds them; the first were read (and
@@ -161,9 +246,26 @@ impl PolicyWatcher {
 
     /// Re-reads the files; publishes a new snapshot when they changed.
     pub fn reload(&mut self, first: bool) {
+        let chosen = self.source.pushed.clone().and_then(|pushed| {
+            self.choice
+                .pick(held_in(self.source.volume()), pushed_in(&pushed))
+        });
+        if let Some(held) = &chosen {
+            self.source.credentials.declarations = held.dir.join("credentials.json");
+        }
         self.reload_credentials();
-        let current = self.source.read();
-        if !first && current == self.last {
+        let current = self.source.read(chosen.as_ref());
+        let unchanged = !first && current == self.last;
+        if chosen != self.held {
+            if let Some(held) = &chosen {
+                tracing::info!(revision = held.revision, digest = %held.digest, from = %held.dir.display(), "policy source");
+            }
+            self.held = chosen;
+            if unchanged {
+                self.report();
+            }
+        }
+        if unchanged {
             return;
         }
         self.generation += 1;
@@ -197,14 +299,36 @@ impl PolicyWatcher {
             policy,
             findings: Arc::new(findings),
         }));
+        self.report();
+    }
+
+    /// Tells the policy stream what is enforced now: the held update, when
+    /// its policy is valid.
+    fn report(&self) {
+        let valid = self.sender.borrow().policy.is_ok();
+        let applied = self.held.as_ref().filter(|_| valid).map(|held| Applied {
+            revision: held.revision,
+            digest: held.digest.clone(),
+        });
+        self.applied.send_if_modified(|current| {
+            let changed = *current != applied;
+            if changed {
+                current.clone_from(&applied);
+            }
+            changed
+        });
     }
 
     /// Polls forever.
     pub async fn run(mut self) {
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wake = self.wake.clone();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = wake.notified() => {}
+            }
             self.reload(false);
         }
     }

@@ -549,6 +549,8 @@ impl Webhook {
                 ]),
                 sandboxes: store_of(vec![sandbox]),
                 scans: store_of(scans),
+                policy_maps: store_of(Vec::new()),
+                delivery_changes: tokio::sync::watch::channel(0).1,
             };
             let state = WebhookState::new(
                 &flags.webhook,

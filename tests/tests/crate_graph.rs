@@ -258,6 +258,7 @@ fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
         image: "agentgate:test".into(),
         pull_policy: None,
         approvals: None,
+        policy_stream: None,
         hold_timeout_seconds: 120,
     });
     let env: Vec<(String, Option<String>)> = proxy

@@ -153,15 +153,21 @@ pub fn run(args: &ControllerArgs) -> u8 {
             args.webhook.data_plane.ca_lifetime(),
         )
         .with_concurrency(args.concurrent_reconciles)
-        .with_approvals(args.webhook.data_plane.approvals_url.as_ref().map(|_| {
-            crate::controller::approvals::ApprovalsWiring::new(
-                args.webhook.webhook_config_name.clone(),
-                args.webhook.secret_namespace(),
-                args.webhook
-                    .webhook_bind_address
-                    .map_or(9443, |address| address.port()),
-            )
-        }));
+        // The operator's serving CA reaches the Pods for the approval
+        // service and the policy stream alike.
+        .with_approvals(
+            (args.webhook.data_plane.approvals_url.is_some()
+                || args.webhook.data_plane.policy_stream_url.is_some())
+            .then(|| {
+                crate::controller::approvals::ApprovalsWiring::new(
+                    args.webhook.webhook_config_name.clone(),
+                    args.webhook.secret_namespace(),
+                    args.webhook
+                        .webhook_bind_address
+                        .map_or(9443, |address| address.port()),
+                )
+            }),
+        );
         if !args.leader_elect {
             tracing::info!("agentgate controller started (no leader election)");
             run_controllers(std::sync::Arc::new(ctx)).await;

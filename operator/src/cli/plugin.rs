@@ -178,12 +178,19 @@ async fn run(cli: PluginCli) -> anyhow::Result<u8> {
             set_review(&client, &namespace, &review, "Denied", "Approved").await
         }
         PluginCommand::Why { name } => {
-            let api: Api<PolicyProposal> = Api::namespaced(client, &namespace);
+            let api: Api<PolicyProposal> = Api::namespaced(client.clone(), &namespace);
             let proposal = api
                 .get(&name)
                 .await
                 .map_err(|e| not_found(e, "policyproposal", &namespace, &name))?;
             print!("{}", explain(&proposal));
+            // Whether its commit has reached the sandbox's Pods.
+            let sandboxes: Api<AgentSandbox> = Api::namespaced(client, &namespace);
+            if let Ok(Some(sandbox)) = sandboxes.get_opt(&proposal.spec.sandbox_ref.name).await {
+                for (i, line) in delivery(&proposal, &sandbox).into_iter().enumerate() {
+                    println!("  {:<15} {line}", if i == 0 { "enforced:" } else { "" });
+                }
+            }
             Ok(EXIT_WITHIN)
         }
         PluginCommand::Export {
@@ -467,6 +474,51 @@ pub fn explain(proposal: &PolicyProposal) -> String {
     out
 }
 
+/// Whether a proposal's commit has reached the sandbox's Pods
+/// (docs/status.md, `Enforced`): one line per Pod, or why there is none.
+pub fn delivery(proposal: &PolicyProposal, sandbox: &AgentSandbox) -> Vec<String> {
+    let Some(status) = &sandbox.status else {
+        return vec!["the sandbox has no committed policy yet".into()];
+    };
+    let uid = proposal.uid().unwrap_or_default();
+    let committed = status
+        .applied_proposals
+        .iter()
+        .any(|record| record.uid == uid && record.name == proposal.name_any());
+    if !committed {
+        return vec!["not committed: nothing to enforce".into()];
+    }
+    let Some(digest) = &status.policy_digest else {
+        return vec![format!(
+            "committed in revision {}; the operator reports no delivery",
+            status.revision
+        )];
+    };
+    if status.pods.is_empty() {
+        return vec![format!(
+            "committed in revision {}; no Pod has confirmed it yet",
+            status.revision
+        )];
+    }
+    status
+        .pods
+        .iter()
+        .map(|pod| {
+            if &pod.digest == digest {
+                format!(
+                    "revision {} by Pod {} since {}",
+                    pod.revision, pod.name, pod.applied_at
+                )
+            } else {
+                format!(
+                    "not yet by Pod {}: it enforces revision {} (committed: {})",
+                    pod.name, pod.revision, status.revision
+                )
+            }
+        })
+        .collect()
+}
+
 /// The sandbox's status and its committed effective policy, or why there
 /// is none yet.
 fn committed(sandbox: &AgentSandbox) -> anyhow::Result<(&AgentSandboxStatus, &PolicyDocument)> {
@@ -640,6 +692,59 @@ mod tests {
         assert_eq!(back.spec.policy, effective);
         assert_eq!(back.spec.mode, sandbox.spec.mode);
         assert!(back.status.is_none());
+    }
+
+    #[test]
+    fn why_says_whether_a_commit_reached_the_pods() {
+        let mut p: PolicyProposal = serde_saphyr::from_str(include_str!(
+            "../../../examples/proposals/post-anywhere.yaml"
+        ))
+        .unwrap();
+        p.metadata.uid = Some("p-uid".into());
+        let mut sandbox: AgentSandbox =
+            serde_saphyr::from_str(include_str!("../../../examples/sandbox.yaml")).unwrap();
+        assert_eq!(
+            delivery(&p, &sandbox),
+            ["the sandbox has no committed policy yet"]
+        );
+        let mut status = AgentSandboxStatus {
+            revision: 5,
+            ..AgentSandboxStatus::default()
+        };
+        sandbox.status = Some(status.clone());
+        assert_eq!(
+            delivery(&p, &sandbox),
+            ["not committed: nothing to enforce"]
+        );
+        status.applied_proposals = vec![agentgate_api::crd::AppliedProposal {
+            name: p.name_any(),
+            uid: "p-uid".into(),
+            ..agentgate_api::crd::AppliedProposal::default()
+        }];
+        status.policy_digest = Some("sha256:five".into());
+        sandbox.status = Some(status.clone());
+        assert_eq!(
+            delivery(&p, &sandbox),
+            ["committed in revision 5; no Pod has confirmed it yet"]
+        );
+        let pod = |revision: u64, digest: &str| agentgate_api::crd::PodEnforcement {
+            name: "triage-bot".into(),
+            revision,
+            digest: digest.into(),
+            applied_at: "2026-12-06T21:00:00Z".into(),
+        };
+        status.pods = vec![pod(4, "sha256:four")];
+        sandbox.status = Some(status.clone());
+        assert_eq!(
+            delivery(&p, &sandbox),
+            ["not yet by Pod triage-bot: it enforces revision 4 (committed: 5)"]
+        );
+        status.pods = vec![pod(5, "sha256:five")];
+        sandbox.status = Some(status);
+        assert_eq!(
+            delivery(&p, &sandbox),
+            ["revision 5 by Pod triage-bot since 2026-12-06T21:00:00Z"]
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Ser
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+
+use agentgate_api::crd::ENFORCED_CONDITION as ENFORCED;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -621,6 +623,73 @@ fn announce_condition(
     }
 }
 
+/// How long a Pod has to confirm a committed policy over the policy stream
+/// before the sandbox says it does not, with an Event naming the Pod.
+pub const ENFORCE_BOUND: Duration = Duration::from_secs(10);
+
+/// Sets `Enforced` while the Pod has not confirmed the committed policy
+/// (docs/status.md): False, `Pending`, naming the Pod and the revision; once
+/// [`ENFORCE_BOUND`] has passed since the commit, `NotConfirmed` with a
+/// Warning Event. The Pod's report sets it True (`Applied`,
+/// `/v1/policy/applied`). Returns when to look again.
+fn set_enforced(
+    status: &mut AgentSandboxStatus,
+    pod: &str,
+    generation: Option<i64>,
+    time: &Time,
+    now: Timestamp,
+    events: &mut Vec<super::Note>,
+) -> Option<Duration> {
+    let digest = status.policy_digest.clone()?;
+    let confirmed = status
+        .pods
+        .iter()
+        .any(|p| p.name == pod && p.digest == digest);
+    if confirmed {
+        return None;
+    }
+    let enforced = status.pods.iter().find(|p| p.name == pod).map_or_else(
+        || "it has confirmed none".to_string(),
+        |p| format!("it enforces revision {}", p.revision),
+    );
+    let waited = status
+        .policy_committed_at
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map_or(Duration::ZERO, |at| {
+            Duration::try_from(now.duration_since(at)).unwrap_or(Duration::ZERO)
+        });
+    let revision = status.revision;
+    if waited < ENFORCE_BOUND {
+        conditions::set(
+            &mut status.conditions,
+            ENFORCED,
+            Status::False,
+            "Pending",
+            &format!("Pod {pod} has not yet confirmed revision {revision}; {enforced}"),
+            generation,
+            time,
+        );
+        return Some(ENFORCE_BOUND - waited + Duration::from_millis(100));
+    }
+    announce_condition(
+        status,
+        (
+            ENFORCED,
+            Status::False,
+            "NotConfirmed",
+            format!(
+                "Pod {pod} has not confirmed revision {revision} within {} s of its commit; {enforced}",
+                ENFORCE_BOUND.as_secs()
+            ),
+        ),
+        generation,
+        time,
+        events,
+    );
+    Some(ENFORCE_BOUND)
+}
+
 /// How soon a sandbox with an unavailable credential looks at its Secrets
 /// again (they are read, not watched).
 const CREDENTIAL_RECHECK: Duration = Duration::from_secs(30);
@@ -829,8 +898,17 @@ async fn reconcile(
     let findings = assess_findings(&sandbox, &verification.effective, revision, &ctx).await;
     let credentials = credential_reach(&sandbox, &verification.effective, &ctx).await?;
 
+    let (plane, ca_step) = data_plane_content(
+        &sandbox,
+        &verification.effective,
+        findings.regions(),
+        revision,
+        &ctx,
+    )
+    .await?;
+
     // Decide.
-    let desired = desired_status(&Observed {
+    let mut desired = desired_status(&Observed {
         sandbox: &sandbox,
         records: &records,
         pruned: &pruned,
@@ -840,6 +918,32 @@ async fn reconcile(
         credentials: &credentials,
         time: &super::now(),
     });
+
+    // The digest of what the proxy will read is committed with the policy.
+    if desired.status.policy_digest.as_deref() != Some(plane.digest.as_str()) {
+        desired.status.policy_digest = Some(plane.digest.clone());
+        desired.status.policy_committed_at = Some(Timestamp::now().to_string());
+        desired.changed = true;
+    }
+    if ctx.data_plane.policy_stream.is_some() && matches!(pod_plan, Ok(Some(_))) {
+        let before = desired.status.clone();
+        let mut events = Vec::new();
+        let again = set_enforced(
+            &mut desired.status,
+            &name,
+            sandbox.meta().generation,
+            &super::now(),
+            Timestamp::now(),
+            &mut events,
+        );
+        if desired.status != before {
+            desired.changed = true;
+            desired.events.extend(events);
+        }
+        if let Some(again) = again {
+            desired.requeue = desired.requeue.min(again);
+        }
+    }
 
     // Act: the status first; only what is committed reaches the data plane.
     if desired.changed {
@@ -854,14 +958,7 @@ async fn reconcile(
         // to change; applied only then, or when the findings change.
         publish_report(&sandbox, findings, &ctx).await;
     }
-    let ca_step = apply_data_plane(
-        &sandbox,
-        &verification.effective,
-        findings.regions(),
-        desired.status.revision,
-        &ctx,
-    )
-    .await?;
+    apply_data_plane(&sandbox, &verification.effective, &plane, &ctx).await?;
     let requeue = ca_step.map_or(desired.requeue, |step| desired.requeue.min(step));
     // With or without a Pod: the account is also the agent's identity for
     // proposals (`kubectl create token`).
@@ -930,25 +1027,38 @@ async fn write_status(
     }
 }
 
-/// Puts the committed policy where the enforcement proxy reads it: the
-/// sandbox CA (issued or rotated), the `<name>-policy` ConfigMap with the
-/// findings' regions and the CA bundle, and the egress NetworkPolicy.
-/// Returns when the CA next needs a step, if it does.
-async fn apply_data_plane(
+/// What the enforcement proxy reads, before it is committed: the sandbox
+/// CA (issued or rotated) and the `<name>-policy` ConfigMap's data with its
+/// digest, which the status records so that the policy stream pushes only
+/// what the operator wrote. Returns when the CA next needs a step, if it
+/// does.
+async fn data_plane_content(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     regions: &[FindingRegions],
     revision: u64,
     ctx: &Context,
-) -> Result<Option<Duration>, ControllerError> {
+) -> Result<(PolicyMapData, Option<Duration>), ControllerError> {
     let secrets: Api<Secret> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
     let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
     let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
     let cas = sandbox_cas_pem(&ca, time::OffsetDateTime::now_utc());
-    apply_config_map(sandbox, effective, regions, &cas, revision, ctx).await?;
+    let data = config_map_data(sandbox, effective, regions, &cas, revision, ctx).await?;
+    Ok((data, ca_step))
+}
+
+/// Puts the committed content where the enforcement proxy reads it: the
+/// ConfigMap and the egress NetworkPolicy.
+async fn apply_data_plane(
+    sandbox: &AgentSandbox,
+    effective: &PolicyDocument,
+    data: &PolicyMapData,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    apply_config_map(sandbox, data, ctx).await?;
     apply_network_policy(sandbox, effective, ctx).await?;
-    Ok(ca_step)
+    Ok(())
 }
 
 /// At most this many finding records per image in the status (the counts
@@ -1069,22 +1179,28 @@ fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
     })
 }
 
+/// The policy ConfigMap's files and their digest
+/// ([`agentgate_policy::delivery::digest`]).
+struct PolicyMapData {
+    data: std::collections::BTreeMap<String, String>,
+    digest: String,
+}
+
 /// The data plane's view: the committed effective policy, `findings.json`
 /// (the sandbox's trifecta findings with the regions their tools reach,
 /// which the proxy cites in refusals, docs/proxy.md), `sandbox-ca.pem`
 /// (the sandbox CAs, to which the proxy adds the Mozilla roots in the
-/// bundle the agent trusts) and, with an approval service,
-/// `approvals-ca.pem` (the roots that verify it).
-async fn apply_config_map(
+/// bundle the agent trusts) and, with an approval service or the policy
+/// stream, `approvals-ca.pem` (the roots that verify the operator's
+/// server).
+async fn config_map_data(
     sandbox: &AgentSandbox,
     effective: &PolicyDocument,
     findings: &[FindingRegions],
     sandbox_cas: &str,
     revision: u64,
     ctx: &Context,
-) -> Result<(), ControllerError> {
-    let name = policy_config_map_name(&sandbox.name_any());
-    let namespace = sandbox.namespace().unwrap_or_default();
+) -> Result<PolicyMapData, ControllerError> {
     let yaml = serde_saphyr::to_string(effective)
         .map_err(|e| ControllerError::Prover(format!("rendering the policy: {e}")))?;
     // The sandbox's choice for every flow its findings predict.
@@ -1099,34 +1215,54 @@ async fn apply_config_map(
             f
         })
         .collect();
-    let mut patch = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": owned_metadata(sandbox, &name),
-        "data": {
-            "policy.yaml": yaml,
-            "findings.json": serde_json::to_string(&findings)
-                .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
-            "sandbox-ca.pem": sandbox_cas,
-            "revision": revision.to_string(),
-        },
-    });
+    let mut data = std::collections::BTreeMap::new();
+    data.insert("policy.yaml".to_string(), yaml);
+    data.insert(
+        "findings.json".to_string(),
+        serde_json::to_string(&findings)
+            .map_err(|e| ControllerError::Prover(format!("rendering findings.json: {e}")))?,
+    );
+    data.insert("sandbox-ca.pem".to_string(), sandbox_cas.to_string());
+    data.insert(
+        agentgate_policy::delivery::REVISION_KEY.to_string(),
+        revision.to_string(),
+    );
     // Where each credential comes from and how it travels (no secret):
     // the proxy attaches, agentgate-exec sets the placeholders.
     if !sandbox.spec.credentials.is_empty() {
-        patch["data"][CREDENTIALS_FILE_NAME] = serde_json::to_string(&sandbox.spec.credentials)
-            .map_err(|e| {
+        data.insert(
+            CREDENTIALS_FILE_NAME.to_string(),
+            serde_json::to_string(&sandbox.spec.credentials).map_err(|e| {
                 ControllerError::Prover(format!("rendering {CREDENTIALS_FILE_NAME}: {e}"))
-            })?
-            .into();
+            })?,
+        );
     }
-    // The roots the proxy verifies the approval service with; until the
-    // webhook configuration carries them, held calls are refused.
+    // The roots the proxy verifies the operator's server with (approval
+    // service, policy stream); until the webhook configuration carries
+    // them, held calls are refused and the stream is not used.
     if let Some(approvals) = &ctx.approvals
         && let Some(ca) = approvals.ca_bundle(&ctx.client).await
     {
-        patch["data"]["approvals-ca.pem"] = ca.into();
+        data.insert("approvals-ca.pem".to_string(), ca);
     }
+    let digest = agentgate_policy::delivery::digest(&data);
+    Ok(PolicyMapData { data, digest })
+}
+
+/// Applies the policy ConfigMap with `data`.
+async fn apply_config_map(
+    sandbox: &AgentSandbox,
+    data: &PolicyMapData,
+    ctx: &Context,
+) -> Result<(), ControllerError> {
+    let name = policy_config_map_name(&sandbox.name_any());
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owned_metadata(sandbox, &name),
+        "data": data.data,
+    });
     let seen = ctx
         .views
         .get()
@@ -2252,6 +2388,61 @@ mod tests {
             (summary.total, summary.unfixed),
             (61, 1),
             "counts stay exact"
+        );
+    }
+
+    #[test]
+    fn a_commit_is_pending_until_the_pod_confirms_it_and_overdue_after_the_bound() {
+        let now = Timestamp::now();
+        let at = |seconds_ago: i64| {
+            (now - k8s_openapi::jiff::SignedDuration::from_secs(seconds_ago)).to_string()
+        };
+        let mut status = AgentSandboxStatus {
+            revision: 4,
+            policy_digest: Some("sha256:new".into()),
+            policy_committed_at: Some(at(1)),
+            pods: vec![agentgate_api::crd::PodEnforcement {
+                name: "bot".into(),
+                revision: 3,
+                digest: "sha256:old".into(),
+                applied_at: at(60),
+            }],
+            ..AgentSandboxStatus::default()
+        };
+        let time = super::super::now();
+        let mut events = Vec::new();
+        let again = set_enforced(&mut status, "bot", Some(1), &time, now, &mut events).unwrap();
+        assert!(
+            again <= ENFORCE_BOUND && again > Duration::from_secs(8),
+            "{again:?}"
+        );
+        let enforced = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ENFORCED)
+            .unwrap();
+        assert_eq!(
+            (enforced.status.as_str(), enforced.reason.as_str()),
+            ("False", "Pending")
+        );
+        assert!(
+            enforced.message.contains("it enforces revision 3"),
+            "{}",
+            enforced.message
+        );
+        assert!(events.is_empty());
+        // Past the bound: the sandbox says so, once, with an Event naming the Pod.
+        status.policy_committed_at = Some(at(11));
+        set_enforced(&mut status, "bot", Some(1), &time, now, &mut events);
+        set_enforced(&mut status, "bot", Some(1), &time, now, &mut events);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].1, "NotConfirmed");
+        assert!(events[0].2.contains("Pod bot"), "{}", events[0].2);
+        // Confirmed: nothing to wait for.
+        status.pods[0].digest = "sha256:new".into();
+        assert_eq!(
+            set_enforced(&mut status, "bot", Some(1), &time, now, &mut events),
+            None
         );
     }
 

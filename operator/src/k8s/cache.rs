@@ -71,6 +71,34 @@ where
     reader
 }
 
+/// [`reflect`] with a watch `config`, and a counter that moves after every
+/// change the store has taken in (an object applied or deleted): waiters
+/// on it read a store at least as new as the change that woke them.
+pub fn reflect_notifying<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, tokio::sync::watch::Receiver<u64>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, events) = reflected(watcher(api, config));
+    let (changed, changes) = tokio::sync::watch::channel(0u64);
+    let stream = events.touched_objects();
+    tokio::spawn(async move {
+        stream
+            .for_each(|event| {
+                match event {
+                    Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
+                    Err(e) => tracing::warn!(error = %e, "cache watch failed; retrying"),
+                }
+                async {}
+            })
+            .await;
+    });
+    (reader, changes)
+}
+
 /// Whether `store` has listed once, without waiting.
 pub fn is_ready<K>(store: &Store<K>) -> bool
 where

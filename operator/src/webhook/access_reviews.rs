@@ -24,6 +24,7 @@ use crate::webhook::decide::DecideRequest;
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::AgentSandbox;
 use agentgate_governance::access::{access_review, approve_proposals, core_resource};
+use agentgate_governance::authority::Requester;
 use agentgate_governance::pod_template::{agent_identities, pod_service_account};
 
 impl WebhookState {
@@ -136,6 +137,50 @@ impl WebhookState {
             }
         }
         None
+    }
+
+    /// The sandbox whose Pod a projected token is bound to, if the token's
+    /// ServiceAccount is that sandbox's agent (the Pod is named after its
+    /// sandbox), with the Pod's name and uid; `what` says what only such a
+    /// Pod does, for the refusal.
+    pub(super) fn pod_sandbox(
+        &self,
+        user: &UserInfo,
+        what: &str,
+    ) -> Result<PodSandbox, CallerRefusal> {
+        let username = user.username.as_deref().unwrap_or_default();
+        let requester = Requester {
+            username,
+            groups: &[],
+        };
+        let (namespace, _) = requester.service_account().ok_or_else(|| {
+            CallerRefusal::Forbidden(format!(
+                "{username:?} is not a ServiceAccount: only a sandbox's Pod {what}"
+            ))
+        })?;
+        let extra = |key: &str| {
+            user.extra
+                .as_ref()
+                .and_then(|extra| extra.get(key))
+                .and_then(|values| values.first())
+                .cloned()
+        };
+        let pod = extra(POD_NAME_EXTRA).ok_or_else(|| {
+            CallerRefusal::Forbidden(format!(
+                "{username:?} sent a token bound to no Pod: the proxy's projected token is bound to its sandbox's Pod"
+            ))
+        })?;
+        let key = ObjectRef::new(&pod).within(namespace);
+        match self.sandboxes.get(&key) {
+            Some(sandbox) if is_agent(user, agent_identities(&sandbox).iter()) => Ok(PodSandbox {
+                sandbox,
+                pod_uid: extra(POD_UID_EXTRA),
+                pod,
+            }),
+            _ => Err(CallerRefusal::Forbidden(format!(
+                "{username:?} in Pod {namespace}/{pod} is not the agent of an AgentSandbox of that name"
+            ))),
+        }
     }
 
     /// Who sent the bearer token, by a TokenReview (cached by the token's
@@ -273,4 +318,19 @@ pub(super) async fn whoami(client: &Client) -> Option<String> {
             None
         }
     }
+}
+
+/// The TokenReview extra naming the Pod a token is bound to.
+const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+/// The TokenReview extra with that Pod's uid.
+const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+
+/// A sandbox's Pod, as its projected token names it.
+pub(crate) struct PodSandbox {
+    /// The sandbox.
+    pub sandbox: std::sync::Arc<AgentSandbox>,
+    /// The Pod's name (the sandbox's).
+    pub pod: String,
+    /// The Pod's uid, when the token carries it.
+    pub pod_uid: Option<String>,
 }

@@ -21,27 +21,23 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::wait::await_condition;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
 use crate::k8s::events::event_note;
-use crate::webhook::caller::{CallerRefusal, is_agent};
+use crate::webhook::caller::CallerRefusal;
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::{
     AgentSandbox, HeldCall, HeldCallDecision, HeldCallSpec, SANDBOX_LABEL, SandboxRef,
     review_message_prefix, reviewer_in,
 };
-use agentgate_governance::authority::{HELD_CALL_EXPIRED, Requester};
-use agentgate_governance::pod_template::agent_identities;
+use agentgate_governance::authority::HELD_CALL_EXPIRED;
 use agentgate_policy::compile::EndpointKind;
 use agentgate_policy::held::{HoldAnswer, HoldDecision, HoldRequest, MAX_HOLD_SECONDS};
 
 pub use agentgate_governance::sandbox_pod::HOLD_AUDIENCE;
-/// The TokenReview extra naming the Pod a token is bound to.
-const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 /// Undecided held calls a sandbox may have at once: a flood of holds
 /// cannot bury the reviewers' list.
 pub const MAX_PENDING_PER_SANDBOX: usize = 8;
@@ -61,8 +57,8 @@ pub(super) async fn hold_endpoint(
         Ok(user) => user,
         Err(refusal) => return refused(refusal),
     };
-    let sandbox = match sandbox_of(&state, &user) {
-        Ok(sandbox) => sandbox,
+    let sandbox = match state.pod_sandbox(&user, "puts calls on hold") {
+        Ok(caller) => caller.sandbox,
         Err(refusal) => return refused(refusal),
     };
     let request = match body
@@ -88,39 +84,6 @@ fn error(status: StatusCode, reason: String) -> axum::response::Response {
 
 fn refused(refusal: CallerRefusal) -> axum::response::Response {
     error(refusal.status(), refusal.to_string())
-}
-
-/// The sandbox whose Pod the token is bound to, if the token's
-/// ServiceAccount is that sandbox's agent (the Pod is named after its
-/// sandbox).
-fn sandbox_of(state: &WebhookState, user: &UserInfo) -> Result<Arc<AgentSandbox>, CallerRefusal> {
-    let username = user.username.as_deref().unwrap_or_default();
-    let requester = Requester {
-        username,
-        groups: &[],
-    };
-    let (namespace, _) = requester.service_account().ok_or_else(|| {
-        CallerRefusal::Forbidden(format!(
-            "{username:?} is not a ServiceAccount: only a sandbox's Pod puts calls on hold"
-        ))
-    })?;
-    let pod = user
-        .extra
-        .as_ref()
-        .and_then(|extra| extra.get(POD_NAME_EXTRA))
-        .and_then(|pods| pods.first())
-        .ok_or_else(|| {
-            CallerRefusal::Forbidden(format!(
-                "{username:?} sent a token bound to no Pod: the proxy's projected token is bound to its sandbox's Pod"
-            ))
-        })?;
-    let key = ObjectRef::new(pod).within(namespace);
-    match state.sandboxes.get(&key) {
-        Some(sandbox) if is_agent(user, agent_identities(&sandbox).iter()) => Ok(sandbox),
-        _ => Err(CallerRefusal::Forbidden(format!(
-            "{username:?} in Pod {namespace}/{pod} is not the agent of an AgentSandbox of that name"
-        ))),
-    }
 }
 
 /// The request, read one way only (a key given twice, a BOM or a rounded

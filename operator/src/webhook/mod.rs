@@ -7,7 +7,9 @@
 //! `server` (the routes and `run`), `state` (what the handlers share),
 //! `access_reviews` (what the API server says a user may do), one handler
 //! module per admission kind under `validate`, `decide_endpoint`,
-//! `health`, and `tls` (the certificate source and the accept loop).
+//! `hold_endpoint`, `policy_stream` (policy delivery to the sandbox
+//! proxies), `health`, and `tls` (the certificate source and the accept
+//! loop).
 
 mod access_reviews;
 pub mod caller;
@@ -16,6 +18,7 @@ pub mod decide;
 mod decide_endpoint;
 mod health;
 mod hold_endpoint;
+pub mod policy_stream;
 pub mod server;
 mod state;
 #[cfg(test)]

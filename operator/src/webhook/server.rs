@@ -17,11 +17,11 @@ use crate::webhook::access_reviews::whoami;
 use crate::webhook::certs::CertResolver;
 use crate::webhook::decide_endpoint::decide_endpoint;
 use crate::webhook::health::{healthz, readyz};
-use crate::webhook::tls;
 use crate::webhook::validate::{
     held_calls, maximums, namespaces, pods, proposals, sandboxes, scans,
 };
 use crate::webhook::{WebhookArgs, WebhookError};
+use crate::webhook::{policy_stream, tls};
 use agentgate_prover::Prover;
 
 pub use crate::webhook::state::{Caches, WebhookState};
@@ -47,6 +47,8 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .route("/validate/pods", post(pods::validate_pod))
         .route("/validate/namespaces", post(namespaces::validate_namespace))
         .route("/v1/decide", post(decide_endpoint))
+        .route("/v1/policy/stream", get(policy_stream::policy_stream))
+        .route("/v1/policy/applied", post(policy_stream::policy_applied))
         .route(
             "/v1/hold",
             post(crate::webhook::hold_endpoint::hold_endpoint),

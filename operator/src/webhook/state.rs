@@ -9,20 +9,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-use crate::k8s::cache::{reflect, until_ready};
+use crate::k8s::cache::{reflect, reflect_notifying, until_ready};
 use crate::metrics::Metrics;
 use crate::webhook::WebhookArgs;
 use crate::webhook::caller::{AccessKey, ReviewCache};
 use crate::webhook::certs::CertResolver;
 use crate::webhook::decide::CompiledPolicies;
-use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, ToolLabel};
+use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, SANDBOX_LABEL, ToolLabel};
 use agentgate_governance::admission::Answer;
 use agentgate_governance::authority::{Requester, agent_writer_refusal};
 use agentgate_governance::findings::{sandbox_graph, scan_of_digest};
@@ -44,6 +45,11 @@ pub struct WebhookState {
     pub(super) namespaces: Store<Namespace>,
     pub(super) sandboxes: Store<AgentSandbox>,
     pub(super) scans: Store<AgentScan>,
+    /// Every sandbox's policy ConfigMap (`agentgate.dev/sandbox`-labelled).
+    pub(super) policy_maps: Store<ConfigMap>,
+    /// Moves after every change to `policy_maps` or `sandboxes`: the policy
+    /// streams look again.
+    pub(super) delivery_changes: tokio::sync::watch::Receiver<u64>,
     pub(super) analyses: ScanAnalyses,
     /// The operator's own user name (from a SelfSubjectReview at start):
     /// only its pods borrow their sandbox's proofs and acceptances.
@@ -77,18 +83,46 @@ pub struct Caches {
     pub sandboxes: Store<AgentSandbox>,
     /// Every AgentScan.
     pub scans: Store<AgentScan>,
+    /// Every sandbox's policy ConfigMap.
+    pub policy_maps: Store<ConfigMap>,
+    /// Moves after every change to the policy ConfigMaps or the sandboxes.
+    pub delivery_changes: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Caches {
     /// Reflectors of the four kinds, each driven by a task.
     pub fn watch(client: &Client) -> Caches {
+        let (sandboxes, sandbox_changes) =
+            reflect_notifying(Api::all(client.clone()), watcher::Config::default());
+        let (policy_maps, map_changes) = reflect_notifying(
+            Api::all(client.clone()),
+            watcher::Config::default().labels(SANDBOX_LABEL),
+        );
         Caches {
             maximums: reflect(Api::all(client.clone())),
             namespaces: reflect(Api::all(client.clone())),
-            sandboxes: reflect(Api::all(client.clone())),
+            sandboxes,
             scans: reflect(Api::all(client.clone())),
+            policy_maps,
+            delivery_changes: merged_changes(vec![sandbox_changes, map_changes]),
         }
     }
+}
+
+/// One counter that moves whenever any of `sources` does.
+pub fn merged_changes(
+    sources: Vec<tokio::sync::watch::Receiver<u64>>,
+) -> tokio::sync::watch::Receiver<u64> {
+    let (merged, receiver) = tokio::sync::watch::channel(0u64);
+    for mut source in sources {
+        let merged = merged.clone();
+        tokio::spawn(async move {
+            while source.changed().await.is_ok() {
+                merged.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        });
+    }
+    receiver
 }
 
 impl WebhookState {
@@ -138,6 +172,8 @@ impl WebhookState {
             namespaces: caches.namespaces,
             sandboxes: caches.sandboxes,
             scans: caches.scans,
+            policy_maps: caches.policy_maps,
+            delivery_changes: caches.delivery_changes,
             analyses: ScanAnalyses::default(),
             operator_user,
             client,

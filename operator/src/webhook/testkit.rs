@@ -16,7 +16,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, Response, StatusCode};
 use clap::Parser;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::{self, Store};
@@ -227,6 +227,8 @@ pub struct FakeApi {
     pub tokens: BTreeMap<String, String>,
     /// Tokens bound to a Pod: token → the Pod's name.
     pub bound_pods: BTreeMap<String, String>,
+    /// Tokens minted for these audiences only (others: whatever is asked).
+    pub token_audiences: BTreeMap<String, Vec<String>>,
     /// What SubjectAccessReviews allow; everything else is refused.
     pub grants: Vec<Grant>,
     /// Namespaces a GET finds (those not yet in the webhook's cache).
@@ -259,7 +261,11 @@ impl FakeApi {
                     if let Some(pod) = self.bound_pods.get(token) {
                         user["extra"] = json!({"authentication.kubernetes.io/pod-name": [pod]});
                     }
-                    json!({"authenticated": true, "user": user, "audiences": sent["spec"]["audiences"]})
+                    let audiences = match self.token_audiences.get(token) {
+                        Some(minted) => json!(minted),
+                        None => sent["spec"]["audiences"].clone(),
+                    };
+                    json!({"authenticated": true, "user": user, "audiences": audiences})
                 }
                 None => json!({"authenticated": false, "error": "invalid bearer token"}),
             };
@@ -344,6 +350,15 @@ where
     K: serde::de::DeserializeOwned,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    writable_store(objects, synced).0
+}
+
+fn writable_store<K>(objects: &[Value], synced: bool) -> (Store<K>, reflector::store::Writer<K>)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
     let (reader, mut writer) = reflector::store();
     if synced {
         writer.apply_watcher_event(&watcher::Event::Init);
@@ -353,7 +368,7 @@ where
         }
         writer.apply_watcher_event(&watcher::Event::InitDone);
     }
-    reader
+    (reader, writer)
 }
 
 #[derive(Parser)]
@@ -372,6 +387,8 @@ pub struct Cluster {
     pub sandboxes: Vec<Value>,
     /// Cached AgentScans.
     pub scans: Vec<Value>,
+    /// Cached policy ConfigMaps.
+    pub policy_maps: Vec<Value>,
     /// The API server behind the client.
     pub api: FakeApi,
     /// Flags of `agentgate webhook` beyond `--operator-user`.
@@ -396,6 +413,7 @@ impl Cluster {
             ],
             sandboxes: vec![example_sandbox()],
             scans: Vec::new(),
+            policy_maps: Vec::new(),
             api: FakeApi::default(),
             flags: vec!["--scan-writer".into(), CI.into()],
             synced: true,
@@ -424,11 +442,17 @@ impl Cluster {
         argv.extend(self.flags);
         let flags = WebhookFlags::parse_from(argv);
         let synced = self.synced;
+        let (sandboxes, sandbox_writer) = writable_store::<AgentSandbox>(&self.sandboxes, synced);
+        let (policy_maps, policy_map_writer) =
+            writable_store::<ConfigMap>(&self.policy_maps, synced);
+        let (changed, delivery_changes) = tokio::sync::watch::channel(0u64);
         let caches = Caches {
             maximums: store_of::<MaximumPolicy>(&self.maximums, synced),
             namespaces: store_of::<Namespace>(&self.namespaces, synced),
-            sandboxes: store_of::<AgentSandbox>(&self.sandboxes, synced),
+            sandboxes,
             scans: store_of::<AgentScan>(&self.scans, synced),
+            policy_maps,
+            delivery_changes,
         };
         let prover = Prover::new(ProverOptions {
             timeout: Duration::from_millis(2000),
@@ -449,6 +473,8 @@ impl Cluster {
             router: router(state.clone()),
             state,
             api,
+            writers: Mutex::new((sandbox_writer, policy_map_writer)),
+            changed,
         }
     }
 }
@@ -460,6 +486,49 @@ pub struct Harness {
     pub state: Arc<WebhookState>,
     /// The fake API server.
     pub api: Arc<FakeApi>,
+    /// Writers of the sandbox and policy ConfigMap caches.
+    writers: Mutex<(
+        reflector::store::Writer<AgentSandbox>,
+        reflector::store::Writer<ConfigMap>,
+    )>,
+    /// Moves the delivery change counter.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Harness {
+    /// Puts `sandbox` into the cache (as a watch event would) and wakes
+    /// the policy streams.
+    pub fn put_sandbox(&self, sandbox: Value) {
+        let object: AgentSandbox = serde_json::from_value(sandbox).unwrap();
+        self.put(|writers| {
+            writers
+                .0
+                .apply_watcher_event(&watcher::Event::Apply(object))
+        });
+    }
+
+    fn put(
+        &self,
+        write: impl FnOnce(
+            &mut (
+                reflector::store::Writer<AgentSandbox>,
+                reflector::store::Writer<ConfigMap>,
+            ),
+        ),
+    ) {
+        write(&mut self.writers.lock().unwrap());
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Puts a policy ConfigMap into the cache and wakes the policy streams.
+    pub fn put_policy_map(&self, config_map: Value) {
+        let object: ConfigMap = serde_json::from_value(config_map).unwrap();
+        self.put(|writers| {
+            writers
+                .1
+                .apply_watcher_event(&watcher::Event::Apply(object))
+        });
+    }
 }
 
 /// An HTTP answer.
@@ -488,12 +557,7 @@ impl Reply {
 impl Harness {
     /// Sends `request` through the router.
     pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .unwrap_or_else(|never| match never {});
+        let response = self.respond(request).await;
         let status = response.status();
         let headers = response.headers().clone();
         let body = axum::body::to_bytes(response.into_body(), 64 << 20)
@@ -504,6 +568,43 @@ impl Harness {
             headers,
             body: body.to_vec(),
         }
+    }
+
+    /// The router's response to `request`, its body unread.
+    async fn respond(&self, request: Request<Body>) -> axum::response::Response {
+        self.router
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap_or_else(|never| match never {})
+    }
+
+    /// `GET path` bearing `token`, read as a stream: the status, and a
+    /// receiver of each chunk of the body as it comes.
+    pub async fn stream(
+        &self,
+        path: &str,
+        token: &str,
+    ) -> (StatusCode, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+        use http_body_util::BodyExt;
+        let request = Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        let response = self.respond(request).await;
+        let status = response.status();
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let mut body = response.into_body();
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(data) = frame.into_data()
+                    && sender.send(data.to_vec()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        (status, receiver)
     }
 
     /// `GET path`.

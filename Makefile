@@ -25,7 +25,7 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 ALL_TARGETS := --workspace --all-targets
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -175,6 +175,10 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-decide
 	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook
 
+bench-delivery: z3 ## policy delivery: 1,000 proxies subscribed to one replica's policy stream (simulated, in process): memory, one commit's latency, a tightened ceiling's fan-out; the real node measures approval and revocation at the running agent
+	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-delivery
+	$(RELEASE_DIR)/bench-delivery
+
 bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost
 	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
 	$(RELEASE_DIR)/bench-proxy
@@ -189,6 +193,7 @@ bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark prog
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-trifecta
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-verify
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-fleet
+	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-delivery
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-mcp
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-proposals
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-requests

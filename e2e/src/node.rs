@@ -56,9 +56,11 @@ pub const APISERVER_PORT: u16 = 6443;
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 /// How often the kubelet resyncs each Pod, which bounds how long a
-/// ConfigMap change takes to reach a mounted volume (docs/operations.md).
-/// The kubelet's default is one minute; the demo and tests use this.
-pub const KUBELET_SYNC_SECONDS: u64 = 5;
+/// ConfigMap or Secret change takes to reach a mounted volume
+/// (docs/operations.md). The node keeps the kubelet's default (one
+/// minute), as production clusters do: a commit reaches the proxies over
+/// the policy stream, not the volume.
+pub const KUBELET_SYNC_SECONDS: u64 = 60;
 
 /// A node's network namespace, held open by a sleeping process, and the
 /// veth pair between it and the host.
@@ -748,7 +750,6 @@ clusterDNS: [{DNS_IP}]
 clusterDomain: cluster.local
 resolvConf: {resolv}
 podLogsDir: {logs}
-syncFrequency: {KUBELET_SYNC_SECONDS}s
 evictionHard: {{memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

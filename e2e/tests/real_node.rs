@@ -14,7 +14,9 @@
 //! 2. the enforced pod: granted requests pass, everything else is refused
 //!    with the reason (a direct connection to an IP, another binary, UDP,
 //!    a write outside the grant), a proposal reaches the running agent
-//!    without a restart, a tightened ceiling takes it away again;
+//!    without a restart, a tightened ceiling takes it away again (pushed
+//!    over the policy stream: the kubelet keeps its default one-minute
+//!    sync), and the Pod reports the committed revision (`Enforced`);
 //!    `kubectl agentgate lineage` reads the session from the running
 //!    proxy, and the refused tool call is an Event on the sandbox;
 //!    a held tool call (`mode: ask`) waits while a person decides:
@@ -241,6 +243,31 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
             )
         },
     );
+    // The Pod reported what it enforces: the committed revision, Applied.
+    let enforced = cp
+        .wait_for(
+            &[
+                "get",
+                "asbx",
+                "node-bot",
+                "-n",
+                "node",
+                "-o",
+                "jsonpath={.status.revision} {.status.pods[0].revision} {.status.conditions[?(@.type==\"Enforced\")].reason}",
+            ],
+            Duration::from_secs(30),
+            |text| {
+                let mut parts = text.split(' ');
+                let committed = parts.next();
+                committed.is_some() && parts.next() == committed && parts.next() == Some("Applied")
+            },
+        )
+        .unwrap_or_else(|last| {
+            panic!(
+                "the Pod never reported the committed revision (revision, Pod's, Enforced: {last:?})\n{}",
+                context()
+            )
+        });
     session_lineage(cp, &context);
     let rounds = probes(&agent_log(cp));
     let (period, unbroken) = probe::rounds(&rounds);
@@ -264,10 +291,28 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
         context()
     );
     println!(
-        "real node: proposal applied → running agent allowed in {gained:.2} s; ceiling tightened → refused in {revoked:.2} s (kubelet syncFrequency {} s, probe rounds of ~{period:.2} s)",
+        "real node: proposal applied → running agent allowed in {gained:.2} s; ceiling tightened → refused in {revoked:.2} s (policy stream; kubelet syncFrequency {} s, probe rounds of ~{period:.2} s); enforced (revision, Pod's, reason): {enforced}",
         agentgate_e2e::node::KUBELET_SYNC_SECONDS
     );
     gained
+}
+
+/// Has the kubelet sync Pod `pod` now, which rewrites its Secret and
+/// ConfigMap volumes: a change to the Pod's annotations starts a sync. The
+/// node keeps the default one-minute sync period; the policy needs no
+/// nudge (it is pushed), the CA and credential Secrets do, and without it
+/// these scenarios would each wait for the next periodic sync.
+fn nudge_kubelet(cp: &ControlPlane, namespace: &str, pod: &str) {
+    cp.run(&[
+        "annotate",
+        "pod",
+        pod,
+        "-n",
+        namespace,
+        "--overwrite",
+        &format!("e2e.agentgate.dev/nudge={}", now()),
+    ])
+    .unwrap();
 }
 
 /// The held calls of the sandbox as `name decision` pairs, oldest first
@@ -627,9 +672,26 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
         |bundle| squeeze(bundle).contains(&squeeze(&new_ca)),
     )
     .unwrap_or_else(|_| panic!("the pod's bundle never trusted the new CA\n{}", report(cp)));
-    // After the kubelet has refreshed both volumes, interception works
-    // with the new CA: a round that started two sync periods later.
-    let settled = now() + 2.0 * agentgate_e2e::node::KUBELET_SYNC_SECONDS as f64;
+    // After the kubelet has refreshed both volumes (the CA Secret and the
+    // ConfigMap, each at its next sync of the Pod: up to a minute), the
+    // proxy signs with the new CA and the agent trusts it: a round that
+    // started after the proxy said both.
+    nudge_kubelet(cp, "node", "node-bot");
+    let proxy_log = || cp.container_log("node", "node-bot", "agentgate-proxy");
+    let deadline =
+        Instant::now() + Duration::from_secs(3 * agentgate_e2e::node::KUBELET_SYNC_SECONDS);
+    while !(proxy_log().contains("sandbox CA rotated")
+        && proxy_log().contains("the agent's CA bundle is rewritten"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the proxy never took up the rotated CA\n{}\n{}",
+            tail(&proxy_log(), 30),
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let settled = now();
     let waited = probe::first_after(
         || agent_log(cp),
         settled,
@@ -1068,6 +1130,7 @@ fn credentials_attached(cp: &ControlPlane, images: &Images) -> f64 {
         &format!(r#"{{"stringData":{{"token":"{SECRET_V2}"}}}}"#),
     ])
     .unwrap();
+    nudge_kubelet(cp, CRED, "cred-bot");
     let deadline = Instant::now() + Duration::from_secs(120);
     while !upstream_auth(cp)
         .iter()

@@ -608,7 +608,7 @@ fn enforcement(cp: &ControlPlane, images: &Images) -> Result<(), String> {
     }
     let (_, allowed) = line_with("-> 200", seen)?;
     println!(
-        "\x1b[1m# Committed, and the running agent is allowed {:.1} s after the approval (no restart: the kubelet refreshes the policy volume, the proxy re-reads it)\x1b[0m\n{allowed}",
+        "\x1b[1m# Committed, and the running agent is allowed {:.1} s after the approval (no restart: the operator pushes the commit to the sandbox's proxy; the kubelet keeps its default one-minute sync)\x1b[0m\n{allowed}",
         approved_at.elapsed().as_secs_f64()
     );
     // The tracker's upstream echoes the path it was sent: the call got there.

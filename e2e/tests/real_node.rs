@@ -31,7 +31,10 @@
 //!    approval and the Secret's rotation take effect without a restart;
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
 //! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
-//!    of a proposal burst: no commit lost or doubled;
+//!    of a proposal burst: no commit lost or doubled, and the enforced
+//!    Pod's agent, probing throughout while its proxy's policy stream
+//!    breaks and is subscribed again, is refused the revoked grant in
+//!    every round;
 //! 5. deleting the AgentSandbox deletes its Pod, ConfigMap, Secret,
 //!    NetworkPolicy and ServiceAccount (the garbage collector, for real).
 //!
@@ -715,6 +718,37 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
     settled + waited - replaced_at
 }
 
+/// Every probe round of node-bot's agent since `from` (across an operator
+/// fault) was refused the revoked POST: the proxy never enforced an older,
+/// wider revision while its policy stream was down or subscribed again.
+fn never_wider_during_the_fault(cp: &ControlPlane, from: f64) {
+    let rounds: Vec<probe::Probe> = probes(&agent_log(cp))
+        .into_iter()
+        .filter(|p| p.started >= from)
+        .collect();
+    assert!(
+        rounds.len() > 5,
+        "the agent kept probing through the fault ({} rounds)",
+        rounds.len()
+    );
+    let wider: Vec<String> = rounds
+        .iter()
+        .filter(|p| p.field("post") != "403")
+        .map(|p| format!("{:.2}: post {}", p.started, p.field("post")))
+        .collect();
+    assert!(
+        wider.is_empty(),
+        "rounds saw the revoked grant during the operator fault: {wider:?}\n{}",
+        report(cp)
+    );
+    let proxy = cp.container_log("node", "node-bot", "agentgate-proxy");
+    eprintln!(
+        "real node: {} probe rounds through the operator's fault, every one refused the revoked POST; the proxy subscribed {} times in all",
+        rounds.len(),
+        proxy.matches("policy stream subscribed").count()
+    );
+}
+
 /// Scenario 3: a Pod that claims the sandbox but lacks its data plane.
 fn unconfined_pod_refused(cp: &ControlPlane, images: &Images) {
     let pod = format!(
@@ -1209,7 +1243,12 @@ fn the_product_on_a_real_node() {
         "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
     );
     unconfined_pod_refused(&cp, &images);
+    // node-bot's agent keeps probing while the operator's leader is killed
+    // (its proxy's stream breaks and is subscribed again): not one round
+    // may see the revoked grant again.
+    let fault_from = now();
     operator_killed_mid_burst(&cp);
+    never_wider_during_the_fault(&cp, fault_from);
     deletion_collects_everything(&cp);
     eprintln!(
         "real node: booted in {:.1} s, chart running {:.1} s, all scenarios {:.1} s",

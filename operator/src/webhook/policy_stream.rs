@@ -478,6 +478,63 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pods_report_of_the_committed_policy_is_recorded_and_nothing_else() {
+        let data = files(3, "network: []\n");
+        let digest = agentgate_policy::delivery::digest(&data);
+        let mut cluster = cluster();
+        let mut sandbox = sandbox_committing(3, &digest);
+        sandbox["metadata"]["resourceVersion"] = json!("42");
+        cluster.api.sandboxes = vec![sandbox];
+        cluster
+            .api
+            .pods
+            .insert("triage-bot".into(), "pod-uid".into());
+        let harness = cluster.serve();
+        let report = |revision: u64, digest: &str| {
+            json!({"revision": revision, "digest": digest}).to_string()
+        };
+        let reply = harness
+            .post("/v1/policy/applied", report(3, &digest), Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        let patches = harness.api.status_patches.lock().unwrap().clone();
+        assert_eq!(patches.len(), 1);
+        let patch = &patches[0];
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(patch["status"]["pods"][0]["name"], "triage-bot");
+        assert_eq!(patch["status"]["pods"][0]["revision"], 3);
+        let enforced = patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Enforced")
+            .unwrap();
+        assert_eq!(
+            (enforced["status"].as_str(), enforced["reason"].as_str()),
+            (Some("True"), Some("Applied"))
+        );
+        // Anything but the committed update is refused, and not recorded.
+        let reply = harness
+            .post("/v1/policy/applied", report(2, "sha256:old"), Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+        let reply = harness
+            .post("/v1/policy/applied", "{\"revision\": 3}", Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        // Another Pod's token, or none, reports nothing.
+        let reply = harness
+            .post("/v1/policy/applied", report(3, &digest), Some(ELSEWHERE))
+            .await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN);
+        let reply = harness
+            .post("/v1/policy/applied", report(3, &digest), None)
+            .await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(harness.api.status_patches.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
     async fn only_the_committed_configmap_is_pushed_and_each_commit_at_once() {
         let harness = cluster().serve();
         let (_, mut lines) = harness.stream(STREAM, BOUND).await;

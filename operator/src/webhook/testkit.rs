@@ -240,6 +240,11 @@ pub struct FakeApi {
     pub sandboxes: Vec<Value>,
     /// SubjectAccessReviews fail with 500, as when the API server is down.
     pub reviews_unavailable: bool,
+    /// Pods a GET finds: name → uid (tokens bound to a Pod carry its uid
+    /// from here too).
+    pub pods: BTreeMap<String, String>,
+    /// The bodies of sandbox status patches, in order.
+    pub status_patches: Mutex<Vec<Value>>,
     /// Every call, as `METHOD path`.
     calls: Mutex<Vec<String>>,
 }
@@ -260,6 +265,9 @@ impl FakeApi {
                     let mut user = json!({"username": user});
                     if let Some(pod) = self.bound_pods.get(token) {
                         user["extra"] = json!({"authentication.kubernetes.io/pod-name": [pod]});
+                        if let Some(uid) = self.pods.get(pod) {
+                            user["extra"]["authentication.kubernetes.io/pod-uid"] = json!([uid]);
+                        }
                     }
                     let audiences = match self.token_audiences.get(token) {
                         Some(minted) => json!(minted),
@@ -302,6 +310,38 @@ impl FakeApi {
                 .collect();
             let list = json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandboxList", "metadata": {"resourceVersion": "1"}, "items": items});
             return (StatusCode::OK, list);
+        }
+        if let Some(rest) = path.strip_prefix("/apis/agentgate.dev/v1alpha1/namespaces/")
+            && let Some((namespace, rest)) = rest.split_once("/agentsandboxes/")
+        {
+            let (name, status) = match rest.strip_suffix("/status") {
+                Some(name) => (name, true),
+                None => (rest, false),
+            };
+            let Some(found) = self
+                .sandboxes
+                .iter()
+                .find(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["name"] == name)
+            else {
+                return failure(StatusCode::NOT_FOUND, "NotFound");
+            };
+            if status && method == "PATCH" {
+                self.status_patches.lock().unwrap().push(sent.clone());
+            }
+            return (StatusCode::OK, found.clone());
+        }
+        if method == "GET"
+            && let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
+            && let Some((namespace, name)) = rest.split_once("/pods/")
+        {
+            return match self.pods.get(name) {
+                Some(uid) => (
+                    StatusCode::OK,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                           "metadata": {"name": name, "namespace": namespace, "uid": uid}}),
+                ),
+                None => failure(StatusCode::NOT_FOUND, "NotFound"),
+            };
         }
         if let Some(name) = path.strip_prefix("/api/v1/namespaces/")
             && let Some(found) = self

@@ -271,6 +271,7 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
                 context()
             )
         });
+    delivery_trials(cp, &context);
     session_lineage(cp, &context);
     let rounds = probes(&agent_log(cp));
     let (period, unbroken) = probe::rounds(&rounds);
@@ -716,6 +717,69 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
     let (_, unbroken) = probe::rounds(&probes(&agent_log(cp)));
     assert!(unbroken, "one agent process through the rotation");
     settled + waited - replaced_at
+}
+
+/// Commit → the running agent, repeated (`make bench-delivery`: 20 trials,
+/// `AGENTGATE_DELIVERY_TRIALS`; 2 in `make test`): the ceiling loosened, a
+/// new proposal applied, the seconds until the agent's first probe round
+/// whose POST is allowed; the ceiling tightened, until one is refused. Over
+/// the policy stream, the kubelet at its default sync. Printed with p50 and
+/// p99 (rounds of about 0.28 s bound the resolution).
+fn delivery_trials(cp: &ControlPlane, context: &dyn Fn() -> String) {
+    let trials: usize = std::env::var("AGENTGATE_DELIVERY_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let limit = Duration::from_secs(30);
+    let (mut gained, mut revoked) = (Vec::new(), Vec::new());
+    for trial in 0..trials {
+        cp.apply_yaml(&probe::ceiling("node", false)).unwrap();
+        let proposal = probe::write_proposal("node", None).replace(
+            "name: example-write, namespace",
+            &format!("name: example-write-{trial}, namespace"),
+        );
+        let applied_at = now();
+        cp.apply_yaml(&proposal).unwrap();
+        gained.push(
+            probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit).unwrap_or_else(
+                |_| {
+                    panic!(
+                        "trial {trial}: the approved POST never reached the agent\n{}",
+                        context()
+                    )
+                },
+            ),
+        );
+        let tightened_at = now();
+        cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
+        revoked.push(
+            probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "trial {trial}: the tightened ceiling never reached the agent\n{}",
+                        context()
+                    )
+                }),
+        );
+    }
+    let summary = |name: &str, mut seconds: Vec<f64>| {
+        seconds.sort_by(f64::total_cmp);
+        let at = |p: f64| seconds[((seconds.len() as f64 - 1.0) * p).round() as usize];
+        format!(
+            "{name} p50 {:.2} s, p99 {:.2} s, max {:.2} s",
+            at(0.5),
+            at(0.99),
+            at(1.0)
+        )
+    };
+    if trials > 0 {
+        eprintln!(
+            "real node: delivery over {trials} trials (kubelet syncFrequency {} s): {}; {}",
+            agentgate_e2e::node::KUBELET_SYNC_SECONDS,
+            summary("proposal applied → agent allowed", gained),
+            summary("ceiling tightened → agent refused", revoked)
+        );
+    }
 }
 
 /// Every probe round of node-bot's agent since `from` (across an operator

@@ -97,8 +97,8 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
     cluster(
         "agentgate.dev",
         "agentsandboxes/status",
-        &["update"],
-        "the commit: effectivePolicy and revision with the resourceVersion as precondition",
+        &["update", "patch"],
+        "the commit: effectivePolicy and revision with the resourceVersion as precondition (update); a Pod's report of the policy it enforces, status.pods and Enforced, with the same precondition (merge patch, /v1/policy/applied)",
     ),
     cluster(
         "agentgate.dev",
@@ -122,7 +122,7 @@ pub const OPERATOR_PERMISSIONS: &[Permission] = &[
         "",
         "pods",
         &["get", "list", "watch", "create"],
-        "the sandbox's enforced Pod: created once, read back to adopt or report it, watched as owned; the running ones' addresses, whose proxies' refusals become Events",
+        "the sandbox's enforced Pod: created once, read back to adopt or report it, watched as owned; the running ones' addresses, whose proxies' refusals become Events; its uid, checked against the token of a policy report",
     ),
     cluster(
         "",

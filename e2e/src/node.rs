@@ -1016,6 +1016,23 @@ impl ControlPlane {
         .unwrap_or_default()
     }
 
+    /// `program args` run in the node's network namespace, where Pod
+    /// addresses are reachable (`None` without a node): its exit status
+    /// and standard output.
+    pub fn in_node_network(&self, program: &str, args: &[&str]) -> Option<(Option<i32>, String)> {
+        let output = self
+            .node
+            .as_ref()?
+            .command(program)
+            .args(args)
+            .output()
+            .ok()?;
+        Some((
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        ))
+    }
+
     /// The log of container `container` of Pod `namespace/pod` (empty when
     /// it cannot be read yet).
     pub fn container_log(&self, namespace: &str, pod: &str, container: &str) -> String {

@@ -29,6 +29,9 @@
 //!    placeholder sent elsewhere is refused (an Event), the agent reads
 //!    the secret nowhere, a wider binding waits for review and its
 //!    approval and the Secret's rotation take effect without a restart;
+//!    the policy stream, against the real TokenReviews: strangers (no
+//!    token, another audience, the API token, an unbound policy token)
+//!    are refused, and a Pod's token reads only its own sandbox's policy;
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
 //! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
 //!    of a proposal burst: no commit lost or doubled, and the enforced
@@ -782,6 +785,114 @@ fn delivery_trials(cp: &ControlPlane, context: &dyn Fn() -> String) {
     }
 }
 
+/// The policy stream against the real API server's TokenReviews, from the
+/// node's network straight to an operator Pod: no token, a token for
+/// another audience, a policy token bound to no Pod are refused; a Pod's
+/// own bound token reads its own sandbox's committed policy, and the
+/// request cannot name another sandbox (the token does).
+fn strangers_never_subscribe(cp: &ControlPlane) {
+    let ip = cp
+        .run(&[
+            "get",
+            "pods",
+            "-n",
+            CHART_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=agentgate",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ])
+        .unwrap();
+    let url = format!("https://{}:9443/v1/policy/stream", ip.trim());
+    // Status and the first line of the body, within 3 s.
+    let subscribe = |token: Option<&str>| -> (String, String) {
+        let header = token.map(|t| format!("Authorization: Bearer {t}"));
+        let mut args = vec!["-sk", "--max-time", "3", "-w", "\n%{http_code}"];
+        if let Some(h) = &header {
+            args.extend(["-H", h.as_str()]);
+        }
+        args.push(&url);
+        let (_, out) = cp.in_node_network("curl", &args).expect("a node");
+        let (body, status) = out.rsplit_once('\n').unwrap_or(("", &out));
+        (
+            status.trim().to_string(),
+            body.lines().next().unwrap_or_default().to_string(),
+        )
+    };
+    let token = |args: &[&str]| {
+        cp.run(&[&["create", "token"], args].concat())
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(subscribe(None).0, "401", "no token");
+    let hold = token(&["node-bot", "-n", "node", "--audience", "agentgate.dev/hold"]);
+    assert_eq!(
+        subscribe(Some(&hold)).0,
+        "401",
+        "a token for the hold audience"
+    );
+    let api = token(&["node-bot", "-n", "node"]);
+    assert_eq!(subscribe(Some(&api)).0, "401", "the agent's API token");
+    let loose = token(&[
+        "node-bot",
+        "-n",
+        "node",
+        "--audience",
+        "agentgate.dev/policy",
+    ]);
+    let (status, body) = subscribe(Some(&loose));
+    assert_eq!(status, "403", "a policy token bound to no Pod: {body}");
+    // The credentials sandbox's own Pod token reads the credentials
+    // sandbox's committed policy, whatever it asks for.
+    let own = token(&[
+        "cred-bot",
+        "-n",
+        CRED,
+        "--audience",
+        "agentgate.dev/policy",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        "cred-bot",
+    ]);
+    let stream = format!("{url}?namespace=node&sandbox=node-bot");
+    let (_, out) = cp
+        .in_node_network(
+            "curl",
+            &[
+                "-sk",
+                "--max-time",
+                "3",
+                "-H",
+                &format!("Authorization: Bearer {own}"),
+                &stream,
+            ],
+        )
+        .expect("a node");
+    let first: serde_json::Value =
+        serde_json::from_str(out.lines().next().unwrap_or("{}")).unwrap_or_default();
+    let committed = cp
+        .run(&[
+            "get",
+            "asbx",
+            "cred-bot",
+            "-n",
+            CRED,
+            "-o",
+            "jsonpath={.status.policyDigest}",
+        ])
+        .unwrap();
+    assert_eq!(
+        first["update"]["digest"].as_str(),
+        Some(committed.trim()),
+        "cred-bot's token reads cred-bot's committed policy: {out}"
+    );
+    eprintln!(
+        "real node: the policy stream refused no token, the hold audience, the API token and an unbound policy token; a Pod's own token read only its own sandbox's policy"
+    );
+}
+
 /// Every probe round of node-bot's agent since `from` (across an operator
 /// fault) was refused the revoked POST: the proxy never enforced an older,
 /// wider revision while its policy stream was down or subscribed again.
@@ -1306,6 +1417,7 @@ fn the_product_on_a_real_node() {
     eprintln!(
         "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
     );
+    strangers_never_subscribe(&cp);
     unconfined_pod_refused(&cp, &images);
     // node-bot's agent keeps probing while the operator's leader is killed
     // (its proxy's stream breaks and is subscribed again): not one round

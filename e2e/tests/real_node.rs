@@ -118,21 +118,28 @@ fn node_is_real(cp: &ControlPlane) {
     assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
 }
 
+/// `jsonpath` over the list of the chart's operator Pods.
+fn operator_pods(cp: &ControlPlane, jsonpath: &str) -> String {
+    cp.run(&[
+        "get",
+        "pods",
+        "-n",
+        CHART_NAMESPACE,
+        "-l",
+        "app.kubernetes.io/name=agentgate",
+        "-o",
+        &format!("jsonpath={jsonpath}"),
+    ])
+    .unwrap()
+}
+
 /// The operator's Pods: scheduled onto the node and running from the
 /// imported image.
 fn operator_pods_run(cp: &ControlPlane) {
-    let pods = cp
-        .run(&[
-            "get",
-            "pods",
-            "-n",
-            CHART_NAMESPACE,
-            "-l",
-            "app.kubernetes.io/name=agentgate",
-            "-o",
-            "jsonpath={range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].imageID}{\"\\n\"}{end}",
-        ])
-        .unwrap();
+    let pods = operator_pods(
+        cp,
+        "{range .items[*]}{.spec.nodeName} {.status.phase} {.status.containerStatuses[0].imageID}{\"\\n\"}{end}",
+    );
     let lines: Vec<&str> = pods.lines().collect();
     assert_eq!(lines.len(), 2, "the chart's two replicas: {pods}");
     for line in lines {
@@ -791,18 +798,7 @@ fn delivery_trials(cp: &ControlPlane, context: &dyn Fn() -> String) {
 /// own bound token reads its own sandbox's committed policy, and the
 /// request cannot name another sandbox (the token does).
 fn strangers_never_subscribe(cp: &ControlPlane) {
-    let ip = cp
-        .run(&[
-            "get",
-            "pods",
-            "-n",
-            CHART_NAMESPACE,
-            "-l",
-            "app.kubernetes.io/name=agentgate",
-            "-o",
-            "jsonpath={.items[0].status.podIP}",
-        ])
-        .unwrap();
+    let ip = operator_pods(cp, "{.items[0].status.podIP}");
     let url = format!("https://{}:9443/v1/policy/stream", ip.trim());
     // Status and the first line of the body, within 3 s.
     let subscribe = |token: Option<&str>| -> (String, String) {

@@ -199,11 +199,11 @@ fn status(h: &Harness, path: &str) -> u16 {
         .unwrap_or(0)
 }
 
-fn wait_until(what: &str, h: &Harness, mut done: impl FnMut() -> bool) -> Duration {
+fn wait_until(what: &str, h: &Harness, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(10) {
         if done() {
-            return started.elapsed();
+            return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -237,10 +237,10 @@ fn a_pushed_commit_is_enforced_at_once_and_nothing_rolls_it_back() {
     // The revocation is pushed; the volume still holds revision 1.
     let v2 = files(&h, 2, NARROW);
     stream.send(&update(v2.clone()));
-    let took = wait_until("the pushed revocation enforced", &h, || {
+    // Only the push can bring it: the volume still holds revision 1.
+    wait_until("the pushed revocation enforced", &h, || {
         status(&h, "/record/wide/b") == 403
     });
-    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(status(&h, "/record/narrow/a"), 200);
     wait_until("revision 2 reported", &h, || stream.reported(2));
 

@@ -46,6 +46,9 @@ pub struct Held {
     pub revision: u64,
     /// [`digest`] of its files.
     pub digest: String,
+    /// The files as read, so the policy source enforces exactly the
+    /// version the digest names without reading them again.
+    pub files: BTreeMap<String, String>,
 }
 
 /// Reads the ConfigMap files in `dir` (the kubelet's `..`-prefixed entries
@@ -77,6 +80,7 @@ pub fn held_in(dir: &Path) -> Option<Held> {
         digest: digest(&data),
         dir,
         revision,
+        files: data,
     })
 }
 
@@ -424,6 +428,7 @@ mod tests {
             dir: root.path().join(digest),
             revision,
             digest: digest.into(),
+            files: BTreeMap::new(),
         };
         let mut choice = Choice::default();
         // After a (re)start: the higher revision, the pushed one at a tie.

@@ -66,12 +66,15 @@ impl PolicySource {
                 std::fs::read(&self.policy).ok(),
                 std::fs::read(&self.findings).ok(),
             ),
-            Some(held) => (
-                self.policy
-                    .file_name()
-                    .and_then(|name| std::fs::read(held.dir.join(name)).ok()),
-                std::fs::read(held.dir.join("findings.json")).ok(),
-            ),
+            Some(held) => {
+                let file = |name: &str| held.files.get(name).map(|text| text.as_bytes().to_vec());
+                (
+                    self.policy
+                        .file_name()
+                        .and_then(|name| file(&name.to_string_lossy())),
+                    file("findings.json"),
+                )
+            }
         }
     }
 

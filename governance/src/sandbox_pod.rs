@@ -558,14 +558,7 @@ pub fn credential_exposures(spec: &PodSpec, credentials: &[Credential], at: &str
             ));
         }
     }
-    let lists = [
-        (
-            "initContainers",
-            spec.init_containers.as_deref().unwrap_or(&[]),
-        ),
-        ("containers", spec.containers.as_slice()),
-    ];
-    for (list, containers) in lists {
+    for (list, containers) in container_lists(spec) {
         for (i, container) in containers.iter().enumerate() {
             for (j, env) in container.env.iter().flatten().enumerate() {
                 let secret = env
@@ -713,6 +706,18 @@ fn volume_secrets(volume: &Volume) -> impl Iterator<Item = &str> {
     direct.into_iter().chain(projected)
 }
 
+/// A Pod spec's container lists by field name: `initContainers`, then
+/// `containers`.
+fn container_lists(spec: &PodSpec) -> [(&'static str, &[Container]); 2] {
+    [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("containers", spec.containers.as_slice()),
+    ]
+}
+
 /// The data plane's token audiences, each with the one volume that may
 /// project it and what a token of it does.
 const DATA_PLANE_AUDIENCES: &[(&str, &str, &str)] = &[
@@ -774,14 +779,7 @@ fn template_refusals(sandbox: &str, spec: &PodSpec) -> Vec<PodRefusal> {
             )));
         }
     }
-    let lists = [
-        (
-            "initContainers",
-            spec.init_containers.as_deref().unwrap_or(&[]),
-        ),
-        ("containers", spec.containers.as_slice()),
-    ];
-    for (list, containers) in lists {
+    for (list, containers) in container_lists(spec) {
         for (i, container) in containers.iter().enumerate() {
             let path = format!("spec.template.spec.{list}[{i}]");
             if is_reserved_name(&container.name) {

@@ -228,8 +228,7 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     let limit = Duration::from_secs(90);
     let applied_at = now();
     cp.apply_yaml(&probe::write_proposal("node", None)).unwrap();
-    let gained = probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit)
-        .unwrap_or_else(|_| panic!("the approved POST never reached the agent\n{}", context()));
+    let gained = post_seen(cp, applied_at, "200", limit, "the approved POST", &context);
     // The same proposal grants the tool: the running session may call it.
     probe::first_after(|| agent_log(cp), applied_at, "mcp", "forwarded", limit).unwrap_or_else(
         |_| {
@@ -241,13 +240,14 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     );
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
-    let revoked = probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
-        .unwrap_or_else(|_| {
-            panic!(
-                "the tightened ceiling never reached the agent\n{}",
-                context()
-            )
-        });
+    let revoked = post_seen(
+        cp,
+        tightened_at,
+        "403",
+        limit,
+        "the tightened ceiling",
+        &context,
+    );
     probe::first_after(|| agent_log(cp), tightened_at, "mcp", "refused", limit).unwrap_or_else(
         |_| {
             panic!(
@@ -729,6 +729,21 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
     settled + waited - replaced_at
 }
 
+/// Seconds from `since` to the first probe round of node-bot's agent whose
+/// POST answered `want`; `what` (the change) never reaching the agent
+/// fails the test with the context.
+fn post_seen(
+    cp: &ControlPlane,
+    since: f64,
+    want: &str,
+    limit: Duration,
+    what: &str,
+    context: &dyn Fn() -> String,
+) -> f64 {
+    probe::first_after(|| agent_log(cp), since, "post", want, limit)
+        .unwrap_or_else(|_| panic!("{what} never reached the agent\n{}", context()))
+}
+
 /// Commit → the running agent, repeated (`make bench-delivery`: 20 trials,
 /// `AGENTGATE_DELIVERY_TRIALS`; 2 in `make test`): the ceiling loosened, a
 /// new proposal applied, the seconds until the agent's first probe round
@@ -750,27 +765,12 @@ fn delivery_trials(cp: &ControlPlane, context: &dyn Fn() -> String) {
         );
         let applied_at = now();
         cp.apply_yaml(&proposal).unwrap();
-        gained.push(
-            probe::first_after(|| agent_log(cp), applied_at, "post", "200", limit).unwrap_or_else(
-                |_| {
-                    panic!(
-                        "trial {trial}: the approved POST never reached the agent\n{}",
-                        context()
-                    )
-                },
-            ),
-        );
+        let what = format!("trial {trial}: the approved POST");
+        gained.push(post_seen(cp, applied_at, "200", limit, &what, context));
         let tightened_at = now();
         cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
-        revoked.push(
-            probe::first_after(|| agent_log(cp), tightened_at, "post", "403", limit)
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "trial {trial}: the tightened ceiling never reached the agent\n{}",
-                        context()
-                    )
-                }),
-        );
+        let what = format!("trial {trial}: the tightened ceiling");
+        revoked.push(post_seen(cp, tightened_at, "403", limit, &what, context));
     }
     let summary = |name: &str, mut seconds: Vec<f64>| {
         seconds.sort_by(f64::total_cmp);

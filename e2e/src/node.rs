@@ -62,6 +62,10 @@ pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// the policy stream, not the volume.
 pub const KUBELET_SYNC_SECONDS: u64 = 60;
 
+/// The Pods the node holds: the kubelet's default, so the policy delivery
+/// benchmark's fleet of 100 sandboxes fits beside the chart's Pods.
+pub const MAX_PODS: u32 = 110;
+
 /// A node's network namespace, held open by a sleeping process, and the
 /// veth pair between it and the host.
 pub struct Node {
@@ -756,7 +760,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
-maxPods: 50
+maxPods: {MAX_PODS}
 shutdownGracePeriod: 0s
 ",
             cert = pki("kubelet.crt"),

@@ -601,3 +601,66 @@ spec:
 "#
     )
 }
+
+/// The fleet agent: a POST to the example API through the proxy every
+/// second, one `PROBE n=… t=… post=<status>` line per round. Light on
+/// purpose: a hundred of them share the node's two cores.
+pub fn fleet_agent() -> String {
+    r#"n=0
+while true; do
+  n=$((n+1))
+  t=$(date +%s.%N)
+  post=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X POST -d x http://api.example.test:8080/repos/acme/x 2>/dev/null)
+  echo "PROBE n=$n t=$t post=$post"
+  sleep 1
+done
+"#
+    .to_string()
+}
+
+/// Namespace `<namespace>` (team `<namespace>`) and `count` sandboxes
+/// `<namespace>-0…`, each declaring GET and POST to the example API for
+/// curl, its agent running [`fleet_agent`] in `image`: one ceiling
+/// ([`ceiling`]) governs them all, so tightening it revokes the POST of
+/// every one at once.
+pub fn fleet_manifests(namespace: &str, count: usize, image: &str) -> String {
+    let script = serde_json::to_string(&fleet_agent()).unwrap_or_default();
+    let mut out = format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}, labels: {{team: {namespace}}}}}
+"
+    );
+    for i in 0..count {
+        out.push_str(&format!(
+            "---
+apiVersion: agentgate.dev/v1alpha1
+kind: AgentSandbox
+metadata: {{name: {namespace}-{i}, namespace: {namespace}}}
+spec:
+  mode: auto
+  agentServiceAccount: {namespace}-{i}
+  template:
+    spec:
+      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+      volumes: [{{name: work, emptyDir: {{}}}}]
+      containers:
+        - name: agent
+          image: {image}
+          imagePullPolicy: Never
+          command: [/bin/bash, -c, {script}]
+          volumeMounts: [{{name: work, mountPath: /tmp}}]
+  policy:
+    filesystem:
+      readOnly: [/usr, /bin, /lib, /lib64, /etc]
+      readWrite: [/tmp]
+    network:
+      - name: example
+        binaries: [/usr/bin/curl]
+        endpoints:
+          - {{host: api.example.test, ports: [8080], protocol: rest, rules: [{{methods: [GET, POST], path: \"/repos/**\"}}]}}
+"
+        ));
+    }
+    out
+}

@@ -32,6 +32,12 @@
 //!    the policy stream, against the real TokenReviews: strangers (no
 //!    token, another audience, the API token, an unbound policy token)
 //!    are refused, and a Pod's token reads only its own sandbox's policy;
+//!    the stream cut by the network (packets to and from the operator's
+//!    Service dropped in the Pod) while a revocation is committed: once
+//!    healed, the revocation arrives and the grant never comes back;
+//!    one tightened ceiling over a fleet of running sandboxes: every Pod
+//!    reports the revocation and no agent round after its Pod's report
+//!    is allowed (100 Pods in `make bench-delivery`);
 //! 3. a Pod claiming the sandbox without its enforced shape is refused;
 //! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
 //!    of a proposal burst: no commit lost or doubled, and the enforced
@@ -45,6 +51,7 @@
 //! (`make node`); without them the test fails, it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use agentgate_e2e::node::{Images, NODE_NAME, build_images};
@@ -772,16 +779,7 @@ fn delivery_trials(cp: &ControlPlane, context: &dyn Fn() -> String) {
         let what = format!("trial {trial}: the tightened ceiling");
         revoked.push(post_seen(cp, tightened_at, "403", limit, &what, context));
     }
-    let summary = |name: &str, mut seconds: Vec<f64>| {
-        seconds.sort_by(f64::total_cmp);
-        let at = |p: f64| seconds[((seconds.len() as f64 - 1.0) * p).round() as usize];
-        format!(
-            "{name} p50 {:.2} s, p99 {:.2} s, max {:.2} s",
-            at(0.5),
-            at(0.99),
-            at(1.0)
-        )
-    };
+    let summary = |name: &str, seconds: Vec<f64>| format!("{name} {}", percentiles(seconds));
     if trials > 0 {
         eprintln!(
             "real node: delivery over {trials} trials (kubelet syncFrequency {} s): {}; {}",
@@ -918,6 +916,315 @@ fn never_wider_during_the_fault(cp: &ControlPlane, from: f64) {
         rounds.len(),
         proxy.matches("policy stream subscribed").count()
     );
+}
+
+/// The pid of a process in Pod `namespace/pod`'s network namespace: its
+/// agent container's task, as containerd knows it.
+fn pod_task_pid(cp: &ControlPlane, namespace: &str, pod: &str) -> String {
+    let id = cp
+        .run(&[
+            "get",
+            "pod",
+            pod,
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.status.containerStatuses[?(@.name==\"agent\")].containerID}",
+        ])
+        .unwrap();
+    let id = id.trim().trim_start_matches("containerd://").to_string();
+    let tasks = cp.ctr(&["tasks", "ls"]).unwrap();
+    tasks
+        .lines()
+        .find(|line| line.starts_with(&id))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no task for container {id:?}:\n{tasks}"))
+        .to_string()
+}
+
+/// `nft -f -` of `rules` inside the network namespace of process `pid`.
+fn nft_in(pid: &str, rules: &str) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["--", "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nsenter nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(rules.as_bytes())
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "nft -f - in {pid}'s network: {rules}");
+}
+
+/// The policy stream cut by the network, a revocation committed during the
+/// cut: node-bot's Pod drops every packet to and from the operator's
+/// Service while the ceiling is tightened. The proxy keeps what it holds
+/// (docs/design.md §10 "Delivery": it cannot hear a revocation it is cut
+/// from, unless the kubelet's volume brings it); once the network heals the
+/// revocation reaches it, and from its first refused round on the agent is
+/// never allowed again.
+fn stream_cut_by_the_network(cp: &ControlPlane, context: &dyn Fn() -> String) {
+    let limit = Duration::from_secs(60);
+    cp.apply_yaml(&probe::ceiling("node", false)).unwrap();
+    let proposal = probe::write_proposal("node", None).replace(
+        "name: example-write, namespace",
+        "name: example-write-cut, namespace",
+    );
+    let applied_at = now();
+    cp.apply_yaml(&proposal).unwrap();
+    post_seen(
+        cp,
+        applied_at,
+        "200",
+        limit,
+        "the approval before the cut",
+        context,
+    );
+
+    let pod = cp
+        .run(&["get", "pod", "node-bot", "-n", "node", "-o", "json"])
+        .unwrap();
+    let stream = pod
+        .split('"')
+        .find_map(|s| s.strip_prefix("--policy-stream=https://"))
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or_else(|| panic!("node-bot's proxy has no --policy-stream"))
+        .to_string();
+    let service = cp
+        .run(&[
+            "get",
+            "service",
+            &stream,
+            "-n",
+            CHART_NAMESPACE,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .unwrap();
+    let service = service.trim();
+    let pid = pod_task_pid(cp, "node", "node-bot");
+    let subscribed = || {
+        cp.container_log("node", "node-bot", "agentgate-proxy")
+            .matches("policy stream subscribed")
+            .count()
+    };
+    let subscriptions = subscribed();
+    let revision = cp
+        .wait_revision("node", "node-bot", limit, |_| true)
+        .unwrap();
+    nft_in(
+        &pid,
+        &format!(
+            "table inet e2e_cut {{
+  chain out {{ type filter hook output priority -400; ip daddr {service} drop; }}
+  chain in {{ type filter hook input priority -400; ip saddr {service} drop; }}
+}}
+"
+        ),
+    );
+    let cut_at = now();
+    cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
+    cp.wait_revision("node", "node-bot", limit, |r| r > revision)
+        .unwrap_or_else(|last| {
+            panic!("the revocation was never committed ({last})\n{}", context())
+        });
+    std::thread::sleep(Duration::from_secs(3));
+    nft_in(&pid, "delete table inet e2e_cut\n");
+    let healed_at = now();
+    let refused = post_seen(
+        cp,
+        healed_at,
+        "403",
+        limit,
+        "the revocation after the cut healed",
+        context,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let rounds = probes(&agent_log(cp));
+    let during = rounds
+        .iter()
+        .filter(|p| p.started >= cut_at && p.started < healed_at)
+        .count();
+    let held_wider = rounds
+        .iter()
+        .filter(|p| p.started >= cut_at && p.started < healed_at && p.field("post") == "200")
+        .count();
+    let first_refused = rounds
+        .iter()
+        .find(|p| p.started >= cut_at && p.field("post") == "403")
+        .map(|p| p.started)
+        .unwrap_or(healed_at);
+    let wider: Vec<String> = rounds
+        .iter()
+        .filter(|p| p.started >= first_refused && p.field("post") != "403")
+        .map(|p| format!("{:.2}: post {}", p.started, p.field("post")))
+        .collect();
+    assert!(
+        wider.is_empty(),
+        "once refused, the revoked POST came back after the cut: {wider:?}\n{}",
+        context()
+    );
+    eprintln!(
+        "real node: policy stream cut for {:.1} s with a revocation committed in it: {held_wider}/{during} rounds in the cut still allowed (what the proxy held); healed → refused in {refused:.2} s, never allowed again; subscriptions {subscriptions} → {}",
+        healed_at - cut_at,
+        subscribed()
+    );
+}
+
+/// The fleet's namespace (and team): `make bench-delivery` runs 100
+/// sandboxes there, `make test` a few.
+const FLEET: &str = "fleet";
+
+/// Seconds since the epoch of an RFC 3339 time as the operator writes it.
+fn epoch_seconds(text: &str) -> Option<f64> {
+    let at =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    Some(at.unix_timestamp_nanos() as f64 / 1e9)
+}
+
+/// `p50 …, p99 …, max …` of `seconds`.
+fn percentiles(mut seconds: Vec<f64>) -> String {
+    seconds.sort_by(f64::total_cmp);
+    let at = |p: f64| seconds[((seconds.len() as f64 - 1.0) * p).round() as usize];
+    format!(
+        "p50 {:.2} s, p99 {:.2} s, max {:.2} s",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    )
+}
+
+/// One tightened ceiling over a fleet of running sandboxes
+/// (`AGENTGATE_FLEET_PODS`, 3 by default, 100 in `make bench-delivery`):
+/// every Pod reports the revocation's revision (`status.pods`), no agent
+/// round that started after its Pod's report was allowed the POST, and
+/// every agent was refused it. Printed: commit → each Pod's report and
+/// commit → each agent's first refused round.
+fn fleet_revoked(cp: &ControlPlane, images: &Images) {
+    let count: usize = std::env::var("AGENTGATE_FLEET_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    cp.apply_yaml(&probe::ceiling(FLEET, false)).unwrap();
+    let manifests = probe::fleet_manifests(FLEET, count, &images.agent_image);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = cp.apply_yaml(&manifests) {
+        assert!(
+            Instant::now() < deadline,
+            "the fleet was never admitted: {e}\n{}",
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let started = Instant::now();
+    let limit = Duration::from_secs(120 + 3 * count as u64);
+    cp.wait_for(
+        &[
+            "get",
+            "pods",
+            "-n",
+            FLEET,
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status} {end}",
+        ],
+        limit,
+        |text| text.split_whitespace().filter(|s| *s == "True").count() == count,
+    )
+    .unwrap_or_else(|last| {
+        panic!(
+            "the fleet's {count} Pods never all became Ready ({last:?})\n{}",
+            report(cp)
+        )
+    });
+    let ready = started.elapsed().as_secs_f64();
+    let names: Vec<String> = (0..count).map(|i| format!("{FLEET}-{i}")).collect();
+    let log = |pod: &str| cp.container_log(FLEET, pod, "agent");
+    let granted_at = now();
+    for pod in &names {
+        probe::first_after(|| log(pod), granted_at - 60.0, "post", "200", limit)
+            .unwrap_or_else(|tail| panic!("{pod}'s agent was never allowed its POST:\n{tail}"));
+    }
+    let committed = |text: &str| -> Vec<(String, u64, u64, String)> {
+        text.lines()
+            .filter_map(|line| {
+                let mut f = line.split(' ');
+                Some((
+                    f.next()?.to_string(),
+                    f.next()?.parse().ok()?,
+                    f.next()?.parse().ok()?,
+                    f.next()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let statuses = [
+        "get",
+        "asbx",
+        "-n",
+        FLEET,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.revision} {.status.pods[0].revision} {.status.pods[0].appliedAt}{\"\\n\"}{end}",
+    ];
+    let before: BTreeMap<String, u64> = committed(&cp.run(&statuses).unwrap())
+        .into_iter()
+        .map(|(name, revision, _, _)| (name, revision))
+        .collect();
+    let tightened_at = now();
+    cp.apply_yaml(&probe::ceiling(FLEET, true)).unwrap();
+    let reported = cp
+        .wait_for(&statuses, Duration::from_secs(60), |text| {
+            let rows = committed(text);
+            rows.len() == count
+                && rows.iter().all(|(name, revision, enforced, _)| {
+                    before.get(name).is_some_and(|b| revision > b) && enforced == revision
+                })
+        })
+        .unwrap_or_else(|last| {
+            panic!(
+                "not every Pod reported the revocation (name, revision, Pod's, appliedAt):\n{last}\n{}",
+                report(cp)
+            )
+        });
+    let mut applied = Vec::new();
+    let mut refused = Vec::new();
+    for (name, _, _, at) in committed(&reported) {
+        let at = epoch_seconds(&at)
+            .unwrap_or_else(|| panic!("{name}: appliedAt {at:?} is no RFC 3339 time"));
+        applied.push(at - tightened_at);
+        // A round that started after the Pod's report sent its POST to a
+        // proxy that already enforced the revocation.
+        probe::first_after(|| log(&name), at, "post", "403", Duration::from_secs(30))
+            .unwrap_or_else(|tail| panic!("{name}'s agent never refused after {at}:\n{tail}"));
+        let rounds = probes(&log(&name));
+        let allowed: Vec<f64> = rounds
+            .iter()
+            .filter(|p| p.started >= at && p.field("post") != "403")
+            .map(|p| p.started)
+            .collect();
+        assert!(
+            allowed.is_empty(),
+            "{name}: rounds after the Pod reported the revocation at {at} were not refused: {allowed:?}"
+        );
+        let first = rounds
+            .iter()
+            .find(|p| p.started >= tightened_at && p.field("post") == "403")
+            .map(|p| p.started - tightened_at)
+            .unwrap_or_else(|| panic!("{name}: no refused round"));
+        refused.push(first);
+    }
+    eprintln!(
+        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}",
+        agentgate_e2e::node::MAX_PODS,
+        percentiles(applied),
+        percentiles(refused)
+    );
+    cp.run(&["delete", "namespace", FLEET, "--wait=false"])
+        .unwrap();
 }
 
 /// Scenario 3: a Pod that claims the sandbox but lacks its data plane.
@@ -1414,6 +1721,8 @@ fn the_product_on_a_real_node() {
         "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
     );
     strangers_never_subscribe(&cp);
+    stream_cut_by_the_network(&cp, &context);
+    fleet_revoked(&cp, &images);
     unconfined_pod_refused(&cp, &images);
     // node-bot's agent keeps probing while the operator's leader is killed
     // (its proxy's stream breaks and is subscribed again): not one round

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod credentials;
 pub mod delivery;
 pub mod error;
+pub mod fields;
 pub mod findings;
 pub mod glob;
 pub mod held;

@@ -3,13 +3,19 @@
 //!
 //! Unknown fields, and the reserved ones (`query`, `allowedIPs`, `tls`), make
 //! the document Unsupported with the field's path; nothing is silently
-//! ignored.
+//! ignored. The fields are those of the types ([`crate::fields`]). Of a
+//! manifest this reads the language's parts (`spec.policy`,
+//! `spec.invariants`, `spec.budget`, `spec.credentials`); the kinds' other
+//! spec fields belong to the API crate, whose reader
+//! (`agentgate_api::documents`) checks the whole spec first: the CLI reads
+//! manifests through it.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::compile::{CompiledPolicy, CompiledRegion, Limits, Role, compile, compile_region};
 use crate::error::{Reason, ReasonCode};
+use crate::fields::check_fields;
 use crate::model::{Budget, Invariant, PolicyDocument};
 
 /// What a file held.
@@ -76,123 +82,30 @@ pub enum LoadError {
     Invalid(Reason),
 }
 
-const DOCUMENT_FIELDS: &[&str] = &["filesystem", "network"];
-const FILESYSTEM_FIELDS: &[&str] = &["readOnly", "readWrite"];
-const RULE_FIELDS: &[&str] = &[
-    "name",
-    "binaries",
-    "endpoints",
-    "review",
-    "credentials",
-    "allowUninspectedCredentials",
-];
-const ENDPOINT_FIELDS: &[&str] = &[
-    "host",
-    "port",
-    "ports",
-    "protocol",
-    "path",
-    "access",
-    "rules",
-    "denyRules",
-    "tools",
-    "denyTools",
-    "resources",
-    "prompts",
-    "review",
-    "modelProvider",
-    "unrecordedPaths",
-];
-const ENTRY_FIELDS: &[&str] = &["methods", "path"];
-const TOOL_FIELDS: &[&str] = &["name", "arguments", "additionalArguments", "mode"];
-const RESOURCE_FIELDS: &[&str] = &["uri"];
-const CONSTRAINT_FIELDS: &[&str] = &[
-    "oneOf",
-    "glob",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "items",
-    "maxItems",
-    "optional",
-    "from",
-    "entities",
-];
-const ENTITIES_FIELDS: &[&str] = &["from"];
-const REVIEW_FIELDS: &[&str] = &["required", "reason"];
-const MAXIMUM_SPEC_FIELDS: &[&str] = &[
-    "selector",
-    "allowedModes",
-    "defaultMode",
-    "policy",
-    "invariants",
-    "budget",
-];
-const SANDBOX_SPEC_FIELDS: &[&str] = &[
-    "mode",
-    "agentServiceAccount",
-    "template",
-    "policy",
-    "acceptedFindings",
-    "runtimeTrifecta",
-    "toolLabels",
-    "credentials",
-];
-/// Fields that other policy languages have and this one deliberately does not
-/// model yet; named so the message says so instead of "unknown".
-const RESERVED_FIELDS: &[&str] = &["query", "allowedIPs", "allowed_ips", "tls"];
-
 fn shape(field: impl Into<String>, message: impl Into<String>) -> Reason {
     Reason::at(ReasonCode::UnsupportedPolicyShape, field, message)
 }
 
-fn check_keys(value: &Value, field: &str, allowed: &[&str]) -> Result<(), Reason> {
-    let Some(map) = value.as_object() else {
-        return Ok(()); // type errors are reported by the typed pass
-    };
-    for key in map.keys() {
-        if allowed.contains(&key.as_str()) {
-            continue;
+/// Rejects unknown and reserved fields anywhere in a policy document, by
+/// the schema of its type ([`crate::fields`]), and `items` nested deeper
+/// than the language reads.
+fn check_policy_fields(doc: &Value) -> Result<(), Reason> {
+    check_fields::<PolicyDocument>(doc, "")?;
+    for (r, rule) in each(doc, "network") {
+        for (e, endpoint) in each(rule, "endpoints") {
+            for list in ["tools", "denyTools", "prompts"] {
+                for (i, entry) in each(endpoint, list) {
+                    let arguments = entry.get("arguments").and_then(Value::as_object);
+                    for (name, constraint) in arguments.into_iter().flatten() {
+                        let at =
+                            format!("network[{r}].endpoints[{e}].{list}[{i}].arguments.{name}");
+                        check_items_depth(constraint, &at)?;
+                    }
+                }
+            }
         }
-        let at = if field.is_empty() {
-            key.clone()
-        } else {
-            format!("{field}.{key}")
-        };
-        if RESERVED_FIELDS.contains(&key.as_str()) {
-            return Err(shape(
-                at,
-                format!("{key} is not modelled by policy language v1"),
-            ));
-        }
-        let hint = allowed
-            .iter()
-            .filter(|candidate| edit_distance(key, candidate) <= 2)
-            .min_by_key(|candidate| edit_distance(key, candidate))
-            .map(|candidate| format!(" (did you mean {candidate:?}?)"))
-            .unwrap_or_default();
-        return Err(shape(at, format!("unknown field {key:?}{hint}")));
     }
     Ok(())
-}
-
-/// Levenshtein distance, for "did you mean" hints on short field names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 fn each<'a>(value: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
@@ -204,55 +117,9 @@ fn each<'a>(value: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Val
         .enumerate()
 }
 
-/// Rejects unknown and reserved fields anywhere in a policy document.
-fn check_policy_fields(doc: &Value) -> Result<(), Reason> {
-    check_keys(doc, "", DOCUMENT_FIELDS)?;
-    if let Some(fs) = doc.get("filesystem") {
-        check_keys(fs, "filesystem", FILESYSTEM_FIELDS)?;
-    }
-    for (r, rule) in each(doc, "network") {
-        let at = format!("network[{r}]");
-        check_keys(rule, &at, RULE_FIELDS)?;
-        if let Some(review) = rule.get("review") {
-            check_keys(review, &format!("{at}.review"), REVIEW_FIELDS)?;
-        }
-        for (e, endpoint) in each(rule, "endpoints") {
-            let at = format!("{at}.endpoints[{e}]");
-            check_keys(endpoint, &at, ENDPOINT_FIELDS)?;
-            if let Some(review) = endpoint.get("review") {
-                check_keys(review, &format!("{at}.review"), REVIEW_FIELDS)?;
-            }
-            for list in ["rules", "denyRules"] {
-                for (i, entry) in each(endpoint, list) {
-                    check_keys(entry, &format!("{at}.{list}[{i}]"), ENTRY_FIELDS)?;
-                }
-            }
-            for list in ["tools", "denyTools", "prompts"] {
-                for (i, entry) in each(endpoint, list) {
-                    let at = format!("{at}.{list}[{i}]");
-                    check_keys(entry, &at, TOOL_FIELDS)?;
-                    let arguments = entry.get("arguments").and_then(Value::as_object);
-                    for (name, constraint) in arguments.into_iter().flatten() {
-                        check_constraint_fields(constraint, &format!("{at}.arguments.{name}"))?;
-                    }
-                }
-            }
-            for (i, entry) in each(endpoint, "resources") {
-                check_keys(entry, &format!("{at}.resources[{i}]"), RESOURCE_FIELDS)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Rejects unknown fields in an argument constraint and its `items`.
-fn check_constraint_fields(constraint: &Value, at: &str) -> Result<(), Reason> {
-    check_keys(constraint, at, CONSTRAINT_FIELDS)?;
-    if let Some(entities) = constraint.get("entities") {
-        check_keys(entities, &format!("{at}.entities"), ENTITIES_FIELDS)?;
-    }
-    // The typed pass bounds the depth (docs/policy-semantics.md §8.2); this
-    // walk stops at the same depth so a deep document cannot recurse far.
+/// Refuses a constraint whose `items` nest deeper than the typed pass reads
+/// (docs/policy-semantics.md §8.2), before that pass recurses into them.
+fn check_items_depth(constraint: &Value, at: &str) -> Result<(), Reason> {
     let mut items = constraint.get("items");
     let mut at = at.to_string();
     let mut depth = 0;
@@ -268,10 +135,6 @@ fn check_constraint_fields(constraint: &Value, at: &str) -> Result<(), Reason> {
                     crate::mcp::MAX_ITEMS_DEPTH
                 ),
             ));
-        }
-        check_keys(inner, &at, CONSTRAINT_FIELDS)?;
-        if let Some(entities) = inner.get("entities") {
-            check_keys(entities, &format!("{at}.entities"), ENTITIES_FIELDS)?;
         }
         items = inner.get("items");
     }
@@ -343,24 +206,23 @@ pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let spec_fields: &[&str] = match kind {
-        DocumentKind::MaximumPolicy => MAXIMUM_SPEC_FIELDS,
-        _ => SANDBOX_SPEC_FIELDS,
-    };
-    if let Some(spec) = value.get("spec") {
-        check_keys(spec, "spec", spec_fields)?;
-    }
     let empty = Value::Object(Default::default());
     let policy = value.pointer("/spec/policy").unwrap_or(&empty);
     check_policy_fields(policy).map_err(|r| r.within("spec.policy"))?;
     let policy: PolicyDocument = typed(policy, "spec.policy")?;
     let (invariants, budget) = if kind == DocumentKind::MaximumPolicy {
         let invariants = match value.pointer("/spec/invariants") {
-            Some(v) => typed(v, "spec.invariants")?,
+            Some(v) => {
+                check_fields::<Vec<Invariant>>(v, "spec.invariants")?;
+                typed(v, "spec.invariants")?
+            }
             None => Vec::new(),
         };
         let budget = match value.pointer("/spec/budget") {
-            Some(v) => Some(typed(v, "spec.budget")?),
+            Some(v) => {
+                check_fields::<Budget>(v, "spec.budget")?;
+                Some(typed(v, "spec.budget")?)
+            }
             None => None,
         };
         (invariants, budget)
@@ -368,7 +230,10 @@ pub fn load_value(value: &Value) -> Result<LoadedDocument, Reason> {
         (Vec::new(), None)
     };
     let credentials = match value.pointer("/spec/credentials") {
-        Some(v) if kind == DocumentKind::AgentSandbox => typed(v, "spec.credentials")?,
+        Some(v) if kind == DocumentKind::AgentSandbox => {
+            check_fields::<Vec<crate::credentials::Credential>>(v, "spec.credentials")?;
+            typed(v, "spec.credentials")?
+        }
         _ => Vec::new(),
     };
     Ok(LoadedDocument {
@@ -433,8 +298,8 @@ mod tests {
             reason.message,
             "unknown field \"acess\" (did you mean \"access\"?)"
         );
-        assert_eq!(edit_distance("polcy", "policy"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(crate::fields::edit_distance("polcy", "policy"), 1);
+        assert_eq!(crate::fields::edit_distance("", "abc"), 3);
     }
 
     #[test]

@@ -319,14 +319,19 @@ fn json_literals_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// The schema of `items`: a CRD schema cannot refer to itself, so the nested
-/// constraint is an object the API server keeps as written; the loader and
-/// the operator check it field by field, as every other part of a policy.
-fn nested_constraint_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true
-    })
+/// The schema of `items`: a CRD schema cannot refer to itself (every
+/// subschema is inline), so there the nested constraint is an object the
+/// API server keeps as written; elsewhere (the loader's field check,
+/// [`crate::fields`]) it is the constraint itself, by reference.
+fn nested_constraint_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    if crate::fields::inline(generator) {
+        schemars::json_schema!({
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    } else {
+        generator.subschema_for::<ArgumentConstraint>()
+    }
 }
 
 /// An allow or deny entry: methods and a path glob.

@@ -2,9 +2,10 @@
 
 pub mod fuzz;
 
+use agentgate_api::documents::load_document;
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::error::Reason;
-use agentgate_policy::load::{LoadError, load_document};
+use agentgate_policy::load::LoadError;
 
 /// Compiles a policy from YAML text; panics with the reason on failure
 /// (test inputs are fixed and known to be valid).

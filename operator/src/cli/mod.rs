@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use agentgate_api::documents::load_document;
 use agentgate_policy::compile::{Limits, Role};
 use agentgate_policy::error::Reason;
-use agentgate_policy::load::{CompiledDocument, LoadError, LoadedDocument, load_document};
+use agentgate_policy::load::{CompiledDocument, LoadError, LoadedDocument};
 
 /// Exit code: proved within / success.
 pub const EXIT_WITHIN: u8 = 0;

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::cli::manifests::{BadInput, Manifest};
 use agentgate_api::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
+use agentgate_api::documents::load_value;
 use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, governing_from};
 use agentgate_governance::governing::{prove_declared, sandbox_refusal};
 use agentgate_governance::maximum::{Assessment, assess};
@@ -23,7 +24,6 @@ use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
 use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::error::Reason;
-use agentgate_policy::load::load_value;
 use agentgate_policy::matcher::{decide_mcp, decide_network, path_is_under};
 use agentgate_policy::model::PolicyDocument;
 use agentgate_prover::verdict::{Decision, Source};

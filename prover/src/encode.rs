@@ -366,6 +366,80 @@ impl DimVars {
     }
 }
 
+/// One variable the canonical model fixes: a dimension's choice (least
+/// index first: choices come shortest witness first) or a flag (the
+/// preferred value first).
+enum Canonical<'v> {
+    Dim(&'v DimVars),
+    Flag(&'v Bool, bool),
+}
+
+/// The least model in the order of `vars` (each variable as small as the
+/// ones before it allow), fixed in `solver` until the caller's `pop`:
+/// Z3's own model depends on everything its thread's context saw before,
+/// so the same question could name another counterexample in another
+/// process; the least one is the same everywhere. `model` satisfies what
+/// is asserted; each step asks for a smaller value and keeps the answer.
+fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Result<Model, Reason> {
+    for var in vars {
+        loop {
+            let smaller = match var {
+                Canonical::Dim(dim) => {
+                    let chosen = dim.chosen(&model);
+                    if dim.selectors.is_empty() || chosen == 0 {
+                        None
+                    } else {
+                        Some(any(dim.selectors[..chosen].to_vec()))
+                    }
+                }
+                Canonical::Flag(flag, preferred) => {
+                    let value = model.eval(*flag, true).and_then(|b| b.as_bool()) == Some(true);
+                    (value != *preferred).then(|| {
+                        if *preferred {
+                            (*flag).clone()
+                        } else {
+                            flag.not()
+                        }
+                    })
+                }
+            };
+            let Some(smaller) = smaller else { break };
+            solver.push();
+            solver.assert(&smaller);
+            match solver.check() {
+                SatResult::Sat => {
+                    let next = solver.get_model();
+                    solver.pop(1);
+                    model = next.ok_or_else(|| {
+                        Reason::general(ReasonCode::SolverUnknown, "solver returned no model")
+                    })?;
+                }
+                SatResult::Unsat => {
+                    solver.pop(1);
+                    break;
+                }
+                SatResult::Unknown => {
+                    solver.pop(1);
+                    return Err(unknown_reason(solver));
+                }
+            }
+        }
+        // Fixed at the value found, so later variables are least under it.
+        match var {
+            Canonical::Dim(dim) => {
+                if let Some(chosen) = dim.is_chosen(dim.chosen(&model)) {
+                    solver.assert(&chosen);
+                }
+            }
+            Canonical::Flag(flag, _) => {
+                let value = model.eval(*flag, true).and_then(|b| b.as_bool()) == Some(true);
+                solver.assert(if value { (*flag).clone() } else { flag.not() });
+            }
+        }
+    }
+    Ok(model)
+}
+
 fn any(terms: Vec<Bool>) -> Bool {
     match terms.len() {
         0 => Bool::from_bool(false),
@@ -1213,6 +1287,28 @@ impl<'u> ComponentVars<'u> {
         }
     }
 
+    /// The order [`canonical`] fixes the variables in: the transport
+    /// (host, binary, port, layer, method, path), then the call (kind,
+    /// name, URI, arguments, an extra argument).
+    fn canonical_order(&self) -> Vec<Canonical<'_>> {
+        let mut order = vec![
+            Canonical::Dim(&self.dims[0]),
+            Canonical::Dim(&self.dims[1]),
+            Canonical::Dim(&self.dims[3]),
+            // A bare connection when one is a counterexample: it says the
+            // most (every request on it is one too).
+            Canonical::Flag(&self.rest, false),
+            Canonical::Dim(&self.dims[4]),
+            Canonical::Dim(&self.dims[2]),
+        ];
+        if !self.mcp.is_empty() {
+            order.extend([0, 1, 2].map(|i| Canonical::Dim(&self.mcp[i])));
+            order.extend(self.mcp[4..].iter().map(Canonical::Dim));
+            order.push(Canonical::Dim(&self.mcp[3]));
+        }
+        order
+    }
+
     fn dim(&self, dim: Dim) -> &DimVars {
         match dim {
             Dim::Host => &self.dims[0],
@@ -1716,6 +1812,9 @@ fn solve_components(
                     "solver returned no model",
                 ));
             };
+            solver.push();
+            let model = canonical(&solver, model, &vars.canonical_order())?;
+            solver.pop(1);
             let (action, same) = vars.decode(&model);
             found.push(action);
             solver.assert(same.not());
@@ -1796,6 +1895,13 @@ fn solve_filesystem(
                 "solver returned no model",
             ));
         };
+        solver.push();
+        let model = canonical(
+            &solver,
+            model,
+            &[Canonical::Dim(&path), Canonical::Flag(&write, false)],
+        )?;
+        solver.pop(1);
         let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
         let pick = path.chosen(&model);
         found.push(FilesystemAction {

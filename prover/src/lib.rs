@@ -622,6 +622,41 @@ mod tests {
         );
     }
 
+    /// A counterexample does not depend on what the thread's Z3 context
+    /// proved before: the same question names the same one on a fresh
+    /// thread and after other proofs (docs/proofs.md, the canonical model).
+    #[test]
+    fn the_counterexample_does_not_depend_on_earlier_proofs() {
+        const CANDIDATE: &str = "network:\n  - name: a\n    binaries: [/usr/**]\n    endpoints:\n      - {host: \"*.a.io\", ports: [443, 80], protocol: rest, rules: [{methods: [GET, HEAD, POST], path: /a/**}]}\n      - {host: b.io, ports: [443, 8443]}\nfilesystem: {readOnly: [/app, /srv], readWrite: [/tmp]}\n";
+        const CEILING: &str = "network:\n  - name: a\n    binaries: [/usr/bin/gh]\n    endpoints:\n      - {host: c.a.io, ports: [443], protocol: rest, rules: [{methods: [GET], path: /a/**}]}\nfilesystem: {readOnly: [/srv]}\n";
+        let prove = |warm_up: bool| {
+            std::thread::spawn(move || {
+                let prover = Prover::new(ProverOptions {
+                    cache_entries: 0,
+                    ..ProverOptions::default()
+                });
+                if warm_up {
+                    // Other questions first, in this thread's context.
+                    for (c, m) in [(WIDE, NARROW), (CEILING, WIDE), (WIDE, CANDIDATE)] {
+                        let _ = prover.containment(&policy(c), &policy(m));
+                        let _ = prover.new_authority(&policy(c), &policy(m), 3);
+                    }
+                }
+                let proof = prover.containment(&policy(CANDIDATE), &policy(CEILING));
+                let examples = prover.new_authority(&policy(CANDIDATE), &policy(CEILING), 4);
+                (
+                    format!("{:?}", proof.outcome),
+                    format!("{:?}", examples.examples),
+                )
+            })
+            .join()
+            .unwrap()
+        };
+        let fresh = prove(false);
+        assert!(fresh.0.contains("Exceeds"), "{}", fresh.0);
+        assert_eq!(prove(true), fresh);
+    }
+
     #[test]
     fn answers_are_cached_by_content_but_timeouts_are_not() {
         let prover = Prover::default();

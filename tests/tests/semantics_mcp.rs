@@ -670,15 +670,25 @@ fn s8_3_entities_inside_free_text_are_proved_and_enforced() {
         ],
     );
     assert!(allowed(&p, &shared), "{shared}");
-    // The prover: a rule without `entities` is wider, and the witness is a
-    // body with an entity from a source the narrow rule does not list.
+    // The prover: a rule without `entities` is wider, and among what it
+    // adds is a body with an entity from a source the narrow rule does not
+    // list (the least counterexample is a call without a body).
     let prover = prover();
     let any =
         mcp_policy("tools: [{name: send_direct_message, arguments: {recipient: {from: [user]}}}]");
     assert_eq!(prover.containment(&p, &any).outcome, Outcome::Within);
     let t = call_counterexample(prover.containment(&any, &p).outcome);
     assert!(allowed(&any, &t) && !allowed(&p, &t), "{t}");
-    assert!(t.to_string().contains("body entity 0 from"), "{t}");
+    let added: Vec<String> = prover
+        .new_authority(&any, &p, 8)
+        .examples
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        added.iter().any(|t| t.contains("body entity 0 from")),
+        "{added:?}"
+    );
     let narrow = mcp_policy(
         "tools: [{name: send_direct_message, arguments: {recipient: {from: [user]}, body: {entities: {from: [user]}}}}]",
     );

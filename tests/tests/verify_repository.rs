@@ -347,3 +347,96 @@ spec:
     assert_eq!(code, 1);
     assert!(text.contains("tools/call send_money"), "{text}");
 }
+
+/// Counterexamples are deterministic: the same stream gives byte-identical
+/// findings (counterexamples, revocations, lines) in every fresh process,
+/// whose hash seeds all differ. Eighty random pairs of a ceiling and a
+/// sandbox under it (REST, `l4` and MCP endpoints, from the differential
+/// tests' generators with a fixed seed), verified in five processes.
+#[test]
+fn counterexamples_are_the_same_in_every_process() {
+    use agentgate_policy::model::PolicyDocument;
+    use agentgate_policy::testing::{document, mcp_document};
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let mut pairs: Vec<(PolicyDocument, PolicyDocument)> = Vec::new();
+    for i in 0..80 {
+        let strategy = if i % 2 == 0 {
+            (document(), document()).boxed()
+        } else {
+            (mcp_document(), mcp_document()).boxed()
+        };
+        pairs.push(strategy.new_tree(&mut runner).unwrap().current());
+    }
+    let mut stream = String::new();
+    for (i, (candidate, maximum)) in pairs.iter().enumerate() {
+        let documents = [
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": format!("ns-{i}"), "labels": {"team": format!("t{i}")}}}),
+            serde_json::json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "MaximumPolicy",
+                "metadata": {"name": format!("ceiling-{i}")},
+                "spec": {"selector": {"namespaceSelector": {"matchLabels": {"team": format!("t{i}")}}},
+                         "policy": maximum}}),
+            serde_json::json!({"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
+                "metadata": {"name": format!("bot-{i}"), "namespace": format!("ns-{i}")},
+                "spec": {"agentServiceAccount": "bot", "policy": candidate}}),
+        ];
+        for d in documents {
+            stream.push_str(&serde_json::to_string_pretty(&d).unwrap());
+            stream.push_str("\n---\n");
+        }
+    }
+    let run = || {
+        let (code, out, err) = verify(&["-o", "json", "-"], &stream);
+        assert!(code <= 3, "{out}{err}");
+        let mut findings: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        strip_timings(&mut findings);
+        (code, serde_json::to_string_pretty(&findings).unwrap())
+    };
+    let first = run();
+    let exceeds = first.1.matches("\"exceeds\"").count();
+    assert!(
+        exceeds >= 10,
+        "the sample exercises counterexamples: {exceeds} exceed\n{}",
+        first.1
+    );
+    for attempt in 1..5 {
+        let next = run();
+        assert!(
+            next == first,
+            "process {attempt} differs from the first:\n{}",
+            first_difference(&first.1, &next.1)
+        );
+    }
+}
+
+/// Removes what is measured, not proved (`solverMillis`, `millis`, ...).
+fn strip_timings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|k, _| !k.to_ascii_lowercase().contains("millis"));
+            map.values_mut().for_each(strip_timings);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_timings),
+        _ => {}
+    }
+}
+
+fn first_difference(a: &str, b: &str) -> String {
+    let line = a
+        .lines()
+        .zip(b.lines())
+        .position(|(x, y)| x != y)
+        .unwrap_or(0);
+    let around = |text: &str| {
+        text.lines()
+            .skip(line.saturating_sub(5))
+            .take(12)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    format!("first:\n{}\nthen:\n{}", around(a), around(b))
+}

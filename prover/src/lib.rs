@@ -620,6 +620,48 @@ mod tests {
             allows(&wide, witness) && !allows(&narrow, witness),
             "{witness}"
         );
+        // Off the runtime: the one blocking thread is held until another
+        // task on the runtime's one thread opens it, so the proof can only
+        // finish after that task ran. Proved inside the poll, it would
+        // finish first, whatever the blocking pool holds.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap();
+        let ran_meanwhile = rt.block_on(async {
+            let (open, gate) = std::sync::mpsc::channel::<()>();
+            let held = tokio::task::spawn_blocking(move || {
+                let _ = gate.recv();
+            });
+            let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = ran.clone();
+            let other = tokio::spawn(async move {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = open.send(());
+            });
+            let proof = prover
+                .containment_async(Arc::new(policy(WIDE)), Arc::new(policy(NARROW)))
+                .await;
+            let seen = ran.load(std::sync::atomic::Ordering::SeqCst);
+            let _ = (other.await, held.await);
+            (proof.outcome.counterexample().is_some(), seen)
+        });
+        assert_eq!(ran_meanwhile, (true, true));
+    }
+
+    /// Where a binary a rule names is a counterexample, it is the one
+    /// named, not the filler standing for any other binary.
+    #[test]
+    fn a_named_binary_is_preferred_to_the_filler() {
+        let candidate = policy(
+            "network: [{name: a, binaries: [/usr/**], endpoints: [{host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET, POST], path: /repos/**}]}]}]",
+        );
+        let ceiling = policy(
+            "network: [{name: a, binaries: [/usr/bin/gh], endpoints: [{host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /repos/**}]}]}]",
+        );
+        let proof = Prover::default().containment(&candidate, &ceiling);
+        let witness = proof.outcome.counterexample().unwrap();
+        assert!(witness.to_string().contains("by /usr/bin/gh"), "{witness}");
     }
 
     /// A counterexample does not depend on what the thread's Z3 context

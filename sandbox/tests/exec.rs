@@ -337,15 +337,23 @@ fn a_symlink_cannot_lead_out_of_a_grant() {
     let t = Tree::new("symlink");
     std::os::unix::fs::symlink(t.path("secret"), t.root.join("rw/link")).unwrap();
     let policy = t.policy(&[], &[t.path("rw")]);
-    let out = exec(
-        &policy,
-        &probe("via-link", &format!("cat {}", t.path("rw/link"))),
+    // The same run reads a file of the grant (the control) and the target
+    // outside it through the link; unconfined, the link reads fine.
+    let script = format!(
+        "{}{}",
+        probe("in-grant", &format!("cat {}", t.path("rw/file"))),
+        probe("via-link", &format!("cat {}", t.path("rw/link")))
     );
+    let out = exec(&policy, &script);
     assert_eq!(
         stdout(&out),
-        "via-link denied\n",
+        "in-grant ok\nvia-link denied\n",
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.path("rw/link")).unwrap(),
+        "content\n"
     );
 }
 
@@ -353,11 +361,22 @@ fn a_symlink_cannot_lead_out_of_a_grant() {
 fn children_inherit_the_restriction() {
     let t = Tree::new("children");
     let policy = t.policy(&[], &[t.path("rw")]);
-    let script = probe(
-        "grandchild",
-        &format!("sh -c \"sh -c 'cat {}'\"", t.path("secret")),
+    // A grandchild reads inside the grant (the control), not outside it.
+    let script = format!(
+        "{}{}",
+        probe(
+            "grandchild-in",
+            &format!("sh -c \"sh -c 'cat {}'\"", t.path("rw/file")),
+        ),
+        probe(
+            "grandchild",
+            &format!("sh -c \"sh -c 'cat {}'\"", t.path("secret")),
+        )
     );
-    assert_eq!(stdout(&exec(&policy, &script)), "grandchild denied\n");
+    assert_eq!(
+        stdout(&exec(&policy, &script)),
+        "grandchild-in ok\ngrandchild denied\n"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! Z3 never sees a string; that is what makes a check take milliseconds
 //! instead of seconds (docs/proofs.md).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{Map, Value};
@@ -371,6 +371,9 @@ impl DimVars {
 /// preferred value first).
 enum Canonical<'v> {
     Dim(&'v DimVars),
+    /// A dimension whose choices are preferred in this order (every choice
+    /// once).
+    Ranked(&'v DimVars, Vec<usize>),
     Flag(&'v Bool, bool),
 }
 
@@ -391,6 +394,15 @@ fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Resul
                     } else {
                         Some(any(dim.selectors[..chosen].to_vec()))
                     }
+                }
+                Canonical::Ranked(dim, rank) => {
+                    let chosen = dim.chosen(&model);
+                    let before: Vec<Bool> = rank
+                        .iter()
+                        .take_while(|&&c| c != chosen)
+                        .filter_map(|&c| dim.is_chosen(c))
+                        .collect();
+                    (!before.is_empty()).then(|| any(before))
                 }
                 Canonical::Flag(flag, preferred) => {
                     let value = model.eval(*flag, true).and_then(|b| b.as_bool()) == Some(true);
@@ -426,7 +438,7 @@ fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Resul
         }
         // Fixed at the value found, so later variables are least under it.
         match var {
-            Canonical::Dim(dim) => {
+            Canonical::Dim(dim) | Canonical::Ranked(dim, _) => {
                 if let Some(chosen) = dim.is_chosen(dim.chosen(&model)) {
                     solver.assert(&chosen);
                 }
@@ -1288,12 +1300,12 @@ impl<'u> ComponentVars<'u> {
     }
 
     /// The order [`canonical`] fixes the variables in: the transport
-    /// (host, binary, port, layer, method, path), then the call (kind,
+    /// (host, binary with the ones a rule names first, port, layer, method, path), then the call (kind,
     /// name, URI, arguments, an extra argument).
     fn canonical_order(&self) -> Vec<Canonical<'_>> {
         let mut order = vec![
             Canonical::Dim(&self.dims[0]),
-            Canonical::Dim(&self.dims[1]),
+            Canonical::Ranked(&self.dims[1], self.binaries_named_first()),
             Canonical::Dim(&self.dims[3]),
             // A bare connection when one is a counterexample: it says the
             // most (every request on it is one too).
@@ -1307,6 +1319,27 @@ impl<'u> ComponentVars<'u> {
             order.push(Canonical::Dim(&self.mcp[3]));
         }
         order
+    }
+
+    /// The binary choices, those a rule of the question names exactly
+    /// first (`/usr/bin/gh`, not the filler `/x` standing for any other
+    /// binary, when either is a counterexample), each group shortest
+    /// witness first.
+    fn binaries_named_first(&self) -> Vec<usize> {
+        let named: BTreeSet<&str> = self
+            .choices
+            .endpoints
+            .iter()
+            .flatten()
+            .flat_map(|(rule, _)| rule.binaries.iter())
+            .filter(|glob| glob.tokens().iter().all(|t| matches!(t, Token::Literal(_))))
+            .map(|glob| glob.as_str())
+            .collect();
+        let values = &self.choices.binary.choices.values;
+        let (mut first, rest): (Vec<usize>, Vec<usize>) =
+            (0..values.len()).partition(|&i| named.contains(values[i].as_str()));
+        first.extend(rest);
+        first
     }
 
     fn dim(&self, dim: Dim) -> &DimVars {

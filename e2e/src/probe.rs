@@ -369,6 +369,25 @@ fn sdk_pay_rule(python: &str) -> String {
     )
 }
 
+/// A sandbox's `template:` (at a spec's indentation): the agent container
+/// running `image` with `command` (a YAML flow sequence) as uid 1000, `/tmp`
+/// an emptyDir.
+fn agent_template(image: &str, pull_policy: &str, command: &str) -> String {
+    format!(
+        "  template:
+    spec:
+      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
+      volumes: [{{name: work, emptyDir: {{}}}}]
+      containers:
+        - name: agent
+          image: {image}
+          imagePullPolicy: {pull_policy}
+          command: {command}
+          volumeMounts: [{{name: work, mountPath: /tmp}}]
+"
+    )
+}
+
 /// Namespace `<namespace>` (team `<namespace>`) and its sandbox
 /// `<namespace>-bot`, whose agent container runs `image` with `command` (a
 /// YAML flow sequence) as uid 1000: the example API by curl only and GET
@@ -384,6 +403,7 @@ pub fn sandbox(
     sdk_python: Option<&str>,
 ) -> String {
     let sdk = sdk_python.map(sdk_read_rule).unwrap_or_default();
+    let template = agent_template(image, pull_policy, command);
     format!(
         "apiVersion: v1
 kind: Namespace
@@ -395,17 +415,7 @@ metadata: {{name: {namespace}-bot, namespace: {namespace}}}
 spec:
   mode: auto
   agentServiceAccount: {namespace}-bot
-  template:
-    spec:
-      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
-      volumes: [{{name: work, emptyDir: {{}}}}]
-      containers:
-        - name: agent
-          image: {image}
-          imagePullPolicy: {pull_policy}
-          command: {command}
-          volumeMounts: [{{name: work, mountPath: /tmp}}]
-  policy:
+{template}  policy:
     filesystem:
       readOnly: [/usr, /bin, /lib, /lib64, /etc, /srv]
       readWrite: [/tmp]
@@ -526,6 +536,7 @@ done
 /// /repos/acme/app; the sandbox binds it to the GETs only.
 pub fn credential_manifests(image: &str) -> String {
     let script = serde_json::Value::String(credential_agent()).to_string();
+    let template = agent_template(image, "Never", &format!("[/bin/bash, -c, {script}]"));
     format!(
         r#"apiVersion: v1
 kind: Namespace
@@ -574,17 +585,7 @@ spec:
       secretRef: {{name: github, key: token}}
       placeholder: {{env: GITHUB_TOKEN, file: /etc/github-token}}
       attach: {{header: {{name: Authorization, format: "Bearer {{}}"}}}}
-  template:
-    spec:
-      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
-      volumes: [{{name: work, emptyDir: {{}}}}]
-      containers:
-        - name: agent
-          image: {image}
-          imagePullPolicy: Never
-          command: [/bin/bash, -c, {script}]
-          volumeMounts: [{{name: work, mountPath: /tmp}}]
-  policy:
+{template}  policy:
     filesystem:
       readOnly: [/usr, /bin, /lib, /lib64, /etc, /proc]
       readWrite: [/tmp]
@@ -625,6 +626,7 @@ done
 /// every one at once.
 pub fn fleet_manifests(namespace: &str, count: usize, image: &str) -> String {
     let script = serde_json::to_string(&fleet_agent()).unwrap_or_default();
+    let template = agent_template(image, "Never", &format!("[/bin/bash, -c, {script}]"));
     let mut out = format!(
         "apiVersion: v1
 kind: Namespace
@@ -640,17 +642,7 @@ metadata: {{name: {namespace}-{i}, namespace: {namespace}}}
 spec:
   mode: auto
   agentServiceAccount: {namespace}-{i}
-  template:
-    spec:
-      securityContext: {{runAsUser: 1000, runAsGroup: 1000}}
-      volumes: [{{name: work, emptyDir: {{}}}}]
-      containers:
-        - name: agent
-          image: {image}
-          imagePullPolicy: Never
-          command: [/bin/bash, -c, {script}]
-          volumeMounts: [{{name: work, mountPath: /tmp}}]
-  policy:
+{template}  policy:
     filesystem:
       readOnly: [/usr, /bin, /lib, /lib64, /etc]
       readWrite: [/tmp]

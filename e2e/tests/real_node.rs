@@ -59,7 +59,9 @@ use agentgate_e2e::probe::{
     self, CRED, SECRET_V1, SECRET_V2, credential_manifests, now, probes, tail,
 };
 use agentgate_e2e::race::{self, NAMESPACE, SANDBOX};
-use agentgate_e2e::{CHART_NAMESPACE, ControlPlane, operator_binary, scan_example_as};
+use agentgate_e2e::{
+    CHART_NAMESPACE, ControlPlane, HarnessError, operator_binary, scan_example_as,
+};
 
 /// The sandbox: its agent runs the probe script with the image's bash.
 fn sandbox(image: &str) -> String {
@@ -98,6 +100,21 @@ fn install(cp: &ControlPlane) -> Images {
     cp.install_chart_on_node(&images, &["dataPlane.holdTimeoutSeconds=15"])
         .unwrap_or_else(|e| panic!("{e}\n{}", report(cp)));
     images
+}
+
+/// Applies with `apply` until the webhook admits it: each webhook replica
+/// admits by its own cache of MaximumPolicies, and the one that answers may
+/// not have seen the ceiling yet. Fails after a minute, naming `what`.
+fn apply_admitted(cp: &ControlPlane, what: &str, apply: impl Fn() -> Result<String, HarnessError>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = apply() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} was never admitted: {e}\n{}",
+            report(cp)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Scenario 1: what only a real control plane and node provide.
@@ -185,15 +202,7 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     )
     .unwrap();
     let manifest = sandbox(&images.agent_image);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(e) = cp.apply_yaml(&manifest) {
-        assert!(
-            Instant::now() < deadline,
-            "the sandbox was never admitted: {e}\n{}",
-            report(cp)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    apply_admitted(cp, "the sandbox", || cp.apply_yaml(&manifest));
     cp.wait_pod_ready("node", "node-bot", Duration::from_secs(180))
         .unwrap_or_else(|last| {
             let previous = cp
@@ -1112,15 +1121,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         .unwrap_or(3);
     cp.apply_yaml(&probe::ceiling(FLEET, false)).unwrap();
     let manifests = probe::fleet_manifests(FLEET, count, &images.agent_image);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(e) = cp.apply_yaml(&manifests) {
-        assert!(
-            Instant::now() < deadline,
-            "the fleet was never admitted: {e}\n{}",
-            report(cp)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    apply_admitted(cp, "the fleet", || cp.apply_yaml(&manifests));
     let started = Instant::now();
     let limit = Duration::from_secs(120 + 3 * count as u64);
     cp.wait_for(
@@ -1274,17 +1275,9 @@ fn operator_killed_mid_burst(cp: &ControlPlane) {
     let logs = || report(cp);
     cp.create_team_namespace().unwrap();
     race::run(cp, &["apply", "-f", "examples/maximum.yaml"]);
-    // Each webhook replica admits by its own cache of MaximumPolicies: the
-    // one that answers may not have seen the ceiling yet.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(e) = cp.run(&["apply", "-f", "examples/sandbox.yaml"]) {
-        assert!(
-            Instant::now() < deadline,
-            "the sandbox was never admitted under its ceiling: {e}\n{}",
-            logs()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    apply_admitted(cp, "the sandbox under its ceiling", || {
+        cp.run(&["apply", "-f", "examples/sandbox.yaml"])
+    });
     // The webhook checks requestedBy against the requester: the agent
     // proposes, with the chart's agentgate-agent role.
     cp.run(&[
@@ -1444,15 +1437,7 @@ fn upstream_auth(cp: &ControlPlane) -> Vec<String> {
 /// rotation to the upstream's first request with the new value.
 fn credentials_attached(cp: &ControlPlane, images: &Images) -> f64 {
     let manifests = credential_manifests(&images.agent_image);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(e) = cp.apply_yaml(&manifests) {
-        assert!(
-            Instant::now() < deadline,
-            "the credentials sandbox was never admitted: {e}\n{}",
-            report(cp)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    apply_admitted(cp, "the credentials sandbox", || cp.apply_yaml(&manifests));
     cp.wait_pod_ready(CRED, "cred-bot", Duration::from_secs(180))
         .unwrap_or_else(|last| {
             panic!(

@@ -53,37 +53,37 @@ pub fn inline(generator: &SchemaGenerator) -> bool {
 /// Refuses the first unknown or reserved key of `value` (at `field`, `""`
 /// for the document itself) that `T`'s schema does not name.
 pub fn check_fields<T: JsonSchema + 'static>(value: &Value, field: &str) -> Result<(), Reason> {
-    let (root, walk) = Walk::of::<T>();
-    walk.check(value, root.as_value(), field, 0)
+    let root = schema_of::<T>();
+    Walk::over(&root).check(value, root.as_value(), field, 0)
 }
 
 /// Every property path `T`'s schema names below `field` (`a.b[].c`), for
 /// tests that hold two schemas against each other.
 pub fn property_paths<T: JsonSchema + 'static>(field: &str) -> Vec<String> {
-    let (root, walk) = Walk::of::<T>();
+    let root = schema_of::<T>();
     let mut out = Vec::new();
-    walk.paths(root.as_value(), field, 0, &mut Vec::new(), &mut out);
+    Walk::over(&root).paths(root.as_value(), field, 0, &mut Vec::new(), &mut out);
     out
 }
 
-struct Walk {
-    defs: Map<String, Value>,
+/// A walk beside one root schema, resolving references into its `$defs`
+/// (borrowed: the cached schema is never copied).
+struct Walk<'s> {
+    defs: Option<&'s Map<String, Value>>,
 }
 
-impl Walk {
-    /// `T`'s schema and a walk resolving its references.
-    fn of<T: JsonSchema + 'static>() -> (Arc<Schema>, Walk) {
-        let root = schema_of::<T>();
-        let defs = root
-            .get("$defs")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        (root, Walk { defs })
+impl<'s> Walk<'s> {
+    fn over(root: &'s Schema) -> Walk<'s> {
+        Walk {
+            defs: root.get("$defs").and_then(Value::as_object),
+        }
     }
 
     /// `schema` with its `$ref` followed (local `#/$defs/NAME` only).
-    fn resolve<'a>(&'a self, mut schema: &'a Value) -> &'a Value {
+    fn resolve<'a>(&self, mut schema: &'a Value) -> &'a Value
+    where
+        's: 'a,
+    {
         for _ in 0..MAX_DEPTH {
             let Some(name) = schema
                 .get("$ref")
@@ -92,7 +92,7 @@ impl Walk {
             else {
                 break;
             };
-            match self.defs.get(name) {
+            match self.defs.and_then(|defs| defs.get(name)) {
                 Some(next) => schema = next,
                 None => break,
             }
@@ -143,14 +143,10 @@ impl Walk {
         }
         match value {
             Value::Object(map) => {
-                let objects: Vec<&Value> = arms
-                    .iter()
-                    .copied()
-                    .filter(|arm| {
-                        arm.get("properties").is_some() || arm.get("additionalProperties").is_some()
-                    })
-                    .collect();
-                let Some(arm) = objects.first() else {
+                let object = arms.iter().find(|arm| {
+                    arm.get("properties").is_some() || arm.get("additionalProperties").is_some()
+                });
+                let Some(arm) = object else {
                     return Ok(()); // not an object here, or any object: the typed pass says
                 };
                 let properties = arm.get("properties").and_then(Value::as_object);

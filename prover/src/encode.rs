@@ -356,7 +356,7 @@ impl DimVars {
     fn chosen(&self, model: &Model) -> usize {
         self.selectors
             .iter()
-            .position(|s| model.eval(s, true).and_then(|b| b.as_bool()) == Some(true))
+            .position(|s| holds(model, s))
             .unwrap_or(0)
     }
 
@@ -378,12 +378,20 @@ enum Canonical<'v> {
 }
 
 /// The least model in the order of `vars` (each variable as small as the
-/// ones before it allow), fixed in `solver` until the caller's `pop`:
-/// Z3's own model depends on everything its thread's context saw before,
-/// so the same question could name another counterexample in another
-/// process; the least one is the same everywhere. `model` satisfies what
-/// is asserted; each step asks for a smaller value and keeps the answer.
-fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Result<Model, Reason> {
+/// ones before it allow): Z3's own model depends on everything its
+/// thread's context saw before, so the same question could name another
+/// counterexample in another process; the least one is the same
+/// everywhere. `model` satisfies what is asserted; each step asks for a
+/// smaller value and keeps the answer. `solver` is left as it was.
+fn canonical(solver: &Solver, model: Model, vars: &[Canonical<'_>]) -> Result<Model, Reason> {
+    solver.push();
+    let least = least_model(solver, model, vars);
+    solver.pop(1);
+    least
+}
+
+/// [`canonical`]'s steps, each variable fixed once found.
+fn least_model(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Result<Model, Reason> {
     for var in vars {
         loop {
             let smaller = match var {
@@ -405,7 +413,7 @@ fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Resul
                     (!before.is_empty()).then(|| any(before))
                 }
                 Canonical::Flag(flag, preferred) => {
-                    let value = model.eval(*flag, true).and_then(|b| b.as_bool()) == Some(true);
+                    let value = holds(&model, flag);
                     (value != *preferred).then(|| {
                         if *preferred {
                             (*flag).clone()
@@ -444,12 +452,17 @@ fn canonical(solver: &Solver, mut model: Model, vars: &[Canonical<'_>]) -> Resul
                 }
             }
             Canonical::Flag(flag, _) => {
-                let value = model.eval(*flag, true).and_then(|b| b.as_bool()) == Some(true);
+                let value = holds(&model, flag);
                 solver.assert(if value { (*flag).clone() } else { flag.not() });
             }
         }
     }
     Ok(model)
+}
+
+/// Whether `b` is true in `model` (unconstrained counts as false).
+fn holds(model: &Model, b: &Bool) -> bool {
+    model.eval(b, true).and_then(|b| b.as_bool()) == Some(true)
 }
 
 fn any(terms: Vec<Bool>) -> Bool {
@@ -1304,19 +1317,21 @@ impl<'u> ComponentVars<'u> {
     /// name, URI, arguments, an extra argument).
     fn canonical_order(&self) -> Vec<Canonical<'_>> {
         let mut order = vec![
-            Canonical::Dim(&self.dims[0]),
-            Canonical::Ranked(&self.dims[1], self.binaries_named_first()),
-            Canonical::Dim(&self.dims[3]),
+            Canonical::Dim(self.dim(Dim::Host)),
+            Canonical::Ranked(self.dim(Dim::Binary), self.binaries_named_first()),
+            Canonical::Dim(self.dim(Dim::Port)),
             // A bare connection when one is a counterexample: it says the
             // most (every request on it is one too).
             Canonical::Flag(&self.rest, false),
-            Canonical::Dim(&self.dims[4]),
-            Canonical::Dim(&self.dims[2]),
+            Canonical::Dim(self.dim(Dim::Method)),
+            Canonical::Dim(self.dim(Dim::Path)),
         ];
-        if !self.mcp.is_empty() {
-            order.extend([0, 1, 2].map(|i| Canonical::Dim(&self.mcp[i])));
-            order.extend(self.mcp[4..].iter().map(Canonical::Dim));
-            order.push(Canonical::Dim(&self.mcp[3]));
+        if let Some(m) = &self.choices.mcp {
+            order.extend([Dim::Kind, Dim::Name, Dim::Uri].map(|d| Canonical::Dim(self.dim(d))));
+            order.extend(
+                (0..m.arguments.len()).map(|i| Canonical::Dim(self.dim(Dim::Arg(i as u32)))),
+            );
+            order.push(Canonical::Dim(self.dim(Dim::Extra)));
         }
         order
     }
@@ -1433,7 +1448,7 @@ impl<'u> ComponentVars<'u> {
             let (action, same) = self.decode_mcp(m, model);
             return (Action::Mcp(action), same);
         }
-        let rest = model.eval(&self.rest, true).and_then(|b| b.as_bool()) == Some(true);
+        let rest = holds(model, &self.rest);
         let picks = self.dims.each_ref().map(|d| d.chosen(model));
         let c = self.choices;
         // `dims` order: host, binary, path, port, method.
@@ -1845,9 +1860,7 @@ fn solve_components(
                     "solver returned no model",
                 ));
             };
-            solver.push();
             let model = canonical(&solver, model, &vars.canonical_order())?;
-            solver.pop(1);
             let (action, same) = vars.decode(&model);
             found.push(action);
             solver.assert(same.not());
@@ -1928,14 +1941,12 @@ fn solve_filesystem(
                 "solver returned no model",
             ));
         };
-        solver.push();
         let model = canonical(
             &solver,
             model,
             &[Canonical::Dim(&path), Canonical::Flag(&write, false)],
         )?;
-        solver.pop(1);
-        let is_write = model.eval(&write, true).and_then(|b| b.as_bool()) == Some(true);
+        let is_write = holds(&model, &write);
         let pick = path.chosen(&model);
         found.push(FilesystemAction {
             access: if is_write {

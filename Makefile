@@ -23,9 +23,11 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 # unified as `cargo test --workspace` unifies them. A narrower `cargo build
 # -p` resolves other features and compiles much of the workspace again.
 ALL_TARGETS := --workspace --all-targets
+# The e2e suites but the real node, which make test runs in the other lane.
+E2E_SUITES := $(filter-out real_node,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -91,9 +93,11 @@ exec-static: ## agentgate-exec as a static binary, checked to link nothing dynam
 sizes: build ## print the release binaries' sizes and whether each links Z3 (docs/benchmarks.md)
 	@./hack/binary-sizes.sh $(addprefix $(RELEASE_DIR)/,agentgate kubectl-agentgate agentgate-proxy agentgate-exec)
 
-lint: disk z3 ## rustfmt and clippy, warnings are errors
-	$(CARGO) fmt --all -- --check
+lint: fmt-check disk z3 ## rustfmt and clippy, warnings are errors
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+fmt-check: ## rustfmt, checking only
+	$(CARGO) fmt --all -- --check
 
 # The everyday loop: needs only Z3. The tests it leaves out need root, network
 # namespaces, apt packages, helm or a control plane: the e2e crate, and the
@@ -114,10 +118,22 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdoj
 	@# runner, the real node and bench-smoke run are these.
 	$(CARGO) build --locked $(ALL_TARGETS)
 	@# --include-ignored: the tests make check leaves out (they need root,
-	@# network namespaces or helm) run here; nothing is skipped.
-	$(CARGO) test --locked --workspace -- --include-ignored
+	@# network namespaces or helm) run here; nothing is skipped. Two lanes
+	@# side by side, each line prefixed with its lane (hack/lanes.sh): the
+	@# e2e suites on their control planes; every other test (mostly CPU)
+	@# and then the real node (mostly waiting on the kubelet).
+	@./hack/lanes.sh \
+	  tests '$(CARGO) test --locked --workspace --exclude agentgate-e2e -- --include-ignored && $(CARGO) test --locked -p agentgate-e2e --test real_node -- --include-ignored' \
+	  e2e '$(CARGO) test --locked -p agentgate-e2e --doc && $(CARGO) test --locked -p agentgate-e2e --lib --bins $(addprefix --test ,$(E2E_SUITES)) -- --include-ignored'
 
-test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
+# make test lints while it compiles: the workspace's crates are compiled by
+# clippy-driver with warnings as errors (hack/clippy-rustc.sh), so the one
+# build of every target the tests run is also `make lint`'s clippy, and no
+# dependency is checked a second time for clippy alone. Exported to every
+# prerequisite's recipe, so cargo test, bench-smoke and exec-static find
+# the same build and compile nothing again.
+test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
+test: fmt-check chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
 e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
 	@# What the suites run: the operator and plugin, the proxy and

@@ -414,6 +414,7 @@ fn check_held(
         prop_assert!(allows(&held, counterexample) && !allows(&m, counterexample));
     }
     let index = HostIndex::build(&held);
+    let plain_index = HostIndex::build(&c);
     for action in actions {
         prop_assert_eq!(allows(&held, action), allows(&c, action), "{}", action);
         let Action::Mcp(t) = action else { continue };
@@ -422,7 +423,7 @@ fn check_held(
         let holds = held_by(&held, &index, caller, t, None).is_some();
         prop_assert_eq!(
             allowed || holds,
-            decide_mcp_indexed(&c, &HostIndex::build(&c), caller, t).allow,
+            decide_mcp_indexed(&c, &plain_index, caller, t).allow,
             "{}",
             action
         );

@@ -25,6 +25,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -945,20 +946,28 @@ async fn reconcile(
         }
     }
 
-    // Act: the status first; only what is committed reaches the data plane.
+    // Act: the status first; only what is committed reaches the data plane,
+    // and it does so next, before the Events and the Report: the policy
+    // stream pushes a commit once its ConfigMap is written, and a
+    // revocation waits for nothing a person reads later.
+    if desired.changed
+        && let StatusWrite::Conflict = write_status(&sandbox, &desired.status, &ctx).await?
+    {
+        return Ok(Action::requeue(Duration::from_millis(50)));
+    }
+    let applied = apply_data_plane(&sandbox, &verification.effective, &plane, &ctx).await;
+    // The commit's Events are told even when the data plane write fails:
+    // the retry finds the status written and has none to tell.
     if desired.changed {
-        if let StatusWrite::Conflict = write_status(&sandbox, &desired.status, &ctx).await? {
-            return Ok(Action::requeue(Duration::from_millis(50)));
-        }
         super::publish(&ctx, sandbox.as_ref(), "Verify", desired.events).await;
     }
+    applied?;
     if let Some(findings) = &desired.status.findings {
         // Checked every reconcile, so that a Report deleted by hand or a CRD
         // installed later is (re)published without waiting for the findings
         // to change; applied only then, or when the findings change.
         publish_report(&sandbox, findings, &ctx).await;
     }
-    apply_data_plane(&sandbox, &verification.effective, &plane, &ctx).await?;
     let requeue = ca_step.map_or(desired.requeue, |step| desired.requeue.min(step));
     // With or without a Pod: the account is also the agent's identity for
     // proposals (`kubectl create token`).
@@ -1583,6 +1592,29 @@ where
     }
 }
 
+/// A hash of everything in a sandbox but its resourceVersion, its managed
+/// fields and what the Pods' reports write (`status.pods`, the `Enforced`
+/// condition): equal for two versions that differ only by reports.
+fn apart_from_reports(sandbox: &AgentSandbox) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut value = serde_json::to_value(sandbox).ok()?;
+    if let Some(metadata) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        metadata.remove("resourceVersion");
+        metadata.remove("managedFields");
+    }
+    if let Some(status) = value.get_mut("status").and_then(|s| s.as_object_mut()) {
+        status.remove("pods");
+        if let Some(conditions) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+            conditions.retain(|c| c.get("type").and_then(|t| t.as_str()) != Some(ENFORCED));
+        }
+    }
+    // Printed from the typed object, field by field in declaration order:
+    // the same content prints the same.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec
 /// change re-verifies every sandbox; a namespace's label change those in
 /// it. The echo of the controller's own status write, or of its own apply
@@ -1595,17 +1627,25 @@ pub async fn run(ctx: Arc<Context>) {
         Api::<AgentSandbox>::all(client.clone()),
         watcher::Config::default(),
     ));
-    let sandboxes = sandboxes.applied_objects().try_filter(move |sandbox| {
-        let key = format!(
-            "{}/{}",
-            sandbox.namespace().unwrap_or_default(),
-            sandbox.name_any()
-        );
-        let echo = sandbox
-            .resource_version()
-            .is_some_and(|rv| echoes.status_writes.echo(&key, &rv));
-        std::future::ready(!echo)
-    });
+    // A proxy's report (`status.pods` and `Enforced`, written by the
+    // policy stream's endpoint) changes nothing this reconciler reads: it
+    // starts none. With a fleet, one commit otherwise costs a second
+    // reconcile per Pod, just as the revocation is being pushed. Before the
+    // echo filter, so that the hash remembered is that of our own write.
+    let sandboxes = sandboxes
+        .applied_objects()
+        .predicate_filter(apart_from_reports, PredicateConfig::default())
+        .try_filter(move |sandbox| {
+            let key = format!(
+                "{}/{}",
+                sandbox.namespace().unwrap_or_default(),
+                sandbox.name_any()
+            );
+            let echo = sandbox
+                .resource_version()
+                .is_some_and(|rv| echoes.status_writes.echo(&key, &rv));
+            std::future::ready(!echo)
+        });
     let (config_maps, config_map_changes) = reflect_triggers(watcher(
         Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
         watcher::Config::default().labels(SANDBOX_LABEL),
@@ -1826,6 +1866,53 @@ mod tests {
             "filesystem": {"readOnly": ["/app"]},
         }))
         .unwrap()
+    }
+
+    /// A Pod's report (its entry in `status.pods`, `Enforced`, a new
+    /// resourceVersion) starts no reconcile; anything else the sandbox
+    /// carries does, the status included (a status edited by anyone else
+    /// is put right).
+    #[test]
+    fn only_reports_leave_the_reconcile_hash_alone() {
+        let committed = {
+            let mut s = status(&[("WithinMaximum", Status::True, "Proved", "within")]);
+            s.revision = 4;
+            s.policy_digest = Some("sha256:a".into());
+            s
+        };
+        let mut before = sandbox_with(&["GET /a"], Some(committed));
+        before.metadata.resource_version = Some("10".into());
+        let hash = apart_from_reports(&before).unwrap();
+
+        let mut reported = before.clone();
+        reported.metadata.resource_version = Some("11".into());
+        let status = reported.status.as_mut().unwrap();
+        status.pods.push(agentgate_api::crd::PodEnforcement {
+            name: "bot".into(),
+            revision: 4,
+            digest: "sha256:a".into(),
+            applied_at: "2026-12-07T04:00:00Z".into(),
+        });
+        status.conditions = crate::webhook::policy_stream::enforced_conditions(
+            &status.conditions,
+            Some(2),
+            &Timestamp::from_second(1_800_000_000).unwrap(),
+        );
+        assert_eq!(apart_from_reports(&reported), Some(hash));
+
+        let mut tampered = reported.clone();
+        tampered.status.as_mut().unwrap().policy_digest = Some("sha256:b".into());
+        assert_ne!(apart_from_reports(&tampered), Some(hash));
+        let mut edited = reported.clone();
+        edited.spec.policy = policy_of(&["GET /a", "POST /b"]);
+        assert_ne!(apart_from_reports(&edited), Some(hash));
+        let mut labelled = reported;
+        labelled
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("team".into(), "a".into());
+        assert_ne!(apart_from_reports(&labelled), Some(hash));
     }
 
     /// Sandbox `bot` at generation 2 declaring `rules`, with `status`.

@@ -245,8 +245,26 @@ async fn record_applied(
         }
     }
     let api: Api<AgentSandbox> = Api::namespaced(state.client.clone(), namespace);
+    // This replica's cache usually shows the commit already (it pushed it);
+    // its resourceVersion is the write's precondition, so a stale copy
+    // costs a conflict and a fresh read, never a lost report. A copy that
+    // does not show the reported commit is read again at once: the report
+    // may reach a replica whose cache lags the one that pushed.
+    let mut cached = state
+        .sandboxes
+        .get(&ObjectRef::new(name).within(namespace))
+        .filter(|s| {
+            s.resource_version().is_some()
+                && s.status.as_ref().is_some_and(|status| {
+                    status.policy_digest.as_deref() == Some(applied.digest.as_str())
+                        && status.revision == applied.revision
+                })
+        });
     for _ in 0..3 {
-        let sandbox = api.get(name).await.map_err(unavailable)?;
+        let sandbox = match cached.take() {
+            Some(sandbox) => sandbox,
+            None => Arc::new(api.get(name).await.map_err(unavailable)?),
+        };
         let status = sandbox.status.clone().unwrap_or_default();
         if status.policy_digest.as_deref() != Some(applied.digest.as_str())
             || status.revision != applied.revision
@@ -484,6 +502,10 @@ mod tests {
         let mut cluster = cluster();
         let mut sandbox = sandbox_committing(3, &digest);
         sandbox["metadata"]["resourceVersion"] = json!("42");
+        // The replica's cache shows the commit it pushed: the report is
+        // written on it, with its resourceVersion as the precondition, and
+        // the sandbox is not read again.
+        cluster.sandboxes = vec![sandbox.clone()];
         cluster.api.sandboxes = vec![sandbox];
         cluster
             .api
@@ -497,6 +519,7 @@ mod tests {
             .post("/v1/policy/applied", report(3, &digest), Some(BOUND))
             .await;
         assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        assert_eq!(harness.api.calls_to("/agentsandboxes/triage-bot"), 0);
         let patches = harness.api.status_patches.lock().unwrap().clone();
         assert_eq!(patches.len(), 1);
         let patch = &patches[0];
@@ -532,6 +555,36 @@ mod tests {
             .await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
         assert_eq!(harness.api.status_patches.lock().unwrap().len(), 1);
+    }
+
+    /// A replica whose cache lags (it shows an older commit than the one
+    /// reported, pushed by another replica) reads the sandbox and records
+    /// the report on what it read.
+    #[tokio::test]
+    async fn a_report_reaching_a_lagging_replica_is_recorded_on_a_fresh_read() {
+        let data = files(3, "network: []\n");
+        let digest = agentgate_policy::delivery::digest(&data);
+        let mut cluster = cluster();
+        let mut lagging = sandbox_committing(2, "sha256:older");
+        lagging["metadata"]["resourceVersion"] = json!("41");
+        cluster.sandboxes = vec![lagging];
+        let mut live = sandbox_committing(3, &digest);
+        live["metadata"]["resourceVersion"] = json!("42");
+        cluster.api.sandboxes = vec![live];
+        cluster
+            .api
+            .pods
+            .insert("triage-bot".into(), "pod-uid".into());
+        let harness = cluster.serve();
+        let report = json!({"revision": 3, "digest": digest}).to_string();
+        let reply = harness
+            .post("/v1/policy/applied", report, Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        assert_eq!(harness.api.calls_to("/agentsandboxes/triage-bot"), 1);
+        let patches = harness.api.status_patches.lock().unwrap().clone();
+        assert_eq!(patches.len(), 1);
+        assert_eq!(patches[0]["metadata"]["resourceVersion"], "42");
     }
 
     #[tokio::test]

@@ -23,8 +23,10 @@ DEV_BINS := -p agentgate -p agentgate-proxy -p agentgate-sandbox --bins
 # unified as `cargo test --workspace` unifies them. A narrower `cargo build
 # -p` resolves other features and compiles much of the workspace again.
 ALL_TARGETS := --workspace --all-targets
-# The e2e suites but the real node, which make test runs in the other lane.
+# make test's two lanes of test targets (each file in a crate's tests/ is
+# one): the e2e suites but the real node, and every other crate's.
 E2E_SUITES := $(filter-out real_node,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+OTHER_SUITES := $(sort $(basename $(notdir $(filter-out e2e/%,$(wildcard */tests/*.rs)))))
 DEBUG_DIR := $(TARGET_DIR)/debug
 
 .PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
@@ -122,9 +124,12 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdoj
 	@# side by side, each line prefixed with its lane (hack/lanes.sh): the
 	@# e2e suites on their control planes; every other test (mostly CPU)
 	@# and then the real node (mostly waiting on the kubelet).
+	@# Every lane selects with --workspace and names targets, so that
+	@# cargo resolves the features of the build above and compiles nothing
+	@# (-p or --exclude would resolve another set and rebuild most crates).
 	@./hack/lanes.sh \
-	  tests '$(CARGO) test --locked --workspace --exclude agentgate-e2e -- --include-ignored && $(CARGO) test --locked -p agentgate-e2e --test real_node -- --include-ignored' \
-	  e2e '$(CARGO) test --locked -p agentgate-e2e --doc && $(CARGO) test --locked -p agentgate-e2e --lib --bins $(addprefix --test ,$(E2E_SUITES)) -- --include-ignored'
+	  tests '$(CARGO) test --locked --workspace --lib --bins $(addprefix --test ,$(OTHER_SUITES)) -- --include-ignored && $(CARGO) test --locked --workspace --doc && $(CARGO) test --locked --workspace --test real_node -- --include-ignored' \
+	  e2e '$(CARGO) test --locked --workspace $(addprefix --test ,$(E2E_SUITES)) -- --include-ignored'
 
 # make test lints while it compiles: the workspace's crates are compiled by
 # clippy-driver with warnings as errors (hack/clippy-rustc.sh), so the one

@@ -275,3 +275,53 @@ fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
         )]
     );
 }
+
+/// make test runs the test targets in two lanes named from the files in
+/// each crate's `tests/` (Makefile, `E2E_SUITES` and `OTHER_SUITES`): a
+/// test target anywhere else would be built and never run.
+#[test]
+#[allow(clippy::expect_used)]
+fn every_test_target_is_a_file_in_its_crates_tests_directory() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let mut elsewhere = Vec::new();
+    for package in meta["packages"].as_array().expect("packages") {
+        let manifest = package["manifest_path"].as_str().expect("manifest_path");
+        let root = std::path::Path::new(manifest)
+            .parent()
+            .expect("a directory");
+        for target in package["targets"].as_array().expect("targets") {
+            if target["kind"]
+                .as_array()
+                .expect("kind")
+                .iter()
+                .any(|k| k == "test")
+            {
+                let name = target["name"].as_str().expect("name");
+                let path = target["src_path"].as_str().expect("src_path");
+                if std::path::Path::new(path) != root.join("tests").join(format!("{name}.rs")) {
+                    elsewhere.push(format!("{name}: {path}"));
+                }
+            }
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "test targets make test would not run: {elsewhere:?}"
+    );
+}

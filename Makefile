@@ -131,14 +131,7 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdoj
 	  tests '$(CARGO) test --locked --workspace --lib --bins $(addprefix --test ,$(OTHER_SUITES)) -- --include-ignored && $(CARGO) test --locked --workspace --doc && $(CARGO) test --locked --workspace --test real_node -- --include-ignored' \
 	  e2e '$(CARGO) test --locked --workspace $(addprefix --test ,$(E2E_SUITES)) -- --include-ignored'
 
-# make test lints while it compiles: the workspace's crates are compiled by
-# clippy-driver with warnings as errors (hack/clippy-rustc.sh), so the one
-# build of every target the tests run is also `make lint`'s clippy, and no
-# dependency is checked a second time for clippy alone. Exported to every
-# prerequisite's recipe, so cargo test, bench-smoke and exec-static find
-# the same build and compile nothing again.
-test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
-test: fmt-check chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
+test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
 e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
 	@# What the suites run: the operator and plugin, the proxy and

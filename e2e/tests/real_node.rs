@@ -97,7 +97,7 @@ fn install(cp: &ControlPlane) -> Images {
     let bin_dir = operator_binary().unwrap();
     let images = build_images(bin_dir.parent().unwrap()).unwrap();
     // Held calls expire within the scenario (docs/proxy.md, "Held calls").
-    cp.install_chart_on_node(&images, &["dataPlane.holdTimeoutSeconds=15"])
+    cp.install_chart_on_node(&images, &["dataPlane.holdTimeoutSeconds=20"])
         .unwrap_or_else(|e| panic!("{e}\n{}", report(cp)));
     images
 }
@@ -366,11 +366,36 @@ fn held_calls(cp: &ControlPlane) -> Vec<(String, String)> {
     .collect()
 }
 
-/// The pending held call, once the agent's next one is held.
+/// The agent's newest held call, once one is held and still fresh: an
+/// older one may expire (the chart's holdTimeoutSeconds) before a review
+/// reaches it, more so on a node busy with other work.
 fn next_pending(cp: &ControlPlane, context: &dyn Fn() -> String) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some((name, _)) = held_calls(cp).into_iter().find(|(_, d)| d.is_empty()) {
+        let listed = cp
+            .run(&[
+                "get",
+                "heldcalls",
+                "-n",
+                "node",
+                "--sort-by=.metadata.creationTimestamp",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.metadata.creationTimestamp} {.status.decision}{\"\\n\"}{end}",
+            ])
+            .unwrap_or_default();
+        let fresh = listed.lines().rev().find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (name, created) = (fields.next()?, fields.next()?);
+            let undecided = fields.next().is_none();
+            let created = time::OffsetDateTime::parse(
+                created,
+                &time::format_description::well_known::Rfc3339,
+            )
+            .ok()?;
+            let age = now() - created.unix_timestamp() as f64;
+            (undecided && age < 5.0).then(|| name.to_string())
+        });
+        if let Some(name) = fresh {
             return name;
         }
         assert!(

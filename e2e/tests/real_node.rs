@@ -345,9 +345,17 @@ fn nudge_kubelet(cp: &ControlPlane, namespace: &str, pod: &str) {
     .unwrap();
 }
 
-/// The held calls of the sandbox as `name decision` pairs, oldest first
-/// (`decision` empty while pending).
-fn held_calls(cp: &ControlPlane) -> Vec<(String, String)> {
+/// One HeldCall of the sandbox as listed.
+struct HeldCallRow {
+    name: String,
+    /// Its creationTimestamp, in Unix seconds.
+    created: f64,
+    /// Empty while pending.
+    decision: String,
+}
+
+/// The held calls of the sandbox, oldest first.
+fn held_calls(cp: &ControlPlane) -> Vec<HeldCallRow> {
     cp.run(&[
         "get",
         "heldcalls",
@@ -355,13 +363,21 @@ fn held_calls(cp: &ControlPlane) -> Vec<(String, String)> {
         "node",
         "--sort-by=.metadata.creationTimestamp",
         "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.status.decision}{\"\\n\"}{end}",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.creationTimestamp} {.status.decision}{\"\\n\"}{end}",
     ])
     .unwrap_or_default()
     .lines()
     .filter_map(|line| {
-        let (name, decision) = line.split_once(' ').unwrap_or((line, ""));
-        (!name.is_empty()).then(|| (name.to_string(), decision.trim().to_string()))
+        let mut fields = line.split_whitespace();
+        let (name, created) = (fields.next()?, fields.next()?);
+        let created =
+            time::OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+                .ok()?;
+        Some(HeldCallRow {
+            name: name.to_string(),
+            created: created.unix_timestamp() as f64,
+            decision: fields.next().unwrap_or_default().to_string(),
+        })
     })
     .collect()
 }
@@ -372,29 +388,11 @@ fn held_calls(cp: &ControlPlane) -> Vec<(String, String)> {
 fn next_pending(cp: &ControlPlane, context: &dyn Fn() -> String) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let listed = cp
-            .run(&[
-                "get",
-                "heldcalls",
-                "-n",
-                "node",
-                "--sort-by=.metadata.creationTimestamp",
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name} {.metadata.creationTimestamp} {.status.decision}{\"\\n\"}{end}",
-            ])
-            .unwrap_or_default();
-        let fresh = listed.lines().rev().find_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (name, created) = (fields.next()?, fields.next()?);
-            let undecided = fields.next().is_none();
-            let created = time::OffsetDateTime::parse(
-                created,
-                &time::format_description::well_known::Rfc3339,
-            )
-            .ok()?;
-            let age = now() - created.unix_timestamp() as f64;
-            (undecided && age < 5.0).then(|| name.to_string())
-        });
+        let fresh = held_calls(cp)
+            .into_iter()
+            .rev()
+            .find(|call| call.decision.is_empty() && now() - call.created < 5.0)
+            .map(|call| call.name);
         if let Some(name) = fresh {
             return name;
         }
@@ -506,8 +504,10 @@ fn held_calls_decided(cp: &ControlPlane, context: &dyn Fn() -> String) -> f64 {
         "expired after {:.1} s",
         at - waited_at
     );
-    let decisions: std::collections::BTreeMap<String, String> =
-        held_calls(cp).into_iter().collect();
+    let decisions: std::collections::BTreeMap<String, String> = held_calls(cp)
+        .into_iter()
+        .map(|call| (call.name, call.decision))
+        .collect();
     assert_eq!(decisions.get(&first).map(String::as_str), Some("approved"));
     assert_eq!(decisions.get(&second).map(String::as_str), Some("denied"));
     assert_eq!(decisions.get(&third).map(String::as_str), Some("expired"));

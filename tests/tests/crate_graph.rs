@@ -75,21 +75,13 @@ struct Graph {
     members: Vec<String>,
 }
 
+/// `cargo metadata` of the workspace with `extra` options, as JSON.
 // A helper of the tests below: a panic here is a failed test.
 #[allow(clippy::expect_used)]
-fn metadata() -> Graph {
+fn cargo_metadata(extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO"))
-        // Linux only: the crates other targets would pull in need not be in
-        // the local registry cache, and agentgate builds for Linux alone.
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--locked",
-            "--offline",
-            "--filter-platform",
-            "x86_64-unknown-linux-gnu",
-        ])
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(extra)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("cargo metadata runs");
@@ -98,7 +90,15 @@ fn metadata() -> Graph {
         "cargo metadata failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+// A helper of the tests below: a panic here is a failed test.
+#[allow(clippy::expect_used)]
+fn metadata() -> Graph {
+    // Linux only: the crates other targets would pull in need not be in
+    // the local registry cache, and agentgate builds for Linux alone.
+    let meta = cargo_metadata(&["--filter-platform", "x86_64-unknown-linux-gnu"]);
     let str_of = |v: &Value| v.as_str().expect("a string").to_string();
     let names = meta["packages"]
         .as_array()
@@ -282,23 +282,7 @@ fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
 #[test]
 #[allow(clippy::expect_used)]
 fn every_test_target_is_a_file_in_its_crates_tests_directory() {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let meta = cargo_metadata(&["--no-deps"]);
     let mut elsewhere = Vec::new();
     for package in meta["packages"].as_array().expect("packages") {
         let manifest = package["manifest_path"].as_str().expect("manifest_path");

@@ -1596,7 +1596,6 @@ where
 /// fields and what the Pods' reports write (`status.pods`, the `Enforced`
 /// condition): equal for two versions that differ only by reports.
 fn apart_from_reports(sandbox: &AgentSandbox) -> Option<u64> {
-    use std::hash::{Hash as _, Hasher as _};
     let mut value = serde_json::to_value(sandbox).ok()?;
     if let Some(metadata) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
         metadata.remove("resourceVersion");
@@ -1610,9 +1609,10 @@ fn apart_from_reports(sandbox: &AgentSandbox) -> Option<u64> {
     }
     // Printed from the typed object, field by field in declaration order:
     // the same content prints the same.
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    value.to_string().hash(&mut hasher);
-    Some(hasher.finish())
+    let digest = super::content_hash(&value);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    Some(u64::from_le_bytes(first))
 }
 
 /// Runs the AgentSandbox controller until shutdown. A MaximumPolicy's spec

@@ -29,7 +29,7 @@ E2E_SUITES := $(filter-out real_node,$(basename $(notdir $(wildcard e2e/tests/*.
 OTHER_SUITES := $(sort $(basename $(notdir $(filter-out e2e/%,$(wildcard */tests/*.rs)))))
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 sccache control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -131,7 +131,22 @@ unit-tests: disk z3 control-plane node kstatus helm netns-tools mcp-sdk agentdoj
 	  tests '$(CARGO) test --locked --workspace --lib --bins $(addprefix --test ,$(OTHER_SUITES)) -- --include-ignored && $(CARGO) test --locked --workspace --doc && $(CARGO) test --locked --workspace --test real_node -- --include-ignored' \
 	  e2e '$(CARGO) test --locked --workspace $(addprefix --test ,$(E2E_SUITES)) -- --include-ignored'
 
-test: lint chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
+sccache: ## install (once, cached in ~/.cache/agentgate) sccache, the compilation cache of make test's dependencies
+	@./hack/install-sccache.sh
+
+# make test compiles each crate once. The workspace's crates are compiled by
+# clippy-driver with warnings as errors (hack/clippy-rustc.sh), so the build
+# of every target the tests run is also make lint's clippy, and no dependency
+# is checked a second time for clippy alone; the dependencies go through
+# sccache (hack/rustc-cached.sh), whose cache outlives the clone. Exported to
+# every prerequisite's recipe, so cargo test, bench-smoke and exec-static find
+# the same build and compile nothing again (docs/testing.md).
+test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
+test: export RUSTC_WRAPPER := $(CURDIR)/hack/rustc-cached.sh
+test: export SCCACHE_DIR := $(or $(AGENTGATE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentgate)/sccache
+test: export SCCACHE_CACHE_SIZE := 6G
+test: export SCCACHE_IDLE_TIMEOUT := 120
+test: fmt-check sccache chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
 e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)
 	@# What the suites run: the operator and plugin, the proxy and

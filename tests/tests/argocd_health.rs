@@ -9,10 +9,12 @@
 //! kstatus e2e test (e2e/tests/kstatus.rs), so the Lua and the operator's
 //! conditions are checked against each other, not against a copy.
 //!
-//! Also: `argocd-cm.yaml` (the `resource.customizations.health.*` keys to
-//! paste into Argo CD's ConfigMap) must hold exactly the `.lua` files.
-//! `AGENTGATE_UPDATE_ARGOCD=1 cargo test -p agentgate-tests --test
-//! argocd_health` writes it anew.
+//! The four scripts are generated from one template,
+//! `charts/agentgate/argocd/health.lua.tmpl`, and what each kind adds to it
+//! ([`CHECKS`]); `argocd-cm.yaml` (the `resource.customizations.health.*`
+//! keys to paste into Argo CD's ConfigMap) must hold exactly the `.lua`
+//! files. `AGENTGATE_UPDATE_ARGOCD=1 cargo test -p agentgate-tests --test
+//! argocd_health` writes both anew.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,152 @@ const KINDS: [&str; 4] = [
     "AgentScan",
 ];
 const GROUP: &str = "agentgate.dev";
+
+/// What one kind's health check adds to the template.
+struct Check {
+    kind: &'static str,
+    /// The script's own comment, without the `-- `.
+    about: &'static str,
+    /// Conditions that make it Degraded when `False` (after `Stalled`):
+    /// an operator from before `Stalled` said so with these only.
+    degraded_when_false: &'static [&'static str],
+    /// Lua run after `Stalled` and the conditions above, before
+    /// `Reconciling`.
+    degraded: &'static str,
+    /// Lua run after `Reconciling`, before `Ready`.
+    progressing: &'static str,
+    /// The message while `Ready` is not `True`.
+    waiting: &'static str,
+}
+
+const CHECKS: [Check; 4] = [
+    Check {
+        kind: "AgentSandbox",
+        about: "Argo CD health of an agentgate.dev AgentSandbox (agentgate's docs/status.md).
+Degraded when Stalled=True, WithinMaximum=False (grants revoked, the
+sandbox refused or unmanaged) or FindingsClear=False (unfixed trifecta
+findings, an unscanned image), and when the template cannot run confined;
+Progressing until the operator has observed the current generation, or
+while Reconciling=True or Ready is not True; Healthy otherwise. The message
+is the deciding condition's. Lua 5.1 as Argo CD runs it.",
+        degraded_when_false: &["WithinMaximum", "FindingsClear"],
+        degraded: "",
+        progressing: "",
+        waiting: "Waiting for the sandbox to be Ready",
+    },
+    Check {
+        kind: "PolicyProposal",
+        about: "Argo CD health of an agentgate.dev PolicyProposal (agentgate's docs/status.md).
+Degraded when the proposal is Rejected (Stalled=True, or phase Rejected);
+Progressing until the operator has observed the current generation, while
+it awaits a reviewer's approval (Reconciling=True, or phase
+AwaitingApproval) or its sandbox, or while Ready is not True; Healthy once
+Applied. The message is the deciding condition's (the verdict's reason).
+Lua 5.1 as Argo CD runs it.",
+        degraded_when_false: &[],
+        degraded: r#"if status.phase == "Rejected" then
+  hs.status = "Degraded"
+  hs.message = status.reason or "Rejected"
+  return hs
+end
+"#,
+        progressing: r#"if status.phase == "AwaitingApproval" or status.phase == "Pending" then
+  hs.status = "Progressing"
+  hs.message = status.reason or status.phase
+  return hs
+end
+"#,
+        waiting: "Waiting for the proposal to be decided",
+    },
+    Check {
+        kind: "MaximumPolicy",
+        about: "Argo CD health of an agentgate.dev MaximumPolicy (agentgate's docs/status.md).
+Degraded when Stalled=True or Consistent=False (the ceiling allows something
+inside its own invariants; or an invalid policy or selector); Progressing
+until the operator has observed the current generation, or while
+Reconciling=True or Ready is not True; Healthy otherwise. The message
+is the deciding condition's. Lua 5.1 as Argo CD runs it.",
+        degraded_when_false: &["Consistent"],
+        degraded: "",
+        progressing: "",
+        waiting: "Waiting for the ceiling to be Ready",
+    },
+    Check {
+        kind: "AgentScan",
+        about: "Argo CD health of an agentgate.dev AgentScan (agentgate's docs/status.md).
+Degraded when Stalled=True or FindingsClear=False (the image carries trifecta
+findings; or an invalid graph); Progressing until the operator has observed
+the current generation, or while Reconciling=True or Ready is not True;
+Healthy otherwise. The message is the deciding condition's. Lua 5.1 as
+Argo CD runs it.",
+        degraded_when_false: &["FindingsClear"],
+        degraded: "",
+        progressing: "",
+        waiting: "Waiting for the scan to be analysed",
+    },
+];
+
+/// `check`'s script: the template with its placeholders filled in.
+fn generated(template: &str, check: &Check) -> String {
+    // The template's own comment ends at its first blank line.
+    let (_, body) = template
+        .split_once("\n\n")
+        .expect("health.lua.tmpl: its comment, a blank line, then the script");
+    let about: String = check.about.lines().map(|l| format!("-- {l}\n")).collect();
+    let mut degraded = String::new();
+    if !check.degraded_when_false.is_empty() {
+        let kinds: Vec<String> = check
+            .degraded_when_false
+            .iter()
+            .map(|k| format!("{k:?}"))
+            .collect();
+        degraded.push_str(&format!(
+            "-- An operator from before Stalled said it with the domain conditions only.\n\
+             for _, kind in ipairs({{ {} }}) do\n  \
+               local c = condition(conditions, kind, \"False\")\n  \
+               if c ~= nil then\n    \
+                 hs.status = \"Degraded\"\n    \
+                 hs.message = c.message\n    \
+                 return hs\n  \
+               end\n\
+             end\n",
+            kinds.join(", ")
+        ));
+    }
+    degraded.push_str(check.degraded);
+    body.replace("{{ABOUT}}\n", &about)
+        .replace("{{DEGRADED}}\n", &degraded)
+        .replace("{{PROGRESSING}}\n", check.progressing)
+        .replace("{{WAITING}}", check.waiting)
+}
+
+#[test]
+fn every_health_check_is_the_template_filled_in() {
+    let template = read(&argocd_dir().join("health.lua.tmpl"));
+    assert_eq!(
+        CHECKS.map(|c| c.kind),
+        KINDS,
+        "one check per kind, in the order of KINDS"
+    );
+    for check in &CHECKS {
+        let want = generated(&template, check);
+        assert!(
+            !want.contains("{{"),
+            "{}: a placeholder left unfilled:\n{want}",
+            check.kind
+        );
+        let path = kind_dir(check.kind).join("health.lua");
+        if std::env::var_os("AGENTGATE_UPDATE_ARGOCD").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        assert!(
+            read(&path) == want,
+            "{} is not health.lua.tmpl filled in for {}; edit the template (or CHECKS) and regenerate: AGENTGATE_UPDATE_ARGOCD=1 cargo test -p agentgate-tests --test argocd_health",
+            path.display(),
+            check.kind
+        );
+    }
+}
 
 fn argocd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/agentgate/argocd")

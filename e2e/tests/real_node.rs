@@ -1137,8 +1137,10 @@ fn percentiles(mut seconds: Vec<f64>) -> String {
 /// (`AGENTGATE_FLEET_PODS`, 3 by default, 100 in `make bench-delivery`):
 /// every Pod reports the revocation's revision (`status.pods`), no agent
 /// round that started after its Pod's report was allowed the POST, and
-/// every agent was refused it. Printed: commit → each Pod's report and
-/// commit → each agent's first refused round.
+/// every agent was refused it. Printed: tightened → each sandbox's commit
+/// (`status.policyCommittedAt`, the operator's share), commit → its Pod's
+/// report (the delivery's), tightened → each Pod's report and tightened →
+/// each agent's first refused round.
 fn fleet_revoked(cp: &ControlPlane, images: &Images) {
     let count: usize = std::env::var("AGENTGATE_FLEET_PODS")
         .ok()
@@ -1175,7 +1177,9 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         probe::first_after(|| log(pod), granted_at - 60.0, "post", "200", limit)
             .unwrap_or_else(|tail| panic!("{pod}'s agent was never allowed its POST:\n{tail}"));
     }
-    let committed = |text: &str| -> Vec<(String, u64, u64, String)> {
+    // name, committed revision, the Pod's revision, its appliedAt, the
+    // commit's policyCommittedAt.
+    let committed = |text: &str| -> Vec<(String, u64, u64, String, String)> {
         text.lines()
             .filter_map(|line| {
                 let mut f = line.split(' ');
@@ -1183,6 +1187,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
                     f.next()?.to_string(),
                     f.next()?.parse().ok()?,
                     f.next()?.parse().ok()?,
+                    f.next()?.to_string(),
                     f.next()?.to_string(),
                 ))
             })
@@ -1194,11 +1199,11 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         "-n",
         FLEET,
         "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.status.revision} {.status.pods[0].revision} {.status.pods[0].appliedAt}{\"\\n\"}{end}",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.revision} {.status.pods[0].revision} {.status.pods[0].appliedAt} {.status.policyCommittedAt}{\"\\n\"}{end}",
     ];
     let before: BTreeMap<String, u64> = committed(&cp.run(&statuses).unwrap())
         .into_iter()
-        .map(|(name, revision, _, _)| (name, revision))
+        .map(|(name, revision, _, _, _)| (name, revision))
         .collect();
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling(FLEET, true)).unwrap();
@@ -1206,7 +1211,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         .wait_for(&statuses, Duration::from_secs(60), |text| {
             let rows = committed(text);
             rows.len() == count
-                && rows.iter().all(|(name, revision, enforced, _)| {
+                && rows.iter().all(|(name, revision, enforced, _, _)| {
                     before.get(name).is_some_and(|b| revision > b) && enforced == revision
                 })
         })
@@ -1216,12 +1221,19 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
                 report(cp)
             )
         });
+    let mut commits = Vec::new();
+    let mut delivered = Vec::new();
     let mut applied = Vec::new();
     let mut refused = Vec::new();
     let mut unanswered = 0;
-    for (name, _, _, at) in committed(&reported) {
+    for (name, _, _, at, committed_at) in committed(&reported) {
         let at = epoch_seconds(&at)
             .unwrap_or_else(|| panic!("{name}: appliedAt {at:?} is no RFC 3339 time"));
+        let committed_at = epoch_seconds(&committed_at).unwrap_or_else(|| {
+            panic!("{name}: policyCommittedAt {committed_at:?} is no RFC 3339 time")
+        });
+        commits.push(committed_at - tightened_at);
+        delivered.push(at - committed_at);
         applied.push(at - tightened_at);
         // A round that started after the Pod's report sent its POST to a
         // proxy that already enforced the revocation.
@@ -1249,8 +1261,10 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         refused.push(first);
     }
     eprintln!(
-        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load)",
+        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load)",
         agentgate_e2e::node::MAX_PODS,
+        percentiles(commits),
+        percentiles(delivered),
         percentiles(applied),
         percentiles(refused)
     );

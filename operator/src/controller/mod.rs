@@ -109,7 +109,8 @@ pub struct Context {
     pub approvals: Option<approvals::ApprovalsWiring>,
 }
 
-/// Owned objects by API path: the hash of the content last applied and the
+/// Owned objects by API path: the hash of the content last applied (or,
+/// for a sandbox's Pod, of what its shape was last checked against) and the
 /// resourceVersion the API server answered with.
 #[derive(Default)]
 pub struct AppliedObjects {
@@ -216,6 +217,11 @@ pub struct Views {
     /// Every PolicyProposal: a commit record whose proposal shows here
     /// unchanged (uid and change hash) keeps its grant without a read.
     pub proposals: kube::runtime::reflector::Store<agentgate_api::crd::PolicyProposal>,
+    /// The sandbox Pods (labelled), metadata only: a Pod whose shape was
+    /// checked at the version shown here is not read again.
+    pub pods: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Pod>,
+    >,
 }
 
 /// SHA-256 of a JSON value's text.

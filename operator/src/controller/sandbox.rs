@@ -1492,8 +1492,24 @@ async fn ensure_pod(
         return Ok(None);
     };
     let name = sandbox.name_any();
-    let pods: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    let namespace = sandbox.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    // A Pod found in the enforced shape and controlled by this sandbox is
+    // not read again while the Pod watch shows it at the same version: a
+    // revocation over a fleet then costs no Pod read per sandbox. Any
+    // change to the Pod (a new one under the name included) moves its
+    // version, and it is read and checked again.
+    let key = super::applied_key::<Pod>(Some(&namespace), &name);
+    let checked = super::content_hash(&json!({ "controller": sandbox.uid() }));
+    if let Some(version) = ctx.applied.unchanged(&key, &checked)
+        && ctx
+            .views
+            .get()
+            .and_then(|views| seen_version(&views.pods, &namespace, &name))
+            .is_some_and(|seen| seen == version)
+    {
+        return Ok(None);
+    }
     if let Some(existing) = pods.get_opt(&name).await? {
         // A pod someone else created under the sandbox's name is not the
         // sandbox's pod, whatever it claims (an owner reference can be
@@ -1512,6 +1528,13 @@ async fn ensure_pod(
             .as_ref()
             .map(|s| shape_problems(s, &name, &ctx.data_plane))
             .unwrap_or_else(|| vec!["no spec".to_string()]);
+        if owned
+            && labelled
+            && problems.is_empty()
+            && let Some(version) = existing.resource_version()
+        {
+            ctx.applied.remember(key, checked, version);
+        }
         return Ok(if !owned || !labelled {
             Some(format!(
                 "pod {name:?} exists but is not controlled by this sandbox (uid {}); delete it so the sandbox's own pod can be created",
@@ -1673,6 +1696,10 @@ pub async fn run(ctx: Arc<Context>) {
         Api::<PolicyProposal>::all(client.clone()),
         watcher::Config::default(),
     ));
+    let (pods, pod_changes) = reflect_triggers(watcher(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        watcher::Config::default().labels(SANDBOX_LABEL),
+    ));
     if ctx
         .views
         .set(Views {
@@ -1682,6 +1709,7 @@ pub async fn run(ctx: Arc<Context>) {
             config_maps,
             network_policies,
             proposals,
+            pods,
         })
         .is_err()
     {
@@ -1700,10 +1728,7 @@ pub async fn run(ctx: Arc<Context>) {
             .owns_stream(network_policy_changes)
             // A deleted agent Pod is created again (and judged again by pod
             // admission) at once, not at the next periodic reconcile.
-            .owns(
-                Api::<Pod>::all(client.clone()),
-                watcher::Config::default().labels(SANDBOX_LABEL),
-            )
+            .owns_stream(pod_changes)
             // A deleted agent ServiceAccount is created again at once.
             .owns_stream(account_changes)
             .watches_stream(maximum_changes, move |_| {

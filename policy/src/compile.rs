@@ -7,7 +7,9 @@ use crate::action::{Layer, check_absolute_path, check_credential_name, check_met
 use crate::error::{Reason, ReasonCode};
 use crate::glob::{Glob, GlobKind};
 use crate::mcp::{self, CompiledCalls, CompiledMcp, NameGlob};
-use crate::model::{AccessLevel, Endpoint, PolicyDocument, Protocol, Region, RuleEntry};
+use crate::model::{
+    AccessLevel, Endpoint, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
+};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).
@@ -314,7 +316,7 @@ pub fn compile(
             format!("more than {} rules", limits.rules),
         ));
     }
-    let (mut endpoints_seen, mut binaries_seen, mut entries_seen) = (0usize, 0usize, 0usize);
+    let mut seen = Seen::default();
     let mut names = HashSet::new();
     let mut rules = Vec::with_capacity(doc.network.len());
     for (r, rule) in doc.network.iter().enumerate() {
@@ -328,243 +330,311 @@ pub fn compile(
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
-        if rule.review.is_some() && role != Role::Maximum {
+        rules.push(compile_rule(&at, rule, role, limits, &mut seen)?);
+    }
+    Ok(CompiledPolicy { filesystem, rules })
+}
+
+/// What a policy has used so far of the limits that count across its
+/// rules.
+#[derive(Default)]
+struct Seen {
+    endpoints: usize,
+    binaries: usize,
+    /// Allow and deny entries, with MCP argument constraints.
+    entries: usize,
+}
+
+/// One network rule, at `at` (`network[i]`).
+fn compile_rule(
+    at: &str,
+    rule: &NetworkRule,
+    role: Role,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<CompiledRule, Reason> {
+    if rule.review.is_some() && role != Role::Maximum {
+        return Err(shape(
+            format!("{at}.review"),
+            "review markers belong in a MaximumPolicy only",
+        ));
+    }
+    let rule_review = rule.review.as_ref().is_some_and(|r| r.required);
+    seen.binaries += rule.binaries.len();
+    seen.endpoints += rule.endpoints.len();
+    if seen.binaries > limits.binary_globs || seen.endpoints > limits.endpoints {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            at,
+            format!(
+                "more than {} endpoints or {} binary globs",
+                limits.endpoints, limits.binary_globs
+            ),
+        ));
+    }
+    let binaries = rule
+        .binaries
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            glob_within(
+                GlobKind::Binary,
+                &format!("{at}.binaries[{i}]"),
+                b,
+                limits.pattern_bytes,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut endpoints = Vec::with_capacity(rule.endpoints.len());
+    for (e, endpoint) in rule.endpoints.iter().enumerate() {
+        let at = format!("{at}.endpoints[{e}]");
+        endpoints.push(compile_endpoint(
+            &at,
+            endpoint,
+            rule_review,
+            role,
+            limits,
+            seen,
+        )?);
+    }
+    let credentials = rule_credentials(at, rule, &endpoints, role, limits.pattern_bytes)?;
+    Ok(CompiledRule {
+        name: rule.name.clone(),
+        binaries,
+        endpoints,
+        credentials,
+    })
+}
+
+/// One endpoint, at `at` (`network[i].endpoints[j]`), of a rule that
+/// requires review when `rule_review`.
+fn compile_endpoint(
+    at: &str,
+    endpoint: &Endpoint,
+    rule_review: bool,
+    role: Role,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<CompiledEndpoint, Reason> {
+    let host = glob_within(
+        GlobKind::Host,
+        &format!("{at}.host"),
+        &endpoint.host,
+        limits.pattern_bytes,
+    )?;
+    if role != Role::Maximum && host.is_broad_host() {
+        return Err(Reason::at(
+            ReasonCode::InvalidGlob,
+            format!("{at}.host"),
+            "a bare * or ** host, or a wildcard over a single-label suffix, is allowed only in a MaximumPolicy",
+        ));
+    }
+    let ports = endpoint_ports(at, endpoint)?;
+    if endpoint.review.is_some() && role != Role::Maximum {
+        return Err(shape(
+            format!("{at}.review"),
+            "review markers belong in a MaximumPolicy only",
+        ));
+    }
+    if endpoint.model_provider && endpoint.protocol != Protocol::Rest {
+        return Err(shape(
+            format!("{at}.modelProvider"),
+            "only a protocol: rest endpoint can be a model provider: the runtime must read its request bodies",
+        ));
+    }
+    if !endpoint.unrecorded_paths.is_empty() && !endpoint.model_provider {
+        return Err(shape(
+            format!("{at}.unrecordedPaths"),
+            "only a modelProvider endpoint has requests left unrecorded",
+        ));
+    }
+    let unrecorded_paths = endpoint
+        .unrecorded_paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            glob_within(
+                GlobKind::Path,
+                &format!("{at}.unrecordedPaths[{i}]"),
+                p,
+                limits.pattern_bytes,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let kind = match endpoint.protocol {
+        Protocol::L4 => l4_kind(at, endpoint)?,
+        Protocol::Mcp => mcp_kind(at, endpoint, role, limits, seen)?,
+        Protocol::Rest => rest_kind(at, endpoint, limits, seen)?,
+        reserved => {
             return Err(shape(
-                format!("{at}.review"),
-                "review markers belong in a MaximumPolicy only",
-            ));
-        }
-        let rule_review = rule.review.as_ref().is_some_and(|r| r.required);
-        binaries_seen += rule.binaries.len();
-        endpoints_seen += rule.endpoints.len();
-        if binaries_seen > limits.binary_globs || endpoints_seen > limits.endpoints {
-            return Err(Reason::at(
-                ReasonCode::ResourceLimit,
-                at,
+                format!("{at}.protocol"),
                 format!(
-                    "more than {} endpoints or {} binary globs",
-                    limits.endpoints, limits.binary_globs
+                    "protocol {} is reserved and not modelled yet; only l4 and rest are supported",
+                    reserved.as_str()
                 ),
             ));
         }
-        let binaries = rule
-            .binaries
+    };
+    Ok(CompiledEndpoint {
+        host,
+        ports,
+        kind,
+        review_required: rule_review || endpoint.review.as_ref().is_some_and(|r| r.required),
+        model_provider: endpoint.model_provider,
+        unrecorded_paths,
+    })
+}
+
+/// The endpoint's ports: `port` or `ports`, one of them, each 1..65535.
+fn endpoint_ports(at: &str, endpoint: &Endpoint) -> Result<Vec<u16>, Reason> {
+    let ports = match (endpoint.port, endpoint.ports.is_empty()) {
+        (Some(_), false) => {
+            return Err(shape(
+                format!("{at}.port"),
+                "give either port or ports, not both",
+            ));
+        }
+        (Some(port), true) => vec![port],
+        (None, true) => {
+            return Err(shape(
+                format!("{at}.ports"),
+                "at least one port is required",
+            ));
+        }
+        (None, false) => endpoint.ports.clone(),
+    };
+    if let Some(i) = ports.iter().position(|&p| p == 0) {
+        return Err(shape(format!("{at}.ports[{i}]"), "ports are 1..65535"));
+    }
+    Ok(ports)
+}
+
+/// An `l4` endpoint: no L7 field at all.
+fn l4_kind(at: &str, endpoint: &Endpoint) -> Result<EndpointKind, Reason> {
+    let l7_field = if endpoint.path.is_some() {
+        Some("path")
+    } else {
+        rest_field(endpoint).or_else(|| mcp_field(endpoint))
+    };
+    if let Some(field) = l7_field {
+        return Err(shape(
+            format!("{at}.{field}"),
+            "an l4 endpoint takes no path, access, rules, denyRules, tools, denyTools, resources or prompts (it already covers every request)",
+        ));
+    }
+    Ok(EndpointKind::L4)
+}
+
+/// An `mcp` endpoint: its tool, resource and prompt entries.
+fn mcp_kind(
+    at: &str,
+    endpoint: &Endpoint,
+    role: Role,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<EndpointKind, Reason> {
+    if let Some(field) = rest_field(endpoint) {
+        return Err(shape(
+            format!("{at}.{field}"),
+            "an mcp endpoint takes tools, denyTools, resources and prompts, not access, rules or denyRules",
+        ));
+    }
+    seen.entries += endpoint.tools.len()
+        + endpoint.deny_tools.len()
+        + endpoint.resources.len()
+        + endpoint.prompts.len()
+        + endpoint
+            .tools
+            .iter()
+            .chain(&endpoint.deny_tools)
+            .chain(&endpoint.prompts)
+            .map(mcp::constraint_count)
+            .sum::<usize>();
+    if seen.entries > limits.entries {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            at,
+            format!(
+                "more than {} allow/deny entries and argument constraints",
+                limits.entries
+            ),
+        ));
+    }
+    Ok(EndpointKind::Mcp(compile_mcp(
+        at,
+        endpoint,
+        role,
+        limits.pattern_bytes,
+    )?))
+}
+
+/// A `rest` endpoint: its path scope and its allow (`access` or `rules`)
+/// and deny entries.
+fn rest_kind(
+    at: &str,
+    endpoint: &Endpoint,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<EndpointKind, Reason> {
+    if let Some(field) = mcp_field(endpoint) {
+        return Err(shape(
+            format!("{at}.{field}"),
+            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
+        ));
+    }
+    if endpoint.access.is_some() && !endpoint.rules.is_empty() {
+        return Err(shape(
+            format!("{at}.rules"),
+            "access and rules are exclusive",
+        ));
+    }
+    seen.entries += endpoint.rules.len() + endpoint.deny_rules.len();
+    if seen.entries > limits.entries {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            at,
+            format!("more than {} allow/deny entries", limits.entries),
+        ));
+    }
+    let scope = endpoint
+        .path
+        .as_deref()
+        .map(|p| {
+            glob_within(
+                GlobKind::Path,
+                &format!("{at}.path"),
+                p,
+                limits.pattern_bytes,
+            )
+        })
+        .transpose()?;
+    let allow = match endpoint.access {
+        Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
+            methods: MethodSet::of(READ_ONLY_METHODS),
+            path: None,
+        }],
+        Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
+            methods: MethodSet::of(READ_WRITE_METHODS),
+            path: None,
+        }],
+        Some(AccessLevel::Full) => vec![CompiledEntry {
+            methods: MethodSet::Any,
+            path: None,
+        }],
+        None => endpoint
+            .rules
             .iter()
             .enumerate()
-            .map(|(i, b)| {
-                glob_within(
-                    GlobKind::Binary,
-                    &format!("{at}.binaries[{i}]"),
-                    b,
-                    limits.pattern_bytes,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut endpoints = Vec::with_capacity(rule.endpoints.len());
-        for (e, endpoint) in rule.endpoints.iter().enumerate() {
-            let at = format!("{at}.endpoints[{e}]");
-            let host = glob_within(
-                GlobKind::Host,
-                &format!("{at}.host"),
-                &endpoint.host,
-                limits.pattern_bytes,
-            )?;
-            if role != Role::Maximum && host.is_broad_host() {
-                return Err(Reason::at(
-                    ReasonCode::InvalidGlob,
-                    format!("{at}.host"),
-                    "a bare * or ** host, or a wildcard over a single-label suffix, is allowed only in a MaximumPolicy",
-                ));
-            }
-            let ports = match (endpoint.port, endpoint.ports.is_empty()) {
-                (Some(_), false) => {
-                    return Err(shape(
-                        format!("{at}.port"),
-                        "give either port or ports, not both",
-                    ));
-                }
-                (Some(port), true) => vec![port],
-                (None, true) => {
-                    return Err(shape(
-                        format!("{at}.ports"),
-                        "at least one port is required",
-                    ));
-                }
-                (None, false) => endpoint.ports.clone(),
-            };
-            if let Some(i) = ports.iter().position(|&p| p == 0) {
-                return Err(shape(format!("{at}.ports[{i}]"), "ports are 1..65535"));
-            }
-            if endpoint.review.is_some() && role != Role::Maximum {
-                return Err(shape(
-                    format!("{at}.review"),
-                    "review markers belong in a MaximumPolicy only",
-                ));
-            }
-            if endpoint.model_provider && endpoint.protocol != Protocol::Rest {
-                return Err(shape(
-                    format!("{at}.modelProvider"),
-                    "only a protocol: rest endpoint can be a model provider: the runtime must read its request bodies",
-                ));
-            }
-            if !endpoint.unrecorded_paths.is_empty() && !endpoint.model_provider {
-                return Err(shape(
-                    format!("{at}.unrecordedPaths"),
-                    "only a modelProvider endpoint has requests left unrecorded",
-                ));
-            }
-            let unrecorded_paths = endpoint
-                .unrecorded_paths
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    glob_within(
-                        GlobKind::Path,
-                        &format!("{at}.unrecordedPaths[{i}]"),
-                        p,
-                        limits.pattern_bytes,
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let kind = match endpoint.protocol {
-                Protocol::L4 => {
-                    let l7_field = if endpoint.path.is_some() {
-                        Some("path")
-                    } else {
-                        rest_field(endpoint).or_else(|| mcp_field(endpoint))
-                    };
-                    if let Some(field) = l7_field {
-                        return Err(shape(
-                            format!("{at}.{field}"),
-                            "an l4 endpoint takes no path, access, rules, denyRules, tools, denyTools, resources or prompts (it already covers every request)",
-                        ));
-                    }
-                    EndpointKind::L4
-                }
-                Protocol::Mcp => {
-                    if let Some(field) = rest_field(endpoint) {
-                        return Err(shape(
-                            format!("{at}.{field}"),
-                            "an mcp endpoint takes tools, denyTools, resources and prompts, not access, rules or denyRules",
-                        ));
-                    }
-                    entries_seen += endpoint.tools.len()
-                        + endpoint.deny_tools.len()
-                        + endpoint.resources.len()
-                        + endpoint.prompts.len()
-                        + endpoint
-                            .tools
-                            .iter()
-                            .chain(&endpoint.deny_tools)
-                            .chain(&endpoint.prompts)
-                            .map(mcp::constraint_count)
-                            .sum::<usize>();
-                    if entries_seen > limits.entries {
-                        return Err(Reason::at(
-                            ReasonCode::ResourceLimit,
-                            at,
-                            format!(
-                                "more than {} allow/deny entries and argument constraints",
-                                limits.entries
-                            ),
-                        ));
-                    }
-                    EndpointKind::Mcp(compile_mcp(&at, endpoint, role, limits.pattern_bytes)?)
-                }
-                Protocol::Rest => {
-                    if let Some(field) = mcp_field(endpoint) {
-                        return Err(shape(
-                            format!("{at}.{field}"),
-                            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
-                        ));
-                    }
-                    if endpoint.access.is_some() && !endpoint.rules.is_empty() {
-                        return Err(shape(
-                            format!("{at}.rules"),
-                            "access and rules are exclusive",
-                        ));
-                    }
-                    entries_seen += endpoint.rules.len() + endpoint.deny_rules.len();
-                    if entries_seen > limits.entries {
-                        return Err(Reason::at(
-                            ReasonCode::ResourceLimit,
-                            at,
-                            format!("more than {} allow/deny entries", limits.entries),
-                        ));
-                    }
-                    let scope = endpoint
-                        .path
-                        .as_deref()
-                        .map(|p| {
-                            glob_within(
-                                GlobKind::Path,
-                                &format!("{at}.path"),
-                                p,
-                                limits.pattern_bytes,
-                            )
-                        })
-                        .transpose()?;
-                    let allow = match endpoint.access {
-                        Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
-                            methods: MethodSet::of(READ_ONLY_METHODS),
-                            path: None,
-                        }],
-                        Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
-                            methods: MethodSet::of(READ_WRITE_METHODS),
-                            path: None,
-                        }],
-                        Some(AccessLevel::Full) => vec![CompiledEntry {
-                            methods: MethodSet::Any,
-                            path: None,
-                        }],
-                        None => endpoint
-                            .rules
-                            .iter()
-                            .enumerate()
-                            .map(|(i, e)| {
-                                entry(&format!("{at}.rules[{i}]"), e, limits.pattern_bytes)
-                            })
-                            .collect::<Result<_, _>>()?,
-                    };
-                    let deny = endpoint
-                        .deny_rules
-                        .iter()
-                        .enumerate()
-                        .map(|(i, e)| {
-                            entry(&format!("{at}.denyRules[{i}]"), e, limits.pattern_bytes)
-                        })
-                        .collect::<Result<_, _>>()?;
-                    EndpointKind::Rest { scope, allow, deny }
-                }
-                reserved => {
-                    return Err(shape(
-                        format!("{at}.protocol"),
-                        format!(
-                            "protocol {} is reserved and not modelled yet; only l4 and rest are supported",
-                            reserved.as_str()
-                        ),
-                    ));
-                }
-            };
-            endpoints.push(CompiledEndpoint {
-                host,
-                ports,
-                kind,
-                review_required: rule_review
-                    || endpoint.review.as_ref().is_some_and(|r| r.required),
-                model_provider: endpoint.model_provider,
-                unrecorded_paths,
-            });
-        }
-        let credentials = rule_credentials(&at, rule, &endpoints, role, limits.pattern_bytes)?;
-        rules.push(CompiledRule {
-            name: rule.name.clone(),
-            binaries,
-            endpoints,
-            credentials,
-        });
-    }
-    Ok(CompiledPolicy { filesystem, rules })
+            .map(|(i, e)| entry(&format!("{at}.rules[{i}]"), e, limits.pattern_bytes))
+            .collect::<Result<_, _>>()?,
+    };
+    let deny = endpoint
+        .deny_rules
+        .iter()
+        .enumerate()
+        .map(|(i, e)| entry(&format!("{at}.denyRules[{i}]"), e, limits.pattern_bytes))
+        .collect::<Result<_, _>>()?;
+    Ok(EndpointKind::Rest { scope, allow, deny })
 }
 
 /// Compiles a rule's `credentials` (docs/policy-semantics.md §9). A sandbox

@@ -1601,64 +1601,150 @@ fn search_transport(question: &Question<'_>, k: usize, budget: &Budget, mcp: boo
         .for_each(|p| universe.add_policy(p, mcp));
     question.regions.iter().for_each(|r| universe.add_region(r));
     universe.finish();
-
-    let dimension = |domain, name, patterns: &Patterns<'_>| {
-        let tokens = patterns.tokens();
-        signatures(domain, name, &tokens, budget.max_states, budget.deadline)
-            .map(|s| Choices::from_signatures(s, patterns.globs.len()))
-            .map_err(automaton_reason)
-    };
-    // Host wildcards sit only in the first label, so read right to left the
-    // patterns are literal first and diverge at once: the DFA stays a suffix
-    // trie instead of carrying every `**.` pattern through every state. The
-    // canonical host form is symmetric, so the reversed witness is canonical.
-    let reversed_hosts = || {
-        let reversed: Vec<Vec<Token>> = universe
-            .hosts
-            .globs
-            .iter()
-            .map(|g| g.tokens().iter().rev().copied().collect())
-            .collect();
-        let tokens: Vec<&[Token]> = reversed.iter().map(Vec::as_slice).collect();
-        signatures(
-            Domain::Host,
-            "host",
-            &tokens,
-            budget.max_states,
-            budget.deadline,
-        )
-        .map(|mut s| {
-            for sig in &mut s.signatures {
-                sig.witness = sig.witness.chars().rev().collect();
-            }
-            Choices::from_signatures(s, universe.hosts.globs.len())
-        })
-        .map_err(automaton_reason)
-    };
     tracing::debug!(
         universe_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
         "universe built"
     );
-    let dimensions = reversed_hosts().and_then(|host| {
-        Ok((
-            host,
-            dimension(Domain::Binary, "binary", &universe.binaries)?,
-            dimension(Domain::RequestPath, "path", &universe.paths)?,
-        ))
-    });
+    let dimensions = Dimensions::of(&universe, budget);
     tracing::debug!(
         dims_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
         "automata built"
     );
-    let (host, binary, path) = match dimensions {
+    let dimensions = match dimensions {
         Ok(d) => d,
-        Err(r) => {
-            return Search::failed(r);
-        }
+        Err(r) => return Search::failed(r),
     };
-    let (components, component_of_host) = host_components(&host);
+    let mut parts = components_of(question, &universe, &dimensions.host, mcp);
+    tracing::debug!(
+        parts_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "components split"
+    );
+    let holders = DimensionHolders::of(&dimensions);
+    let mut relevant: Vec<ComponentChoices> = Vec::new();
+    // A component where some positive policy allows nothing cannot answer.
+    for part in parts.iter_mut().filter(|p| p.candidate.iter().all(|&c| c)) {
+        match component_choices(
+            part,
+            question,
+            &universe,
+            &dimensions,
+            &holders,
+            budget,
+            mcp,
+        ) {
+            Ok(choices) => relevant.push(choices),
+            Err(reason) => return Search::failed(reason),
+        }
+    }
+    tracing::debug!(
+        host_choices = dimensions.host.members.len(),
+        components = parts.len(),
+        relevant = relevant.len(),
+        automata_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
+        "signatures projected"
+    );
+    if relevant.is_empty() {
+        return Search {
+            examples: Vec::new(),
+            end: SearchEnd::Exhausted,
+        };
+    }
+    if Instant::now() >= budget.deadline {
+        return inconclusive(ReasonCode::SolverTimeout, "deadline reached before solving");
+    }
+    let outcome = solve_components(
+        &relevant,
+        &universe,
+        (&holders.binary, &holders.path),
+        question,
+        k,
+        budget,
+    );
+    Search::from_outcome(outcome, |a| a)
+}
 
-    // What each component uses (regions apply to all of them).
+/// The realisable choices of the three pattern dimensions of a question's
+/// universe.
+struct Dimensions {
+    host: Choices<String>,
+    binary: Choices<String>,
+    path: Choices<String>,
+}
+
+impl Dimensions {
+    fn of(universe: &Universe<'_>, budget: &Budget) -> Result<Dimensions, Reason> {
+        let dimension = |domain, name, patterns: &Patterns<'_>| {
+            let tokens = patterns.tokens();
+            signatures(domain, name, &tokens, budget.max_states, budget.deadline)
+                .map(|s| Choices::from_signatures(s, patterns.globs.len()))
+                .map_err(automaton_reason)
+        };
+        Ok(Dimensions {
+            host: reversed_host_choices(universe, budget)?,
+            binary: dimension(Domain::Binary, "binary", &universe.binaries)?,
+            path: dimension(Domain::RequestPath, "path", &universe.paths)?,
+        })
+    }
+}
+
+/// The host dimension, built from the patterns read right to left. Host
+/// wildcards sit only in the first label, so reversed the patterns are
+/// literal first and diverge at once: the DFA stays a suffix trie instead of
+/// carrying every `**.` pattern through every state. The canonical host
+/// form is symmetric, so the reversed witness is canonical.
+fn reversed_host_choices(
+    universe: &Universe<'_>,
+    budget: &Budget,
+) -> Result<Choices<String>, Reason> {
+    let reversed: Vec<Vec<Token>> = universe
+        .hosts
+        .globs
+        .iter()
+        .map(|g| g.tokens().iter().rev().copied().collect())
+        .collect();
+    let tokens: Vec<&[Token]> = reversed.iter().map(Vec::as_slice).collect();
+    signatures(
+        Domain::Host,
+        "host",
+        &tokens,
+        budget.max_states,
+        budget.deadline,
+    )
+    .map(|mut s| {
+        for sig in &mut s.signatures {
+            sig.witness = sig.witness.chars().rev().collect();
+        }
+        Choices::from_signatures(s, universe.hosts.globs.len())
+    })
+    .map_err(automaton_reason)
+}
+
+/// Which choices of each dimension a pattern holds in.
+struct DimensionHolders {
+    host: Holders,
+    binary: Holders,
+    path: Holders,
+}
+
+impl DimensionHolders {
+    fn of(dimensions: &Dimensions) -> DimensionHolders {
+        DimensionHolders {
+            host: Holders::new(&dimensions.host),
+            binary: Holders::new(&dimensions.binary),
+            path: Holders::new(&dimensions.path),
+        }
+    }
+}
+
+/// The question's endpoints split by the components of the host
+/// dimension, with what each component's endpoints mention.
+fn components_of<'q>(
+    question: &Question<'q>,
+    universe: &Universe<'_>,
+    host: &Choices<String>,
+    mcp: bool,
+) -> Vec<Component<'q>> {
+    let (components, component_of_host) = host_components(host);
     let positives = question.positive.len();
     let mut parts: Vec<Component> = components
         .into_iter()
@@ -1673,7 +1759,7 @@ fn search_transport(question: &Question<'_>, k: usize, budget: &Budget, mcp: boo
             mcp: McpParts::default(),
         })
         .collect();
-    let u = &universe;
+    let u = universe;
     // Positives first, then negatives: the slot order of `Component::endpoints`.
     let policies: Vec<(Option<usize>, &CompiledPolicy)> = question
         .positive
@@ -1722,87 +1808,65 @@ fn search_transport(question: &Question<'_>, k: usize, budget: &Budget, mcp: boo
             }
         }
     }
-    tracing::debug!(
-        parts_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-        "components split"
-    );
-    let binary_holders = Holders::new(&binary);
-    let path_holders = Holders::new(&path);
-    let host_holders = Holders::new(&host);
-    let mut relevant: Vec<ComponentChoices> = Vec::new();
-    for part in &mut parts {
-        if !part.candidate.iter().all(|&c| c) {
-            continue;
-        }
-        for r in question.regions {
-            part.binaries
-                .extend(r.binaries.iter().flatten().map(|b| u.binaries.id(b)));
-            part.paths
-                .extend(r.paths.iter().flatten().map(|p| u.paths.id(p)));
-            part.ports.extend(r.ports.iter().flatten());
-            if let Some(MethodSet::Only(m)) = &r.methods {
-                part.methods.extend(m.iter().cloned());
-            }
-            if mcp && let Some(calls) = &r.calls {
-                part.mcp.add_region(calls);
-            }
-        }
-        let relevant_ids = |ids: &mut Vec<usize>, holders: &Holders| {
-            ids.sort_unstable();
-            ids.dedup();
-            ids.retain(|&p| holders.constant(p).is_none());
-            std::mem::take(ids)
-        };
-        let binaries = relevant_ids(&mut part.binaries, &binary_holders);
-        let paths = relevant_ids(&mut part.paths, &path_holders);
-        part.ports.sort_unstable();
-        part.ports.dedup();
-        part.methods.sort_unstable();
-        part.methods.dedup();
-        let mut host_choice = host_holders.project(&host, part.hosts.clone());
-        // Values matching none of the component's hosts belong elsewhere.
-        host_choice.choices.drop_empty();
-        let (method, tool_calls) = if mcp {
-            // Every call travels as POST.
-            match McpChoices::new(&part.mcp, budget) {
-                Ok(m) => (literal_choices(&["POST".to_string()], None), Some(m)),
-                Err(reason) => return Search::failed(reason),
-            }
-        } else {
-            let other = other_method(&part.methods);
-            (literal_choices(&part.methods, Some(other)), None)
-        };
-        relevant.push(ComponentChoices {
-            endpoints: std::mem::take(&mut part.endpoints),
-            host: host_choice,
-            binary: binary_holders.project(&binary, binaries),
-            path: path_holders.project(&path, paths),
-            port: literal_choices(&part.ports, other_port(&part.ports)),
-            method,
-            mcp: tool_calls,
-        });
-    }
-    tracing::debug!(
-        host_choices = host.members.len(),
-        components = parts.len(),
-        relevant = relevant.len(),
-        automata_ms = budget.started.elapsed().as_secs_f64() * 1000.0,
-        "signatures projected"
-    );
-    if relevant.is_empty() {
-        return Search {
-            examples: Vec::new(),
-            end: SearchEnd::Exhausted,
-        };
-    }
-    if Instant::now() >= budget.deadline {
-        return inconclusive(ReasonCode::SolverTimeout, "deadline reached before solving");
-    }
+    parts
+}
 
-    let relevant = &relevant;
-    let holders = (&binary_holders, &path_holders);
-    let outcome = solve_components(relevant, u, holders, question, k, budget);
-    Search::from_outcome(outcome, |a| a)
+/// One candidate component's choices, projected to what its endpoints and
+/// the question's regions mention.
+fn component_choices<'q>(
+    part: &mut Component<'q>,
+    question: &Question<'q>,
+    u: &Universe<'_>,
+    dimensions: &Dimensions,
+    holders: &DimensionHolders,
+    budget: &Budget,
+    mcp: bool,
+) -> Result<ComponentChoices<'q>, Reason> {
+    for r in question.regions {
+        part.binaries
+            .extend(r.binaries.iter().flatten().map(|b| u.binaries.id(b)));
+        part.paths
+            .extend(r.paths.iter().flatten().map(|p| u.paths.id(p)));
+        part.ports.extend(r.ports.iter().flatten());
+        if let Some(MethodSet::Only(m)) = &r.methods {
+            part.methods.extend(m.iter().cloned());
+        }
+        if mcp && let Some(calls) = &r.calls {
+            part.mcp.add_region(calls);
+        }
+    }
+    let relevant_ids = |ids: &mut Vec<usize>, holders: &Holders| {
+        ids.sort_unstable();
+        ids.dedup();
+        ids.retain(|&p| holders.constant(p).is_none());
+        std::mem::take(ids)
+    };
+    let binaries = relevant_ids(&mut part.binaries, &holders.binary);
+    let paths = relevant_ids(&mut part.paths, &holders.path);
+    part.ports.sort_unstable();
+    part.ports.dedup();
+    part.methods.sort_unstable();
+    part.methods.dedup();
+    let mut host_choice = holders.host.project(&dimensions.host, part.hosts.clone());
+    // Values matching none of the component's hosts belong elsewhere.
+    host_choice.choices.drop_empty();
+    let (method, tool_calls) = if mcp {
+        // Every call travels as POST.
+        let calls = McpChoices::new(&part.mcp, budget)?;
+        (literal_choices(&["POST".to_string()], None), Some(calls))
+    } else {
+        let other = other_method(&part.methods);
+        (literal_choices(&part.methods, Some(other)), None)
+    };
+    Ok(ComponentChoices {
+        endpoints: std::mem::take(&mut part.endpoints),
+        host: host_choice,
+        binary: holders.binary.project(&dimensions.binary, binaries),
+        path: holders.path.project(&dimensions.path, paths),
+        port: literal_choices(&part.ports, other_port(&part.ports)),
+        method,
+        mcp: tool_calls,
+    })
 }
 
 /// Solves the components one after another in this thread's Z3 context

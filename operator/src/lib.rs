@@ -10,10 +10,10 @@
 
 pub mod cli;
 pub mod controller;
-pub mod data_plane;
+mod data_plane;
 pub mod k8s;
 pub mod metrics;
-pub mod pki;
+mod pki;
 pub mod webhook;
 
 /// The field manager of every write the operator and its webhook make.

@@ -1,6 +1,6 @@
 //! The prover: containment, new authority and region intersection of
 //! policies (docs/policy-semantics.md §5), answered with Z3 over a propositional
-//! encoding (see [`encode`] and [`automaton`]), every counterexample replayed
+//! encoding (the `encode` and `automaton` modules), every counterexample replayed
 //! through the runtime matcher before it is reported.
 //!
 //! [`verdict`] composes those answers into Apply, Ask or Reject
@@ -11,11 +11,11 @@
 
 #![warn(missing_docs)]
 
-pub mod arguments;
-pub mod automaton;
+mod arguments;
+mod automaton;
 pub mod budget;
 pub mod cache;
-pub mod encode;
+mod encode;
 pub mod naive;
 pub mod verdict;
 

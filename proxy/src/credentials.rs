@@ -36,8 +36,6 @@ use hyper::body::{Body, Frame, SizeHint};
 use memchr::memmem::Finder;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode};
 
-pub use agentgate_policy::credentials::MIN_SECRET_BYTES;
-
 /// How long a placeholder is: the prefix, then the random hex digits.
 const PLACEHOLDER_LEN: usize = PLACEHOLDER_PREFIX.len() + PLACEHOLDER_RANDOM_HEX;
 

@@ -133,6 +133,7 @@ impl<S> Prefixed<S> {
     }
 
     /// The stream read after the replay; bytes not yet replayed are lost.
+    #[cfg(test)]
     pub fn into_inner(self) -> S {
         self.inner
     }

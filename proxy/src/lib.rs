@@ -5,15 +5,15 @@
 //! are replayed through, and enforces the verdict. See docs/proxy.md.
 
 pub mod approval;
-pub mod credentials;
+mod credentials;
 pub mod decide;
 pub mod delivery;
 pub mod identity;
 pub mod idle;
-pub mod io;
+mod io;
 pub mod mcp;
 pub mod netinit;
-pub mod operator_api;
+mod operator_api;
 pub mod provider;
 pub mod resolve;
 pub mod server;

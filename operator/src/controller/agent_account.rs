@@ -15,11 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 
 use crate::FIELD_MANAGER;
-use crate::controller::{Context, ControllerError, Note, publish};
+use crate::controller::{Context, ControllerError, Note, owned, publish};
 use agentgate_api::crd::AgentSandbox;
 use agentgate_governance::governing::is_service_account_name;
 
@@ -98,14 +96,14 @@ fn not_owned_note(name: &str, plan: &AccountPlan) -> Option<Note> {
 }
 
 /// Creates the sandbox's agent ServiceAccount in its namespace when it is
-/// missing, with `metadata` (the sandbox's label and controller owner
-/// reference), behind the leader fence. An existing account is only read.
+/// missing, as declared (`account`: the sandbox's label and controller
+/// owner reference), behind the leader fence. An existing account is only read.
 /// `announce`: the sandbox's status changed in this reconcile, so an
 /// account it does not own is reported (logged at info, an Event) then,
 /// rather than at every reconcile.
 pub async fn ensure(
     sandbox: &AgentSandbox,
-    metadata: serde_json::Value,
+    account: &ServiceAccount,
     ctx: &Context,
     announce: bool,
 ) -> Result<(), ControllerError> {
@@ -117,12 +115,8 @@ pub async fn ensure(
     // The account this sandbox already owns, as the watch shows it, needs
     // no read: that answer does nothing, and a deleted account's watch
     // event (which updates the view first) brings the sandbox back.
-    let owned_in_view = ctx.views.get().is_some_and(|views| {
-        views
-            .accounts
-            .get(&ObjectRef::new(name).within(&namespace))
-            .is_some_and(|account| plan(name, Some(&account.metadata), &uid) == AccountPlan::Owned)
-    });
+    let owned_in_view = owned::in_view::<ServiceAccount>(ctx, &namespace, name)
+        .is_some_and(|account| plan(name, Some(&account.metadata), &uid) == AccountPlan::Owned);
     if owned_in_view {
         return Ok(());
     }
@@ -148,18 +142,13 @@ pub async fn ensure(
             return Ok(());
         }
     }
-    let account: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata,
-    }))?;
     ctx.fence(&format!("ServiceAccount {namespace}/{name}"))
         .await?;
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match api.create(&params, &account).await {
+    match api.create(&params, account).await {
         Ok(_) => {
             tracing::info!(sandbox = %sandbox_name, namespace = %namespace, service_account = %name, "agent ServiceAccount created");
             let notes = vec![(

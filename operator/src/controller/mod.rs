@@ -6,6 +6,7 @@ pub mod agent_account;
 pub mod approvals;
 pub mod fence;
 pub mod maximum;
+mod owned;
 pub mod proposal;
 pub mod revoke;
 pub mod runtime_events;

@@ -18,23 +18,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use agentgate_api::crd::ENFORCED_CONDITION as ENFORCED;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
-use crate::controller::agent_account;
 use crate::controller::revoke::{revoke, revoked_message};
 use crate::controller::sandbox_ca::{self, sandbox_cas_pem};
 use crate::controller::{Context, ControllerError, Views, applied_key};
+use crate::controller::{agent_account, owned};
 use crate::k8s::cache::{is_ready, reflect_spec_changes, reflect_triggers, reflected};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
@@ -47,12 +45,9 @@ use agentgate_governance::findings::{
     SandboxRisk, assess_sandbox, findings_condition, next_expiry,
 };
 use agentgate_governance::governing::{Governance, governing_from};
-use agentgate_governance::pod_template::{
-    owning_sandbox, pod_service_account, template_escapes, template_images,
-};
+use agentgate_governance::pod_template::{owning_sandbox, template_escapes, template_images};
 use agentgate_governance::sandbox_pod::{
-    CREDENTIALS_FILE_NAME, DataPlane, enforced_pod_spec, network_policy_name,
-    policy_config_map_name, shape_problems,
+    CREDENTIALS_FILE_NAME, DataPlane, enforced_pod_spec, shape_problems,
 };
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
@@ -946,6 +941,14 @@ async fn reconcile(
         }
     }
 
+    let objects = owned::desired(owned::Inputs {
+        sandbox: &sandbox,
+        effective: &verification.effective,
+        policy_files: &plane.data,
+        operator_egress: ctx.approvals.as_ref().map(|a| a.egress()),
+        pod_spec: pod_plan.as_ref().ok().cloned().flatten(),
+    })?;
+
     // Act: the status first; only what is committed reaches the data plane,
     // and it does so next, before the Events and the Report: the policy
     // stream pushes a commit once its ConfigMap is written, and a
@@ -955,7 +958,7 @@ async fn reconcile(
     {
         return Ok(Action::requeue(Duration::from_millis(50)));
     }
-    let applied = apply_data_plane(&sandbox, &verification.effective, &plane, &ctx).await;
+    let applied = apply_data_plane(&sandbox, &objects, &ctx).await;
     // The commit's Events are told even when the data plane write fails:
     // the retry finds the status written and has none to tell.
     if desired.changed {
@@ -971,12 +974,11 @@ async fn reconcile(
     let requeue = ca_step.map_or(desired.requeue, |step| desired.requeue.min(step));
     // With or without a Pod: the account is also the agent's identity for
     // proposals (`kubectl create token`).
-    let account = owned_metadata(&sandbox, &sandbox.spec.agent_service_account);
-    agent_account::ensure(&sandbox, account, &ctx, desired.changed).await?;
-    let Ok(Some(pod_spec)) = pod_plan else {
+    agent_account::ensure(&sandbox, &objects.account, &ctx, desired.changed).await?;
+    let Some(pod) = &objects.pod else {
         return Ok(Action::requeue(requeue));
     };
-    if let Some(refusal) = ensure_pod(&sandbox, pod_spec, &ctx).await? {
+    if let Some(refusal) = ensure_pod(&sandbox, pod, &ctx).await? {
         // Refused by admission (unfixed findings, usually): say so and look
         // again in 10 s; a policy or scan change brings us back at once.
         tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
@@ -1050,7 +1052,7 @@ async fn data_plane_content(
 ) -> Result<(PolicyMapData, Option<Duration>), ControllerError> {
     let secrets: Api<Secret> =
         Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    let ca = sandbox_ca::ensure(sandbox, owner(sandbox), ctx.ca_lifetime, &secrets).await?;
+    let ca = sandbox_ca::ensure(sandbox, owned::owner(sandbox), ctx.ca_lifetime, &secrets).await?;
     let ca_step = sandbox_ca::next_step(&ca, ctx.ca_lifetime, time::OffsetDateTime::now_utc());
     let cas = sandbox_cas_pem(&ca, time::OffsetDateTime::now_utc());
     let data = config_map_data(sandbox, effective, regions, &cas, revision, ctx).await?;
@@ -1061,12 +1063,12 @@ async fn data_plane_content(
 /// ConfigMap and the egress NetworkPolicy.
 async fn apply_data_plane(
     sandbox: &AgentSandbox,
-    effective: &PolicyDocument,
-    data: &PolicyMapData,
+    objects: &owned::SandboxObjects,
     ctx: &Context,
 ) -> Result<(), ControllerError> {
-    apply_config_map(sandbox, data, ctx).await?;
-    apply_network_policy(sandbox, effective, ctx).await?;
+    let namespace = sandbox.namespace().unwrap_or_default();
+    owned::apply(ctx, &namespace, &objects.config_map).await?;
+    owned::apply(ctx, &namespace, &objects.network_policy).await?;
     Ok(())
 }
 
@@ -1097,7 +1099,7 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
         &name,
         &namespace,
         &sandbox.uid().unwrap_or_default(),
-        &owner(sandbox),
+        &owned::owner(sandbox),
         findings,
         Timestamp::now(),
     );
@@ -1111,9 +1113,9 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
     // read sees that the Report is still there, as this process left it).
     let content = super::content_hash(&json!({
         "findings": findings,
-        "owner": owner(sandbox),
+        "owner": owned::owner(sandbox),
     }));
-    match apply(
+    match owned::apply_patch(
         api,
         &openreports::report_name(&name),
         &report,
@@ -1165,27 +1167,6 @@ async fn credential_reach(
     Ok(agentgate_governance::credentials::reach(
         declared, effective, &secrets,
     ))
-}
-
-/// The metadata of an object the operator keeps for a sandbox: its name,
-/// the sandbox's label and the sandbox as controlling owner.
-fn owned_metadata(sandbox: &AgentSandbox, name: &str) -> serde_json::Value {
-    json!({
-        "name": name,
-        "labels": {SANDBOX_LABEL: sandbox.name_any()},
-        "ownerReferences": [owner(sandbox)],
-    })
-}
-
-fn owner(sandbox: &AgentSandbox) -> serde_json::Value {
-    json!({
-        "apiVersion": "agentgate.dev/v1alpha1",
-        "kind": "AgentSandbox",
-        "name": sandbox.name_any(),
-        "uid": sandbox.uid().unwrap_or_default(),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
 }
 
 /// The policy ConfigMap's files and their digest
@@ -1256,96 +1237,6 @@ async fn config_map_data(
     }
     let digest = agentgate_policy::delivery::digest(&data);
     Ok(PolicyMapData { data, digest })
-}
-
-/// Applies the policy ConfigMap with `data`.
-async fn apply_config_map(
-    sandbox: &AgentSandbox,
-    data: &PolicyMapData,
-    ctx: &Context,
-) -> Result<(), ControllerError> {
-    let name = policy_config_map_name(&sandbox.name_any());
-    let namespace = sandbox.namespace().unwrap_or_default();
-    let patch = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": owned_metadata(sandbox, &name),
-        "data": data.data,
-    });
-    let seen = ctx
-        .views
-        .get()
-        .and_then(|views| seen_version(&views.config_maps, &namespace, &name));
-    apply(
-        Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace),
-        &name,
-        &patch,
-        super::content_hash(&patch),
-        seen,
-        ctx,
-    )
-    .await
-}
-
-/// The resourceVersion at which a metadata view shows `namespace/name`.
-fn seen_version<K>(
-    view: &reflector::Store<PartialObjectMeta<K>>,
-    namespace: &str,
-    name: &str,
-) -> Option<String>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
-{
-    view.get(&ObjectRef::new(name).within(namespace))
-        .and_then(|meta| meta.metadata.resource_version.clone())
-}
-
-/// Server-side applies an object the operator owns outright, unless this
-/// process applied the very same `content` before and the object has not
-/// changed since: its resourceVersion is the one that apply returned,
-/// as `seen` in the owned objects' watch, or else as read (metadata only).
-/// A no-op apply costs the API server far more than that read, and a
-/// re-verification storm would otherwise rewrite every object; anyone
-/// else's edit changes the resourceVersion, so drift is still put right.
-/// The watch is trusted only to say "unchanged": an edit shows in it (and
-/// triggers a reconcile of its own) with another version, which is then
-/// read.
-async fn apply<K>(
-    api: Api<K>,
-    name: &str,
-    patch: &serde_json::Value,
-    content: [u8; 32],
-    seen: Option<String>,
-    ctx: &Context,
-) -> Result<(), ControllerError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let key = format!("{}/{}", api.resource_url(), name);
-    if let Some(resource_version) = ctx.applied.unchanged(&key, &content) {
-        if seen.as_deref() == Some(resource_version.as_str()) {
-            return Ok(());
-        }
-        if let Some(live) = api.get_metadata_opt(name).await?
-            && live.metadata.resource_version.as_deref() == Some(resource_version.as_str())
-        {
-            return Ok(());
-        }
-    }
-    // What the proxy enforces: only the leader writes it, and only a write
-    // is fenced (an unchanged object costs no Lease read).
-    ctx.fence(&key).await?;
-    let applied = api
-        .patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(patch),
-        )
-        .await?;
-    if let Some(resource_version) = applied.meta().resource_version.clone() {
-        ctx.applied.remember(key, content, resource_version);
-    }
-    Ok(())
 }
 
 /// Why a template cannot be run in the enforced shape.
@@ -1426,71 +1317,13 @@ fn summary(status: &AgentSandboxStatus, pod_refusal: Option<&PodRefusal>) -> Sum
     Summary::ready("Committed", revision)
 }
 
-/// The NetworkPolicy `<sandbox>-egress` (defence in depth behind the
-/// proxy): the pod may open TCP connections only to the ports the
-/// effective policy names, plus DNS.
-async fn apply_network_policy(
-    sandbox: &AgentSandbox,
-    effective: &PolicyDocument,
-    ctx: &Context,
-) -> Result<(), ControllerError> {
-    let name = network_policy_name(&sandbox.name_any());
-    let ports: std::collections::BTreeSet<u16> = effective
-        .network
-        .iter()
-        .flat_map(|rule| rule.endpoints.iter())
-        .flat_map(|e| e.port.into_iter().chain(e.ports.iter().copied()))
-        .collect();
-    let mut egress = vec![json!({"ports": [
-        {"protocol": "UDP", "port": 53},
-        {"protocol": "TCP", "port": 53},
-    ]})];
-    if !ports.is_empty() {
-        let ports: Vec<_> = ports
-            .iter()
-            .map(|p| json!({"protocol": "TCP", "port": p}))
-            .collect();
-        egress.push(json!({"ports": ports}));
-    }
-    if let Some(approvals) = &ctx.approvals {
-        egress.push(approvals.egress());
-    }
-    let patch = json!({
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": owned_metadata(sandbox, &name),
-        "spec": {
-            "podSelector": {"matchLabels": {SANDBOX_LABEL: sandbox.name_any()}},
-            "policyTypes": ["Egress"],
-            "egress": egress,
-        },
-    });
-    let namespace = sandbox.namespace().unwrap_or_default();
-    let seen = ctx
-        .views
-        .get()
-        .and_then(|views| seen_version(&views.network_policies, &namespace, &name));
-    apply(
-        Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &namespace),
-        &name,
-        &patch,
-        super::content_hash(&patch),
-        seen,
-        ctx,
-    )
-    .await
-}
-
-/// Creates the agent Pod (`spec`, in the enforced shape) if it does not
-/// exist. Returns the admission's message when the API server refuses it.
+/// Creates the agent Pod (as declared, in the enforced shape) if it does
+/// not exist; one that exists is checked, never adopted or changed. Returns the admission's message when the API server refuses it.
 async fn ensure_pod(
     sandbox: &AgentSandbox,
-    spec: PodSpec,
+    pod: &Pod,
     ctx: &Context,
 ) -> Result<Option<String>, ControllerError> {
-    let Some(template) = &sandbox.spec.template else {
-        return Ok(None);
-    };
     let name = sandbox.name_any();
     let namespace = sandbox.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -1502,11 +1335,7 @@ async fn ensure_pod(
     let key = super::applied_key::<Pod>(Some(&namespace), &name);
     let checked = super::content_hash(&json!({ "controller": sandbox.uid() }));
     if let Some(version) = ctx.applied.unchanged(&key, &checked)
-        && ctx
-            .views
-            .get()
-            .and_then(|views| seen_version(&views.pods, &namespace, &name))
-            .is_some_and(|seen| seen == version)
+        && owned::seen_version::<Pod>(ctx, &namespace, &name).is_some_and(|seen| seen == version)
     {
         return Ok(None);
     }
@@ -1549,35 +1378,13 @@ async fn ensure_pod(
             None
         });
     }
-    let mut labels = template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    labels.insert(SANDBOX_LABEL.into(), name.clone());
-    let mut spec = spec;
-    // The agent's pod acts as the agent unless the template names another
-    // account (whose token it then may not mount).
-    spec.service_account_name = Some(pod_service_account(&sandbox.spec));
-    spec.service_account = None;
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": template.metadata.as_ref().and_then(|m| m.annotations.clone()),
-            "ownerReferences": [owner(sandbox)],
-        },
-        "spec": spec,
-    }))?;
     match pods
         .create(
             &PostParams {
                 field_manager: Some(FIELD_MANAGER.into()),
                 ..PostParams::default()
             },
-            &pod,
+            pod,
         )
         .await
     {

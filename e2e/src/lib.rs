@@ -12,6 +12,7 @@ pub mod node;
 pub mod pod_runner;
 pub mod probe;
 pub mod race;
+pub mod world;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;

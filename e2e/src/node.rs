@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::pod_runner::{DNS_IP, UPSTREAM_IP};
+use crate::world::{DNS_IP, UPSTREAM_IP};
 use crate::{
     ControlPlane, HarnessError, TOKEN_USERS, failed, repo_root, run_checked, script_output,
 };

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::Value;
 
+use crate::world::{DNS_IP, SDK_BANK_HOST, SDK_BANK_PORT, UPSTREAM_IP};
 use crate::{HarnessError, failed};
 
 /// A network namespace held open by a sleeping process, with helper
@@ -726,10 +727,6 @@ impl Drop for PodRunner {
     }
 }
 
-/// The upstream's address in [`example_network`].
-pub const UPSTREAM_IP: &str = "10.77.0.2";
-/// The DNS server's address in [`example_network`].
-pub const DNS_IP: &str = "10.77.0.53";
 /// The data-plane image the operator puts into sandbox Pods by default.
 pub const DATA_PLANE_IMAGE: &str = concat!(
     "ghcr.io/agentgate-dev/agentgate:",
@@ -747,7 +744,7 @@ pub fn example_network(dir: &Path) -> Result<Netns, HarnessError> {
         &records,
         format!(
             r#"{{"api.example.test": "{UPSTREAM_IP}", "api.github.com": "{UPSTREAM_IP}", "{}": "{UPSTREAM_IP}"}}"#,
-            crate::probe::SDK_BANK_HOST
+            SDK_BANK_HOST
         ),
     )
     .map_err(|e| failed("writing the DNS records", e))?;
@@ -776,7 +773,7 @@ pub fn example_network(dir: &Path) -> Result<Netns, HarnessError> {
 }
 
 /// Starts the official MCP SDK's bank server (run by the SDK's `python`)
-/// at [`UPSTREAM_IP`]:[`SDK_BANK_PORT`](crate::probe::SDK_BANK_PORT) in
+/// at [`UPSTREAM_IP`]:[`SDK_BANK_PORT`](SDK_BANK_PORT) in
 /// the example network, over Streamable HTTP. Returns its call log: one
 /// JSON line per tool call that reached it.
 pub fn example_sdk_bank(
@@ -792,7 +789,7 @@ pub fn example_sdk_bank(
             python,
             &server.display().to_string(),
             UPSTREAM_IP,
-            &crate::probe::SDK_BANK_PORT.to_string(),
+            &SDK_BANK_PORT.to_string(),
             &calls.display().to_string(),
             "streamable-http",
         ],

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::pod_runner::UPSTREAM_IP;
+use crate::world::{SDK_BANK_HOST, SDK_BANK_PORT, UPSTREAM_IP};
 
 /// The agent: a loop of probes, one `PROBE` line per round, and the body of
 /// the first refusal of each kind before the first round's line.
@@ -337,13 +337,6 @@ spec:
 "
     )
 }
-
-/// Where the pod runner's network serves the official SDK's bank server
-/// (`proxy/tests/support/mcp_bank_server.py`) to the agent's SDK client
-/// (`e2e/support/mcp_agent.py`).
-pub const SDK_BANK_HOST: &str = "bank.example.test";
-/// The SDK bank server's port.
-pub const SDK_BANK_PORT: u16 = 8931;
 
 /// The sandbox's rule for the SDK client run by `python` (its real path):
 /// `get_balance` on the SDK bank server.

@@ -27,12 +27,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::pod_runner::{
-    DNS_IP, PodRunner, example_images, example_network, example_sdk_bank,
-};
-use agentgate_e2e::probe::{
-    self, Probe, SDK_BANK_HOST, SDK_BANK_PORT, now, probes, sdk_rounds, tail,
-};
+use agentgate_e2e::pod_runner::{PodRunner, example_images, example_network, example_sdk_bank};
+use agentgate_e2e::probe::{self, Probe, now, probes, sdk_rounds, tail};
+use agentgate_e2e::world::{DNS_IP, SDK_BANK_HOST, SDK_BANK_PORT};
 use agentgate_e2e::{AGENT_IMAGE, ControlPlane, mcp_sdk, repo_root};
 use serde_json::Value;
 

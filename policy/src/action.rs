@@ -5,25 +5,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The layer a network action runs at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Layer {
-    /// Raw TCP.
-    L4,
-    /// HTTP requests (method and path are meaningful).
-    Rest,
-}
-
-impl Layer {
-    /// The layer's name as written in policies.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Layer::L4 => "l4",
-            Layer::Rest => "rest",
-        }
-    }
-}
+pub use crate::model::Layer;
 
 /// A network action `(binary, host, port, layer, method, path)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -140,7 +122,7 @@ impl std::hash::Hash for McpAction {
         self.kind.hash(state);
         self.name.hash(state);
         // Equal maps (in any key order) have one canonical text.
-        crate::mcp::canonical_object(&self.args).hash(state);
+        crate::canonical::canonical_object(&self.args).hash(state);
         self.sources.hash(state);
         self.credential.hash(state);
     }
@@ -468,7 +450,7 @@ impl McpAction {
     /// Checks that every field is in canonical form (§8.1).
     pub fn check_canonical(&self) -> Result<(), CanonicalError> {
         self.transport().check_canonical()?;
-        crate::mcp::check_name(&self.name).map_err(|m| err("name", m))?;
+        crate::names::check_name(&self.name).map_err(|m| err("name", m))?;
         if self.kind == McpKind::Resource && !self.args.is_empty() {
             return Err(err("args", "a resource read has no arguments"));
         }

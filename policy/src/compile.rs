@@ -6,10 +6,11 @@ use std::collections::{BTreeSet, HashSet};
 use crate::action::{Layer, check_absolute_path, check_credential_name, check_method};
 use crate::error::{Reason, ReasonCode};
 use crate::glob::{Glob, GlobKind};
-use crate::mcp::{self, CompiledCalls, CompiledMcp, NameGlob};
+use crate::mcp::{self, CompiledCalls, CompiledMcp};
 use crate::model::{
     AccessLevel, Endpoint, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
 };
+use crate::names::NameGlob;
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).

@@ -13,7 +13,7 @@ use crate::error::Reason;
 use crate::matcher::{connection_in_region, region_contains, region_holds};
 use crate::model::Region;
 use crate::provenance::{MIN_SUBSTRING_BYTES, Origin, Record, Source, find_leaf};
-use crate::refusal::{Refusal, RefusalCode};
+use crate::refusal::{FindingCitation, Refusal, RefusalCode};
 
 /// One unfixed trifecta finding of the sandbox's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,19 +207,6 @@ pub struct NodeRegion {
     pub node: String,
     /// The actions its capability covers.
     pub region: Region,
-}
-
-/// The static finding a runtime deny belongs to (docs/design.md §8).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FindingCitation {
-    /// Finding id, e.g. `AG-TRIFECTA`.
-    pub id: String,
-    /// The finding's sink.
-    pub sink: String,
-    /// The node whose capability the action exercises.
-    pub node: String,
-    /// The finding on one line, with both witnesses.
-    pub witness: String,
 }
 
 /// Findings with their regions compiled, ready to cite.

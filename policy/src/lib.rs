@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
+pub mod canonical;
 pub mod compile;
 pub mod compose;
 pub mod credentials;
@@ -20,6 +21,7 @@ pub mod matcher;
 pub mod mcp;
 pub mod mcp_messages;
 pub mod model;
+pub mod names;
 pub mod openshell;
 pub mod provenance;
 pub mod refusal;

@@ -10,121 +10,18 @@ use std::hash::{Hash, Hasher};
 use serde_json::{Map, Value};
 
 use crate::action::{McpAction, McpKind, check_request_path};
+use crate::canonical::canonical_json;
 use crate::error::{Reason, ReasonCode};
 use crate::model::{ArgumentConstraint, ResourceEntry, ToolEntry};
+use crate::names::{NameGlob, check_length, is_name_byte};
 use crate::provenance::{Position, Provenance, SourcePattern, tracked};
 
-/// The longest tool, prompt or resource name (docs/policy-semantics.md §8.1).
-pub const MAX_NAME_BYTES: usize = 1024;
 /// The deepest nesting of `items` a constraint may have (§6 spirit: a limit
 /// that fails closed instead of a recursion without end).
 pub const MAX_ITEMS_DEPTH: usize = 8;
 
 fn shape(field: impl Into<String>, message: impl Into<String>) -> Reason {
     Reason::at(ReasonCode::UnsupportedPolicyShape, field, message)
-}
-
-/// The pattern-size limit of docs/policy-semantics.md §6.
-fn check_length(field: &str, pattern: &str, max_bytes: usize) -> Result<(), Reason> {
-    if pattern.len() > max_bytes {
-        return Err(Reason::at(
-            ReasonCode::ResourceLimit,
-            field,
-            format!("pattern is longer than {max_bytes} bytes"),
-        ));
-    }
-    Ok(())
-}
-
-/// True for a printable ASCII byte (0x20..=0x7e), the alphabet of names.
-pub fn is_name_byte(b: u8) -> bool {
-    (0x20..=0x7e).contains(&b)
-}
-
-/// Checks a tool, prompt or resource name: 1..=1024 printable ASCII bytes.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES {
-        return Err(format!("must be 1..{MAX_NAME_BYTES} bytes"));
-    }
-    if !name.bytes().all(is_name_byte) {
-        return Err("must be printable ASCII".to_string());
-    }
-    Ok(())
-}
-
-/// A name glob (tool and prompt names, the `glob` constraint): `*` matches
-/// any run of characters, every other character is literal.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct NameGlob {
-    pattern: String,
-}
-
-impl NameGlob {
-    /// Parses a pattern: non-empty printable ASCII. `field` names it in errors.
-    pub fn parse(field: &str, pattern: &str, max_bytes: usize) -> Result<NameGlob, Reason> {
-        check_length(field, pattern, max_bytes)?;
-        if pattern.is_empty() || !pattern.bytes().all(is_name_byte) {
-            return Err(Reason::at(
-                ReasonCode::InvalidGlob,
-                field,
-                "a name glob is non-empty printable ASCII",
-            ));
-        }
-        Ok(NameGlob {
-            pattern: pattern.to_string(),
-        })
-    }
-
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.pattern
-    }
-
-    /// The pattern as glob tokens: `*` is any run of characters, every
-    /// other byte a literal (for the prover's automata).
-    pub fn tokens(&self) -> Vec<crate::glob::Token> {
-        use crate::glob::Token;
-        self.pattern
-            .bytes()
-            .map(|b| {
-                if b == b'*' {
-                    Token::AnyString
-                } else {
-                    Token::Literal(b)
-                }
-            })
-            .collect()
-    }
-
-    /// The literal runs between the `*`s.
-    pub fn literals(&self) -> impl Iterator<Item = &str> {
-        self.pattern.split('*')
-    }
-
-    /// True when the pattern has a `*`.
-    pub fn has_wildcard(&self) -> bool {
-        self.pattern.contains('*')
-    }
-
-    /// True when `value` matches: the first literal run is a prefix, the
-    /// last a suffix, and the others occur in order between them.
-    pub fn matches(&self, value: &str) -> bool {
-        // No allocation: this runs for every entry a call is judged against.
-        let Some((first, tail)) = self.pattern.split_once('*') else {
-            return self.pattern == value; // no `*`: the whole value is the literal
-        };
-        let Some(mut rest) = value.strip_prefix(first) else {
-            return false;
-        };
-        let (middle, last) = tail.rsplit_once('*').unwrap_or(("", tail));
-        for part in middle.split('*').filter(|p| !p.is_empty()) {
-            match rest.find(part) {
-                Some(at) => rest = &rest[at + part.len()..],
-                None => return false,
-            }
-        }
-        rest.len() >= last.len() && rest.ends_with(last)
-    }
 }
 
 /// A resource URI glob: `**` (every URI), or `SCHEME://AUTHORITY` followed by
@@ -347,69 +244,6 @@ fn number_equal(x: &serde_json::Number, y: &serde_json::Number) -> bool {
         (Some(a), Some(b), _, _) => a == b,
         (_, _, Some(a), Some(b)) => a == b,
         _ => x.as_f64().zip(y.as_f64()).is_some_and(|(a, b)| a == b),
-    }
-}
-
-/// Canonical JSON text: object keys sorted, integral numbers without a
-/// fraction, others in Rust's shortest round-trip form.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Number(n) => out.push_str(&canonical_number(n)),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(members) => write_canonical_object(members, out),
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// [`canonical_json`] of an object, without first wrapping it in a [`Value`].
-pub fn canonical_object(members: &Map<String, Value>) -> String {
-    let mut out = String::new();
-    write_canonical_object(members, &mut out);
-    out
-}
-
-fn write_canonical_object(members: &Map<String, Value>, out: &mut String) {
-    let sorted: BTreeMap<&String, &Value> = members.iter().collect();
-    out.push('{');
-    for (i, (k, v)) in sorted.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        // A key is a JSON string; its quoted, escaped form is `Value`'s Display.
-        out.push_str(&Value::String(k.clone()).to_string());
-        out.push(':');
-        write_canonical(v, out);
-    }
-    out.push('}');
-}
-
-fn canonical_number(n: &serde_json::Number) -> String {
-    if n.is_i64() || n.is_u64() {
-        return n.to_string();
-    }
-    match n.as_f64() {
-        // An integral float within the exact range prints as an integer, so
-        // `1.0` and `1` have one text.
-        Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
-            format!("{}", f as i64)
-        }
-        Some(f) => format!("{f}"),
-        None => n.to_string(),
     }
 }
 

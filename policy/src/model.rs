@@ -7,7 +7,25 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::action::Layer;
+/// The layer a network action runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// Raw TCP.
+    L4,
+    /// HTTP requests (method and path are meaningful).
+    Rest,
+}
+
+impl Layer {
+    /// The layer's name as written in policies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::L4 => "l4",
+            Layer::Rest => "rest",
+        }
+    }
+}
 
 /// A policy: filesystem grants and network rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

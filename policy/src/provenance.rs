@@ -36,7 +36,7 @@ use std::hash::BuildHasher;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::mcp::{NameGlob, check_name};
+use crate::names::{NameGlob, check_name};
 
 /// Below this many bytes a value counts as no secret's at all (the runtime
 /// trifecta, docs/trifecta.md): one to three bytes occur in almost any

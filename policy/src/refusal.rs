@@ -3,9 +3,20 @@
 //! refused MCP call, and the stdio wrapper's answers share this one shape,
 //! so an agent reads the same reason wherever it was stopped.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::findings::FindingCitation;
+/// The static finding a runtime deny belongs to (docs/design.md §8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FindingCitation {
+    /// Finding id, e.g. `AG-TRIFECTA`.
+    pub id: String,
+    /// The finding's sink.
+    pub sink: String,
+    /// The node whose capability the action exercises.
+    pub node: String,
+    /// The finding on one line, with both witnesses.
+    pub witness: String,
+}
 
 /// Why a refusal happened, as a stable code for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

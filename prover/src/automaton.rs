@@ -74,7 +74,7 @@ impl Domain {
             Domain::Host => is_host_byte(c) || c == b'.',
             Domain::AbsolutePath | Domain::Binary => c.is_ascii() && c != 0,
             Domain::RequestPath => c.is_ascii() && !matches!(c, 0 | b'?' | b'#' | b';'),
-            Domain::Name => agentgate_policy::mcp::is_name_byte(c),
+            Domain::Name => agentgate_policy::names::is_name_byte(c),
             Domain::Text => c.is_ascii(),
             Domain::Credential => c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-',
         }
@@ -108,7 +108,7 @@ impl Domain {
             Domain::AbsolutePath | Domain::Binary | Domain::RequestPath => {
                 value.len() <= MAX_PATH_BYTES
             }
-            Domain::Name => value.len() <= agentgate_policy::mcp::MAX_NAME_BYTES,
+            Domain::Name => value.len() <= agentgate_policy::names::MAX_NAME_BYTES,
             Domain::Text => true,
             Domain::Credential => {
                 value.len() <= agentgate_policy::action::MAX_CREDENTIAL_NAME_BYTES
@@ -556,9 +556,9 @@ mod tests {
 
     /// Name globs as tokens: `*` is any run, everything else literal.
     fn name_sigs(domain: Domain, patterns: &[&str]) -> Signatures {
-        let globs: Vec<agentgate_policy::mcp::NameGlob> = patterns
+        let globs: Vec<agentgate_policy::names::NameGlob> = patterns
             .iter()
-            .map(|p| agentgate_policy::mcp::NameGlob::parse("t", p, 4096).unwrap())
+            .map(|p| agentgate_policy::names::NameGlob::parse("t", p, 4096).unwrap())
             .collect();
         let tokens: Vec<Vec<Token>> = globs.iter().map(|g| g.tokens()).collect();
         let refs: Vec<&[Token]> = tokens.iter().map(Vec::as_slice).collect();

@@ -26,8 +26,9 @@ use agentgate_policy::compile::{
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::glob::{Glob, Token};
 use agentgate_policy::mcp::{
-    CompiledCall, CompiledCalls, CompiledConstraint, CompiledMcp, MAX_NAME_BYTES, NameGlob, UriGlob,
+    CompiledCall, CompiledCalls, CompiledConstraint, CompiledMcp, UriGlob,
 };
+use agentgate_policy::names::{MAX_NAME_BYTES, NameGlob};
 use agentgate_policy::provenance::{ENTITY_MARK, Position, StatedSources};
 
 /// A question: is there an action that every `positive` policy allows, no

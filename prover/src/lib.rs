@@ -28,7 +28,7 @@ use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, CompiledRegion, EndpointKind};
 use agentgate_policy::error::{Reason, ReasonCode};
 use agentgate_policy::matcher::{allows, region_holds};
-use agentgate_policy::mcp::NameGlob;
+use agentgate_policy::names::NameGlob;
 pub use encode::{Question, Search, SearchEnd};
 
 /// The four answers of §5.

@@ -309,3 +309,153 @@ fn every_test_target_is_a_file_in_its_crates_tests_directory() {
         "test targets make test would not run: {elsewhere:?}"
     );
 }
+
+/// The modules of a crate (its library's top-level modules) each module
+/// names through `crate::`, outside comments and its `#[cfg(test)]` tail.
+// A helper of the test below: a panic here is a failed test.
+#[allow(clippy::expect_used)]
+fn module_references(src: &std::path::Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                // Binaries are crates of their own.
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut references: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(src).expect("under src");
+        let Some(top) = relative.iter().next().and_then(|c| c.to_str()) else {
+            continue;
+        };
+        let top = top.trim_end_matches(".rs").to_string();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let named = references.entry(top.clone()).or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices("crate::") {
+                let rest = &line[at + "crate::".len()..];
+                let heads: Vec<&str> = match rest.strip_prefix('{') {
+                    // `crate::{a, b::c}`: the first segment of each path.
+                    Some(group) => group
+                        .split(['}', ','])
+                        .map(|p| p.trim().split("::").next().unwrap_or_default())
+                        .collect(),
+                    None => vec![rest],
+                };
+                for head in heads {
+                    let ident: String = head
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !ident.is_empty() && ident != top {
+                        named.insert(ident);
+                    }
+                }
+            }
+        }
+    }
+    let modules: BTreeSet<String> = references.keys().cloned().collect();
+    for named in references.values_mut() {
+        named.retain(|m| modules.contains(m));
+    }
+    references
+}
+
+/// A cycle among `graph`'s nodes, as the path that closes it.
+fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// Inside every crate the modules form layers: no module reaches back to
+/// one that reaches it (docs/architecture.md), so each can be read, tested
+/// and moved with what is below it.
+#[test]
+#[allow(clippy::expect_used)]
+fn no_crate_has_a_module_cycle() {
+    let meta = cargo_metadata(&["--no-deps"]);
+    let mut cycles = Vec::new();
+    let mut crates = 0;
+    for package in meta["packages"].as_array().expect("packages") {
+        for target in package["targets"].as_array().expect("targets") {
+            if !target["kind"]
+                .as_array()
+                .expect("kind")
+                .iter()
+                .any(|k| k == "lib")
+            {
+                continue;
+            }
+            let lib = std::path::Path::new(target["src_path"].as_str().expect("src_path"));
+            let src = lib.parent().expect("a directory");
+            crates += 1;
+            if let Some(cycle) = a_cycle(&module_references(src)) {
+                cycles.push(format!("{}: {}", package["name"], cycle.join(" → ")));
+            }
+        }
+    }
+    assert!(crates >= 8, "only {crates} libraries found");
+    assert!(cycles.is_empty(), "module cycles: {cycles:#?}");
+}
+
+/// The cycle finder finds a cycle where there is one and none in layers.
+#[test]
+fn the_cycle_finder_names_the_cycle() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, to) in edges {
+            graph
+                .entry((*from).to_string())
+                .or_default()
+                .insert((*to).to_string());
+            graph.entry((*to).to_string()).or_default();
+        }
+        graph
+    };
+    assert_eq!(
+        a_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        a_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
+        None
+    );
+}

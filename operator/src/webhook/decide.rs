@@ -118,7 +118,7 @@ pub struct DecideResponse {
     pub finding: Option<FindingCitation>,
 }
 
-pub use agentgate_policy::findings::FindingCitation;
+pub use agentgate_policy::refusal::FindingCitation;
 
 /// The first unfixed finding with a node (sink first, then the witness
 /// paths) that has a capability covering the requested action. Network

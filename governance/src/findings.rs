@@ -18,7 +18,7 @@ use agentgate_prover::Prover;
 use agentgate_trifecta::image::image_digest;
 
 use crate::convert::{ToApi, ToDomain};
-use crate::sever::{drop_placeholder_reads, finding_regions, restrict, severed_by};
+use crate::severing::{drop_placeholder_reads, finding_regions, restrict, severed_by};
 use agentgate_policy::findings::FindingRegions;
 use agentgate_trifecta::analysis::{Finding, analyze};
 use agentgate_trifecta::graph::{Confidentiality, Effect, Graph, Integrity};

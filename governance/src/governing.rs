@@ -193,9 +193,9 @@ pub fn governing_from<'a>(
     Governance::Governed(governing)
 }
 
-/// Why a sandbox is refused before any proof.
+/// What in a sandbox's spec refuses it before any proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct SpecProblem {
     /// The field at fault (`spec.agentServiceAccount`, `spec.mode`, ...).
     pub field: String,
     /// One line, starting with the field, without the sandbox's name.
@@ -218,13 +218,13 @@ pub fn is_service_account_name(name: &str) -> bool {
 /// not a name, an acceptance that can never lapse, or a mode a governing
 /// maximum does not allow. The webhook refuses such a sandbox;
 /// `agentgate verify` reports it at the field.
-pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<Refusal> {
+pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Option<SpecProblem> {
     let account = &sandbox.spec.agent_service_account;
     if !is_service_account_name(account) {
         // An empty or malformed name would make the pod run as `default`
         // and no identity count as the agent's.
         let field = "spec.agentServiceAccount".to_string();
-        return Some(Refusal {
+        return Some(SpecProblem {
             message: format!(
                 "{field} {account:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
             ),
@@ -236,7 +236,7 @@ pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Optio
         // rather than silently ignored later.
         if k8s_openapi::jiff::Timestamp::from_str(&accepted.expires).is_err() {
             let field = format!("spec.acceptedFindings[{i}].expires");
-            return Some(Refusal {
+            return Some(SpecProblem {
                 message: format!(
                     "{field} {:?} is not an RFC 3339 time such as 2027-01-31T00:00:00Z",
                     accepted.expires
@@ -253,7 +253,7 @@ pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Optio
                 .iter()
                 .map(|m| format!("{m:?}").to_lowercase())
                 .collect();
-            return Some(Refusal {
+            return Some(SpecProblem {
                 field: "spec.mode".into(),
                 message: format!(
                     "mode {:?} is not allowed by MaximumPolicy {:?} (allowedModes: {})",
@@ -270,7 +270,7 @@ pub fn sandbox_refusal(sandbox: &AgentSandbox, governing: &[Governing]) -> Optio
 /// Steps 1-3 of the verdict (containment in every governing maximum, then
 /// their invariants) for a sandbox's declared policy, `compiled`: the
 /// declared policy is both current and candidate, adding nothing, so
-/// `decide` stops before the approval steps. Blocking (runs the prover);
+/// `reach_verdict` stops before the approval steps. Blocking (runs the prover);
 /// admission and `agentgate verify` share it.
 pub fn prove_declared(
     sandbox: &AgentSandbox,
@@ -281,13 +281,13 @@ pub fn prove_declared(
 ) -> agentgate_prover::verdict::Verdict {
     let maximums: Vec<agentgate_prover::verdict::GoverningMaximum<'_>> =
         governing.iter().map(Governing::as_verdict_input).collect();
-    agentgate_prover::verdict::decide(
+    agentgate_prover::verdict::reach_verdict(
         &agentgate_prover::verdict::VerdictInput {
             maximums: &maximums,
             current: (&sandbox.spec.policy, compiled),
             candidate: (&sandbox.spec.policy, compiled),
             added: &agentgate_policy::compile::CompiledPolicy::default(),
-            source: agentgate_prover::verdict::Source::Agent,
+            requester: agentgate_prover::verdict::Requester::Agent,
             mode: sandbox.spec.mode.to_domain().unwrap_or(Mode::Ask),
             allow_unmanaged,
         },

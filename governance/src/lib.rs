@@ -22,4 +22,4 @@ pub mod proposal;
 pub mod reverify;
 pub mod sandbox_pod;
 pub mod selector;
-pub mod sever;
+pub mod severing;

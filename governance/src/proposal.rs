@@ -8,7 +8,7 @@ use agentgate_api::crd::{AgentSandbox, PolicyProposal};
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::{GoverningMaximum, Mode, Source, VerdictInput, decide};
+use agentgate_prover::verdict::{GoverningMaximum, Mode, Requester, VerdictInput, reach_verdict};
 
 use crate::convert::ToDomain;
 use crate::governing::Governing;
@@ -25,7 +25,7 @@ pub struct ProposalCase<'a> {
     /// The maximums that govern the sandbox.
     pub governing: &'a [Governing],
     /// Who stands behind the proposal.
-    pub source: Source,
+    pub requester: Requester,
     /// Whether ungoverned sandboxes may proceed.
     pub allow_unmanaged: bool,
 }
@@ -62,7 +62,7 @@ pub fn judge(
         sandbox,
         current,
         governing,
-        source,
+        requester,
         allow_unmanaged,
     } = *case;
     let remove = proposal.spec.removed_rules();
@@ -127,13 +127,13 @@ pub fn judge(
     };
     let maximums: Vec<GoverningMaximum<'_>> =
         governing.iter().map(Governing::as_verdict_input).collect();
-    let verdict = decide(
+    let verdict = reach_verdict(
         &VerdictInput {
             maximums: &maximums,
             current: (current, &compiled_current),
             candidate: (&candidate, &compiled_candidate),
             added: &compiled_added,
-            source,
+            requester,
             mode,
             allow_unmanaged,
         },

@@ -12,9 +12,9 @@ use crate::mcp::Reading;
 use crate::provenance::{Provenance, Record};
 use std::cell::OnceCell;
 
-/// The outcome of matching one action, with the rule that decided it.
+/// The ruling on one action: allowed or not, with the rule that decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub struct Ruling {
     /// Whether the policy allows the action.
     pub allow: bool,
     /// The allowing rule, or the denying rule, if any.
@@ -272,18 +272,14 @@ fn connection_over<'p>(
 
 /// Decides a network action: allowed iff some endpoint allows it and no
 /// endpoint of the policy denies it (deny wins, across rules).
-pub fn decide_network(policy: &CompiledPolicy, a: &NetworkAction) -> Decision {
+pub fn decide_network(policy: &CompiledPolicy, a: &NetworkAction) -> Ruling {
     decide_network_as(policy, Caller::Binary(&a.binary), a)
 }
 
 /// [`decide_network`] for a caller the runtime may not know: with
 /// [`Caller::Unknown`], `a.binary` is ignored and the action is allowed only
 /// if it would be allowed whatever the binary is.
-pub fn decide_network_as(
-    policy: &CompiledPolicy,
-    caller: Caller<'_>,
-    a: &NetworkAction,
-) -> Decision {
+pub fn decide_network_as(policy: &CompiledPolicy, caller: Caller<'_>, a: &NetworkAction) -> Ruling {
     network_over(all_pairs(policy), caller, a)
 }
 
@@ -294,7 +290,7 @@ pub fn decide_network_indexed(
     index: &HostIndex,
     caller: Caller<'_>,
     a: &NetworkAction,
-) -> Decision {
+) -> Ruling {
     network_over(indexed_pairs(policy, index, &a.host), caller, a)
 }
 
@@ -302,7 +298,7 @@ fn network_over<'p>(
     pairs: impl Iterator<Item = (&'p CompiledRule, &'p CompiledEndpoint)>,
     caller: Caller<'_>,
     a: &NetworkAction,
-) -> Decision {
+) -> Ruling {
     judge_over(
         pairs.filter(|(_, e)| endpoint_reaches(e, &a.host, a.port)),
         caller,
@@ -326,13 +322,13 @@ fn judge_over<'p>(
     denies: impl Fn(&CompiledEndpoint) -> Option<&'static str>,
     allows: impl Fn(&CompiledEndpoint) -> bool,
     refusal: impl FnOnce() -> String,
-) -> Decision {
+) -> Ruling {
     let mut allowing: Option<&str> = None;
     for (rule, e) in reaching {
         if let Some(entry) = denies(e)
             && caller_ok(rule, caller, true)
         {
-            return Decision {
+            return Ruling {
                 allow: false,
                 rule: Some(rule.name.clone()),
                 reason: format!("denied by {entry} of rule {:?}", rule.name),
@@ -347,12 +343,12 @@ fn judge_over<'p>(
         }
     }
     match allowing {
-        Some(rule) => Decision {
+        Some(rule) => Ruling {
             allow: true,
             reason: format!("allowed by rule {rule:?}"),
             rule: Some(rule.to_string()),
         },
-        None => Decision {
+        None => Ruling {
             allow: false,
             rule: None,
             reason: refusal(),
@@ -365,12 +361,12 @@ fn judge_over<'p>(
 /// `rest` endpoint) and no endpoint of the policy denies it. `from` is read
 /// with the sources the action states ([`McpAction::sources`]); without
 /// them, with no record.
-pub fn decide_mcp(policy: &CompiledPolicy, t: &McpAction) -> Decision {
+pub fn decide_mcp(policy: &CompiledPolicy, t: &McpAction) -> Ruling {
     decide_mcp_as(policy, Caller::Binary(&t.binary), t)
 }
 
 /// [`decide_mcp`] for a caller the runtime may not know (see [`Caller`]).
-pub fn decide_mcp_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Decision {
+pub fn decide_mcp_as(policy: &CompiledPolicy, caller: Caller<'_>, t: &McpAction) -> Ruling {
     mcp_over(all_pairs(policy), caller, t, stated(t), Reading::Allowed)
 }
 
@@ -381,7 +377,7 @@ pub fn decide_mcp_indexed(
     index: &HostIndex,
     caller: Caller<'_>,
     t: &McpAction,
-) -> Decision {
+) -> Ruling {
     mcp_over(
         indexed_pairs(policy, index, &t.host),
         caller,
@@ -399,7 +395,7 @@ pub fn decide_mcp_recorded(
     caller: Caller<'_>,
     t: &McpAction,
     record: &dyn Record,
-) -> Decision {
+) -> Ruling {
     mcp_over(
         indexed_pairs(policy, index, &t.host),
         caller,
@@ -463,7 +459,7 @@ fn mcp_over<'p>(
     t: &McpAction,
     provenance: Provenance<'_>,
     reading: Reading,
-) -> Decision {
+) -> Ruling {
     // The request that carries the call, judged against rest endpoints.
     let wire = OnceCell::new();
     // An mcp endpoint naming no entry of the call neither allows nor

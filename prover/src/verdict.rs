@@ -73,7 +73,7 @@ pub struct GoverningMaximum<'a> {
 /// Who asks for the change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Source {
+pub enum Requester {
     /// The agent's own identity.
     Agent,
     /// A human who holds the `approve` verb.
@@ -108,7 +108,7 @@ pub struct VerdictInput<'a> {
     /// if it were new.
     pub added: &'a CompiledPolicy,
     /// Who asks.
-    pub source: Source,
+    pub requester: Requester,
     /// The sandbox mode.
     pub mode: Mode,
     /// Whether sandboxes no maximum governs may proceed.
@@ -225,7 +225,7 @@ fn failure(
 
 impl Verdict {
     /// A verdict that names nothing but its reason (proofs are attached
-    /// by [`decide`]).
+    /// by [`reach_verdict`]).
     fn plain(decision: Decision, step: Step, reason: String) -> Verdict {
         Verdict {
             decision,
@@ -305,7 +305,7 @@ impl From<Escape> for Verdict {
 /// The first escape of `policy` from `maximums`, or `None` when it is
 /// proved inside every maximum and outside every invariant. Every
 /// containment (step 2) is asked before any invariant (step 3), maximum by
-/// maximum in their order, so admission ([`decide`]) and revocation
+/// maximum in their order, so admission ([`reach_verdict`]) and revocation
 /// ([`revoke_until_within`]) name the same escape for the same policy.
 /// Each proof run is appended to `proofs`.
 pub fn first_escape(
@@ -386,7 +386,7 @@ pub fn first_escape(
 }
 
 /// Decides a proposed change (docs/design.md §4).
-pub fn decide(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
+pub fn reach_verdict(input: &VerdictInput<'_>, engine: &dyn ProofEngine) -> Verdict {
     let mut proofs = Vec::new();
     let (ControlFlow::Break(mut verdict) | ControlFlow::Continue(mut verdict)) =
         steps(input, engine, &mut proofs);
@@ -459,13 +459,13 @@ fn approval(
                 .with_counterexample(example.clone()),
         )
     };
-    match input.source {
-        Source::Approved => applied("approved by a reviewer"),
-        Source::HumanWithApprove => match four_eyes(input, engine, example, proofs) {
+    match input.requester {
+        Requester::Approved => applied("approved by a reviewer"),
+        Requester::HumanWithApprove => match four_eyes(input, engine, example, proofs) {
             Some(ask) => ControlFlow::Break(ask),
             None => applied("requested by a user who holds the approve verb"),
         },
-        Source::Agent => ControlFlow::Continue(()),
+        Requester::Agent => ControlFlow::Continue(()),
     }
 }
 
@@ -839,7 +839,7 @@ network:
     fn run(
         c: &Case,
         maximums: usize,
-        source: Source,
+        requester: Requester,
         mode: Mode,
         engine: &dyn ProofEngine,
     ) -> Verdict {
@@ -851,13 +851,13 @@ network:
             four_eyes: c.four_eyes,
         };
         let list = vec![m; maximums];
-        decide(
+        reach_verdict(
             &VerdictInput {
                 maximums: &list,
                 current: (&c.current.0, &c.current.1.policy),
                 candidate: (&c.candidate.0, &c.candidate.1.policy),
                 added: &c.added,
-                source,
+                requester,
                 mode,
                 allow_unmanaged: false,
             },
@@ -886,20 +886,20 @@ network:
     #[test]
     fn step1_no_maximum_rejects() {
         let c = case(&with_rule(COMMENT));
-        let v = run(&c, 0, Source::Agent, Mode::Auto, &Prover::default());
+        let v = run(&c, 0, Requester::Agent, Mode::Auto, &Prover::default());
         assert_eq!((v.decision, v.step), (Decision::Reject, Step::Unmanaged));
     }
 
     #[test]
     fn step1_unmanaged_allowed_goes_on() {
         let c = case("network: []");
-        let v = decide(
+        let v = reach_verdict(
             &VerdictInput {
                 maximums: &[],
                 current: (&c.current.0, &c.current.1.policy),
                 candidate: (&c.candidate.0, &c.candidate.1.policy),
                 added: &c.added,
-                source: Source::Agent,
+                requester: Requester::Agent,
                 mode: Mode::Auto,
                 allow_unmanaged: true,
             },
@@ -918,7 +918,7 @@ network:
       - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [DELETE], path: /repos/acme/x}]}
 "#,
         ));
-        let v = run(&c, 1, Source::Approved, Mode::Auto, &Prover::default());
+        let v = run(&c, 1, Requester::Approved, Mode::Auto, &Prover::default());
         assert_eq!((v.decision, v.step), (Decision::Reject, Step::Containment));
         assert_eq!(v.maximum.as_deref(), Some("org-ceiling"));
         let action = v.counterexample.unwrap().to_string();
@@ -963,7 +963,7 @@ network:
         let engine = Always(Outcome::Inconclusive {
             reason: Reason::general(ReasonCode::SolverTimeout, "deadline"),
         });
-        let v = run(&c, 1, Source::Approved, Mode::Auto, &engine);
+        let v = run(&c, 1, Requester::Approved, Mode::Auto, &engine);
         assert_eq!((v.decision, v.step), (Decision::Reject, Step::Containment));
         assert_eq!(v.code, Some(ReasonCode::SolverTimeout));
     }
@@ -976,7 +976,7 @@ network:
     endpoints: [{host: metadata.internal, ports: [80]}]
 "#,
         ));
-        let v = run(&c, 1, Source::Approved, Mode::Auto, &Prover::default());
+        let v = run(&c, 1, Requester::Approved, Mode::Auto, &Prover::default());
         assert_eq!((v.decision, v.step), (Decision::Reject, Step::Invariant));
         assert_eq!(v.invariant.as_deref(), Some("no-metadata"));
         assert!(v.reason.contains("credentials theft"), "{}", v.reason);
@@ -985,15 +985,15 @@ network:
     #[test]
     fn step4_removal_applies() {
         let c = case("network: []");
-        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        let v = run(&c, 1, Requester::Agent, Mode::Ask, &Prover::default());
         assert_eq!((v.decision, v.step), (Decision::Apply, Step::Removal));
     }
 
     #[test]
     fn step5_approved_or_approver_applies() {
         let c = case(&with_rule(COMMENT));
-        for source in [Source::Approved, Source::HumanWithApprove] {
-            let v = run(&c, 1, source, Mode::Ask, &Prover::default());
+        for requester in [Requester::Approved, Requester::HumanWithApprove] {
+            let v = run(&c, 1, requester, Mode::Ask, &Prover::default());
             assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
         }
     }
@@ -1007,7 +1007,7 @@ network:
         let copy = copy.trim_start().trim_start_matches("network:");
         let c = case(&with_rule(copy));
         assert_eq!(c.added.rules.len(), 1);
-        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        let v = run(&c, 1, Requester::Agent, Mode::Ask, &Prover::default());
         assert_eq!(
             (v.decision, v.step),
             (Decision::Ask, Step::AskMode),
@@ -1023,7 +1023,7 @@ network:
         let v = run(
             &c,
             1,
-            Source::HumanWithApprove,
+            Requester::HumanWithApprove,
             Mode::Ask,
             &Prover::default(),
         );
@@ -1035,7 +1035,7 @@ network:
             v.reason
         );
         // An Approved condition is the second person.
-        let v = run(&c, 1, Source::Approved, Mode::Ask, &Prover::default());
+        let v = run(&c, 1, Requester::Approved, Mode::Ask, &Prover::default());
         assert_eq!(v.decision, Decision::Apply);
         // Outside review regions the approver's own request still applies.
         let mut c = case(&with_rule(COMMENT));
@@ -1043,7 +1043,7 @@ network:
         let v = run(
             &c,
             1,
-            Source::HumanWithApprove,
+            Requester::HumanWithApprove,
             Mode::Ask,
             &Prover::default(),
         );
@@ -1053,7 +1053,7 @@ network:
     #[test]
     fn step6_ask_mode_asks() {
         let c = case(&with_rule(COMMENT));
-        let v = run(&c, 1, Source::Agent, Mode::Ask, &Prover::default());
+        let v = run(&c, 1, Requester::Agent, Mode::Ask, &Prover::default());
         assert_eq!((v.decision, v.step), (Decision::Ask, Step::AskMode));
         assert!(v.counterexample.is_some());
     }
@@ -1061,7 +1061,7 @@ network:
     #[test]
     fn step7_auto_eligible_within_budget_applies() {
         let c = case(&with_rule(COMMENT));
-        let v = run(&c, 2, Source::Agent, Mode::Auto, &Prover::default());
+        let v = run(&c, 2, Requester::Agent, Mode::Auto, &Prover::default());
         assert_eq!(
             (v.decision, v.step),
             (Decision::Apply, Step::AutoEligibility),
@@ -1075,7 +1075,7 @@ network:
     #[test]
     fn step7_review_region_asks() {
         let c = case(&with_rule(PULL));
-        let v = run(&c, 1, Source::Agent, Mode::Auto, &Prover::default());
+        let v = run(&c, 1, Requester::Agent, Mode::Auto, &Prover::default());
         assert_eq!(
             (v.decision, v.step),
             (Decision::Ask, Step::AutoEligibility),
@@ -1098,7 +1098,7 @@ network:
       - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /repos/acme/**}]}
 "#,
         ));
-        let v = run(&c, 1, Source::Agent, Mode::Auto, &Prover::default());
+        let v = run(&c, 1, Requester::Agent, Mode::Auto, &Prover::default());
         assert_eq!(
             (v.decision, v.step),
             (Decision::Ask, Step::AutoEligibility),
@@ -1179,7 +1179,7 @@ spec:
         // The same grant, now marked as the model provider: a person decides.
         let marked =
             current_yaml.replace("protocol: rest,", "protocol: rest, modelProvider: true,");
-        let v = run(&case(&marked), 1, Source::Agent, Mode::Auto, &prover);
+        let v = run(&case(&marked), 1, Requester::Agent, Mode::Auto, &prover);
         assert_eq!(
             (v.decision, v.step),
             (Decision::Ask, Step::AutoEligibility),
@@ -1196,14 +1196,14 @@ spec:
         let more = format!(
             "{current_yaml}  - name: more\n    endpoints:\n      - {{host: api.internal, ports: [443], protocol: rest, rules: [{{methods: [GET], path: /x}}]}}\n"
         );
-        let v = run(&case(&more), 1, Source::Agent, Mode::Auto, &prover);
+        let v = run(&case(&more), 1, Requester::Agent, Mode::Auto, &prover);
         assert_eq!(v.decision, Decision::Apply, "{}", v.reason);
     }
 
     #[test]
     fn tool_proposals_get_apply_ask_and_reject_with_costs() {
         let prover = Prover::default();
-        let verdict = |rule: &str| run(&bank_case(rule), 1, Source::Agent, Mode::Auto, &prover);
+        let verdict = |rule: &str| run(&bank_case(rule), 1, Requester::Agent, Mode::Auto, &prover);
         let tool = |tools: &str| {
             format!(
                 "  - name: more\n    binaries: [/usr/bin/python3]\n    endpoints:\n      - {{host: bank.internal, ports: [443], protocol: mcp, path: /mcp, tools: {tools}}}\n"
@@ -1318,13 +1318,13 @@ spec:
             governing("org-ceiling", &wide),
             governing("narrow", &narrow),
         ];
-        let admitted = decide(
+        let admitted = reach_verdict(
             &VerdictInput {
                 maximums: &both,
                 current: (&meta, &compiled.policy),
                 candidate: (&meta, &compiled.policy),
                 added: &CompiledPolicy::default(),
-                source: Source::Agent,
+                requester: Requester::Agent,
                 mode: Mode::Ask,
                 allow_unmanaged: false,
             },

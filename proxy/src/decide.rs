@@ -337,14 +337,14 @@ pub fn judge_carrying(
 /// `modelProvider` endpoint allows for this binary, on a path it does not
 /// list in `unrecordedPaths`. Its body is then recorded; `Some(Err)` when
 /// its path names no format the proxy reads
-/// ([`crate::provider::ProviderApi::from_path`]), since its conversation
+/// ([`crate::model_provider::ProviderApi::from_path`]), since its conversation
 /// would go unrecorded. `None`: nothing to record.
 pub fn model_request(
     snapshot: &Snapshot,
     binary: &Binary,
     action: &NetworkAction,
     has_body: bool,
-) -> Option<Result<crate::provider::ProviderApi, Refusal>> {
+) -> Option<Result<crate::model_provider::ProviderApi, Refusal>> {
     let policy = policy_of(snapshot).ok()?;
     if !has_body || !policy.records_sessions {
         return None;
@@ -352,7 +352,7 @@ pub fn model_request(
     match model_provider_path(&policy.compiled, &policy.index, binary.caller(), action)? {
         ProviderPath::Unrecorded => None,
         ProviderPath::Conversation => Some(
-            crate::provider::ProviderApi::from_path(&action.path).ok_or_else(|| {
+            crate::model_provider::ProviderApi::from_path(&action.path).ok_or_else(|| {
                 Refusal::new(
                     RefusalCode::UnreadModelRequest,
                     format!(
@@ -360,7 +360,7 @@ pub fn model_request(
                         action.method,
                         action.path,
                         action.host,
-                        crate::provider::ProviderApi::KNOWN,
+                        crate::model_provider::ProviderApi::KNOWN,
                     ),
                 )
             }),
@@ -409,7 +409,7 @@ network:
 
     #[test]
     fn every_request_with_a_body_to_the_agents_model_provider_is_read_or_refused() {
-        use crate::provider::ProviderApi;
+        use crate::model_provider::ProviderApi;
         let s = snapshot(
             r#"
 network:

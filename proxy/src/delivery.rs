@@ -2,7 +2,7 @@
 //! to the operator's `GET /v1/policy/stream` and keeps every committed
 //! update it pushes in a directory of its own (`--pushed-policy`, an
 //! emptyDir that outlives a proxy restart), laid out like the ConfigMap
-//! volume, so the policy source ([`crate::source`]) reads either the same
+//! volume, so the policy source ([`crate::policy_file`]) reads either the same
 //! way and enforces the newer. It reports each update it enforces to
 //! `POST /v1/policy/applied`.
 //!
@@ -342,7 +342,7 @@ impl PolicyStream {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::source::Choice;
+    use crate::policy_file::Choice;
 
     /// A fresh directory of this test's own, removed when dropped.
     struct Scratch(PathBuf);

@@ -19,7 +19,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::io::Prefixed;
+use crate::sniffing::Prefixed;
 
 /// How long an HTTP/1.1 connection stays quiet before it is parked.
 pub const PARK_AFTER: Duration = Duration::from_secs(1);

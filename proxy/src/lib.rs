@@ -10,15 +10,15 @@ pub mod decide;
 pub mod delivery;
 pub mod identity;
 pub mod idle;
-mod io;
 pub mod mcp;
+pub mod model_provider;
 pub mod netinit;
 mod operator_api;
-pub mod provider;
+pub mod policy_file;
 pub mod resolve;
 pub mod server;
 pub mod session;
-pub mod source;
+mod sniffing;
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;

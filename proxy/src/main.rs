@@ -8,12 +8,12 @@ use std::time::Duration;
 use agentgate_proxy::approval::Approvals;
 use agentgate_proxy::delivery::{PolicyStream, report_applied};
 use agentgate_proxy::identity::IdentityMode;
+use agentgate_proxy::model_provider::ConversationRecord;
 use agentgate_proxy::netinit::{NetRules, resolvers_from};
-use agentgate_proxy::provider::ConversationRecord;
+use agentgate_proxy::policy_file::{PolicySource, PolicyWatcher};
 use agentgate_proxy::resolve::Resolver;
 use agentgate_proxy::server::{Limits, ListenerKind, Proxy, Upstreams};
 use agentgate_proxy::session::SessionGraph;
-use agentgate_proxy::source::{PolicySource, PolicyWatcher};
 use agentgate_proxy::telemetry::{self, Metrics};
 use agentgate_proxy::tls::{Interceptor, upstream_config};
 use agentgate_proxy::trust::write_bundle;
@@ -99,7 +99,7 @@ struct RunArgs {
     /// against all of them (the user's values only where every one shows
     /// them; docs/proxy.md, "Provenance"). 0: only the latest conversation
     /// judges, for an agent that holds one conversation at a time.
-    #[arg(long, default_value_t = agentgate_proxy::provider::DEFAULT_OVERLAP.as_secs())]
+    #[arg(long, default_value_t = agentgate_proxy::model_provider::DEFAULT_OVERLAP.as_secs())]
     conversation_overlap: u64,
     /// Log as JSON lines (one object per line) instead of text.
     #[arg(long)]

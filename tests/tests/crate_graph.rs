@@ -454,8 +454,5 @@ fn the_cycle_finder_names_the_cycle() {
         a_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
-    assert_eq!(
-        a_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
-        None
-    );
+    assert_eq!(a_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])), None);
 }

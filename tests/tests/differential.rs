@@ -25,7 +25,7 @@ use agentgate_policy::testing::{
     credentialed_universe, document, mcp_calls, mcp_document, strings, tool_entry, universe,
 };
 use agentgate_prover::verdict::{
-    Evidence, GoverningMaximum, Mode, Source, Step, VerdictInput, decide, first_escape,
+    Evidence, GoverningMaximum, Mode, Requester, Step, VerdictInput, first_escape, reach_verdict,
     revoke_until_within,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
@@ -550,7 +550,7 @@ fn ceilings(maximums: &[MaximumDraft]) -> Vec<(String, CompiledPolicy, Vec<Compi
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
-    /// Admission (`decide`, steps 2–3) and revocation name the same first
+    /// Admission (`reach_verdict`, steps 2–3) and revocation name the same first
     /// escape with the same reason, or both none; its counterexample
     /// replays in the runtime matcher; revocation takes out what allows it,
     /// and what it keeps, admission admits.
@@ -576,13 +576,13 @@ proptest! {
         // one answer cache: what is compared is which questions they ask,
         // in which order, and how they word the answers.
         let prover = Prover::default();
-        let admitted = decide(
+        let admitted = reach_verdict(
             &VerdictInput {
                 maximums: &governing,
                 current: (&policy, &committed),
                 candidate: (&policy, &committed),
                 added: &CompiledPolicy::default(),
-                source: Source::Agent,
+                requester: Requester::Agent,
                 mode: Mode::Ask,
                 allow_unmanaged: false,
             },

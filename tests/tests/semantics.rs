@@ -26,7 +26,7 @@ use agentgate_policy::matcher::{
 };
 use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_prover::verdict::{
-    Decision, GoverningMaximum, Mode, Source, Step, VerdictInput, decide,
+    Decision, GoverningMaximum, Mode, Requester, Step, VerdictInput, reach_verdict,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::{policy, rejection_with};
@@ -1652,13 +1652,13 @@ fn s5_several_maximums_candidate_must_be_within_each() {
     assert!(a.path.starts_with("/repos/acme/"));
 
     let run = |maximums: &[GoverningMaximum<'_>]| {
-        decide(
+        reach_verdict(
             &VerdictInput {
                 maximums,
                 current: (&p_doc, &p),
                 candidate: (&c_doc, &c),
                 added: &c,
-                source: Source::Agent,
+                requester: Requester::Agent,
                 mode: Mode::Ask,
                 allow_unmanaged: false,
             },

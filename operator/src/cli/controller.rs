@@ -3,7 +3,7 @@
 //! (the default) only the replica holding the Lease runs them; a replica
 //! that loses the Lease exits, and its restart waits for the Lease again.
 //! Each write that grants authority first checks, on the API server, that
-//! the Lease is still this replica's (`controller::fence`).
+//! the Lease is still this replica's (`controller::leader_fence`).
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use clap::Args;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
-use crate::controller::fence::{LeaseFence, grace_seconds};
+use crate::controller::leader_fence::{LeaseFence, grace_seconds};
 use crate::controller::{Context, maximum, proposal, runtime_events, sandbox, scan};
 use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};

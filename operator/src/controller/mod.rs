@@ -4,7 +4,7 @@
 
 pub mod agent_account;
 pub mod approvals;
-pub mod fence;
+pub mod leader_fence;
 pub mod maximum;
 mod owned;
 pub mod proposal;
@@ -93,7 +93,7 @@ pub struct Context {
     concurrency: u16,
     /// The leader fence (with leader election only): checked before every
     /// write that grants authority.
-    fence: Option<fence::LeaseFence>,
+    fence: Option<leader_fence::LeaseFence>,
     /// What this process last server-side applied to each object it owns
     /// outright, to skip applying the same content again.
     pub applied: AppliedObjects,
@@ -278,7 +278,7 @@ impl Context {
     }
 
     /// This context with the leader fence `fence`.
-    pub fn with_fence(self, fence: fence::LeaseFence) -> Context {
+    pub fn with_fence(self, fence: leader_fence::LeaseFence) -> Context {
         Context {
             fence: Some(fence),
             ..self
@@ -295,7 +295,7 @@ impl Context {
     }
 
     /// The leader fence, when there is one.
-    pub fn lease_fence(&self) -> Option<&fence::LeaseFence> {
+    pub fn lease_fence(&self) -> Option<&leader_fence::LeaseFence> {
         self.fence.as_ref()
     }
 

@@ -42,7 +42,7 @@ use agentgate_governance::governing::{Governance, Governing, fingerprint};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
 use agentgate_policy::model::{CostWeights, PolicyDocument};
 use agentgate_prover::budget::delta_cost;
-use agentgate_prover::verdict::{Decision, Source};
+use agentgate_prover::verdict::{Decision, Requester};
 
 /// What the proposal's status should become.
 struct Outcome {
@@ -65,7 +65,7 @@ struct Commit {
 /// Who stands behind a proposal, as [`source_of`] finds it.
 struct Backing {
     /// What the verdict weighs.
-    source: Source,
+    requester: Requester,
     /// The decision record's `decidedBy` should the verdict apply it.
     decided_by: String,
 }
@@ -74,7 +74,7 @@ impl Backing {
     /// The agent alone: the verdict decides (`auto`).
     fn agent() -> Self {
         Self {
-            source: Source::Agent,
+            requester: Requester::Agent,
             decided_by: "auto".into(),
         }
     }
@@ -102,7 +102,7 @@ async fn source_of(
         let reviewer =
             reviewer_in("Approved", &approved.message).unwrap_or_else(|| "unnamed".to_string());
         return Ok(Backing {
-            source: Source::Approved,
+            requester: Requester::Approved,
             decided_by: format!("reviewer:{reviewer}"),
         });
     }
@@ -132,7 +132,7 @@ async fn source_of(
         .is_some_and(|s| s.allowed);
     Ok(if allowed {
         Backing {
-            source: Source::HumanWithApprove,
+            requester: Requester::HumanWithApprove,
             decided_by: format!("requester:{requester}"),
         }
     } else {
@@ -234,7 +234,10 @@ async fn assess(
         Governance::Refused(_, message) => return Ok(Assessment::Ungoverned(message)),
     };
     let under = ProvedUnder::of(&governing);
-    let Backing { source, decided_by } = source_of(proposal, &status, ctx).await?;
+    let Backing {
+        requester,
+        decided_by,
+    } = source_of(proposal, &status, ctx).await?;
     let current = sandbox
         .status
         .as_ref()
@@ -252,7 +255,7 @@ async fn assess(
                     sandbox: &sandbox_for_judge,
                     current: &current_for_judge,
                     governing: &governing,
-                    source,
+                    requester,
                     allow_unmanaged,
                 },
                 &prover,

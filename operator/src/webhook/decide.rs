@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use agentgate_governance::sever::finding_regions;
+use agentgate_governance::severing::finding_regions;
 use agentgate_policy::action::{
     Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
 };

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use agentgate_proxy::decide::{Binary, Snapshot, judge_request};
 use agentgate_proxy::idle::PARK_AFTER;
-use agentgate_proxy::source::compile_policy;
+use agentgate_proxy::policy_file::compile_policy;
 use agentgate_proxy::testkit::{TestCa, start_upstream};
 use anyhow::{Context, bail};
 use bytes::Bytes;

@@ -247,9 +247,9 @@ impl hyper::body::Body for McpEvents {
 /// Whether a response is a server-sent event stream.
 /// Remembers the refusal texts of a JSON-RPC answer the proxy gives in a
 /// server's place (one message or a batch), so that a tool result quoting
-/// one is not recorded as that tool's content ([`crate::provider::ConversationRecord`]).
+/// one is not recorded as that tool's content ([`crate::model_provider::ConversationRecord`]).
 pub(super) fn remember_refusals(
-    conversation: &Mutex<crate::provider::ConversationRecord>,
+    conversation: &Mutex<crate::model_provider::ConversationRecord>,
     body: &str,
 ) {
     let Ok(answer) = serde_json::from_str::<serde_json::Value>(body) else {

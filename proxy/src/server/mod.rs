@@ -35,10 +35,10 @@ use crate::decide::{
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::idle::{Activity, Metered, PARK_AFTER, Readiness, Tracked};
-use crate::io::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::mcp::{self, Judged};
 use crate::resolve::Resolver;
 use crate::session::{RefusalSeen, SessionGraph};
+use crate::sniffing::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::telemetry::{GaugeGuard, Metrics};
 use crate::tls::{Interceptor, UpstreamTls};
 use agentgate_policy::action::request_path;
@@ -127,7 +127,7 @@ pub struct Proxy {
     /// pod's agent holds with its model now: fed by the requests to its
     /// model provider, read by every tool call's `from`
     /// (docs/policy-semantics.md §8.3). Bounded in bytes.
-    pub conversation: Mutex<crate::provider::ConversationRecord>,
+    pub conversation: Mutex<crate::model_provider::ConversationRecord>,
     /// What the session did: flows, tools called, last refusals
     /// (`/lineage` on the metrics port).
     pub session: Arc<Mutex<SessionGraph>>,
@@ -1549,7 +1549,7 @@ impl Inspected {
     async fn record_model_request(
         &self,
         req: Request<Body>,
-        api: crate::provider::ProviderApi,
+        api: crate::model_provider::ProviderApi,
     ) -> Result<(Request<Body>, usize), Refusal> {
         let (parts, body) = req.into_parts();
         let malformed = |why: String| {
@@ -1584,7 +1584,7 @@ impl Inspected {
                 )));
             }
         };
-        let pieces = crate::provider::conversation_pieces(api, &bytes)
+        let pieces = crate::model_provider::conversation_pieces(api, &bytes)
             .map_err(|e| malformed(e.to_string()))?;
         let (fresh, kept) = {
             let mut conversation = mcp::lock(&self.proxy.conversation);

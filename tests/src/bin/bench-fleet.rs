@@ -43,7 +43,7 @@ use agentgate_api::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
 use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, governing_from};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
 use agentgate_governance::reverify::{Proved, Revocations};
-use agentgate_prover::verdict::{Decision, Source};
+use agentgate_prover::verdict::{Decision, Requester};
 use agentgate_prover::{Prover, ProverOptions};
 
 /// Declared rules per sandbox, as in bench-scale.
@@ -540,7 +540,7 @@ fn run(run: Run, knobs: &Knobs, threads: usize) -> Result<(), String> {
             sandbox,
             current: &current,
             governing: &governing,
-            source: Source::Agent,
+            requester: Requester::Agent,
             allow_unmanaged: false,
         };
         match judge(&case, &prover, 3) {

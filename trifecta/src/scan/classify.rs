@@ -764,7 +764,7 @@ impl<'a> Call<'a> {
 }
 
 /// What one classifier says about a call.
-enum Decision {
+enum Classification {
     /// Not this family's call: the next classifier is asked.
     NotMine,
     /// This family's call, showing no capability (a file write, a chat call
@@ -774,23 +774,23 @@ enum Decision {
     Shows(Found),
 }
 
-fn shows(effect: Effect, channel: Channel) -> Decision {
-    Decision::Shows((effect, channel, None, None))
+fn shows(effect: Effect, channel: Channel) -> Classification {
+    Classification::Shows((effect, channel, None, None))
 }
 
-fn shows_at(effect: Effect, channel: Channel, destination: Option<Destination>) -> Decision {
-    Decision::Shows((effect, channel, destination, None))
+fn shows_at(effect: Effect, channel: Channel, destination: Option<Destination>) -> Classification {
+    Classification::Shows((effect, channel, destination, None))
 }
 
 /// One named entry of [`CALL_CLASSIFIERS`].
 struct CallClassifier {
     /// The family the entry recognises.
     name: &'static str,
-    classify: fn(&Call) -> Decision,
+    classify: fn(&Call) -> Classification,
 }
 
 /// The call classifiers, asked in this order; the first that does not
-/// answer [`Decision::NotMine`] decides the call. Order matters where two
+/// answer [`Classification::NotMine`] decides the call. Order matters where two
 /// families can claim one call: a family that owns every call on its
 /// modules (chat SDKs, databases, HTTP libraries) against a name that counts
 /// on any receiver (`send_message`, `goto`, `similarity_search`, a
@@ -924,28 +924,28 @@ static CALL_CLASSIFIERS: &[CallClassifier] = &[
 /// claims it decides: at most one capability.
 fn classify_call(site: &CallSite, lang: Lang) -> Vec<Found> {
     match Call::new(site, lang).and_then(|call| decide(&call)) {
-        Some((_, Decision::Shows(found))) => vec![found],
+        Some((_, Classification::Shows(found))) => vec![found],
         _ => Vec::new(),
     }
 }
 
 /// The classifier that decides a call, and its decision; `None` when no
 /// family claims it.
-fn decide(call: &Call) -> Option<(&'static str, Decision)> {
+fn decide(call: &Call) -> Option<(&'static str, Classification)> {
     CALL_CLASSIFIERS
         .iter()
         .find_map(|entry| match (entry.classify)(call) {
-            Decision::NotMine => None,
+            Classification::NotMine => None,
             decision => Some((entry.name, decision)),
         })
 }
 
 /// Code execution counts as egress: the code can reach the network itself.
-fn code_execution(call: &Call) -> Decision {
+fn code_execution(call: &Call) -> Classification {
     // A call on a process's result (`run(…).stdout.decode()`) is not a new
     // execution.
     if !call.chain.is_empty() {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let exec = match call.lang {
         Lang::Python => {
@@ -966,7 +966,7 @@ fn code_execution(call: &Call) -> Decision {
     if exec {
         shows(Effect::Egress, Channel::Exec)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
@@ -980,9 +980,9 @@ const ENV_GETTERS: &[&str] = &[
 
 /// An environment read through a call: a secret when the variable's name
 /// says it holds a credential.
-fn environment_read(call: &Call) -> Decision {
+fn environment_read(call: &Call) -> Classification {
     if call.lang != Lang::Python || !ENV_GETTERS.contains(&call.site.callee.as_str()) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let var = call
         .site
@@ -990,36 +990,36 @@ fn environment_read(call: &Call) -> Decision {
         .first()
         .and_then(|a| a.full())
         .map(str::to_string);
-    Decision::Shows((env_effect(var.as_deref()), Channel::Env, None, var))
+    Classification::Shows((env_effect(var.as_deref()), Channel::Env, None, var))
 }
 
 /// `load_dotenv()` and friends read the `.env` file, a secret.
-fn dotenv(call: &Call) -> Decision {
+fn dotenv(call: &Call) -> Classification {
     let loads = (call.root == "dotenv"
         && call.last_is(&["load_dotenv", "dotenv_values", "config"]))
         || (call.lang == Lang::Python && call.last == "load_dotenv");
     if loads {
-        Decision::Shows((
+        Classification::Shows((
             Effect::ReadsSecret,
             Channel::File,
             None,
             Some(".env".to_string()),
         ))
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
 /// A local file read ([`file_call`]): a secret or internal read when the
 /// path is literal and private, any file at all when the model names it.
 /// Writes show nothing here (the download link reads them).
-fn file_read(call: &Call) -> Decision {
+fn file_read(call: &Call) -> Classification {
     match file_call(call.site, call.lang) {
-        None => Decision::NotMine,
-        Some(true) => Decision::Nothing,
+        None => Classification::NotMine,
+        Some(true) => Classification::Nothing,
         Some(false) => match file_read_capability(call.site.args.first()) {
-            Some(found) => Decision::Shows(found),
-            None => Decision::Nothing,
+            Some(found) => Classification::Shows(found),
+            None => Classification::Nothing,
         },
     }
 }
@@ -1050,12 +1050,12 @@ fn file_read_capability(path: Option<&Arg>) -> Option<Found> {
 }
 
 /// Keyrings and keychains hold stored credentials.
-fn keyring(call: &Call) -> Decision {
+fn keyring(call: &Call) -> Classification {
     let keyring_module = call.root_is(&["keyring", "keytar", "keychain"]) || call.has("keyring");
     if keyring_module && call.last_starts_with(&["get", "find"]) {
         shows(Effect::ReadsSecret, Channel::Keyring)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
@@ -1099,20 +1099,20 @@ const STORAGE_UPLOADS: &[&str] = &[
 ];
 
 /// Cloud object storage: downloads read the owner's data, uploads leave.
-fn object_storage(call: &Call) -> Decision {
+fn object_storage(call: &Call) -> Classification {
     let storage_sdk = call.root_is(STORAGE_SDKS)
         || (call.root == "google" && call.has("storage"))
         || (call.root == "azure" && call.has("blob"))
         || (call.root == "storage" && call.segs.len() > 1);
     if !storage_sdk && !call.last_is(S3_COMMANDS) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     if call.last_is(STORAGE_DOWNLOADS) {
         shows(Effect::ReadsInternal, Channel::Storage)
     } else if call.last_is(STORAGE_UPLOADS) {
         shows(Effect::Egress, Channel::Storage)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
@@ -1146,7 +1146,7 @@ const VECTOR_STORE_QUERIES: &[&str] = &[
 ];
 
 /// Vector stores over private documents.
-fn vector_store(call: &Call) -> Decision {
+fn vector_store(call: &Call) -> Classification {
     let queries = call.last_is(VECTOR_SEARCHES)
         || (call.root_is(VECTOR_STORES) && call.last_is(VECTOR_STORE_QUERIES))
         // Mastra's vector stores (`new PgVector(…).query`).
@@ -1156,14 +1156,14 @@ fn vector_store(call: &Call) -> Decision {
     if queries {
         shows(Effect::ReadsInternal, Channel::Database)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
 /// Webhook clients post to their URL.
-fn webhook(call: &Call) -> Decision {
+fn webhook(call: &Call) -> Classification {
     if !call.segs.iter().any(|s| s.contains("Webhook")) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let destination = destination_of(call.site).map(|mut d| {
         d.method = Some("POST".into());
@@ -1188,12 +1188,12 @@ const CHAT_READS: &[&str] = &[
 
 /// Chat SDKs: a post leaves; reading a channel brings in whatever anyone
 /// wrote there.
-fn chat(call: &Call) -> Decision {
+fn chat(call: &Call) -> Classification {
     let chat_sdk = call.root_is(CHAT_ROOTS)
         || call.last_starts_with(&["chat_post"])
         || (call.has("chat") && call.last == "postMessage");
     if !chat_sdk {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let sends = call.last_starts_with(&["chat_", "send", "post", "files_upload"])
         || call.last_is(&["reply", "create", "execute", "postMessage"]);
@@ -1206,16 +1206,16 @@ fn chat(call: &Call) -> Decision {
     } else if reads {
         shows(Effect::UntrustedInput, Channel::Chat)
     } else {
-        Decision::Nothing
+        Classification::Nothing
     }
 }
 
 /// IMAP and POP: the connection (constructor) is the capability; later
 /// calls on it go to the same server and would only repeat it without the
 /// host.
-fn mail_connection(call: &Call) -> Decision {
+fn mail_connection(call: &Call) -> Classification {
     if !call.root_is(&["imaplib", "poplib", "imapflow", "imap-simple"]) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let connects = call.last_starts_with(&["IMAP4", "POP3"])
         || call.last == "ImapFlow"
@@ -1227,21 +1227,21 @@ fn mail_connection(call: &Call) -> Decision {
             host_port_of(call.site),
         )
     } else {
-        Decision::Nothing
+        Classification::Nothing
     }
 }
 
 /// Gmail through googleapis: reading mail anyone could have sent.
-fn gmail(call: &Call) -> Decision {
+fn gmail(call: &Call) -> Classification {
     if !(call.has("gmail") && call.has("messages")) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     if call.last_is(&["get", "list"]) {
         shows(Effect::UntrustedInput, Channel::Mail)
     } else if call.last == "send" {
         shows(Effect::Egress, Channel::Mail)
     } else {
-        Decision::Nothing
+        Classification::Nothing
     }
 }
 
@@ -1257,19 +1257,19 @@ const MAIL_APIS: &[&str] = &[
 
 /// Transactional mail APIs send; SES's commands count under any module
 /// name.
-fn transactional_mail(call: &Call) -> Decision {
+fn transactional_mail(call: &Call) -> Classification {
     let sends = (call.root_is(MAIL_APIS)
         && (call.last_starts_with(&["send"]) || call.last_is(&["SendEmailCommand", "create"])))
         || call.last_is(&["SendEmailCommand", "SendRawEmailCommand"]);
     if sends {
         shows(Effect::Egress, Channel::Mail)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
 /// GitHub SDKs: issues, pull requests and comments are written by anyone.
-fn github_sdk(call: &Call) -> Decision {
+fn github_sdk(call: &Call) -> Classification {
     if !call.root_is(&[
         "@octokit/rest",
         "octokit",
@@ -1277,7 +1277,7 @@ fn github_sdk(call: &Call) -> Decision {
         "github",
         "ghapi",
     ]) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let github = Some(Destination {
         host: Some("api.github.com".into()),
@@ -1288,31 +1288,31 @@ fn github_sdk(call: &Call) -> Decision {
     } else if call.last_starts_with(&["get", "list", "search"]) {
         shows_at(Effect::UntrustedInput, Channel::Http, github)
     } else {
-        Decision::Nothing
+        Classification::Nothing
     }
 }
 
 /// SMTP clients, and the send verbs of any mail client. On `smtplib` and
 /// `nodemailer` only the connection (`SMTP(host)`) and `sendMail` count:
 /// the other calls go to the same server.
-fn smtp(call: &Call) -> Decision {
+fn smtp(call: &Call) -> Classification {
     let mail = call.root_is(&["smtplib", "aiosmtplib", "nodemailer"])
         || call.last_is(&["sendmail", "send_message", "sendMail"])
         || (call.root_is(&["yagmail", "sendgrid"]) && call.last == "send");
     if !mail {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     if (call.root == "smtplib" && !call.last_starts_with(&["SMTP"]))
         || (call.root == "nodemailer" && call.last != "sendMail")
     {
-        return Decision::Nothing;
+        return Classification::Nothing;
     }
     shows_at(Effect::Egress, Channel::Mail, host_port_of(call.site))
 }
 
 /// Feeds: `feedparser.parse(url)`, and `parseURL` (rss-parser) on any
 /// receiver.
-fn feed(call: &Call) -> Decision {
+fn feed(call: &Call) -> Classification {
     if (call.root == "feedparser" && call.last == "parse") || call.last == "parseURL" {
         shows_at(
             Effect::UntrustedInput,
@@ -1320,7 +1320,7 @@ fn feed(call: &Call) -> Decision {
             destination_of(call.site),
         )
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
@@ -1335,7 +1335,7 @@ const BROWSERS: &[&str] = &[
 
 /// Browsers: `page.goto` (Playwright, Puppeteer) on any receiver, and a
 /// browser library's `get`/`navigate` (Selenium's `driver.get`).
-fn browser(call: &Call) -> Decision {
+fn browser(call: &Call) -> Classification {
     let loads = call.last == "goto"
         || (call.root_is(BROWSERS) && call.last_is(&["get", "goto", "navigate"]));
     if loads {
@@ -1345,18 +1345,18 @@ fn browser(call: &Call) -> Decision {
             with_method(destination_of(call.site), "GET"),
         )
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
 /// Web search SDKs, by a marker anywhere in the callee (module or class
 /// name).
-fn web_search(call: &Call) -> Decision {
+fn web_search(call: &Call) -> Classification {
     let lower = call.site.callee.to_ascii_lowercase();
     if SEARCH_MARKERS.iter().any(|m| lower.contains(m)) {
         shows(Effect::UntrustedInput, Channel::Search)
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
@@ -1373,19 +1373,19 @@ const SOCKET_VERBS: &[&str] = &[
 ];
 
 /// Raw sockets leave to whatever host they name.
-fn raw_socket(call: &Call) -> Decision {
+fn raw_socket(call: &Call) -> Classification {
     if call.root_is(&["socket", "net", "tls", "dgram"]) && call.last_is(SOCKET_VERBS) {
         shows_at(Effect::Egress, Channel::Socket, host_port_of(call.site))
     } else {
-        Decision::NotMine
+        Classification::NotMine
     }
 }
 
 /// Databases: an internal read. `conn.execute(q).fetchall()` is one read,
 /// not two: a verb on the result of another verb is skipped.
-fn database(call: &Call) -> Decision {
+fn database(call: &Call) -> Classification {
     if !call.root_is(DB_ROOTS) {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let chained = call
         .chain
@@ -1394,7 +1394,7 @@ fn database(call: &Call) -> Decision {
     let reads = (call.last_is(DB_VERBS) && !chained)
         || (call.root == "@prisma/client" && call.last_starts_with(&["find"]));
     if !reads {
-        return Decision::Nothing;
+        return Classification::Nothing;
     }
     // SQLite and DuckDB take a file path, not a host.
     let file_db = call.root_is(&["sqlite3", "better-sqlite3", "duckdb"]);
@@ -1408,25 +1408,25 @@ fn database(call: &Call) -> Decision {
 /// An HTTP library called as a function: `fetch(url, init)` in
 /// TypeScript, `axios(config)`, `got(url, opts)`; a GET unless the
 /// arguments name a method.
-fn http_library_call(call: &Call) -> Decision {
+fn http_library_call(call: &Call) -> Classification {
     let called = call.bare()
         && ((call.lang == Lang::TypeScript && call.last == "fetch") || call.root_is(HTTP_ROOTS));
     if !called {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     let method = literal_method(call.site, Lang::TypeScript).unwrap_or(None);
-    Decision::Shows(http(method.as_deref().unwrap_or("POST"), call.site))
+    Classification::Shows(http(method.as_deref().unwrap_or("POST"), call.site))
 }
 
 /// The verbs of an HTTP library (`requests.get`, `httpx.AsyncClient().post`,
 /// `urllib.request.urlopen`).
-fn http_verb(call: &Call) -> Decision {
+fn http_verb(call: &Call) -> Classification {
     let http_library = call.root_is(HTTP_ROOTS)
         || (call.root == "urllib" && call.last_is(&["urlopen", "Request", "urlretrieve"]))
         || (call.lang == Lang::Python
             && matches!(call.site.callee.as_str(), "urlopen" | "urlretrieve"));
     if !http_library {
-        return Decision::NotMine;
+        return Classification::NotMine;
     }
     // `requests.get(u).json().get("k")` is a dict lookup on a response, not
     // another request: only constructors (capitalised, or `create`) may sit
@@ -1436,7 +1436,7 @@ fn http_verb(call: &Call) -> Decision {
         .iter()
         .any(|c| !c.starts_with(char::is_uppercase) && *c != "create");
     if on_response {
-        return Decision::Nothing;
+        return Classification::Nothing;
     }
     let site = call.site;
     let verb = call.last.to_ascii_lowercase();
@@ -1446,9 +1446,9 @@ fn http_verb(call: &Call) -> Decision {
         "stream" => http_stream(site),
         "request" if call.last == "Request" => urllib_request(site),
         "request" | "fetch" => generic_request(site, call.lang),
-        _ => return Decision::Nothing,
+        _ => return Classification::Nothing,
     };
-    Decision::Shows(found)
+    Classification::Shows(found)
 }
 
 /// `httpx.stream("POST", url)`: the method comes first (or as `method=`

@@ -12,13 +12,13 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::cli::verify::repository::{Finding, Status};
+use crate::cli::verify::repository::{ObjectReport, Status};
 use agentgate_trifecta::report::{SARIF_SCHEMA, uri_reference};
 
 /// What a run judged, for the summary line and the exit code.
 pub struct Summary<'a> {
     /// Every finding, in input order (maximums, sandboxes, proposals).
-    pub findings: &'a [Finding],
+    pub findings: &'a [ObjectReport],
     /// Objects of other kinds that were passed over.
     pub ignored: usize,
     /// Wall-clock milliseconds of the whole run's proofs.
@@ -111,7 +111,7 @@ pub fn text(summary: &Summary<'_>) -> String {
     out
 }
 
-fn finding_json(f: &Finding) -> Value {
+fn finding_json(f: &ObjectReport) -> Value {
     json!({
         "kind": f.kind,
         "namespace": f.namespace,
@@ -269,7 +269,7 @@ fn rules() -> Value {
     ])
 }
 
-fn sarif_result(f: &Finding) -> Option<Value> {
+fn sarif_result(f: &ObjectReport) -> Option<Value> {
     let (rule, level) = rule_of(f.status)?;
     let mut message = format!("{}: {}", f.object(), f.message);
     if let Some(action) = &f.counterexample {

@@ -26,7 +26,7 @@ use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::error::Reason;
 use agentgate_policy::matcher::{decide_mcp, decide_network, path_is_under};
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::{Decision, Source};
+use agentgate_prover::verdict::{Decision, Requester};
 use agentgate_prover::{Outcome, Prover};
 
 /// The API group of agentgate's kinds and the one version this build reads.
@@ -86,9 +86,10 @@ impl Status {
     }
 }
 
-/// The judgement of one object, with where it is written.
+/// What verify found about one object, with where it is written (a line of
+/// the report: a SARIF result, a JUnit test case).
 #[derive(Debug, Clone)]
-pub struct Finding {
+pub struct ObjectReport {
     /// `AgentSandbox`, `MaximumPolicy` or `PolicyProposal`.
     pub kind: &'static str,
     /// Its namespace (none for a MaximumPolicy).
@@ -122,7 +123,7 @@ pub struct Finding {
     pub solver_millis: f64,
 }
 
-impl Finding {
+impl ObjectReport {
     /// `Kind namespace/name` or `Kind name`.
     pub fn object(&self) -> String {
         match &self.namespace {
@@ -284,8 +285,8 @@ pub fn classify(
 }
 
 /// A finding about `manifest` with everything else empty.
-fn finding(manifest: &Manifest, kind: &'static str, namespace: Option<String>) -> Finding {
-    Finding {
+fn finding(manifest: &Manifest, kind: &'static str, namespace: Option<String>) -> ObjectReport {
+    ObjectReport {
         kind,
         namespace,
         name: manifest.name().to_string(),
@@ -304,8 +305,8 @@ fn finding(manifest: &Manifest, kind: &'static str, namespace: Option<String>) -
     }
 }
 
-impl Finding {
-    fn at(mut self, manifest: &Manifest, field: Option<String>) -> Finding {
+impl ObjectReport {
+    fn at(mut self, manifest: &Manifest, field: Option<String>) -> ObjectReport {
         if let Some(field) = field {
             self.line = manifest.line_of(&field);
             self.field = Some(field);
@@ -313,7 +314,7 @@ impl Finding {
         self
     }
 
-    fn unproven(self, manifest: &Manifest, reason: Reason, message: String) -> Finding {
+    fn unproven(self, manifest: &Manifest, reason: Reason, message: String) -> ObjectReport {
         let status = match Outcome::from_reason(reason.clone()) {
             Outcome::Unsupported { .. } => Status::Unsupported,
             _ => Status::Inconclusive,
@@ -359,7 +360,7 @@ fn granting_field(
 }
 
 /// Judges everything in `repo`.
-pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Finding> {
+pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<ObjectReport> {
     let cache = CompiledMaximums::default();
     // The repository's maximums replace live ones of the same name.
     let mut maximums: BTreeMap<String, &MaximumPolicy> = ctx
@@ -411,7 +412,7 @@ pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Findi
         .map_or(1, usize::from)
         .clamp(1, 8);
     let chunk = repo.sandboxes.len().div_ceil(workers).max(1);
-    let judged: Vec<Vec<Finding>> = std::thread::scope(|scope| {
+    let judged: Vec<Vec<ObjectReport>> = std::thread::scope(|scope| {
         let handles: Vec<_> = repo
             .sandboxes
             .chunks(chunk)
@@ -470,7 +471,7 @@ pub fn judge_all(repo: &Repository, ctx: &Context, prover: &Prover) -> Vec<Findi
     findings
 }
 
-fn judge_maximum(manifest: &Manifest, maximum: &MaximumPolicy, prover: &Prover) -> Finding {
+fn judge_maximum(manifest: &Manifest, maximum: &MaximumPolicy, prover: &Prover) -> ObjectReport {
     let f = finding(manifest, "MaximumPolicy", None);
     // The loader's checks first: a misspelt field gets a hint.
     if let Err(reason) = load_value(&manifest.value) {
@@ -542,10 +543,10 @@ type GovernanceOf<'a> = dyn Fn(&AgentSandbox) -> Result<Governance, String> + Sy
 /// The governing maximums, or the finding that governance was refused or
 /// could not be known.
 fn refused_governance(
-    f: Finding,
+    f: ObjectReport,
     manifest: &Manifest,
     governance: Result<Governance, String>,
-) -> Result<Vec<Governing>, Box<Finding>> {
+) -> Result<Vec<Governing>, Box<ObjectReport>> {
     match governance {
         Err(message) => {
             let mut f = f.at(manifest, Some("metadata.namespace".into()));
@@ -573,7 +574,7 @@ fn judge_sandbox(
     governance: &GovernanceOf<'_>,
     ctx: &Context,
     prover: &Prover,
-) -> Finding {
+) -> ObjectReport {
     let f = finding(manifest, "AgentSandbox", sandbox.namespace());
     if let Err(reason) = load_value(&manifest.value) {
         let message = format!("not in the modelled language: {reason}");
@@ -643,7 +644,7 @@ fn judge_proposal(
     governance: &GovernanceOf<'_>,
     ctx: &Context,
     prover: &Prover,
-) -> Finding {
+) -> ObjectReport {
     let f = finding(manifest, "PolicyProposal", proposal.namespace());
     let Some((sandbox, current)) = sandbox else {
         let mut f = f.at(manifest, Some("spec.sandboxRef.name".into()));
@@ -681,7 +682,7 @@ fn judge_proposal(
         sandbox,
         current: &current,
         governing: &governing,
-        source: Source::Agent,
+        requester: Requester::Agent,
         allow_unmanaged: ctx.allow_unmanaged,
     };
     let verdict = match judge(&case, prover, 0) {

@@ -161,35 +161,36 @@ fuzz: z3 ## bad input for FUZZ_SECONDS (default 600) per target: admission endpo
 	$(CARGO) run --release --locked -q -p agentgate-tests --bin fuzz -- --seconds $(FUZZ_SECONDS)
 
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
-	$(CARGO) run --release --locked -p agentgate-tests --bin bench-containment
+	$(CARGO) run --release --locked -p agentgate-bench --bin bench-containment
 
 bench-scan: z3 ## scanner throughput over 10,000 generated Python tool modules (files/s)
-	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-scan
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-scan
 
 bench-operator: z3 control-plane ## proposal creation -> Applied latency and commits/s on the local control plane
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
-	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-proposals
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-proposals
 
 bench-scale: z3 control-plane helm ## 1,000 sandboxes in 50 namespaces under 3 ceilings: admission p99, proposal burst commits/s, a tightened ceiling re-verifying all, operator RSS/CPU, idle reconciles (about 20 minutes)
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
-	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-scale
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-scale
 
 bench-requests: z3 control-plane helm ## count before cutting: the API requests (verb, resource, bytes, API server time) and the operator's work of one proposal commit
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
-	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-requests
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-requests
 
 bench-fleet: z3 ## the operator's re-verification and commit paths at 10,000 and 100,000 sandboxes in one process, no API server: memory per cached sandbox, storm with and without shared revocations, verdicts/s
-	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-fleet
+	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-fleet
 	$(RELEASE_DIR)/bench-fleet
 
 bench-verify: z3 ## agentgate verify over 500 generated sandboxes under 3 maximums in one process, beside 500 separate runs
 	$(CARGO) build --release --locked -q -p agentgate --bin agentgate
-	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-verify
+	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-verify
 	$(RELEASE_DIR)/bench-verify
 
 bench-mcp: z3 ## tool-call authority: containment of tool policies and decisions on 1,000 tool rules beside the same as rest rules, and the proxy's added latency per tools/call
-	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-mcp
-	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-mcp
+	$(CARGO) build --release --locked -q -p agentgate-proxy --bin agentgate-proxy
+	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-proxy
 	BENCH_PROXY_ONLY=mcp $(RELEASE_DIR)/bench-proxy
 
 bench-agentdojo: netns-tools agentdojo ## AgentDojo's four suites (test split) replayed through agentgate-proxy with no model, per policy configuration side by side: clean and attacked utility, attack success rate (TRACES=FILE replays that JSONL file instead; docs/benchmarks.md)
@@ -197,22 +198,23 @@ bench-agentdojo: netns-tools agentdojo ## AgentDojo's four suites (test split) r
 	python3 e2e/agentdojo/bench.py $(RELEASE_DIR)/agentgate-proxy "$$(./hack/install-agentdojo.sh --print)" $(if $(TRACES),--traces $(TRACES))
 
 bench-trifecta: z3 ## trifecta analysis: minimum cut and analysis on a 10,000-tool graph, scanner throughput
-	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-trifecta
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-trifecta
 
 bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules, pods at 500/s) and /v1/decide, from a separate load process
 	$(CARGO) build --release --locked -q -p agentgate --bins
-	$(CARGO) run --release --locked -q -p agentgate-tests --bin bench-decide
-	$(CARGO) run --release --locked -q -p agentgate-e2e --bin bench-webhook
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-decide
+	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-webhook
 
 bench-delivery: z3 control-plane node helm netns-tools mcp-sdk ## policy delivery: 1,000 proxies subscribed to one replica's policy stream (simulated, in process: memory, one commit's latency, a tightened ceiling's fan-out), then the real node at the kubelet's default sync: 20 approvals and revocations seen by the running agent (p50/p99), and one tightened ceiling over 100 running sandbox Pods
-	$(CARGO) build --release --locked -q -p agentgate-tests --bin bench-delivery
+	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-delivery
 	$(RELEASE_DIR)/bench-delivery
 	$(CARGO) build --locked -q $(ALL_TARGETS)
 	AGENTGATE_DELIVERY_TRIALS=20 AGENTGATE_FLEET_PODS=100 $(CARGO) test --locked -q -p agentgate-e2e --test real_node -- --include-ignored --nocapture > $(TARGET_DIR)/bench-delivery-node.log 2>&1 || { tail -60 $(TARGET_DIR)/bench-delivery-node.log; exit 1; }
 	grep -E '^real node: (proposal|delivery|fleet|policy stream cut|booted)' $(TARGET_DIR)/bench-delivery-node.log
 
 bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost
-	$(CARGO) build --release --locked -q -p agentgate-proxy --features testkit --bins
+	$(CARGO) build --release --locked -q -p agentgate-proxy --bin agentgate-proxy
+	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-proxy
 	$(RELEASE_DIR)/bench-proxy
 
 bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark program with tiny sizes; fails when one no longer works

@@ -7,7 +7,6 @@
 //! (or `KUBEBUILDER_ASSETS`); when they cannot be had the harness fails, it
 //! never skips.
 
-pub mod bench;
 pub mod node;
 pub mod pod_runner;
 pub mod probe;

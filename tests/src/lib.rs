@@ -32,13 +32,3 @@ pub fn rejection_with(yaml: &str, role: Role, limits: &Limits) -> Reason {
         },
     }
 }
-
-/// Nearest-rank percentile of sorted samples (NaN when there are none), for
-/// the benchmark programs.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}

@@ -252,7 +252,7 @@ fn the_reach_walk_reports_the_path_that_brings_a_crate_in() {
 #[test]
 fn the_pod_runs_the_proxy_with_the_allocator_options_its_benchmark_measures() {
     // The governance crate builds the Pod; the proxy crate (which governance
-    // may not depend on) benchmarks the proxy: both name the same options.
+    // may not depend on) names the options its benchmark runs it with.
     use agentgate_governance::sandbox_pod::{DataPlane, proxy_container};
     let proxy = proxy_container(&DataPlane {
         image: "agentgate:test".into(),

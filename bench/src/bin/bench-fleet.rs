@@ -33,6 +33,7 @@
 //! `BENCH_FLEET_COMMITS` (default 2,000), `AGENTGATE_BENCH_SMOKE=1` (one run
 //! of 200 sandboxes from 20 policies, 50 baseline, 50 commits).
 
+use agentgate_bench::percentile_duration as percentile;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -205,20 +206,13 @@ fn namespace_labels(ns: usize) -> BTreeMap<String, String> {
 /// with `policy` in place of the sandbox's index: the same fleet, so the
 /// two benchmarks' figures can be read together.
 fn declared(policy: usize) -> serde_json::Value {
-    let network: Vec<serde_json::Value> = (0..RULES)
-        .map(|k| {
-            serde_json::json!({
-                "name": format!("r{k}"),
-                "binaries": ["/usr/local/bin/agent"],
-                "endpoints": [{
-                    "host": format!("api{k}.s{policy}.example.com"),
-                    "ports": [443],
-                    "protocol": "rest",
-                    "rules": [{"methods": ["GET"], "path": "/v1/**"}],
-                }],
-            })
-        })
-        .collect();
+    let network = agentgate_bench::rest_rules(
+        RULES,
+        |k| format!("r{k}"),
+        |k| format!("api{k}.s{policy}.example.com"),
+        &["GET"],
+        |_| "/v1/**".to_string(),
+    );
     serde_json::json!({
         "filesystem": {"readOnly": ["/app"], "readWrite": ["/sandbox"]},
         "network": network,
@@ -302,14 +296,6 @@ fn rss() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * 4096)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 /// Runs `work(i)` for every `i < n` on `threads` threads; returns each
@@ -425,8 +411,8 @@ fn storm(
     times.sort();
     StormFigures {
         wall,
-        p50: percentile(&times, 0.5),
-        p99: percentile(&times, 0.99),
+        p50: percentile(&times, 50.0),
+        p99: percentile(&times, 99.0),
         proved: results
             .iter()
             .filter(|(_, (p, _))| *p == Proved::Now)
@@ -559,8 +545,8 @@ fn run(run: Run, knobs: &Knobs, threads: usize) -> Result<(), String> {
         "commits: {commits} proposals judged Apply in {:.2} s ({:.0} verdicts/s); per verdict p50 {:.2} ms p99 {:.2} ms",
         wall.as_secs_f64(),
         commits as f64 / wall.as_secs_f64(),
-        percentile(&times, 0.5).as_secs_f64() * 1e3,
-        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        percentile(&times, 50.0).as_secs_f64() * 1e3,
+        percentile(&times, 99.0).as_secs_f64() * 1e3,
     );
     wrong.extend(verdicts.into_iter().filter_map(|(_, r)| r.err()).take(3));
     if wrong.is_empty() {

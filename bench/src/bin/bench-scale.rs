@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::bench::{load, report, watch_lines};
+use agentgate_bench::cluster::{load, report, watch_lines};
 use agentgate_e2e::{ControlPlane, Operator, free_loopback_port};
 
 /// How much: the full run, or `AGENTGATE_BENCH_SMOKE=1`.
@@ -132,20 +132,13 @@ spec:
 /// proof is a cache hit of another's), as JSON (which kubectl reads as
 /// YAML too).
 fn sandbox_value(i: usize, namespaces: usize) -> serde_json::Value {
-    let network: Vec<serde_json::Value> = (0..RULES)
-        .map(|k| {
-            serde_json::json!({
-                "name": format!("r{k}"),
-                "binaries": ["/usr/local/bin/agent"],
-                "endpoints": [{
-                    "host": format!("api{k}.s{i}.example.com"),
-                    "ports": [443],
-                    "protocol": "rest",
-                    "rules": [{"methods": ["GET"], "path": "/v1/**"}],
-                }],
-            })
-        })
-        .collect();
+    let network = agentgate_bench::rest_rules(
+        RULES,
+        |k| format!("r{k}"),
+        |k| format!("api{k}.s{i}.example.com"),
+        &["GET"],
+        |_| "/v1/**".to_string(),
+    );
     serde_json::json!({
         "apiVersion": "agentgate.dev/v1alpha1",
         "kind": "AgentSandbox",
@@ -600,5 +593,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    agentgate_e2e::bench::exit("bench-scale", run())
+    agentgate_bench::cluster::exit("bench-scale", run())
 }

@@ -4,7 +4,7 @@
 //! `scan_path` over it (walk, read, parse, classify, graph). Prints numbers;
 //! asserts nothing about speed, but exits non-zero unless the scan finds
 //! every file and every generated tool, some capabilities and no
-//! diagnostics. `cargo run --release -p agentgate-tests --bin bench-scan
+//! diagnostics. `cargo run --release -p agentgate-bench --bin bench-scan
 //! [FILES]`; `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`) defaults to 50
 //! files, whose numbers are not results.
 

@@ -35,6 +35,7 @@
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
 //! - `BENCH_SOURCE`: what to print as the source commit (default: `git rev-parse`).
 
+use agentgate_bench::percentile;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -555,15 +556,6 @@ fn generate_pair(seed: u64, n: usize, index: usize) -> Result<Pair, String> {
 
 // ---------------------------------------------------------------------------
 // Statistics and environment
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);

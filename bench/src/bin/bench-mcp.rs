@@ -34,6 +34,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use agentgate_bench::percentile;
 use agentgate_policy::action::{Action, Layer, McpAction, McpKind, NetworkAction};
 use agentgate_policy::compile::{CompiledPolicy, Role};
 use agentgate_policy::index::HostIndex;
@@ -43,7 +44,7 @@ use agentgate_policy::matcher::{
 use agentgate_policy::provenance::{Lineage, Source};
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_proxy::session::SessionGraph;
-use agentgate_tests::{percentile, policy};
+use agentgate_tests::policy;
 use serde_json::json;
 
 const SERVERS: usize = 10;

@@ -11,6 +11,7 @@
 //! The real node's side (approval and revocation seen by a running agent
 //! under the kubelet's default sync) is `e2e/tests/real_node.rs`.
 
+use agentgate_bench::percentile;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -167,10 +168,6 @@ async fn subscribe(router: axum::Router, i: usize, seen: mpsc::UnboundedSender<(
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn main() {
     let smoke = std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1");
     let n: usize = if smoke { 10 } else { 1000 };
@@ -302,8 +299,8 @@ fn main() {
         );
         println!(
             "| one commit → its Pod's stream, {trials} trials | — | p50 {:.2} ms, p99 {:.2} ms |",
-            percentile(&latencies, 0.5),
-            percentile(&latencies, 0.99)
+            percentile(&latencies, 50.0),
+            percentile(&latencies, 99.0)
         );
         println!(
             "| every sandbox's policy changed → all {n} streams have it | — | {:.1} ms |",

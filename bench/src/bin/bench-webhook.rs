@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentgate_e2e::bench::{load, report};
+use agentgate_bench::cluster::{load, report};
 use agentgate_e2e::{ControlPlane, free_loopback_port};
 
 const RATE: &str = "20/s";
@@ -140,20 +140,13 @@ fn ceiling(rules: usize) -> String {
 /// An AdmissionReview for creating a sandbox with `rules` rules inside the
 /// ceiling; `variant` makes each policy distinct (no answer-cache hits).
 fn review(rules: usize, variant: usize) -> String {
-    let network: Vec<serde_json::Value> = (0..rules)
-        .map(|i| {
-            serde_json::json!({
-                "name": format!("svc-{i}"),
-                "binaries": ["/usr/local/bin/agent"],
-                "endpoints": [{
-                    "host": format!("api{i}.example.com"),
-                    "ports": [443],
-                    "protocol": "rest",
-                    "rules": [{"methods": ["GET"], "path": format!("/v1/r{variant}/items/**")}],
-                }],
-            })
-        })
-        .collect();
+    let network = agentgate_bench::rest_rules(
+        rules,
+        |i| format!("svc-{i}"),
+        |i| format!("api{i}.example.com"),
+        &["GET"],
+        |_| format!("/v1/r{variant}/items/**"),
+    );
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -352,5 +345,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    agentgate_e2e::bench::exit("bench-webhook", run())
+    agentgate_bench::cluster::exit("bench-webhook", run())
 }

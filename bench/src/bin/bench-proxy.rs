@@ -28,6 +28,7 @@
 //!
 //! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): tiny sizes, same checks.
 
+use agentgate_bench::percentile_duration as percentile;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -138,14 +139,6 @@ fn policy_text(
     }
     text.push_str("          - {name: send_money, arguments: {recipient: {glob: \"GB*\"}, amount: {minimum: 0, maximum: 100}}, additionalArguments: false}\n");
     text
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn micros(d: Duration) -> f64 {
@@ -481,17 +474,17 @@ fn latency_table(direct: &[Duration], proxied: &[Duration], targets: &str) {
         println!(
             "   {:<22} {:>10.0} {:>10.0} {:>10.0}",
             name,
-            micros(percentile(s, 0.5)),
-            micros(percentile(s, 0.9)),
-            micros(percentile(s, 0.99))
+            micros(percentile(s, 50.0)),
+            micros(percentile(s, 90.0)),
+            micros(percentile(s, 99.0))
         );
     }
     println!(
         "   {:<22} {:>10.0} {:>10.0} {:>10.0}   ({targets})",
         "added by the proxy",
-        micros(percentile(proxied, 0.5)) - micros(percentile(direct, 0.5)),
-        micros(percentile(proxied, 0.9)) - micros(percentile(direct, 0.9)),
-        micros(percentile(proxied, 0.99)) - micros(percentile(direct, 0.99)),
+        micros(percentile(proxied, 50.0)) - micros(percentile(direct, 50.0)),
+        micros(percentile(proxied, 90.0)) - micros(percentile(direct, 90.0)),
+        micros(percentile(proxied, 99.0)) - micros(percentile(direct, 99.0)),
     );
 }
 
@@ -859,17 +852,17 @@ async fn run() -> anyhow::Result<()> {
             println!(
                 "   {:<26} {:>10.0} {:>10.0} {:>10.0}",
                 name,
-                micros(percentile(samples, 0.5)),
-                micros(percentile(samples, 0.9)),
-                micros(percentile(samples, 0.99))
+                micros(percentile(samples, 50.0)),
+                micros(percentile(samples, 90.0)),
+                micros(percentile(samples, 99.0))
             );
         }
         println!(
             "   {:<26} {:>10.1} {:>10.1} {:>10.1}   (target: p99 ≤ 20)",
             "added by the credential",
-            micros(percentile(&attached, 0.5)) - micros(percentile(&bare, 0.5)),
-            micros(percentile(&attached, 0.9)) - micros(percentile(&bare, 0.9)),
-            micros(percentile(&attached, 0.99)) - micros(percentile(&bare, 0.99)),
+            micros(percentile(&attached, 50.0)) - micros(percentile(&bare, 50.0)),
+            micros(percentile(&attached, 90.0)) - micros(percentile(&bare, 90.0)),
+            micros(percentile(&attached, 99.0)) - micros(percentile(&bare, 99.0)),
         );
         println!();
     }
@@ -943,8 +936,8 @@ async fn run() -> anyhow::Result<()> {
         println!(
             "   {:<22} p50 {:>8.0} µs   p99 {:>8.0} µs",
             name,
-            micros(percentile(s, 0.5)),
-            micros(percentile(s, 0.99))
+            micros(percentile(s, 50.0)),
+            micros(percentile(s, 99.0))
         );
     }
     println!("   (target: through the proxy p99 ≤ 2,000 µs)");

@@ -12,8 +12,9 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use agentgate_bench::cluster::proposal_phases;
+use agentgate_bench::percentile;
 use agentgate_e2e::ControlPlane;
-use agentgate_e2e::bench::{percentile, proposal_phases};
 use agentgate_e2e::race::{proposal, proposals};
 
 fn wait_applied(
@@ -129,5 +130,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    agentgate_e2e::bench::exit("bench-proposals", run())
+    agentgate_bench::cluster::exit("bench-proposals", run())
 }

@@ -1,5 +1,6 @@
-//! Helpers the benchmark programs share: a steady load of HTTPS requests
-//! from one curl process, percentiles and report rows.
+//! What the benchmarks on a local control plane share: kubectl watches,
+//! proposal phases, a steady load of HTTPS requests from one curl process,
+//! report rows and the exit code.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -7,7 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use crate::{ControlPlane, assets};
+use agentgate_e2e::{ControlPlane, assets};
+
+use crate::percentile;
 
 /// Streams the lines of `kubectl get ARGS -w` (e.g. with a jsonpath
 /// output), each stamped when it arrives; the kubectl process ends with
@@ -69,12 +72,6 @@ pub fn proposal_phases(
         }
     });
     Ok(rx)
-}
-
-/// The `p`th percentile of ascending `sorted` (nearest rank).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 /// Sends every body to `url` from one curl process at RATE; returns the

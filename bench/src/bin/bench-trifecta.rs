@@ -8,6 +8,7 @@
 //! generator implies. `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): 200
 //! tools, 2 rounds; same checks, numbers that are not results.
 
+use agentgate_bench::percentile;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -53,11 +54,6 @@ fn graph(count: usize) -> Graph {
         })
         .collect();
     Graph::single_agent(tools)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 fn timed(rounds: usize, mut work: impl FnMut()) -> (f64, f64) {

@@ -26,21 +26,13 @@ fn sizes() -> (usize, usize, usize) {
 }
 
 fn policy(rules: usize) -> Result<PolicyDocument, String> {
-    let network: Vec<serde_json::Value> = (0..rules)
-        .map(|i| {
-            serde_json::json!({
-                "name": format!("svc-{i}"),
-                "binaries": ["/usr/local/bin/agent"],
-                "endpoints": [{
-                    "host": format!("api{i}.example.com"),
-                    "ports": [443],
-                    "protocol": "rest",
-                    "rules": [{"methods": ["GET", "POST"], "path": "/v1/*/items/**"}],
-                    "denyRules": [{"methods": ["POST"], "path": "/v1/admin/**"}],
-                }],
-            })
-        })
-        .collect();
+    let network = agentgate_bench::rest_rules(
+        rules,
+        |i| format!("svc-{i}"),
+        |i| format!("api{i}.example.com"),
+        &["GET", "POST"],
+        |_| "/v1/*/items/**".to_string(),
+    );
     serde_json::from_value(serde_json::json!({"network": network})).map_err(|e| e.to_string())
 }
 

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use agentgate_e2e::bench::{proposal_phases, watch_lines};
+use agentgate_bench::cluster::{proposal_phases, watch_lines};
 use agentgate_e2e::race::{TIGHTENED, proposal};
 use agentgate_e2e::{ControlPlane, Operator};
 
@@ -351,5 +351,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    agentgate_e2e::bench::exit("bench-requests", run())
+    agentgate_bench::cluster::exit("bench-requests", run())
 }

@@ -206,7 +206,16 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
             r#"{"sandbox":"issue-responder","namespace":"agents","binary":"/usr/local/bin/agent","host":"api.github.com","port":443,"layer":"rest","method":"POST","path":"/repos/acme/widgets/pulls"}"#,
         )
         .unwrap();
-    assert_eq!(deny["allow"], false, "{deny}");
+    // Stated as the proxy states a refusal (docs/proxy.md, "Refusals").
+    assert_eq!(
+        (&deny["decision"], &deny["allow"], &deny["code"]),
+        (
+            &serde_json::json!("deny"),
+            &serde_json::json!(false),
+            &serde_json::json!("no_rule")
+        ),
+        "{deny}"
+    );
     assert_eq!(deny["finding"]["id"], "AG-TRIFECTA", "{deny}");
     assert_eq!(deny["finding"]["node"], "post_comment", "{deny}");
     assert!(

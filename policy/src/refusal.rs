@@ -1,7 +1,8 @@
 //! Refusals as every enforcement point states them (docs/proxy.md,
 //! "Refusals"): the egress proxy's 403 body, the JSON-RPC error data of a
-//! refused MCP call, and the stdio wrapper's answers share this one shape,
-//! so an agent reads the same reason wherever it was stopped.
+//! refused MCP call, the stdio wrapper's answers and the operator's
+//! `/v1/decide` share this one shape, so an agent reads the same reason
+//! wherever it was stopped.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,7 @@ pub struct FindingCitation {
 }
 
 /// Why a refusal happened, as a stable code for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusalCode {
     /// No rule allows the action.
@@ -72,6 +73,13 @@ pub enum RefusalCode {
     /// hold (its Secret or key is missing, or not valid for its attach
     /// form): never forwarded without it (docs/policy-semantics.md §9).
     CredentialUnavailable,
+    /// An action put to `/v1/decide` that is not one the policy language
+    /// names: a field missing, fields of two kinds of action, or a value
+    /// not in canonical form (the reason says which).
+    MalformedAction,
+    /// A caller `/v1/decide` does not answer: not authenticated, not
+    /// allowed to ask about the sandbox, or not checkable right now.
+    CallerRefused,
 }
 
 impl RefusalCode {
@@ -97,6 +105,8 @@ impl RefusalCode {
             RefusalCode::HeldCallUnavailable => "held_call_unavailable",
             RefusalCode::CredentialMisuse => "credential_misuse",
             RefusalCode::CredentialUnavailable => "credential_unavailable",
+            RefusalCode::MalformedAction => "malformed_action",
+            RefusalCode::CallerRefused => "caller_refused",
         }
     }
 }

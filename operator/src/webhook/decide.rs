@@ -16,6 +16,7 @@ use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::matcher::{allows_filesystem, decide_mcp, decide_network};
 use agentgate_policy::model::PolicyDocument;
+use agentgate_policy::refusal::{Refusal, RefusalCode};
 use agentgate_trifecta::{Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
@@ -100,22 +101,32 @@ impl DecideRequest {
     }
 }
 
-/// The answer.
+/// The answer, in the shape every enforcement point states a refusal in
+/// (docs/proxy.md, "Refusals": `decision`, `reason`, `code`, `rule`,
+/// `finding`), with `revision` beside it. `allow` says what `decision`
+/// says; it is kept for one release for the clients that read it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecideResponse {
-    /// Whether the committed policy allows the action.
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// Whether the committed policy allows the action (the same as
+    /// `decision`; deprecated, removed in the release after next).
     pub allow: bool,
-    /// The rule that allowed (or denied) it, if one did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
     /// One line: why.
     pub reason: String,
-    /// The committed revision the answer comes from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub revision: Option<u64>,
+    /// Why it was refused, as the proxy's refusals say it; none when
+    /// allowed.
+    #[serde(default)]
+    pub code: Option<RefusalCode>,
+    /// The rule that allowed (or denied) it, if one did.
+    #[serde(default)]
+    pub rule: Option<String>,
     /// For a deny: the unfixed static finding that predicted this action.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub finding: Option<FindingCitation>,
+    /// The committed revision the answer comes from.
+    #[serde(default)]
+    pub revision: Option<u64>,
 }
 
 pub use agentgate_policy::refusal::FindingCitation;
@@ -175,14 +186,40 @@ pub fn cite_finding(
 }
 
 impl DecideResponse {
-    /// A deny that no rule decided.
-    pub fn deny(reason: impl Into<String>) -> DecideResponse {
+    /// A deny with no rule, for `code` and `reason`.
+    pub fn deny(code: RefusalCode, reason: impl Into<String>) -> DecideResponse {
+        DecideResponse::refused(&Refusal::new(code, reason))
+    }
+
+    /// The answer that states `refusal`.
+    pub fn refused(refusal: &Refusal) -> DecideResponse {
         DecideResponse {
+            decision: refusal.decision.to_string(),
             allow: false,
-            rule: None,
-            reason: reason.into(),
+            reason: refusal.reason.clone(),
+            code: Some(refusal.code),
+            rule: refusal.rule.clone(),
+            finding: refusal.finding.as_deref().cloned(),
             revision: None,
+        }
+    }
+
+    /// The matcher's ruling on an action, in `reason`'s words: a deny
+    /// by a rule's `denyRules` or by no rule allowing it.
+    fn ruled(allow: bool, rule: Option<String>, reason: String) -> DecideResponse {
+        let code = match (allow, &rule) {
+            (true, _) => None,
+            (false, Some(_)) => Some(RefusalCode::DeniedByRule),
+            (false, None) => Some(RefusalCode::NoRule),
+        };
+        DecideResponse {
+            decision: if allow { "allow" } else { "deny" }.to_string(),
+            allow,
+            reason,
+            code,
+            rule,
             finding: None,
+            revision: None,
         }
     }
 }
@@ -193,14 +230,21 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
     if request.call.is_some() {
         if request.access.is_some() || request.layer.is_some() || request.method.is_some() {
             return DecideResponse::deny(
+                RefusalCode::MalformedAction,
                 "an MCP action (call) has no access, layer or method: it travels as POST to its path",
             );
         }
         let Some(call) = request.mcp_action() else {
-            return DecideResponse::deny("an MCP action needs binary, host, port, path and name");
+            return DecideResponse::deny(
+                RefusalCode::MalformedAction,
+                "an MCP action needs binary, host, port, path and name",
+            );
         };
         if let Err(e) = call.check_canonical() {
-            return DecideResponse::deny(format!("not a canonical action: {e}"));
+            return DecideResponse::deny(
+                RefusalCode::MalformedAction,
+                format!("not a canonical action: {e}"),
+            );
         }
         let decision = decide_mcp(policy, &call);
         // A call a `mode: ask` entry holds waits for a person only at the
@@ -218,57 +262,64 @@ pub fn decide_action(policy: &CompiledPolicy, request: &DecideRequest) -> Decide
             ),
             None => format!("{call}: {}", decision.reason),
         };
-        return DecideResponse {
-            allow: decision.allow,
-            rule: decision.rule,
-            reason,
-            revision: None,
-            finding: None,
-        };
+        let mut response = DecideResponse::ruled(decision.allow, decision.rule, reason);
+        if held.is_some() {
+            response.code = Some(RefusalCode::HeldCallUnavailable);
+        }
+        return response;
     }
     if request.name.is_some() || request.arguments.is_some() {
-        return DecideResponse::deny("name and arguments belong to an MCP action: give call too");
+        return DecideResponse::deny(
+            RefusalCode::MalformedAction,
+            "name and arguments belong to an MCP action: give call too",
+        );
     }
     if let Some(access) = request.access {
         if request.credential.is_some() {
             return DecideResponse::deny(
+                RefusalCode::MalformedAction,
                 "a filesystem action carries no credential: credentials travel on requests",
             );
         }
         let Some(path) = request.path.clone() else {
-            return DecideResponse::deny("a filesystem action needs a path");
+            return DecideResponse::deny(
+                RefusalCode::MalformedAction,
+                "a filesystem action needs a path",
+            );
         };
         let action = FilesystemAction { access, path };
         if let Err(e) = action.check_canonical() {
-            return DecideResponse::deny(format!("not a canonical action: {e}"));
+            return DecideResponse::deny(
+                RefusalCode::MalformedAction,
+                format!("not a canonical action: {e}"),
+            );
         }
         let allow = allows_filesystem(policy, &action);
-        return DecideResponse {
-            allow,
-            rule: None,
-            reason: if allow {
-                format!("{action} is under an allowed filesystem path")
-            } else {
-                format!("{action} is not under an allowed filesystem path")
-            },
-            revision: None,
-            finding: None,
+        let reason = if allow {
+            format!("{action} is under an allowed filesystem path")
+        } else {
+            format!("{action} is not under an allowed filesystem path")
         };
+        return DecideResponse::ruled(allow, None, reason);
     }
     let Some(action) = request.network_action() else {
-        return DecideResponse::deny("a network action needs binary, host and port");
+        return DecideResponse::deny(
+            RefusalCode::MalformedAction,
+            "a network action needs binary, host and port",
+        );
     };
     if let Err(e) = action.check_canonical() {
-        return DecideResponse::deny(format!("not a canonical action: {e}"));
+        return DecideResponse::deny(
+            RefusalCode::MalformedAction,
+            format!("not a canonical action: {e}"),
+        );
     }
     let decision = decide_network(policy, &action);
-    DecideResponse {
-        allow: decision.allow,
-        rule: decision.rule,
-        reason: format!("{action}: {}", decision.reason),
-        revision: None,
-        finding: None,
-    }
+    DecideResponse::ruled(
+        decision.allow,
+        decision.rule,
+        format!("{action}: {}", decision.reason),
+    )
 }
 
 /// A compiled policy with the sandbox uid and revision it was compiled for.
@@ -369,6 +420,39 @@ network:
         let denied = decide_action(&p, &request("GET", "/repos/acme/secret/k"));
         assert!(!denied.allow);
         assert_eq!(denied.rule.as_deref(), Some("github-read"));
+    }
+
+    #[test]
+    fn a_deny_is_stated_as_every_enforcement_point_states_a_refusal() {
+        let p = policy();
+        let as_json = |r: &DecideResponse| serde_json::to_value(r).expect("serialisable");
+        let no_rule = decide_action(&p, &request("POST", "/repos/acme/x"));
+        let by_rule = decide_action(&p, &request("GET", "/repos/acme/secret/k"));
+        let malformed = decide_action(&p, &request("GET", "repos/acme/x"));
+        for (answer, code) in [
+            (&no_rule, RefusalCode::NoRule),
+            (&by_rule, RefusalCode::DeniedByRule),
+            (&malformed, RefusalCode::MalformedAction),
+        ] {
+            let mut refusal = Refusal::new(code, answer.reason.clone());
+            refusal.rule = answer.rule.clone();
+            let body = serde_json::to_value(&refusal).expect("serialisable");
+            let answer = as_json(answer);
+            // Every key of the proxy's 403 body, with the same value.
+            for (key, value) in body.as_object().expect("an object") {
+                assert_eq!(&answer[key], value, "{key} in {answer}");
+            }
+            assert_eq!(answer["allow"], false, "kept for one release");
+        }
+        let yes = as_json(&decide_action(&p, &request("GET", "/repos/acme/x")));
+        assert_eq!(
+            (&yes["decision"], &yes["allow"], &yes["code"]),
+            (
+                &serde_json::json!("allow"),
+                &serde_json::json!(true),
+                &serde_json::Value::Null
+            )
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::webhook::decide::{
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::AgentSandbox;
 use agentgate_governance::pod_admission::open_findings;
+use agentgate_policy::refusal::RefusalCode;
 use agentgate_trifecta::image::image_digest;
 
 /// `POST /v1/decide`: 401 without a token the API server accepts, 403 for
@@ -56,10 +57,10 @@ pub(super) async fn decide_endpoint(
             count("bad_request");
             return (
                 e.status(),
-                Json(DecideResponse::deny(format!(
-                    "cannot read the request: {}",
-                    e.body_text()
-                ))),
+                Json(DecideResponse::deny(
+                    RefusalCode::MalformedAction,
+                    format!("cannot read the request: {}", e.body_text()),
+                )),
             )
                 .into_response();
         }
@@ -76,9 +77,10 @@ pub(super) async fn decide_endpoint(
             count("bad_request");
             return (
                 StatusCode::BAD_REQUEST,
-                Json(DecideResponse::deny(format!(
-                    "cannot read the request: {e}"
-                ))),
+                Json(DecideResponse::deny(
+                    RefusalCode::MalformedAction,
+                    format!("cannot read the request: {e}"),
+                )),
             )
                 .into_response();
         }
@@ -112,7 +114,10 @@ fn refusal_label(refusal: &CallerRefusal) -> &'static str {
 /// or 503, and a deny with the reason in the body.
 fn refused(refusal: CallerRefusal) -> axum::response::Response {
     let status = refusal.status();
-    let body = Json(DecideResponse::deny(refusal.to_string()));
+    let body = Json(DecideResponse::deny(
+        RefusalCode::CallerRefused,
+        refusal.to_string(),
+    ));
     if status == StatusCode::UNAUTHORIZED {
         (
             status,
@@ -128,16 +133,22 @@ fn refused(refusal: CallerRefusal) -> axum::response::Response {
 fn decide_for(state: &WebhookState, request: &DecideRequest) -> DecideResponse {
     let key = ObjectRef::new(&request.sandbox).within(&request.namespace);
     let Some(sandbox) = state.sandboxes.get(&key) else {
-        return DecideResponse::deny(format!(
-            "no AgentSandbox {}/{}",
-            request.namespace, request.sandbox
-        ));
+        return DecideResponse::deny(
+            RefusalCode::PolicyUnavailable,
+            format!("no AgentSandbox {}/{}", request.namespace, request.sandbox),
+        );
     };
     let Some(status) = &sandbox.status else {
-        return DecideResponse::deny("the sandbox has no committed policy yet");
+        return DecideResponse::deny(
+            RefusalCode::PolicyUnavailable,
+            "the sandbox has no committed policy yet",
+        );
     };
     let Some(policy) = &status.effective_policy else {
-        return DecideResponse::deny("the sandbox has no committed policy yet");
+        return DecideResponse::deny(
+            RefusalCode::PolicyUnavailable,
+            "the sandbox has no committed policy yet",
+        );
     };
     let uid = sandbox.uid().unwrap_or_default();
     match state.policies.get(
@@ -155,7 +166,7 @@ fn decide_for(state: &WebhookState, request: &DecideRequest) -> DecideResponse {
             }
             response
         }
-        Err(reason) => DecideResponse::deny(reason),
+        Err(reason) => DecideResponse::deny(RefusalCode::PolicyUnavailable, reason),
     }
 }
 

@@ -13,10 +13,10 @@ use crate::governing::{Governance, Governing, prove_declared, sandbox_refusal};
 use crate::maximum::{Assessment, assess};
 use crate::pod_template::template_images;
 use crate::selector::governs;
+use crate::verdict::Decision;
 use agentgate_api::crd::{AgentSandbox, AgentScan, HeldCall, MaximumPolicy, PolicyProposal};
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_prover::Prover;
-use agentgate_prover::verdict::Decision;
 use agentgate_trifecta::image::image_digest;
 
 /// The webhook's answer to one request.

@@ -9,10 +9,10 @@
 //! Extension traits rather than `From`, because neither side's types are
 //! this crate's (the orphan rule).
 
+use crate::budget::CostItem;
+use crate::verdict::{Decision, Mode};
 use agentgate_api::scan as api;
 use agentgate_api::verdict as api_verdict;
-use agentgate_prover::budget::CostItem;
-use agentgate_prover::verdict::{Decision, Mode};
 use agentgate_trifecta::analysis::{Finding, Hop, Severity, Witness};
 use agentgate_trifecta::graph::{
     Capability, Channel, Confidentiality, Destination, Edge, EdgeKind, Effect, Graph, Integrity,
@@ -496,9 +496,9 @@ mod tests {
     use serde::de::DeserializeOwned;
 
     use super::*;
+    use crate::budget::delta_cost;
     use agentgate_api::crd::AgentScan;
     use agentgate_policy::model::{CostWeights, PolicyDocument};
-    use agentgate_prover::budget::delta_cost;
     use agentgate_trifecta::analysis::{TRIFECTA_ID, analyze};
     use agentgate_trifecta::fixtures::mail_agent;
     use agentgate_trifecta::report::{ScanReport, agent_scan_manifest};

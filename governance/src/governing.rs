@@ -10,10 +10,10 @@ use std::str::FromStr;
 
 use crate::convert::ToDomain;
 use crate::selector::governs;
+use crate::verdict::Mode;
 use agentgate_api::crd::{AgentSandbox, MaximumPolicy};
 use agentgate_policy::compile::{Limits, Role};
 use agentgate_policy::load::{CompiledDocument, DocumentKind, LoadedDocument};
-use agentgate_prover::verdict::Mode;
 
 /// A MaximumPolicy that governs a sandbox, compiled.
 pub struct Governing {
@@ -35,8 +35,8 @@ pub struct Governing {
 
 impl Governing {
     /// The view of this maximum the verdict takes.
-    pub fn as_verdict_input(&self) -> agentgate_prover::verdict::GoverningMaximum<'_> {
-        agentgate_prover::verdict::GoverningMaximum {
+    pub fn as_verdict_input(&self) -> crate::verdict::GoverningMaximum<'_> {
+        crate::verdict::GoverningMaximum {
             name: &self.name,
             policy: &self.compiled.policy,
             invariants: &self.compiled.invariants,
@@ -278,16 +278,16 @@ pub fn prove_declared(
     governing: &[Governing],
     allow_unmanaged: bool,
     prover: &agentgate_prover::Prover,
-) -> agentgate_prover::verdict::Verdict {
-    let maximums: Vec<agentgate_prover::verdict::GoverningMaximum<'_>> =
+) -> crate::verdict::Verdict {
+    let maximums: Vec<crate::verdict::GoverningMaximum<'_>> =
         governing.iter().map(Governing::as_verdict_input).collect();
-    agentgate_prover::verdict::reach_verdict(
-        &agentgate_prover::verdict::VerdictInput {
+    crate::verdict::reach_verdict(
+        &crate::verdict::VerdictInput {
             maximums: &maximums,
             current: (&sandbox.spec.policy, compiled),
             candidate: (&sandbox.spec.policy, compiled),
             added: &agentgate_policy::compile::CompiledPolicy::default(),
-            requester: agentgate_prover::verdict::Requester::Agent,
+            requester: crate::verdict::Requester::Agent,
             mode: sandbox.spec.mode.to_domain().unwrap_or(Mode::Ask),
             allow_unmanaged,
         },

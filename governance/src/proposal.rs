@@ -4,11 +4,11 @@
 //! `agentgate verify` share it, so a repository check gives the verdict the
 //! operator would.
 
+use crate::verdict::{GoverningMaximum, Mode, Requester, VerdictInput, reach_verdict};
 use agentgate_api::crd::{AgentSandbox, PolicyProposal};
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::{GoverningMaximum, Mode, Requester, VerdictInput, reach_verdict};
 
 use crate::convert::ToDomain;
 use crate::governing::Governing;
@@ -38,7 +38,7 @@ pub enum Judgement {
     /// The verdict of docs/design.md §4.
     Decided {
         /// Apply, Ask or Reject, with its proofs.
-        verdict: Box<agentgate_prover::verdict::Verdict>,
+        verdict: Box<crate::verdict::Verdict>,
         /// The sandbox's policy with the proposal applied.
         candidate: PolicyDocument,
         /// Up to the requested number of examples of new authority.

@@ -8,10 +8,10 @@
 //! distinct checks than the prover's cache holds would miss on every one.
 //! One entry here stands for a whole revocation.
 
+use crate::verdict::{GoverningMaximum, Revocation, revoke_until_within};
 use agentgate_policy::model::PolicyDocument;
 use agentgate_prover::Prover;
 use agentgate_prover::cache::{Cache, ContentHasher};
-use agentgate_prover::verdict::{GoverningMaximum, Revocation, revoke_until_within};
 
 use crate::governing::{Governing, fingerprint};
 

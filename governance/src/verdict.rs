@@ -11,7 +11,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Cost, delta_cost};
-use crate::{Outcome, Proof, Prover};
 use agentgate_policy::action::Action;
 use agentgate_policy::compile::CompiledRegion;
 use agentgate_policy::compile::{CompiledEndpoint, CompiledPolicy};
@@ -21,6 +20,7 @@ use agentgate_policy::glob::Glob;
 use agentgate_policy::load::CompiledInvariant;
 use agentgate_policy::matcher::{allows, path_is_under};
 use agentgate_policy::model::{Budget, CostWeights, PolicyDocument};
+use agentgate_prover::{Outcome, Proof, Prover};
 
 /// The proofs a verdict needs. [`Prover`] is the real one.
 pub trait ProofEngine {
@@ -1378,5 +1378,132 @@ spec:
             "{}",
             out.revoked[0].1
         );
+    }
+
+    /// An engine that answers each question as scripted, without a solver:
+    /// the verdict's steps (modes, four eyes, review regions, budgets) are
+    /// governance, tested here on answers chosen rather than proved.
+    struct Scripted<'a> {
+        /// The current policy: a containment in it asks for new authority.
+        current: &'a CompiledPolicy,
+        /// C ⊆ P: whether the candidate adds authority.
+        new_authority: Outcome,
+        /// Δ ⊆ a ceiling's auto-eligible view: whether the addition stays
+        /// out of its review regions.
+        auto_eligible: Outcome,
+        /// The questions asked, in order.
+        asked: std::cell::RefCell<Vec<&'static str>>,
+    }
+
+    impl<'a> Scripted<'a> {
+        fn new(c: &'a Case, new_authority: Outcome, auto_eligible: Outcome) -> Self {
+            Scripted {
+                current: &c.current.1.policy,
+                new_authority,
+                auto_eligible,
+                asked: Default::default(),
+            }
+        }
+
+        fn proof(&self, question: &'static str, outcome: &Outcome) -> Proof {
+            self.asked.borrow_mut().push(question);
+            Proof {
+                outcome: outcome.clone(),
+                solver_millis: 0.0,
+                cached: false,
+            }
+        }
+    }
+
+    impl ProofEngine for Scripted<'_> {
+        fn containment(&self, _: &CompiledPolicy, outer: &CompiledPolicy) -> Proof {
+            if std::ptr::eq(outer, self.current) {
+                self.proof("new authority", &self.new_authority)
+            } else {
+                self.proof("ceiling", &Outcome::Within)
+            }
+        }
+        fn intersection(&self, _: &CompiledPolicy, _: &CompiledRegion) -> Proof {
+            self.proof("invariant", &Outcome::Within)
+        }
+        fn new_authority_within(
+            &self,
+            _: &CompiledPolicy,
+            _: &CompiledPolicy,
+            _: &CompiledPolicy,
+        ) -> Proof {
+            self.proof("auto-eligible", &self.auto_eligible)
+        }
+    }
+
+    fn pull_request() -> Outcome {
+        Outcome::Exceeds {
+            counterexample: Action::Network(agentgate_policy::action::NetworkAction {
+                binary: "/usr/bin/gh".into(),
+                host: "api.github.com".into(),
+                port: 443,
+                layer: agentgate_policy::action::Layer::Rest,
+                method: "POST".into(),
+                path: "/repos/acme/x/pulls/1".into(),
+                credential: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn modes_decide_on_the_engines_answers_alone() {
+        let c = case(&with_rule(COMMENT));
+        let engine = Scripted::new(&c, pull_request(), Outcome::Within);
+        let v = run(&c, 1, Requester::Agent, Mode::Ask, &engine);
+        assert_eq!((v.decision, v.step), (Decision::Ask, Step::AskMode));
+        assert_eq!(v.counterexample, pull_request().counterexample().cloned());
+        assert_eq!(
+            *engine.asked.borrow(),
+            ["ceiling", "invariant", "new authority"]
+        );
+        let engine = Scripted::new(&c, pull_request(), Outcome::Within);
+        let v = run(&c, 1, Requester::Agent, Mode::Auto, &engine);
+        assert_eq!(
+            (v.decision, v.step),
+            (Decision::Apply, Step::AutoEligibility),
+            "{}",
+            v.reason
+        );
+        // The same addition where the ceiling asks for a review.
+        let engine = Scripted::new(&c, pull_request(), pull_request());
+        let v = run(&c, 1, Requester::Agent, Mode::Auto, &engine);
+        assert_eq!((v.decision, v.step), (Decision::Ask, Step::AutoEligibility));
+        // A removal needs no review, whatever the regions.
+        let removal = case("network: []");
+        let engine = Scripted::new(&removal, Outcome::Within, pull_request());
+        let v = run(&removal, 1, Requester::Agent, Mode::Ask, &engine);
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Removal));
+    }
+
+    #[test]
+    fn four_eyes_decides_on_the_engines_answers_alone() {
+        let mut c = case(&with_rule(PULL));
+        c.four_eyes = true;
+        let in_review = Scripted::new(&c, pull_request(), pull_request());
+        let v = run(&c, 1, Requester::HumanWithApprove, Mode::Ask, &in_review);
+        assert_eq!((v.decision, v.step), (Decision::Ask, Step::Approved));
+        assert!(v.reason.starts_with("four eyes: "), "{}", v.reason);
+        let v = run(&c, 1, Requester::Approved, Mode::Ask, &in_review);
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
+        let outside = Scripted::new(&c, pull_request(), Outcome::Within);
+        let v = run(&c, 1, Requester::HumanWithApprove, Mode::Ask, &outside);
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
+        // Without four eyes the approver's own request is the review.
+        let mut one_pair = case(&with_rule(PULL));
+        one_pair.four_eyes = false;
+        let in_review = Scripted::new(&one_pair, pull_request(), pull_request());
+        let v = run(
+            &one_pair,
+            1,
+            Requester::HumanWithApprove,
+            Mode::Ask,
+            &in_review,
+        );
+        assert_eq!((v.decision, v.step), (Decision::Apply, Step::Approved));
     }
 }

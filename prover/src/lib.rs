@@ -3,8 +3,9 @@
 //! encoding (the `encode` and `automaton` modules), every counterexample replayed
 //! through the runtime matcher before it is reported.
 //!
-//! [`verdict`] composes those answers into Apply, Ask or Reject
-//! (docs/design.md §4). This is the only crate that links Z3.
+//! It answers logical questions only: the governance crate's verdict
+//! composes those answers into Apply, Ask or Reject (docs/design.md §4)
+//! behind its proof engine trait. This is the only crate that links Z3.
 //!
 //! Each check gets a fresh Z3 solver and a deadline, so a hard case cannot
 //! block its caller and a long-running process does not slow down.
@@ -13,11 +14,9 @@
 
 mod arguments;
 mod automaton;
-pub mod budget;
 pub mod cache;
 mod encode;
 pub mod naive;
-pub mod verdict;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

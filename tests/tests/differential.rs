@@ -9,6 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentgate::webhook::decide::{DecideRequest, decide_action};
+use agentgate_governance::verdict::{
+    Evidence, GoverningMaximum, Mode, Requester, Step, VerdictInput, first_escape, reach_verdict,
+    revoke_until_within,
+};
 use agentgate_policy::action::{Action, Layer, NetworkAction};
 use agentgate_policy::compile::EndpointKind;
 use agentgate_policy::compile::{
@@ -23,10 +27,6 @@ use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
     CREDENTIAL_GLOBS, CREDENTIALS, HOST_GLOBS, PATH_GLOBS, PORTS, credentialed_document,
     credentialed_universe, document, mcp_calls, mcp_document, strings, tool_entry, universe,
-};
-use agentgate_prover::verdict::{
-    Evidence, GoverningMaximum, Mode, Requester, Step, VerdictInput, first_escape, reach_verdict,
-    revoke_until_within,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use proptest::prelude::*;

@@ -16,6 +16,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use agentgate_governance::verdict::{
+    Decision, GoverningMaximum, Mode, Requester, Step, VerdictInput, reach_verdict,
+};
 use agentgate_policy::action::{Access, Action, FilesystemAction, Layer, NetworkAction};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile, compile_region};
 use agentgate_policy::error::{Reason, ReasonCode};
@@ -25,9 +28,6 @@ use agentgate_policy::matcher::{
     allows_filesystem, allows_network, decide_network, region_contains,
 };
 use agentgate_policy::model::{PolicyDocument, Region};
-use agentgate_prover::verdict::{
-    Decision, GoverningMaximum, Mode, Requester, Step, VerdictInput, reach_verdict,
-};
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use agentgate_tests::{policy, rejection_with};
 use serde_json::json;

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use agentgate_governance::budget::delta_cost;
 use agentgate_policy::action::{Action, Layer, NetworkAction};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile_region};
 use agentgate_policy::error::ReasonCode;
@@ -14,7 +15,6 @@ use agentgate_policy::matcher::{
     Caller, ConnectionDecision, allows, decide_connection, decide_network, region_holds,
 };
 use agentgate_policy::model::Region;
-use agentgate_prover::budget::delta_cost;
 use agentgate_prover::{Outcome, Prover};
 use agentgate_tests::{policy, rejection_with};
 

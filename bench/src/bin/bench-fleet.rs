@@ -44,7 +44,7 @@ use agentgate_api::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
 use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, governing_from};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
 use agentgate_governance::reverify::{Proved, Revocations};
-use agentgate_prover::verdict::{Decision, Requester};
+use agentgate_governance::verdict::{Decision, Requester};
 use agentgate_prover::{Prover, ProverOptions};
 
 /// Declared rules per sandbox, as in bench-scale.
@@ -399,8 +399,9 @@ fn storm(
             Some(revocations) => revocations.revoke(&effective, &governing, &prover),
             None => {
                 let inputs: Vec<_> = governing.iter().map(Governing::as_verdict_input).collect();
-                let r =
-                    agentgate_prover::verdict::revoke_until_within(&effective, &inputs, &prover);
+                let r = agentgate_governance::verdict::revoke_until_within(
+                    &effective, &inputs, &prover,
+                );
                 (r, Proved::Now)
             }
         };

@@ -7,9 +7,9 @@ use clap::Args;
 use serde_json::json;
 
 use crate::cli::{EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, FileProblem, Output, load_file, timeout};
+use agentgate_governance::budget::delta_cost;
 use agentgate_policy::compile::{Limits, Role};
 use agentgate_policy::model::CostWeights;
-use agentgate_prover::budget::delta_cost;
 use agentgate_prover::{Prover, ProverOptions};
 
 /// Arguments of `diff`.

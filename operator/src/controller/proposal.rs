@@ -37,12 +37,12 @@ use agentgate_api::crd::{
     Phase, PolicyProposal, PolicyProposalStatus, ProofRecord,
 };
 use agentgate_governance::access::{access_review, approve_proposals};
+use agentgate_governance::budget::delta_cost;
 use agentgate_governance::convert::ToApi;
 use agentgate_governance::governing::{Governance, Governing, fingerprint};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
+use agentgate_governance::verdict::{Decision, Requester};
 use agentgate_policy::model::{CostWeights, PolicyDocument};
-use agentgate_prover::budget::delta_cost;
-use agentgate_prover::verdict::{Decision, Requester};
 
 /// What the proposal's status should become.
 struct Outcome {
@@ -173,7 +173,7 @@ enum Assessment {
 /// A verdict on a proposal and the facts it was reached on.
 struct Decided {
     /// Apply, Ask or Reject, with its proofs.
-    verdict: agentgate_prover::verdict::Verdict,
+    verdict: agentgate_governance::verdict::Verdict,
     /// The sandbox's policy with the proposal applied.
     candidate: PolicyDocument,
     /// Examples of the authority the proposal adds.
@@ -808,8 +808,8 @@ pub async fn run(ctx: Arc<Context>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentgate_governance::verdict::{ProofRecord as Proof, Step, Verdict};
     use agentgate_policy::action::{Action as Request, Layer, NetworkAction};
-    use agentgate_prover::verdict::{ProofRecord as Proof, Step, Verdict};
     use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
@@ -1011,7 +1011,7 @@ mod tests {
             reason,
             vec![proof("containment", "within", 1.0)],
         );
-        verdict.cost = Some(agentgate_prover::budget::Cost {
+        verdict.cost = Some(agentgate_governance::budget::Cost {
             total: 7,
             breakdown: Vec::new(),
         });

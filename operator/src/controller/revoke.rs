@@ -1,6 +1,6 @@
 //! Counterexample-guided revocation in the AgentSandbox reconciler
 //! (docs/design.md §5). The decision is the pure
-//! [`agentgate_prover::verdict::revoke_until_within`], which shares its
+//! [`agentgate_governance::verdict::revoke_until_within`], which shares its
 //! escape search with admission, through
 //! [`agentgate_governance::reverify::Revocations`] (each distinct policy
 //! proved once per set of maximums); this module runs it off the async
@@ -10,8 +10,8 @@
 use crate::controller::{Context, ControllerError};
 use agentgate_governance::governing::Governing;
 use agentgate_governance::reverify::Proved;
+use agentgate_governance::verdict::Revocation;
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::Revocation;
 
 /// Revokes from `policy` whatever escapes `governing`, on a blocking
 /// thread (it runs the prover), and counts the solver time; a sandbox

@@ -49,11 +49,11 @@ use agentgate_governance::pod_template::{owning_sandbox, template_escapes, templ
 use agentgate_governance::sandbox_pod::{
     CREDENTIALS_FILE_NAME, DataPlane, enforced_pod_spec, shape_problems,
 };
+use agentgate_governance::verdict::Revocation;
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
 use agentgate_policy::findings::FindingRegions;
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::Revocation;
 use agentgate_trifecta::image::image_digest;
 
 /// Reads every MaximumPolicy and the sandbox's namespace from the API

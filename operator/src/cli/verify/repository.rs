@@ -21,12 +21,12 @@ use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, g
 use agentgate_governance::governing::{prove_declared, sandbox_refusal};
 use agentgate_governance::maximum::{Assessment, assess};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
+use agentgate_governance::verdict::{Decision, Requester};
 use agentgate_policy::action::Action;
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::error::Reason;
 use agentgate_policy::matcher::{decide_mcp, decide_network, path_is_under};
 use agentgate_policy::model::PolicyDocument;
-use agentgate_prover::verdict::{Decision, Requester};
 use agentgate_prover::{Outcome, Prover};
 
 /// The API group of agentgate's kinds and the one version this build reads.

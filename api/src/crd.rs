@@ -240,7 +240,7 @@ pub struct AgentSandboxSpec {
     /// trifecta finding predicts (docs/trifecta.md, "At run time"):
     /// `enforce` (default) refuses it, `audit` forwards it and logs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_trifecta: Option<agentgate_policy::findings::RuntimeMode>,
+    pub runtime_trifecta: Option<agentgate_policy::model::RuntimeMode>,
     /// Trifecta labels for tools of the sandbox's images, over what their
     /// AgentScans say (docs/trifecta.md, "Labels per sandbox"): the same
     /// image may read mail from strangers in one sandbox and from a

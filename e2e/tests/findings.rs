@@ -296,7 +296,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
             "jsonpath={.data.findings\\.json}",
         ])
         .unwrap();
-    let findings: Vec<agentgate_policy::findings::FindingRegions> =
+    let findings: Vec<agentgate_judgement::findings::FindingRegions> =
         serde_json::from_str(findings_json.trim())
             .unwrap_or_else(|e| panic!("{e}: {findings_json}"));
     assert_eq!(findings.len(), 1, "{findings_json}");
@@ -305,7 +305,7 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
         findings[0].capabilities[0].node, "post_comment",
         "{findings_json}"
     );
-    assert!(agentgate_policy::findings::CompiledFindings::compile(&findings).is_ok());
+    assert!(agentgate_judgement::findings::CompiledFindings::compile(&findings).is_ok());
     drop(operator);
 }
 

@@ -100,7 +100,7 @@ pub fn accepted_findings_changed(old: Option<&AgentSandbox>, new: &AgentSandbox)
 /// forwarded, which accepts risk as an acceptance does and needs the same
 /// approve verb. Back to `enforce` needs nothing.
 pub fn runtime_trifecta_weakened(old: Option<&AgentSandbox>, new: &AgentSandbox) -> bool {
-    use agentgate_policy::findings::RuntimeMode;
+    use agentgate_policy::model::RuntimeMode;
     let audits = |s: &AgentSandbox| s.spec.runtime_trifecta == Some(RuntimeMode::Audit);
     audits(new) && !old.is_some_and(audits)
 }
@@ -601,7 +601,7 @@ spec:
 
     #[test]
     fn auditing_the_runtime_trifecta_needs_approval_enforcing_it_does_not() {
-        use agentgate_policy::findings::RuntimeMode;
+        use agentgate_policy::model::RuntimeMode;
         let with = |mode: Option<RuntimeMode>| {
             let mut s = sandbox("");
             s.spec.runtime_trifecta = mode;

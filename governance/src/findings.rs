@@ -19,7 +19,7 @@ use agentgate_trifecta::image::image_digest;
 
 use crate::convert::{ToApi, ToDomain};
 use crate::severing::{drop_placeholder_reads, finding_regions, restrict, severed_by};
-use agentgate_policy::findings::FindingRegions;
+use agentgate_judgement::findings::FindingRegions;
 use agentgate_trifecta::analysis::{Finding, analyze};
 use agentgate_trifecta::graph::{Confidentiality, Effect, Graph, Integrity};
 

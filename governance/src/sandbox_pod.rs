@@ -86,7 +86,7 @@ const APPROVALS_TOKEN_SECONDS: i64 = 3600;
 pub const DELIVERY_VOLUME: &str = "agentgate-delivery";
 /// Where the proxy finds it.
 pub const DELIVERY_DIR: &str = "/agentgate/delivery";
-pub use agentgate_policy::delivery::POLICY_AUDIENCE;
+pub use agentgate_judgement::delivery::POLICY_AUDIENCE;
 /// The emptyDir where the proxy keeps the updates the stream pushed: it
 /// outlives a proxy restart, so a restarted proxy never falls back to an
 /// older policy than it enforced (the proxy's alone).

@@ -15,10 +15,11 @@
 //! ∅), the tool never runs, so it loses every capability and every edge: no
 //! path of any finding passes through it.
 
+use agentgate_judgement::findings::{FindingRegions, NodeRegion, RuntimeFlow};
 use agentgate_policy::action::{Access, FilesystemAction, check_absolute_path};
 use agentgate_policy::compile::{CompiledPolicy, compile_region};
-use agentgate_policy::findings::{FindingRegions, NodeRegion, RuntimeFlow, RuntimeMode};
 use agentgate_policy::matcher::allows_filesystem;
+use agentgate_policy::model::RuntimeMode;
 use agentgate_prover::{Outcome, Prover};
 
 use agentgate_policy::model::Region;
@@ -386,9 +387,9 @@ mod tests {
         assert_eq!(hosts, ["smtp.example.com"]);
         // What it produces always loads in the data plane.
         let json = serde_json::to_string(&vec![regions]).unwrap();
-        let parsed: Vec<agentgate_policy::findings::FindingRegions> =
+        let parsed: Vec<agentgate_judgement::findings::FindingRegions> =
             serde_json::from_str(&json).unwrap();
-        assert!(agentgate_policy::findings::CompiledFindings::compile(&parsed).is_ok());
+        assert!(agentgate_judgement::findings::CompiledFindings::compile(&parsed).is_ok());
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub struct DataPlaneArgs {
     #[arg(long)]
     pub policy_stream_url: Option<String>,
     /// Seconds a held call waits for a person before it is refused.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_judgement::held::MAX_HOLD_SECONDS))]
     pub hold_timeout_seconds: u64,
 }
 

@@ -1,7 +1,10 @@
 //! The policy language (docs/policy-semantics.md): documents, globs, validation,
 //! compilation and the runtime matcher. Pure logic, no I/O: the operator
 //! proves with it, and the data plane (`agentgate-proxy`, `agentgate-exec`)
-//! enforces with it, so both read policies the same way.
+//! enforces with it, so both read policies the same way. How an enforcement
+//! point reads what an agent sends and states its refusals (MCP messages,
+//! findings and their citations, refusal bodies, held calls, request values,
+//! the policy stream's messages) is `agentgate-judgement`, above this crate.
 #![warn(missing_docs)]
 
 pub mod action;
@@ -9,23 +12,17 @@ pub mod canonical;
 pub mod compile;
 pub mod compose;
 pub mod credentials;
-pub mod delivery;
 pub mod error;
 pub mod fields;
-pub mod findings;
 pub mod glob;
-pub mod held;
 pub mod index;
 pub mod load;
 pub mod matcher;
 pub mod mcp;
-pub mod mcp_messages;
 pub mod model;
 pub mod names;
 pub mod openshell;
 pub mod provenance;
-pub mod refusal;
-pub mod request_values;
 pub mod strict_json;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -16,6 +16,25 @@ use crate::model::{ArgumentConstraint, ResourceEntry, ToolEntry};
 use crate::names::{NameGlob, check_length, is_name_byte};
 use crate::provenance::{Position, Provenance, SourcePattern, tracked};
 
+/// Client-to-server methods of the MCP specification (revisions 2024-11-05
+/// to 2025-06-18) that grant no authority (§8.1): allowed whenever the
+/// connection to the endpoint is.
+pub const SESSION_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/unsubscribe",
+    "prompts/list",
+    "completion/complete",
+    "logging/setLevel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
 /// The deepest nesting of `items` a constraint may have (§6 spirit: a limit
 /// that fails closed instead of a recursion without end).
 pub const MAX_ITEMS_DEPTH: usize = 8;

@@ -519,3 +519,16 @@ mod tests {
         assert!(!writes.grants_only_from(&committed));
     }
 }
+
+/// What the proxy does when it observes a finding's flow.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeMode {
+    /// Refuse the sink's call (`runtime_trifecta`).
+    #[default]
+    Enforce,
+    /// Let it pass; log and count it.
+    Audit,
+}

@@ -22,7 +22,7 @@ use crate::credentials::{
     Attach, Credential, HeaderAttach, Placeholder, QueryAttach, SecretKeyRef,
 };
 use crate::error::{Reason, ReasonCode};
-use crate::mcp_messages::SESSION_METHODS;
+use crate::mcp::SESSION_METHODS;
 use crate::model::{
     AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, ResourceEntry,
     RuleEntry, ToolEntry,

@@ -68,7 +68,7 @@ const DUPLICATE: &str = "agentgate duplicate key: ";
 
 /// A serde_json error as a [`StrictJsonError`]: a duplicate key the
 /// visitor found, or JSON that does not parse.
-pub(crate) fn duplicate_or(e: serde_json::Error) -> StrictJsonError {
+pub fn duplicate_or(e: serde_json::Error) -> StrictJsonError {
     let text = e.to_string();
     match text
         .strip_prefix(DUPLICATE)
@@ -201,7 +201,7 @@ pub fn number_decimal(number: &serde_json::Number) -> Option<String> {
 pub(crate) struct CheckedVisitor;
 
 /// A JSON value whose objects name no key twice.
-pub(crate) struct Checked(pub(crate) Value);
+pub struct Checked(pub Value);
 
 impl<'de> serde::Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Checked, D::Error> {

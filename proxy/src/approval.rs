@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Limited};
 
 use crate::operator_api::{Endpoint, EndpointError};
 use crate::resolve::Resolver;
-use agentgate_policy::held::{HoldAnswer, HoldRequest};
+use agentgate_judgement::held::{HoldAnswer, HoldRequest};
 
 /// The longest answer read from the approval service.
 const MAX_ANSWER_BYTES: usize = 64 << 10;

@@ -20,12 +20,12 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
+use agentgate_judgement::refusal::{Refusal, RefusalCode};
 use agentgate_policy::action::check_credential_name;
 use agentgate_policy::credentials::{
     AttachForm, Credential, PLACEHOLDER_PREFIX, PLACEHOLDER_RANDOM_HEX, is_placeholder,
     secret_value,
 };
-use agentgate_policy::refusal::{Refusal, RefusalCode};
 use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::{DecodePaddingMode, general_purpose};

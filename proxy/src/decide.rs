@@ -6,11 +6,11 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use agentgate_judgement::findings::CompiledFindings;
 use agentgate_policy::action::{
     Action, Layer, NetworkAction, check_host, check_method, request_path,
 };
 use agentgate_policy::compile::CompiledPolicy;
-use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use http::HeaderMap;
 
@@ -68,8 +68,8 @@ impl Snapshot {
     }
 }
 
+pub use agentgate_judgement::refusal::{Refusal, RefusalCode};
 pub use agentgate_policy::matcher::Binary;
-pub use agentgate_policy::refusal::{Refusal, RefusalCode};
 
 /// How a connection proceeds when it is not refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

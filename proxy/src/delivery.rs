@@ -25,7 +25,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::operator_api::{Endpoint, EndpointError};
 use crate::resolve::Resolver;
-use agentgate_policy::delivery::{
+use agentgate_judgement::delivery::{
     Applied, MAX_UPDATE_BYTES, PolicyUpdate, REVISION_KEY, SILENCE_LIMIT_SECONDS, StreamLine,
     digest, is_config_map_key,
 };

@@ -163,7 +163,7 @@ struct RunArgs {
     #[arg(long)]
     placeholders: Option<PathBuf>,
     /// Seconds a held call waits for a person before it is refused.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_policy::held::MAX_HOLD_SECONDS))]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=agentgate_judgement::held::MAX_HOLD_SECONDS))]
     hold_timeout: u64,
 }
 

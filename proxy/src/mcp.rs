@@ -1,16 +1,16 @@
 //! MCP over Streamable HTTP (docs/proxy.md, "MCP"): the proxy's view of
-//! [`agentgate_policy::mcp_messages`] over a policy snapshot, and the
+//! [`agentgate_judgement::mcp_messages`] over a policy snapshot, and the
 //! filtering of `*/list` results in server-sent event streams as they pass,
 //! and the link from an HTTP+SSE stream (MCP 2024-11-05) to the messages
 //! endpoint it announces, so that a refusal reaches the stream the client
 //! reads.
 
-use agentgate_policy::matcher::{McpQuery, McpServer};
-use agentgate_policy::mcp::json_equal;
-pub use agentgate_policy::mcp_messages::{
+pub use agentgate_judgement::mcp_messages::{
     Judge, Judged, ListRequest, Listing, MAX_BODY_BYTES, REFUSED, filter_lists, forget_answered,
     judge_messages, refusal_error,
 };
+use agentgate_policy::matcher::{McpQuery, McpServer};
+use agentgate_policy::mcp::json_equal;
 use agentgate_policy::provenance::{
     Record, Source, answer_has_unread_content, json_pieces, tool_answer_pieces,
 };
@@ -711,7 +711,7 @@ network:
 
     #[test]
     fn a_call_completing_a_findings_flow_is_refused_or_audited() {
-        use agentgate_policy::findings::{CompiledFindings, FindingRegions};
+        use agentgate_judgement::findings::{CompiledFindings, FindingRegions};
         use agentgate_policy::provenance::{Lineage, Record, Source};
         let with_mode = |mode: &str| {
             let findings: Vec<FindingRegions> = serde_json::from_value(json!([{
@@ -857,7 +857,7 @@ network:
     #[test]
     fn a_refused_call_of_a_finding_sink_tool_cites_the_finding() {
         let mut s = snapshot(BANK);
-        let findings: Vec<agentgate_policy::findings::FindingRegions> = serde_json::from_value(json!([{
+        let findings: Vec<agentgate_judgement::findings::FindingRegions> = serde_json::from_value(json!([{
             "id": "AG-TRIFECTA", "sink": "send_money",
             "witness": "read_email -> __llm__ -> send_money",
             "capabilities": [{"node": "send_money",
@@ -865,7 +865,7 @@ network:
         }]))
         .unwrap();
         s.findings =
-            Arc::new(agentgate_policy::findings::CompiledFindings::compile(&findings).unwrap());
+            Arc::new(agentgate_judgement::findings::CompiledFindings::compile(&findings).unwrap());
         let Judged::Answer { body, refusal, .. } = judge(
             &s,
             tool(7, "send_money", json!({"recipient": "evil", "amount": 5})),

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentgate_judgement::delivery::Applied;
+use agentgate_judgement::findings::{CompiledFindings, FindingRegions};
 use agentgate_policy::compile::{Limits, Role, compile};
-use agentgate_policy::delivery::Applied;
-use agentgate_policy::findings::{CompiledFindings, FindingRegions};
 use agentgate_policy::load::{DocumentKind, load_document};
 use tokio::sync::{Notify, watch};
 

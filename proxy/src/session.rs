@@ -17,10 +17,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use agentgate_judgement::findings::CompiledFindings;
+use agentgate_judgement::refusal::{Refusal, RefusalCode};
 use agentgate_policy::action::McpAction;
-use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::provenance::{Origin, Record, Source, find_leaf};
-use agentgate_policy::refusal::{Refusal, RefusalCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -402,7 +402,7 @@ mod tests {
                 host: "h".into(),
                 port: 1,
                 refusal: Refusal::new(
-                    agentgate_policy::refusal::RefusalCode::NoRule,
+                    agentgate_judgement::refusal::RefusalCode::NoRule,
                     format!("refusal {i}"),
                 ),
             });
@@ -417,7 +417,7 @@ mod tests {
                 binary: "/bin/agent".into(),
                 host: "h".into(),
                 port: 1,
-                refusal: Refusal::new(agentgate_policy::refusal::RefusalCode::NoRule, "x"),
+                refusal: Refusal::new(agentgate_judgement::refusal::RefusalCode::NoRule, "x"),
             });
         }
         assert_eq!(session.tool_refusals[0].refusal.reason, "refusal 3");

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentgate_policy::delivery::{PolicyUpdate, StreamLine};
+use agentgate_judgement::delivery::{PolicyUpdate, StreamLine};
 use support::{Harness, runtime};
 
 /// Revision 1: reads under /record/ are allowed (wide).

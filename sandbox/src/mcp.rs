@@ -1,6 +1,6 @@
 //! `agentgate-exec --mcp`: a stdio MCP server's client messages judged one
 //! line at a time (docs/policy-semantics.md §8.4), with the same judgment
-//! and refusals as the egress proxy ([`agentgate_policy::mcp_messages`]).
+//! and refusals as the egress proxy ([`agentgate_judgement::mcp_messages`]).
 //! A refused message never reaches the server; the wrapper answers it on
 //! the client's stdout. The server's answers to `*/list` requests are
 //! filtered on the way back.
@@ -8,12 +8,14 @@
 use std::io::{BufRead, Write};
 use std::sync::Mutex;
 
+use agentgate_judgement::findings::CompiledFindings;
+use agentgate_judgement::mcp_messages::{
+    Judge, Judged, ListRequest, filter_lists, forget_answered,
+};
 use agentgate_policy::action::request_path;
 use agentgate_policy::compile::CompiledPolicy;
-use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::matcher::{Binary, McpServer};
-use agentgate_policy::mcp_messages::{Judge, Judged, ListRequest, filter_lists, forget_answered};
 use serde_json::Value;
 
 /// The server a stdio MCP server stands for in the policy: the `mcp`
@@ -98,7 +100,7 @@ impl Relay {
         let judged = match self.judge().body(line.as_bytes()) {
             // Held calls are put to a person by the egress proxy alone
             // (docs/proxy.md, "Held calls"); here they are refused.
-            Judged::Hold(held) => held.refused(agentgate_policy::held::unavailable(
+            Judged::Hold(held) => held.refused(agentgate_judgement::held::unavailable(
                 &held,
                 "agentgate-exec --mcp (stdio) cannot put a call to a person; only the egress proxy holds calls",
             )),

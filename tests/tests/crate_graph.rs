@@ -14,6 +14,9 @@ use serde_json::Value;
 /// The workspace crates each crate may depend on (normal dependencies).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("agentgate-policy", &[]),
+    // Runtime judgement reads agents' messages over the language, never
+    // the other way round.
+    ("agentgate-judgement", &["agentgate-policy"]),
     ("agentgate-prover", &["agentgate-policy"]),
     ("agentgate-trifecta", &["agentgate-policy"]),
     // The API owns its wire types: no prover (so no Z3), no scanners.
@@ -22,18 +25,26 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "agentgate-governance",
         &[
             "agentgate-api",
+            "agentgate-judgement",
             "agentgate-policy",
             "agentgate-prover",
             "agentgate-trifecta",
         ],
     ),
-    ("agentgate-proxy", &["agentgate-policy"]),
-    ("agentgate-sandbox", &["agentgate-policy"]),
+    (
+        "agentgate-proxy",
+        &["agentgate-judgement", "agentgate-policy"],
+    ),
+    (
+        "agentgate-sandbox",
+        &["agentgate-judgement", "agentgate-policy"],
+    ),
     (
         "agentgate",
         &[
             "agentgate-api",
             "agentgate-governance",
+            "agentgate-judgement",
             "agentgate-policy",
             "agentgate-prover",
             "agentgate-trifecta",
@@ -44,6 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Crates below the runtime: pure logic and types.
 const CORE: &[&str] = &[
     "agentgate-policy",
+    "agentgate-judgement",
     "agentgate-prover",
     "agentgate-trifecta",
     "agentgate-api",

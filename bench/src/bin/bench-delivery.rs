@@ -22,7 +22,7 @@ use agentgate::webhook::WebhookArgs;
 use agentgate::webhook::certs::CertResolver;
 use agentgate::webhook::server::{Caches, WebhookState, router};
 use agentgate_api::crd::AgentSandbox;
-use agentgate_policy::delivery::{PolicyUpdate, StreamLine, digest};
+use agentgate_judgement::delivery::{PolicyUpdate, StreamLine, digest};
 use agentgate_prover::{Prover, ProverOptions};
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};

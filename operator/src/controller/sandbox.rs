@@ -50,9 +50,9 @@ use agentgate_governance::sandbox_pod::{
     CREDENTIALS_FILE_NAME, DataPlane, enforced_pod_spec, shape_problems,
 };
 use agentgate_governance::verdict::Revocation;
+use agentgate_judgement::findings::FindingRegions;
 use agentgate_policy::compile::{Limits, Role, compile};
 use agentgate_policy::compose::apply_proposal;
-use agentgate_policy::findings::FindingRegions;
 use agentgate_policy::model::PolicyDocument;
 use agentgate_trifecta::image::image_digest;
 
@@ -1170,7 +1170,7 @@ async fn credential_reach(
 }
 
 /// The policy ConfigMap's files and their digest
-/// ([`agentgate_policy::delivery::digest`]).
+/// ([`agentgate_judgement::delivery::digest`]).
 struct PolicyMapData {
     data: std::collections::BTreeMap<String, String>,
     digest: String,
@@ -1214,7 +1214,7 @@ async fn config_map_data(
     );
     data.insert("sandbox-ca.pem".to_string(), sandbox_cas.to_string());
     data.insert(
-        agentgate_policy::delivery::REVISION_KEY.to_string(),
+        agentgate_judgement::delivery::REVISION_KEY.to_string(),
         revision.to_string(),
     );
     // Where each credential comes from and how it travels (no secret):
@@ -1235,7 +1235,7 @@ async fn config_map_data(
     {
         data.insert("approvals-ca.pem".to_string(), ca);
     }
-    let digest = agentgate_policy::delivery::digest(&data);
+    let digest = agentgate_judgement::delivery::digest(&data);
     Ok(PolicyMapData { data, digest })
 }
 

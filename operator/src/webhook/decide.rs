@@ -9,14 +9,14 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 use agentgate_governance::severing::finding_regions;
+use agentgate_judgement::findings::CompiledFindings;
+use agentgate_judgement::refusal::{Refusal, RefusalCode};
 use agentgate_policy::action::{
     Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
 };
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
-use agentgate_policy::findings::CompiledFindings;
 use agentgate_policy::matcher::{allows_filesystem, decide_mcp, decide_network};
 use agentgate_policy::model::PolicyDocument;
-use agentgate_policy::refusal::{Refusal, RefusalCode};
 use agentgate_trifecta::{Channel, Finding, Graph};
 
 /// One action to decide. A network action gives `binary`, `host`, `port`,
@@ -129,7 +129,7 @@ pub struct DecideResponse {
     pub revision: Option<u64>,
 }
 
-pub use agentgate_policy::refusal::FindingCitation;
+pub use agentgate_judgement::refusal::FindingCitation;
 
 /// The first unfixed finding with a node (sink first, then the witness
 /// paths) that has a capability covering the requested action. Network

@@ -24,7 +24,7 @@ use crate::webhook::decide::{
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::AgentSandbox;
 use agentgate_governance::pod_admission::open_findings;
-use agentgate_policy::refusal::RefusalCode;
+use agentgate_judgement::refusal::RefusalCode;
 use agentgate_trifecta::image::image_digest;
 
 /// `POST /v1/decide`: 401 without a token the API server accepts, 403 for

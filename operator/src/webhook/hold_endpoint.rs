@@ -34,8 +34,8 @@ use agentgate_api::crd::{
     review_message_prefix, reviewer_in,
 };
 use agentgate_governance::authority::HELD_CALL_EXPIRED;
+use agentgate_judgement::held::{HoldAnswer, HoldDecision, HoldRequest, MAX_HOLD_SECONDS};
 use agentgate_policy::compile::EndpointKind;
-use agentgate_policy::held::{HoldAnswer, HoldDecision, HoldRequest, MAX_HOLD_SECONDS};
 
 pub use agentgate_governance::sandbox_pod::HOLD_AUDIENCE;
 /// Undecided held calls a sandbox may have at once: a flood of holds

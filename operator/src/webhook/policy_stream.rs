@@ -36,7 +36,7 @@ use crate::webhook::caller::CallerRefusal;
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::{AgentSandbox, PodEnforcement};
 use agentgate_governance::sandbox_pod::policy_config_map_name;
-use agentgate_policy::delivery::{
+use agentgate_judgement::delivery::{
     Applied, HEARTBEAT_SECONDS, POLICY_AUDIENCE, PolicyUpdate, StreamLine,
 };
 
@@ -444,7 +444,7 @@ mod tests {
         let mut cluster = Cluster::example();
         cluster.sandboxes = vec![sandbox_committing(
             3,
-            &agentgate_policy::delivery::digest(&data),
+            &agentgate_judgement::delivery::digest(&data),
         )];
         cluster.policy_maps = vec![config_map(&data, "sandbox-uid")];
         for token in [BOUND, HOLD_ONLY, ELSEWHERE] {
@@ -498,7 +498,7 @@ mod tests {
     #[tokio::test]
     async fn a_pods_report_of_the_committed_policy_is_recorded_and_nothing_else() {
         let data = files(3, "network: []\n");
-        let digest = agentgate_policy::delivery::digest(&data);
+        let digest = agentgate_judgement::delivery::digest(&data);
         let mut cluster = cluster();
         let mut sandbox = sandbox_committing(3, &digest);
         sandbox["metadata"]["resourceVersion"] = json!("42");
@@ -563,7 +563,7 @@ mod tests {
     #[tokio::test]
     async fn a_report_reaching_a_lagging_replica_is_recorded_on_a_fresh_read() {
         let data = files(3, "network: []\n");
-        let digest = agentgate_policy::delivery::digest(&data);
+        let digest = agentgate_judgement::delivery::digest(&data);
         let mut cluster = cluster();
         let mut lagging = sandbox_committing(2, "sha256:older");
         lagging["metadata"]["resourceVersion"] = json!("41");
@@ -602,7 +602,7 @@ mod tests {
         harness.put_policy_map(config_map(&forged, "sandbox-uid"));
         // A ConfigMap another object owns is not the sandbox's either.
         let next = files(4, "network: []\nfilesystem: {}\n");
-        let digest = agentgate_policy::delivery::digest(&next);
+        let digest = agentgate_judgement::delivery::digest(&next);
         harness.put_policy_map(config_map(&next, "another-uid"));
         harness.put_sandbox(sandbox_committing(4, &digest));
         assert!(

@@ -41,13 +41,13 @@ use crate::session::{RefusalSeen, SessionGraph};
 use crate::sniffing::{Prefixed, Sniffed, sniff, sniff_into};
 use crate::telemetry::{GaugeGuard, Metrics};
 use crate::tls::{Interceptor, UpstreamTls};
+use agentgate_judgement::held::{self, HoldRequest};
+use agentgate_judgement::mcp_messages::{ForwardedCall, HeldCall};
+use agentgate_judgement::request_values::{content_coded, request_values};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
-use agentgate_policy::held::{self, HoldRequest};
 use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query_carrying};
-use agentgate_policy::mcp_messages::{ForwardedCall, HeldCall};
 use agentgate_policy::provenance::{Record, Source};
-use agentgate_policy::request_values::{content_coded, request_values};
 
 mod bodies;
 mod mcp_http;

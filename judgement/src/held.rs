@@ -7,9 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::action::McpAction;
 use crate::mcp_messages::HeldCall;
 use crate::refusal::{Refusal, RefusalCode};
+use agentgate_policy::action::McpAction;
 
 /// The longest a call is held: the approval service refuses a longer
 /// timeout, since the agent's MCP client is waiting on it.

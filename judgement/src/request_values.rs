@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use serde::de;
 use serde_json::{Map, Value};
 
-use crate::strict_json::{self, Checked};
+use agentgate_policy::strict_json::{self, Checked};
 
 /// Request headers that frame the message rather than carry data a tool
 /// chose to send: never judged. `Content-Type` and `Accept` are judged

@@ -3,17 +3,18 @@
 //! network regions its tools would reach, so a refusal can say which static
 //! finding predicted it without the analysis (or Z3) in the data plane.
 
+use agentgate_policy::model::RuntimeMode;
 use serde::{Deserialize, Serialize};
 
 use serde_json::{Map, Value};
 
-use crate::action::{Action, McpAction, McpKind, NetworkAction};
-use crate::compile::{CompiledRegion, compile_region};
-use crate::error::Reason;
-use crate::matcher::{connection_in_region, region_contains, region_holds};
-use crate::model::Region;
-use crate::provenance::{MIN_SUBSTRING_BYTES, Origin, Record, Source, find_leaf};
 use crate::refusal::{FindingCitation, Refusal, RefusalCode};
+use agentgate_policy::action::{Action, McpAction, McpKind, NetworkAction};
+use agentgate_policy::compile::{CompiledRegion, compile_region};
+use agentgate_policy::error::Reason;
+use agentgate_policy::matcher::{connection_in_region, region_contains, region_holds};
+use agentgate_policy::model::Region;
+use agentgate_policy::provenance::{MIN_SUBSTRING_BYTES, Origin, Record, Source, find_leaf};
 
 /// One unfixed trifecta finding of the sandbox's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,19 +105,6 @@ impl RuntimeFlow {
             RuntimeMode::Audit => "audit",
         }
     }
-}
-
-/// What the proxy does when it observes a finding's flow.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum RuntimeMode {
-    /// Refuse the sink's call (`runtime_trifecta`).
-    #[default]
-    Enforce,
-    /// Let it pass; log and count it.
-    Audit,
 }
 
 /// A flow the proxy observed: the finding that predicted it and where.
@@ -434,7 +422,7 @@ impl CompiledFlow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::{Layer, McpAction, McpKind, NetworkAction};
+    use agentgate_policy::action::{Layer, McpAction, McpKind, NetworkAction};
 
     #[test]
     fn cites_the_node_whose_region_holds_the_action() {
@@ -496,8 +484,8 @@ mod tests {
 
     #[test]
     fn an_in_process_sink_is_called_by_the_requests_of_its_regions() {
-        use crate::provenance::Lineage;
         use crate::request_values::request_values;
+        use agentgate_policy::provenance::Lineage;
         let findings: Vec<FindingRegions> = serde_json::from_str(
             r#"[{"id":"AG-TRIFECTA","sink":"post_note","witness":"fetch_page -> __llm__ -> post_note",
                  "runtime":{"untrusted":"fetch_page","secret":"read_vault","sink":"post_note",

@@ -4,15 +4,15 @@
 //! when a person denies it or nobody decides.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use agentgate_judgement::findings::CompiledFindings;
+use agentgate_judgement::held::{HoldAnswer, HoldDecision, HoldRequest, unavailable};
+use agentgate_judgement::mcp_messages::{Judge, Judged, judge_messages};
+use agentgate_judgement::refusal::RefusalCode;
 use agentgate_policy::action::{Action, McpAction, McpKind};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
-use agentgate_policy::findings::CompiledFindings;
-use agentgate_policy::held::{HoldAnswer, HoldDecision, HoldRequest, unavailable};
 use agentgate_policy::index::HostIndex;
 use agentgate_policy::load::load_document;
 use agentgate_policy::matcher::{Caller, McpServer, allows, decide_mcp_indexed, held_by};
-use agentgate_policy::mcp_messages::{Judge, Judged, judge_messages};
-use agentgate_policy::refusal::RefusalCode;
 use serde_json::{Map, Value, json};
 
 const DRIVE: &str = r#"network:

@@ -7,17 +7,19 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::action::{Action, McpAction, McpKind};
-use crate::compile::CompiledPolicy;
-use crate::findings::{CompiledFindings, RuntimeMode};
-use crate::index::HostIndex;
-use crate::matcher::{
+use crate::findings::CompiledFindings;
+use crate::refusal::{Refusal, RefusalCode};
+use agentgate_policy::action::{Action, McpAction, McpKind};
+use agentgate_policy::compile::CompiledPolicy;
+use agentgate_policy::index::HostIndex;
+use agentgate_policy::matcher::{
     Caller, McpQuery, McpServer, decide_mcp_indexed, decide_mcp_recorded, held_by,
     mcp_query_carrying,
 };
-use crate::mcp::json_equal;
-use crate::provenance::{Origin, Record, find_leaf};
-use crate::refusal::{Refusal, RefusalCode};
+use agentgate_policy::mcp::SESSION_METHODS;
+use agentgate_policy::mcp::json_equal;
+use agentgate_policy::model::RuntimeMode;
+use agentgate_policy::provenance::{Origin, Record, find_leaf};
 
 /// The JSON-RPC error code of a message the policy refuses (an
 /// implementation-defined server error, -32000..-32099, that no MCP SDK
@@ -25,25 +27,6 @@ use crate::refusal::{Refusal, RefusalCode};
 pub const REFUSED: i64 = -32010;
 /// The largest POST body judged; a longer one is refused.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
-
-/// Client-to-server methods of the MCP specification (revisions 2024-11-05
-/// to 2025-06-18) that grant no authority (§8.1): allowed whenever the
-/// connection to the endpoint is.
-pub(crate) const SESSION_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/unsubscribe",
-    "prompts/list",
-    "completion/complete",
-    "logging/setLevel",
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/roots/list_changed",
-];
 
 /// What a list request lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,7 +494,7 @@ fn parse_error(reason: &str) -> Judged {
 /// answers every request of the body itself, the refused ones with their
 /// reason.
 pub fn judge_messages(body: &[u8], judge: &dyn Fn(&Value) -> Result<Allowed, Refusal>) -> Judged {
-    let parsed = match crate::strict_json::parse(body) {
+    let parsed = match agentgate_policy::strict_json::parse(body) {
         Ok(parsed) => parsed,
         Err(e) => {
             return parse_error(&format!(

@@ -17,6 +17,7 @@ pub mod authority;
 pub mod budget;
 pub mod convert;
 pub mod credentials;
+pub mod enforcement;
 pub mod findings;
 pub mod governing;
 pub mod maximum;

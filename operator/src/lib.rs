@@ -14,6 +14,7 @@ mod data_plane;
 pub mod k8s;
 pub mod metrics;
 mod pki;
+pub mod runtime;
 pub mod webhook;
 
 /// The field manager of every write the operator and its webhook make.

@@ -1,7 +1,9 @@
-//! The `agentgate` command line. Each subcommand is a thin shell around the
-//! pure core; exit codes follow docs/policy-semantics.md §5.
+//! The `agentgate` command line's offline commands (verify, diff, export,
+//! import, scan, crds) and the `kubectl agentgate` plugin: each a thin
+//! shell around the pure core, reading files or the cluster but running
+//! no controller or server (those are `crate::runtime`'s). Exit codes
+//! follow docs/policy-semantics.md §5.
 
-pub mod controller;
 pub mod crds;
 pub mod diff;
 pub mod export;
@@ -11,13 +13,11 @@ pub mod manifests;
 pub mod plugin;
 pub mod scan;
 pub mod verify;
-pub mod webhook;
 
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::ValueEnum;
 
 use agentgate_api::documents::load_document;
 use agentgate_policy::compile::{Limits, Role};
@@ -33,15 +33,6 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit code: unsupported or inconclusive.
 pub const EXIT_UNPROVEN: u8 = 3;
 
-/// agentgate: prove that AI-agent policies stay inside their maximums.
-#[derive(Debug, Parser)]
-#[command(name = "agentgate", version, about, long_about = None)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
 /// Output format of verify and diff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -49,40 +40,6 @@ pub enum Output {
     Text,
     /// One JSON object (stable shape, see docs/cli.md).
     Json,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Prove that a candidate policy stays inside every given maximum.
-    Verify(verify::VerifyArgs),
-    /// Show the new authority a candidate adds over the current policy, and its cost.
-    Diff(diff::DiffArgs),
-    /// Convert another policy format into an agentgate policy document.
-    #[command(subcommand)]
-    Import(import::ImportCommand),
-    /// Print the CustomResourceDefinitions (YAML) for `kubectl apply -f -`.
-    Crds,
-    /// Find lethal-trifecta risks in an agent's source; print them, SARIF or an AgentScan.
-    Scan(scan::ScanArgs),
-    /// Run the reconcilers against the cluster in KUBECONFIG.
-    Controller(controller::ControllerArgs),
-    /// Serve only the admission webhook and /v1/decide (every replica serves).
-    Webhook(webhook::WebhookCommandArgs),
-}
-
-/// Runs the parsed command line.
-pub fn run(cli: Cli) -> ExitCode {
-    let code = match cli.command {
-        Command::Verify(args) => verify::run(&args),
-        Command::Diff(args) => diff::run(&args),
-        Command::Import(cmd) => import::run(&cmd),
-        Command::Crds => crds::run(),
-        Command::Scan(args) => scan::run(&args),
-        Command::Controller(args) => controller::run(&args),
-        Command::Webhook(args) => webhook::run(&args),
-    };
-    ExitCode::from(code)
 }
 
 /// A policy file that could not be used.

@@ -1725,7 +1725,7 @@ mod tests {
             digest: "sha256:a".into(),
             applied_at: "2026-12-07T04:00:00Z".into(),
         });
-        status.conditions = crate::webhook::policy_stream::enforced_conditions(
+        status.conditions = agentgate_governance::enforcement::applied_conditions(
             &status.conditions,
             Some(2),
             &Timestamp::from_second(1_800_000_000).unwrap(),

@@ -24,7 +24,6 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -35,6 +34,7 @@ use crate::FIELD_MANAGER;
 use crate::webhook::caller::CallerRefusal;
 use crate::webhook::state::WebhookState;
 use agentgate_api::crd::{AgentSandbox, PodEnforcement};
+use agentgate_governance::enforcement::applied_conditions;
 use agentgate_governance::sandbox_pod::policy_config_map_name;
 use agentgate_judgement::delivery::{
     Applied, HEARTBEAT_SECONDS, POLICY_AUDIENCE, PolicyUpdate, StreamLine,
@@ -43,7 +43,6 @@ use agentgate_judgement::delivery::{
 /// How long one subscription lasts: the proxy then subscribes again with
 /// its current token, so an authorization is never older than this.
 pub const MAX_STREAM: Duration = Duration::from_secs(600);
-use agentgate_api::crd::ENFORCED_CONDITION as ENFORCED;
 
 /// `GET /v1/policy/stream`: 401 without a token for [`POLICY_AUDIENCE`],
 /// 403 unless it is bound to a sandbox's Pod and is that sandbox's agent;
@@ -302,7 +301,7 @@ async fn record_applied(
             digest: applied.digest.clone(),
             applied_at: now.to_string(),
         });
-        let conditions = enforced_conditions(&status.conditions, sandbox.metadata.generation, &now);
+        let conditions = applied_conditions(&status.conditions, sandbox.metadata.generation, &now);
         let patch = json!({
             "metadata": {"resourceVersion": sandbox.resource_version()},
             "status": {"pods": pods, "conditions": conditions},
@@ -330,34 +329,6 @@ async fn record_applied(
         StatusCode::SERVICE_UNAVAILABLE,
         "the sandbox kept changing; report again".into(),
     ))
-}
-
-/// `conditions` with `Enforced` True (`Applied`): the sandbox has one Pod,
-/// and it enforces the committed update.
-pub fn enforced_conditions(
-    conditions: &[Condition],
-    generation: Option<i64>,
-    now: &Timestamp,
-) -> Vec<Condition> {
-    let mut out: Vec<Condition> = conditions
-        .iter()
-        .filter(|c| c.type_ != ENFORCED)
-        .cloned()
-        .collect();
-    let before = conditions.iter().find(|c| c.type_ == ENFORCED);
-    let unchanged = before.is_some_and(|c| c.status == "True");
-    out.push(Condition {
-        type_: ENFORCED.into(),
-        status: "True".into(),
-        reason: "Applied".into(),
-        message: "the Pod enforces the committed policy".into(),
-        observed_generation: generation,
-        last_transition_time: match before {
-            Some(c) if unchanged => c.last_transition_time.clone(),
-            _ => Time(*now),
-        },
-    });
-    out
 }
 
 /// The sandbox Pod a request comes from: a token of [`POLICY_AUDIENCE`]

@@ -257,7 +257,7 @@ mod tests {
 
     use clap::Parser as _;
 
-    use crate::cli::{Cli, Command};
+    use crate::runtime::{Cli, Command};
 
     fn concurrency(args: &[&str]) -> Result<u16, clap::Error> {
         let cli = Cli::try_parse_from(["agentgate", "controller"].iter().chain(args))?;

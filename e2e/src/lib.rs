@@ -11,6 +11,7 @@ pub mod node;
 pub mod pod_runner;
 pub mod probe;
 pub mod race;
+pub mod wait;
 pub mod world;
 
 use std::collections::BTreeSet;
@@ -227,6 +228,8 @@ pub struct ControlPlane {
     /// The real node, when started with [`ControlPlane::start_with_node`]:
     /// every process then runs in its network namespace.
     node: Option<node::Node>,
+    /// The client the typed waits watch through, made at the first wait.
+    waiter: std::sync::OnceLock<wait::Waiter>,
 }
 
 /// A control-plane process and how it was started, so that it can be
@@ -276,6 +279,7 @@ impl ControlPlane {
             children: Vec::new(),
             token: String::new(),
             node: None,
+            waiter: std::sync::OnceLock::new(),
         };
         plane.boot()?;
         Ok(plane)
@@ -1079,16 +1083,28 @@ impl ControlPlane {
     /// Waits until the operators' Lease `default/agentgate-leader` is held
     /// by `want`; returns the last holder seen on timeout.
     pub fn wait_lease_holder(&self, want: &str, limit: Duration) -> Result<String, String> {
-        let args = [
-            "get",
-            "lease",
-            "agentgate-leader",
-            "-n",
+        let want = want.to_string();
+        self.waiter()?.until(
+            wait::Kind::LEASE,
             "default",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ];
-        self.wait_for(&args, limit, |s| s == want)
+            "agentgate-leader",
+            limit,
+            |lease| wait::at(lease, &["spec", "holderIdentity"]),
+            move |holder| holder == want,
+        )
+    }
+
+    /// The client the typed waits watch through (made once).
+    fn waiter(&self) -> Result<&wait::Waiter, String> {
+        if let Some(waiter) = self.waiter.get() {
+            return Ok(waiter);
+        }
+        let waiter = wait::Waiter::new(&self.kubeconfig).map_err(|e| e.to_string())?;
+        // A wait on another thread may have made one meanwhile: either serves.
+        let _ = self.waiter.set(waiter);
+        self.waiter
+            .get()
+            .ok_or_else(|| "no client for waits".to_string())
     }
 
     /// [`ControlPlane::wait_for`] that panics on timeout with `what`, the
@@ -1115,18 +1131,14 @@ impl ControlPlane {
     /// has no nodes, so it stays Pending: existing is what admission
     /// decides).
     pub fn wait_pod(&self, namespace: &str, name: &str, limit: Duration) -> Result<String, String> {
-        self.wait_for(
-            &[
-                "get",
-                "pod",
-                name,
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.metadata.name}",
-            ],
+        let want = name.to_string();
+        self.waiter()?.until(
+            wait::Kind::POD,
+            namespace,
+            name,
             limit,
-            |n| n == name,
+            |pod| wait::at(pod, &["metadata", "name"]),
+            move |n| n == want,
         )
     }
 
@@ -1151,18 +1163,14 @@ impl ControlPlane {
         phase: &str,
         limit: Duration,
     ) -> Result<String, String> {
-        self.wait_for(
-            &[
-                "get",
-                "pprop",
-                name,
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.status.phase}",
-            ],
+        let phase = phase.to_string();
+        self.waiter()?.until(
+            wait::Kind::PROPOSAL,
+            namespace,
+            name,
             limit,
-            |p| p == phase,
+            |proposal| wait::at(proposal, &["status", "phase"]),
+            move |p| p == phase,
         )
     }
 
@@ -1175,18 +1183,14 @@ impl ControlPlane {
         want: &str,
         limit: Duration,
     ) -> Result<String, String> {
-        self.wait_for(
-            &[
-                "get",
-                "asbx",
-                sandbox,
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].status}",
-            ],
+        let want = want.to_string();
+        self.waiter()?.until(
+            wait::Kind::SANDBOX,
+            namespace,
+            sandbox,
             limit,
-            |s| s == want,
+            |sandbox| wait::condition_status(sandbox, "FindingsClear"),
+            move |s| s == want,
         )
     }
 
@@ -1235,22 +1239,18 @@ impl ControlPlane {
         namespace: &str,
         name: &str,
         limit: Duration,
-        done: impl Fn(u64) -> bool,
+        done: impl Fn(u64) -> bool + Send + Sync + 'static,
     ) -> Result<u64, String> {
-        self.wait_for(
-            &[
-                "get",
-                "asbx",
-                name,
-                "-n",
+        self.waiter()?
+            .until(
+                wait::Kind::SANDBOX,
                 namespace,
-                "-o",
-                "jsonpath={.status.revision}",
-            ],
-            limit,
-            |r| r.trim().parse().is_ok_and(&done),
-        )
-        .and_then(|r| r.trim().parse().map_err(|_| r))
+                name,
+                limit,
+                |sandbox| wait::at(sandbox, &["status", "revision"]),
+                move |r| r.trim().parse().is_ok_and(&done),
+            )
+            .and_then(|r| r.trim().parse().map_err(|_| r))
     }
 
     /// Creates namespace `agents` labelled `team=ml` (org-ceiling's
@@ -1331,7 +1331,9 @@ impl ControlPlane {
     }
 
     /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the
-    /// output; returns the last output.
+    /// output; returns the last output. The typed waits above (phases,
+    /// revisions, conditions, Pods, the Lease) watch through the API
+    /// instead ([`wait::Waiter`]); this is for what they do not cover.
     pub fn wait_for(
         &self,
         args: &[&str],

@@ -469,6 +469,7 @@ impl ControlPlane {
             children: Vec::new(),
             token: String::new(),
             node: Some(node),
+            waiter: std::sync::OnceLock::new(),
         };
         plane.boot_node()?;
         Ok(plane)

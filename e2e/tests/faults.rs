@@ -117,7 +117,7 @@ fn race_through(outage: Outage) {
     let listed = committed_once(&cp, &|| report(&cp, &[&op]));
     assert_eq!(listed.len(), 20);
     // Nothing else changes the policy here: exactly one revision per commit.
-    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, |r| r >= before + 20)
+    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, move |r| r >= before + 20)
         .unwrap_or_else(|last| {
             panic!(
                 "revision {last}, wanted {}\n{}",
@@ -313,7 +313,7 @@ fn paused_leader_is_fenced_after_the_follower_takes_over() {
     } else {
         panic!("the old leader exited 4 without saying why:\n{since_pause}")
     };
-    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, |r| r >= before + 8)
+    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, move |r| r >= before + 8)
         .unwrap_or_else(|last| panic!("revision {last}\n{}", report(&cp, &[&b])));
     assert_eq!(revision(&cp), before + 8, "one revision per commit");
     verify_committed(&cp, &|| report(&cp, &[&b]));
@@ -595,7 +595,7 @@ fn webhook_killed_under_admissions_fails_closed_and_recovers() {
     wait_decided(&cp, 1, &|| report(&cp, &[&op, &webhook]));
     let listed = committed_once(&cp, &|| report(&cp, &[&op, &webhook]));
     assert_eq!(listed, ["after-0"]);
-    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, |r| r > before)
+    cp.wait_revision(NAMESPACE, SANDBOX, LIMIT, move |r| r > before)
         .unwrap_or_else(|last| panic!("revision {last}\n{}", report(&cp, &[&op])));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(revision(&cp), before + 1, "one commit, one revision");

@@ -1063,7 +1063,7 @@ fn stream_cut_by_the_network(cp: &ControlPlane, context: &dyn Fn() -> String) {
     );
     let cut_at = now();
     cp.apply_yaml(&probe::ceiling("node", true)).unwrap();
-    cp.wait_revision("node", "node-bot", limit, |r| r > revision)
+    cp.wait_revision("node", "node-bot", limit, move |r| r > revision)
         .unwrap_or_else(|last| {
             panic!("the revocation was never committed ({last})\n{}", context())
         });
@@ -1365,7 +1365,7 @@ fn operator_killed_mid_burst(cp: &ControlPlane) {
         logs()
     );
     assert_eq!(race::committed_once(cp, &logs).len(), 20);
-    cp.wait_revision(NAMESPACE, SANDBOX, race::LIMIT, |r| r >= before + 20)
+    cp.wait_revision(NAMESPACE, SANDBOX, race::LIMIT, move |r| r >= before + 20)
         .unwrap_or_else(|last| panic!("revision {last}, wanted {}\n{}", before + 20, logs()));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(

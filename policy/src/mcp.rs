@@ -572,6 +572,69 @@ fn constraint(
             format!("items nested more than {MAX_ITEMS_DEPTH} deep"),
         ));
     }
+    let (from, entities) = provenance_parts(field, c)?;
+    if depth > 0 && c.optional {
+        return Err(shape(
+            format!("{field}.optional"),
+            "an array element is always present; optional applies to arguments only",
+        ));
+    }
+    let range = NumberRange::of(field, c)?;
+    let glob = c
+        .glob
+        .as_deref()
+        .map(|g| NameGlob::parse(&format!("{field}.glob"), g, pattern_bytes))
+        .transpose()?;
+    let items = c
+        .items
+        .as_deref()
+        .map(|i| constraint(&format!("{field}.items"), i, depth + 1, pattern_bytes).map(Box::new))
+        .transpose()?;
+    one_type(
+        field,
+        glob.is_some() || entities.is_some(),
+        entities.is_some(),
+        range.given(),
+        items.is_some() || c.max_items.is_some(),
+    )?;
+    let compiled = CompiledConstraint {
+        one_of: None,
+        glob,
+        minimum: range.minimum,
+        maximum: range.maximum,
+        exclusive_minimum: range.exclusive_minimum,
+        exclusive_maximum: range.exclusive_maximum,
+        items,
+        max_items: c.max_items,
+        optional: c.optional,
+        from: None,
+        entities: None,
+    };
+    let one_of = one_of_literals(field, c, &compiled, entities.is_some())?;
+    // A value without provenance (a boolean, null, "") satisfies no `from`.
+    if let Some(from) = &from
+        && one_of.as_ref().is_some_and(|literals: &Vec<Literal>| {
+            !literals.iter().any(|l| can_satisfy_from(&l.value, from))
+        })
+    {
+        return Err(shape(
+            format!("{field}.from"),
+            "none of the oneOf values can carry provenance (booleans, null, the empty string and, unless the list says `empty`, empty arrays and objects have none), so no value satisfies the constraint",
+        ));
+    }
+    Ok(CompiledConstraint {
+        one_of,
+        from,
+        entities,
+        ..compiled
+    })
+}
+
+/// The constraint's `from` and `entities.from` source lists, parsed; an
+/// entity list may not name `empty` (an entity is a non-empty string).
+type SourceLists = (Option<Vec<SourcePattern>>, Option<Vec<SourcePattern>>);
+
+fn provenance_parts(field: &str, c: &ArgumentConstraint) -> Result<SourceLists, Reason> {
     let from = c
         .from
         .as_deref()
@@ -592,80 +655,87 @@ fn constraint(
             "an entity is a non-empty string: `empty` names none",
         ));
     }
-    if depth > 0 && c.optional {
-        return Err(shape(
-            format!("{field}.optional"),
-            "an array element is always present; optional applies to arguments only",
-        ));
-    }
-    let number = |name: &str, n: &Option<serde_json::Number>| -> Result<Option<Bound>, Reason> {
-        n.as_ref()
-            .map(|n| {
-                n.as_f64()
-                    .filter(|f| f.is_finite())
-                    .map(Bound)
-                    .ok_or_else(|| shape(format!("{field}.{name}"), "must be a finite number"))
-            })
-            .transpose()
-    };
-    let minimum = number("minimum", &c.minimum)?;
-    let maximum = number("maximum", &c.maximum)?;
-    let exclusive_minimum = number("exclusiveMinimum", &c.exclusive_minimum)?;
-    let exclusive_maximum = number("exclusiveMaximum", &c.exclusive_maximum)?;
-    // The range must hold a number: every lower bound below every upper one
-    // (strictly when either is exclusive).
-    let lower = [
-        (minimum, false, "minimum"),
-        (exclusive_minimum, true, "exclusiveMinimum"),
-    ];
-    let upper = [
-        (maximum, false, "maximum"),
-        (exclusive_maximum, true, "exclusiveMaximum"),
-    ];
-    for (lo, lo_open, lo_name) in lower {
-        for (hi, hi_open, hi_name) in upper {
-            if let (Some(lo), Some(hi)) = (lo, hi)
-                && (lo.0 > hi.0 || (lo.0 == hi.0 && (lo_open || hi_open)))
-            {
-                return Err(shape(
-                    format!("{field}.{lo_name}"),
-                    format!(
-                        "{lo_name} {} and {hi_name} {} leave no number: no value satisfies the constraint",
-                        lo.0, hi.0
-                    ),
-                ));
+    Ok((from, entities))
+}
+
+/// A constraint's number bounds, each finite, that leave some number.
+struct NumberRange {
+    minimum: Option<Bound>,
+    maximum: Option<Bound>,
+    exclusive_minimum: Option<Bound>,
+    exclusive_maximum: Option<Bound>,
+}
+
+impl NumberRange {
+    fn of(field: &str, c: &ArgumentConstraint) -> Result<NumberRange, Reason> {
+        let number = |name: &str,
+                      n: &Option<serde_json::Number>|
+         -> Result<Option<Bound>, Reason> {
+            n.as_ref()
+                .map(|n| {
+                    n.as_f64()
+                        .filter(|f| f.is_finite())
+                        .map(Bound)
+                        .ok_or_else(|| shape(format!("{field}.{name}"), "must be a finite number"))
+                })
+                .transpose()
+        };
+        let range = NumberRange {
+            minimum: number("minimum", &c.minimum)?,
+            maximum: number("maximum", &c.maximum)?,
+            exclusive_minimum: number("exclusiveMinimum", &c.exclusive_minimum)?,
+            exclusive_maximum: number("exclusiveMaximum", &c.exclusive_maximum)?,
+        };
+        // The range must hold a number: every lower bound below every upper
+        // one (strictly when either is exclusive).
+        let lower = [
+            (range.minimum, false, "minimum"),
+            (range.exclusive_minimum, true, "exclusiveMinimum"),
+        ];
+        let upper = [
+            (range.maximum, false, "maximum"),
+            (range.exclusive_maximum, true, "exclusiveMaximum"),
+        ];
+        for (lo, lo_open, lo_name) in lower {
+            for (hi, hi_open, hi_name) in upper {
+                if let (Some(lo), Some(hi)) = (lo, hi)
+                    && (lo.0 > hi.0 || (lo.0 == hi.0 && (lo_open || hi_open)))
+                {
+                    return Err(shape(
+                        format!("{field}.{lo_name}"),
+                        format!(
+                            "{lo_name} {} and {hi_name} {} leave no number: no value satisfies the constraint",
+                            lo.0, hi.0
+                        ),
+                    ));
+                }
             }
         }
+        Ok(range)
     }
-    let glob = c
-        .glob
-        .as_deref()
-        .map(|g| NameGlob::parse(&format!("{field}.glob"), g, pattern_bytes))
-        .transpose()?;
-    let items = c
-        .items
-        .as_deref()
-        .map(|i| constraint(&format!("{field}.items"), i, depth + 1, pattern_bytes).map(Box::new))
-        .transpose()?;
-    // Each kind of constraint speaks about one JSON type; two kinds at once
-    // admit no value at all, which is a mistake rather than a rule.
+
+    /// Whether any bound is given.
+    fn given(&self) -> bool {
+        self.minimum.is_some()
+            || self.maximum.is_some()
+            || self.exclusive_minimum.is_some()
+            || self.exclusive_maximum.is_some()
+    }
+}
+
+/// Each kind of constraint speaks about one JSON type; two kinds at once
+/// admit no value at all, which is a mistake rather than a rule.
+fn one_type(
+    field: &str,
+    string: bool,
+    entities: bool,
+    number: bool,
+    array: bool,
+) -> Result<(), Reason> {
     let kinds: Vec<&str> = [
-        (
-            if entities.is_some() {
-                "glob/entities"
-            } else {
-                "glob"
-            },
-            glob.is_some() || entities.is_some(),
-        ),
-        (
-            "minimum/maximum",
-            minimum.is_some()
-                || maximum.is_some()
-                || exclusive_minimum.is_some()
-                || exclusive_maximum.is_some(),
-        ),
-        ("items/maxItems", items.is_some() || c.max_items.is_some()),
+        (if entities { "glob/entities" } else { "glob" }, string),
+        ("minimum/maximum", number),
+        ("items/maxItems", array),
     ]
     .into_iter()
     .filter_map(|(name, given)| given.then_some(name))
@@ -679,65 +749,42 @@ fn constraint(
             ),
         ));
     }
-    let compiled = CompiledConstraint {
-        one_of: None,
-        glob,
-        minimum,
-        maximum,
-        exclusive_minimum,
-        exclusive_maximum,
-        items,
-        max_items: c.max_items,
-        optional: c.optional,
-        from: None,
-        entities: None,
+    Ok(())
+}
+
+/// `oneOf`: at least one value, each one the constraint's other parts
+/// (`compiled`) admit, and strings only where entities are named.
+fn one_of_literals(
+    field: &str,
+    c: &ArgumentConstraint,
+    compiled: &CompiledConstraint,
+    entities: bool,
+) -> Result<Option<Vec<Literal>>, Reason> {
+    let Some(values) = &c.one_of else {
+        return Ok(None);
     };
-    let one_of = match &c.one_of {
-        None => None,
-        Some(values) if values.is_empty() => {
-            return Err(shape(
-                format!("{field}.oneOf"),
-                "at least one value is required",
-            ));
-        }
-        Some(values) => {
-            if let Some(i) = values
-                .iter()
-                .position(|v| !compiled.admits(v, Provenance::unrecorded(), &Position::Root))
-            {
-                return Err(shape(
-                    format!("{field}.oneOf[{i}]"),
-                    "this value fails the constraint's other parts, so it can never be allowed",
-                ));
-            }
-            if entities.is_some()
-                && let Some(i) = values.iter().position(|v| !v.is_string())
-            {
-                return Err(shape(
-                    format!("{field}.oneOf[{i}]"),
-                    "entities speak about strings only, so this value can never be allowed",
-                ));
-            }
-            Some(values.iter().cloned().map(Literal::new).collect())
-        }
-    };
-    // A value without provenance (a boolean, null, "") satisfies no `from`.
-    if let Some(from) = &from
-        && one_of.as_ref().is_some_and(|literals: &Vec<Literal>| {
-            !literals.iter().any(|l| can_satisfy_from(&l.value, from))
-        })
-    {
+    if values.is_empty() {
         return Err(shape(
-            format!("{field}.from"),
-            "none of the oneOf values can carry provenance (booleans, null, the empty string and, unless the list says `empty`, empty arrays and objects have none), so no value satisfies the constraint",
+            format!("{field}.oneOf"),
+            "at least one value is required",
         ));
     }
-    Ok(CompiledConstraint {
-        one_of,
-        from,
-        entities,
-        ..compiled
-    })
+    if let Some(i) = values
+        .iter()
+        .position(|v| !compiled.admits(v, Provenance::unrecorded(), &Position::Root))
+    {
+        return Err(shape(
+            format!("{field}.oneOf[{i}]"),
+            "this value fails the constraint's other parts, so it can never be allowed",
+        ));
+    }
+    if entities && let Some(i) = values.iter().position(|v| !v.is_string()) {
+        return Err(shape(
+            format!("{field}.oneOf[{i}]"),
+            "entities speak about strings only, so this value can never be allowed",
+        ));
+    }
+    Ok(Some(values.iter().cloned().map(Literal::new).collect()))
 }
 
 /// A `from` list at `field`: at least one source, each parsed.

@@ -1063,24 +1063,22 @@ impl Inspected {
         )
     }
 
-    /// Judges one request and forwards it when allowed.
-    async fn request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
-        let proxy = &self.proxy;
-        let credentials = proxy.credential_set();
+    /// The host and port a request is judged for: the connection's, or
+    /// for absolute-form and redirected plain HTTP the first name the
+    /// request gives; every name it gives must agree, and a protocol
+    /// upgrade is refused. The refusal names the host and port it is
+    /// logged under.
+    fn destination(
+        &self,
+        req: &Request<Incoming>,
+    ) -> Result<(String, u16), (Refusal, String, u16)> {
         let shown_host = self.host.clone().unwrap_or_default();
-        let refuse = |mut refusal: Refusal, host: &str, port: u16| {
-            // The refusal goes back to the agent too: no placeholder or
-            // secret it quotes is echoed.
-            credentials.redact_refusal(&mut refusal);
-            proxy.log_refusal("request", &self.binary, host, port, &refusal);
-            refusal_response(&refusal)
-        };
         if let Some(refusal) = &self.refusal {
-            return refuse(refusal.clone(), &shown_host, self.port);
+            return Err((refusal.clone(), shown_host, self.port));
         }
-        let named = match request_authority(&req) {
+        let named = match request_authority(req) {
             Ok(named) => named,
-            Err(refusal) => return refuse(refusal, &shown_host, self.port),
+            Err(refusal) => return Err((refusal, shown_host, self.port)),
         };
         // Absolute-form http:// on the explicit listener names its own host
         // and port; otherwise the connection (or, for redirected plain HTTP,
@@ -1095,14 +1093,14 @@ impl Inspected {
             (Some(host), _) => host.clone(),
             (None, Some((name, _))) => match canonical_host(name) {
                 Ok(host) => host,
-                Err(refusal) => return refuse(refusal, name, port),
+                Err(refusal) => return Err((refusal, name.clone(), port)),
             },
             (None, None) => {
                 let refusal = Refusal::new(
                     RefusalCode::NotAHost,
                     "a request without a Host header cannot be judged",
                 );
-                return refuse(refusal, "", port);
+                return Err((refusal, String::new(), port));
             }
         };
         for (name, named_port) in &named {
@@ -1116,10 +1114,10 @@ impl Inspected {
                     RefusalCode::HostMismatch,
                     format!("the request names {shown:?}, but it is judged for {host}:{port}"),
                 );
-                return refuse(refusal, &host, port);
+                return Err((refusal, host, port));
             }
         }
-        if is_upgrade(&req) {
+        if is_upgrade(req) {
             let refusal = Refusal::new(
                 RefusalCode::UnsupportedProtocol,
                 format!(
@@ -1128,8 +1126,26 @@ impl Inspected {
                     req.uri().path()
                 ),
             );
-            return refuse(refusal, &host, port);
+            return Err((refusal, host, port));
         }
+        Ok((host, port))
+    }
+
+    /// Judges one request and forwards it when allowed.
+    async fn request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let proxy = &self.proxy;
+        let credentials = proxy.credential_set();
+        let refuse = |mut refusal: Refusal, host: &str, port: u16| {
+            // The refusal goes back to the agent too: no placeholder or
+            // secret it quotes is echoed.
+            credentials.redact_refusal(&mut refusal);
+            proxy.log_refusal("request", &self.binary, host, port, &refusal);
+            refusal_response(&refusal)
+        };
+        let (host, port) = match self.destination(&req) {
+            Ok(destination) => destination,
+            Err((refusal, host, port)) => return refuse(refusal, &host, port),
+        };
         // Which credential the request carries, before anything is judged
         // or read (docs/policy-semantics.md §9.4).
         let carrying = match self.carrying(&credentials, &req, &host, port) {

@@ -1,21 +1,18 @@
 #![warn(missing_docs)]
 //! agentgate: keeps AI agents inside the authority their operators grant
-//! them. This crate is the runtime (docs/design.md §2): the reconcilers, the
-//! webhook server, the CLI and the certificates they serve, thin shells of
-//! Kubernetes and network I/O around the pure crates below — the policy
-//! language (`agentgate-policy`), the prover and verdict
-//! (`agentgate-prover`), the trifecta model and scanners
-//! (`agentgate-trifecta`), the API types (`agentgate-api`) and the
-//! governance rules (`agentgate-governance`).
+//! them. This crate is the runtime (docs/design.md §2): the `agentgate`
+//! and `kubectl-agentgate` binaries and [`runtime`], which wires the
+//! operator's roles, each a crate of its own: the reconcilers
+//! (`agentgate-controller`), the webhook server (`agentgate-webhook`), the
+//! offline command line (`agentgate-cli`), over what they share
+//! (`agentgate-k8s`) and the pure crates below — the policy language, the
+//! runtime judgement, the prover, the trifecta model and scanners, the API
+//! types and the governance rules. The roles are re-exported here under
+//! their old paths.
 
-pub mod cli;
-pub mod controller;
-mod data_plane;
-pub mod k8s;
-pub mod metrics;
-mod pki;
+pub use agentgate_cli as cli;
+pub use agentgate_controller as controller;
+pub use agentgate_k8s::{FIELD_MANAGER, data_plane, k8s, metrics, pki};
+pub use agentgate_webhook as webhook;
+
 pub mod runtime;
-pub mod webhook;
-
-/// The field manager of every write the operator and its webhook make.
-pub const FIELD_MANAGER: &str = "agentgate";

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("AGENTGATE_LOG").unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new(
-                    "warn,agentgate::controller=info,agentgate::cli=info,agentgate::runtime=info,agentgate::webhook=info",
+                    "warn,agentgate::runtime=info,agentgate_controller=info,agentgate_cli=info,agentgate_webhook=info",
                 )
             }),
         )

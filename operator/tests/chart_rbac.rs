@@ -151,7 +151,7 @@ fn compare(case: &str, values: &[&str], self_managed: bool) {
     let unused: Vec<_> = granted.difference(&needed).collect();
     assert!(
         missing.is_empty() && unused.is_empty(),
-        "{case}: the chart's RBAC differs from operator/src/k8s/permissions.rs\n  needed but not granted: {missing:?}\n  granted but not used: {unused:?}"
+        "{case}: the chart's RBAC differs from operator/k8s/src/k8s/permissions.rs\n  needed but not granted: {missing:?}\n  granted but not used: {unused:?}"
     );
 }
 

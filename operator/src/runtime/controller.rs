@@ -13,8 +13,8 @@ use kube_lease_manager::LeaseManagerBuilder;
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
 use crate::controller::leader_fence::{LeaseFence, grace_seconds};
 use crate::controller::{Context, maximum, proposal, runtime_events, sandbox, scan};
-use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};
+use agentgate_k8s::metrics::{Metrics, serve};
 use agentgate_prover::{Prover, ProverOptions};
 
 /// Exit code when leadership is lost (crash-only: the Deployment restarts us).

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::{EXIT_USAGE, EXIT_WITHIN};
-use crate::metrics::{Metrics, serve};
 use crate::webhook::{WebhookArgs, server};
+use agentgate_k8s::metrics::{Metrics, serve};
 use agentgate_prover::{Prover, ProverOptions};
 
 /// The default HTTPS address of the webhook.

@@ -1094,6 +1094,22 @@ impl ControlPlane {
         )
     }
 
+    /// Waits through the watch until `field` of the object `namespace/name`
+    /// of `kind` (cluster-scoped: `namespace` empty) satisfies `done`;
+    /// returns it, or the last value seen ([`wait::Waiter::until`]).
+    pub fn wait_object(
+        &self,
+        kind: wait::Kind,
+        namespace: &str,
+        name: &str,
+        limit: Duration,
+        field: impl Fn(&serde_json::Value) -> String + Send + Sync + 'static,
+        done: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Result<String, String> {
+        self.waiter()?
+            .until(kind, namespace, name, limit, field, done)
+    }
+
     /// The client the typed waits watch through (made once).
     fn waiter(&self) -> Result<&wait::Waiter, String> {
         if let Some(waiter) = self.waiter.get() {

@@ -41,6 +41,13 @@ impl Kind {
     pub const POD: Kind = Kind::new("", "v1", "Pod", "pods");
     /// A coordination Lease.
     pub const LEASE: Kind = Kind::new("coordination.k8s.io", "v1", "Lease", "leases");
+    /// agentgate's MaximumPolicy (cluster-scoped).
+    pub const MAXIMUM: Kind = Kind::new(
+        "agentgate.dev",
+        "v1alpha1",
+        "MaximumPolicy",
+        "maximumpolicies",
+    );
 
     const fn new(
         group: &'static str,
@@ -171,12 +178,18 @@ pub fn at(value: &Value, path: &[&str]) -> String {
 /// The `status` of the condition `type_` in `status.conditions`, or
 /// nothing.
 pub fn condition_status(value: &Value, type_: &str) -> String {
+    condition_field(value, type_, "status")
+}
+
+/// `field` (`status`, `reason`, `message`) of the condition `type_` in
+/// `status.conditions`, or nothing.
+pub fn condition_field(value: &Value, type_: &str, field: &str) -> String {
     value["status"]["conditions"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|c| c["type"] == type_)
-        .map(|c| at(c, &["status"]))
+        .map(|c| at(c, &[field]))
         .unwrap_or_default()
 }
 
@@ -203,5 +216,6 @@ mod tests {
         );
         assert_eq!(condition_status(&object, "FindingsClear"), "False");
         assert_eq!(condition_status(&object, "Stalled"), "");
+        assert_eq!(condition_field(&object, "Ready", "status"), "True");
     }
 }

@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use agentgate_e2e::ControlPlane;
+use agentgate_e2e::wait::{self, Kind};
+
+/// What a wait reads of the object (as JSON).
+type Field = Box<dyn Fn(&serde_json::Value) -> String + Send + Sync>;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn run(cp: &ControlPlane, args: &[&str]) {
     cp.run(args).expect("kubectl");
-}
-
-fn jsonpath(path: &str) -> String {
-    format!("jsonpath={path}")
 }
 
 #[test]
@@ -36,55 +36,83 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
         ],
     );
 
-    let status = |name: &str, path: &str, want: &str| {
-        let args = ["get", "maxpol", name, "-o", &jsonpath(path)];
-        cp.wait_for(&args, LIMIT, |out| out == want)
-            .unwrap_or_else(|last| {
-                panic!(
-                    "{name} {path}: wanted {want:?}, last saw {last:?}\noperator log:\n{}",
-                    operator.log()
-                )
-            })
+    // Each waits through the watch on the MaximumPolicy until `field` of
+    // it reads `want`.
+    let status = |name: &str, what: &str, field: Field, want: &str| {
+        let wanted = want.to_string();
+        cp.wait_object(Kind::MAXIMUM, "", name, LIMIT, field, move |out| {
+            out == wanted
+        })
+        .unwrap_or_else(|last| {
+            panic!(
+                "{name} {what}: wanted {want:?}, last saw {last:?}\noperator log:\n{}",
+                operator.log()
+            )
+        })
     };
-    let condition = |type_: &str, field: &str| {
-        format!("{{.status.conditions[?(@.type==\"{type_}\")].{field}}}")
+    let condition = |type_: &'static str, field: &'static str| -> Field {
+        Box::new(move |m| wait::condition_field(m, type_, field))
     };
+    let path = |path: &'static [&'static str]| -> Field { Box::new(move |m| wait::at(m, path)) };
 
     // org-ceiling selects namespaces labelled team=ml and its invariant is
     // outside the ceiling.
-    status("org-ceiling", &condition("Ready", "status"), "True");
-    status("org-ceiling", &condition("Consistent", "status"), "True");
-    status("org-ceiling", "{.status.governedSandboxes}", "1");
-    status("org-ceiling", "{.status.observedGeneration}", "1");
+    status("org-ceiling", "Ready", condition("Ready", "status"), "True");
+    status(
+        "org-ceiling",
+        "Consistent",
+        condition("Consistent", "status"),
+        "True",
+    );
+    status(
+        "org-ceiling",
+        "governedSandboxes",
+        path(&["status", "governedSandboxes"]),
+        "1",
+    );
+    status(
+        "org-ceiling",
+        "observedGeneration",
+        path(&["status", "observedGeneration"]),
+        "1",
+    );
 
     // egress-ceiling allows every host on 80/443, so it allows the metadata
     // service its own invariant forbids: Consistent=False with the witness.
     status(
         "egress-ceiling",
-        &condition("Consistent", "status"),
+        "Consistent",
+        condition("Consistent", "status"),
         "False",
     );
     status(
         "egress-ceiling",
-        &condition("Consistent", "reason"),
+        "Consistent reason",
+        condition("Consistent", "reason"),
         "IntersectsInvariant",
     );
     // Not in its desired state until a person fixes it (kstatus: Failed).
-    status("egress-ceiling", &condition("Ready", "status"), "False");
     status(
         "egress-ceiling",
-        &condition("Stalled", "reason"),
+        "Ready",
+        condition("Ready", "status"),
+        "False",
+    );
+    status(
+        "egress-ceiling",
+        "Stalled reason",
+        condition("Stalled", "reason"),
         "IntersectsInvariant",
     );
-    let args = [
-        "get",
-        "maxpol",
-        "egress-ceiling",
-        "-o",
-        &jsonpath(&condition("Consistent", "message")),
-    ];
     let message = cp
-        .wait_for(&args, LIMIT, |m| !m.is_empty())
+        .wait_object(
+            Kind::MAXIMUM,
+            "",
+            "egress-ceiling",
+            LIMIT,
+            |m| wait::condition_field(m, "Consistent", "message"),
+            |m| !m.is_empty(),
+        )
         .unwrap_or_default();
     assert!(
         message.contains("invariant \"no-cloud-metadata\""),
@@ -117,8 +145,18 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
 
     // Relabelling the namespace moves the sandbox out of org-ceiling.
     run(&cp, &["label", "namespace", "agents", "team-"]);
-    status("org-ceiling", "{.status.governedSandboxes}", "0");
-    status("egress-ceiling", "{.status.governedSandboxes}", "1");
+    status(
+        "org-ceiling",
+        "governedSandboxes",
+        path(&["status", "governedSandboxes"]),
+        "0",
+    );
+    status(
+        "egress-ceiling",
+        "governedSandboxes",
+        path(&["status", "governedSandboxes"]),
+        "1",
+    );
 
     // An invalid ceiling is reported, not ignored.
     let bad = "apiVersion: agentgate.dev/v1alpha1\nkind: MaximumPolicy\nmetadata: {name: bad-glob}\nspec:\n  policy:\n    network:\n      - name: r\n        endpoints: [{host: \"api.*.example.com\", ports: [443]}]\n";
@@ -130,7 +168,17 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    status("bad-glob", &condition("Ready", "status"), "False");
-    status("bad-glob", &condition("Ready", "reason"), "InvalidPolicy");
-    status("bad-glob", &condition("Stalled", "status"), "True");
+    status("bad-glob", "Ready", condition("Ready", "status"), "False");
+    status(
+        "bad-glob",
+        "Ready reason",
+        condition("Ready", "reason"),
+        "InvalidPolicy",
+    );
+    status(
+        "bad-glob",
+        "Stalled",
+        condition("Stalled", "status"),
+        "True",
+    );
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use agentgate_e2e::wait::{self, Kind};
 use agentgate_e2e::{ControlPlane, Operator};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -28,26 +29,69 @@ fn wait(
     cp.wait_logged(op, args, LIMIT, want, what)
 }
 
-/// Waits until `kubectl get asbx NAME -n NS -o OUTPUT` satisfies `want`.
+/// What a wait reads of the sandbox (as JSON), and what to call it.
+struct Field {
+    what: String,
+    read: Box<dyn Fn(&serde_json::Value) -> String + Send + Sync>,
+}
+
+/// Waits through the watch until `field` of the AgentSandbox `ns/name`
+/// satisfies `want`; panics with the last value and the operator's log.
 fn sandbox(
     cp: &ControlPlane,
     op: &Operator,
     name: &str,
     ns: &str,
-    output: &str,
-    want: impl Fn(&str) -> bool,
+    field: Field,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
-    wait(
-        cp,
-        op,
-        &["get", "asbx", name, "-n", ns, "-o", output],
-        want,
-        &format!("{name} {output}"),
-    )
+    cp.wait_object(Kind::SANDBOX, ns, name, LIMIT, field.read, want)
+        .unwrap_or_else(|last| {
+            panic!(
+                "{name} {}: last saw {last:?}\noperator log:\n{}",
+                field.what,
+                op.log()
+            )
+        })
 }
 
-fn condition(type_: &str, field: &str) -> String {
-    format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].{field}}}")
+/// `field` of the condition `type_`.
+fn condition(type_: &'static str, field: &'static str) -> Field {
+    Field {
+        what: format!("{type_} {field}"),
+        read: Box::new(move |s| wait::condition_field(s, type_, field)),
+    }
+}
+
+/// The value at `path`.
+fn at(path: &'static [&'static str]) -> Field {
+    Field {
+        what: path.join("."),
+        read: Box::new(move |s| wait::at(s, path)),
+    }
+}
+
+/// The strings of the array at `path`, or the `key` of each of its objects,
+/// joined by spaces (as kubectl's `[*]` prints them).
+fn each(path: &'static [&'static str], key: Option<&'static str>) -> Field {
+    Field {
+        what: format!("{}[*]", path.join(".")),
+        read: Box::new(move |s| {
+            let mut here = s;
+            for step in path {
+                here = &here[*step];
+            }
+            here.as_array()
+                .into_iter()
+                .flatten()
+                .map(|item| match key {
+                    Some(key) => wait::at(item, &[key]),
+                    None => wait::at(item, &[]),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+    }
 }
 
 const OVERREACH: &str = "apiVersion: agentgate.dev/v1alpha1
@@ -161,7 +205,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        &condition("WithinMaximum", "status"),
+        condition("WithinMaximum", "status"),
         |s| s == "True",
     );
     sandbox(
@@ -169,7 +213,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        "jsonpath={.status.governedBy[*]}",
+        each(&["status", "governedBy"], None),
         |s| s == "org-ceiling",
     );
     sandbox(
@@ -177,7 +221,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        "jsonpath={.status.revision}",
+        at(&["status", "revision"]),
         |s| s == "1",
     );
     let policy = config_map("triage-bot-policy", "agents", &|s| {
@@ -193,7 +237,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "overreach",
         "agents",
-        &condition("WithinMaximum", "reason"),
+        condition("WithinMaximum", "reason"),
         |s| s == "Revoked",
     );
     let message = sandbox(
@@ -201,7 +245,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "overreach",
         "agents",
-        &condition("WithinMaximum", "message"),
+        condition("WithinMaximum", "message"),
         |s| !s.is_empty(),
     );
     assert!(message.contains("network rule \"write\""), "{message}");
@@ -215,7 +259,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "overreach",
         "agents",
-        "jsonpath={.status.effectivePolicy.network[*].name}",
+        each(&["status", "effectivePolicy", "network"], Some("name")),
         |s| s == "read",
     );
     let cm = config_map("overreach-policy", "agents", &|s| s.contains("name: read"));
@@ -244,7 +288,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "loner",
         "other",
-        &condition("WithinMaximum", "reason"),
+        condition("WithinMaximum", "reason"),
         |s| s == "Unmanaged",
     );
     let cm = config_map("loner-policy", "other", &|_| true);
@@ -370,7 +414,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "bare",
         "agents",
-        &condition("Ready", "reason"),
+        condition("Ready", "reason"),
         |s| s == "CommandRequired",
     );
     assert_eq!(ready, "CommandRequired");
@@ -379,7 +423,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "bare",
         "agents",
-        &condition("Ready", "message"),
+        condition("Ready", "message"),
         |s| !s.is_empty(),
     );
     assert!(message.contains("add command:"), "{message}");
@@ -388,7 +432,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "privileged",
         "agents",
-        &condition("Ready", "message"),
+        condition("Ready", "message"),
         |s| s.contains("hostNetwork"),
     );
     for field in ["hostNetwork", "privileged", "NET_ADMIN"] {
@@ -413,7 +457,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        &condition("WithinMaximum", "message"),
+        condition("WithinMaximum", "message"),
         |s| s.contains("network rule \"github-read\""),
     );
     assert!(message.contains("org-ceiling"), "{message}");
@@ -423,7 +467,16 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.status.conditions[?(@.type==\"Stalled\")].reason}",
+        Field {
+            what: "Ready status and Stalled reason".into(),
+            read: Box::new(|s| {
+                format!(
+                    "{} {}",
+                    wait::condition_field(s, "Ready", "status"),
+                    wait::condition_field(s, "Stalled", "reason")
+                )
+            }),
+        },
         |s| s == "False Revoked",
     );
     sandbox(
@@ -431,7 +484,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        "jsonpath={.status.revision}",
+        at(&["status", "revision"]),
         |s| s == "2",
     );
     config_map("triage-bot-policy", "agents", &|s| {

@@ -193,6 +193,48 @@ pub fn condition_field(value: &Value, type_: &str, field: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A kubectl jsonpath template of one dotted path, such as
+/// `{.status.phase}` or `{.status.appliedProposals[*].name}`, read from
+/// `value` as kubectl prints it (`[*]` joins its items with spaces). `None`
+/// for any other template (filters, ranges, several paths): those are not
+/// read here rather than read differently.
+pub fn dotted(value: &Value, template: &str) -> Option<String> {
+    let path = template.strip_prefix("{.")?.strip_suffix('}')?;
+    if path.contains(['{', '}', '?', '@', '\\', ' ']) {
+        return None;
+    }
+    let mut found: Vec<&Value> = vec![value];
+    for segment in path.split('.') {
+        let (key, every) = match segment.strip_suffix("[*]") {
+            Some(key) => (key, true),
+            None => (segment, false),
+        };
+        if key.is_empty() || key.contains(['[', ']']) {
+            return None;
+        }
+        found = found
+            .into_iter()
+            .filter_map(|v| v.get(key))
+            .flat_map(|v| match (every, v) {
+                (true, Value::Array(items)) => items.iter().collect::<Vec<_>>(),
+                (true, _) => Vec::new(),
+                (false, v) => vec![v],
+            })
+            .collect();
+    }
+    Some(
+        found
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +259,17 @@ mod tests {
         assert_eq!(condition_status(&object, "FindingsClear"), "False");
         assert_eq!(condition_status(&object, "Stalled"), "");
         assert_eq!(condition_field(&object, "Ready", "status"), "True");
+        let proposals = json!({"status": {"applied": [{"name": "a"}, {"name": "b"}], "cost": 3}});
+        assert_eq!(
+            dotted(&proposals, "{.status.applied[*].name}").as_deref(),
+            Some("a b")
+        );
+        assert_eq!(dotted(&proposals, "{.status.cost}").as_deref(), Some("3"));
+        assert_eq!(dotted(&proposals, "{.status.missing}").as_deref(), Some(""));
+        assert_eq!(
+            dotted(&object, "{.status.conditions[?(@.type==\"Ready\")].status}"),
+            None
+        );
+        assert_eq!(dotted(&object, "{.status.revision} {.status.phase}"), None);
     }
 }

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use agentgate_e2e::wait::{self, Kind};
 use agentgate_e2e::{ControlPlane, Operator};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -26,32 +27,63 @@ fn wait(
     cp.wait_logged(op, args, LIMIT, want, what)
 }
 
+/// Waits through the watch until the dotted `path` (`{.status.phase}`) of
+/// the proposal `name` satisfies `want`.
 fn proposal(
     cp: &ControlPlane,
     op: &Operator,
     name: &str,
     path: &str,
-    want: impl Fn(&str) -> bool,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
-    let output = format!("jsonpath={path}");
-    wait(
-        cp,
-        op,
-        &["get", "pprop", name, "-n", "agents", "-o", &output],
-        want,
-        &format!("{name} {path}"),
-    )
+    watched(cp, op, (Kind::PROPOSAL, "pprop"), name, path, want)
 }
 
-fn sandbox(cp: &ControlPlane, op: &Operator, path: &str, want: impl Fn(&str) -> bool) -> String {
-    let output = format!("jsonpath={path}");
-    wait(
-        cp,
-        op,
-        &["get", "asbx", "triage-bot", "-n", "agents", "-o", &output],
+/// The same for the sandbox triage-bot.
+fn sandbox(
+    cp: &ControlPlane,
+    op: &Operator,
+    path: &str,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> String {
+    watched(cp, op, (Kind::SANDBOX, "asbx"), "triage-bot", path, want)
+}
+
+/// Waits through the watch for a dotted path; other templates (filters,
+/// several paths) are polled with kubectl, which prints them.
+fn watched(
+    cp: &ControlPlane,
+    op: &Operator,
+    (kind, resource): (Kind, &str),
+    name: &str,
+    path: &str,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> String {
+    if wait::dotted(&serde_json::Value::Null, path).is_none() {
+        let output = format!("jsonpath={path}");
+        return cp.wait_logged(
+            op,
+            &["get", resource, name, "-n", "agents", "-o", &output],
+            LIMIT,
+            want,
+            &format!("{name} {path}"),
+        );
+    }
+    let template = path.to_string();
+    cp.wait_object(
+        kind,
+        "agents",
+        name,
+        LIMIT,
+        move |object| wait::dotted(object, &template).unwrap_or_default(),
         want,
-        &format!("triage-bot {path}"),
     )
+    .unwrap_or_else(|last| {
+        panic!(
+            "{name} {path}: last saw {last:?}\noperator log:\n{}",
+            op.log()
+        )
+    })
 }
 
 const GRAPHQL: &str = "apiVersion: agentgate.dev/v1alpha1

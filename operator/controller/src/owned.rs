@@ -19,6 +19,7 @@ use std::marker::PhantomData;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -84,7 +85,7 @@ pub struct Inputs<'a> {
 }
 
 /// The sandbox's owned objects as they should be.
-pub fn desired(inputs: Inputs<'_>) -> Result<SandboxObjects, serde_json::Error> {
+pub fn desired(inputs: Inputs<'_>) -> SandboxObjects {
     let sandbox = inputs.sandbox;
     let config_map_name = policy_config_map_name(&sandbox.name_any());
     let config_map = Applied::new(
@@ -110,21 +111,19 @@ pub fn desired(inputs: Inputs<'_>) -> Result<SandboxObjects, serde_json::Error> 
             },
         }),
     );
-    let account = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": owned_metadata(sandbox, &sandbox.spec.agent_service_account),
-    }))?;
-    let pod = inputs
-        .pod_spec
-        .map(|spec| agent_pod(sandbox, spec))
-        .transpose()?;
-    Ok(SandboxObjects {
+    let account = ServiceAccount {
+        metadata: owned_metadata(sandbox, &sandbox.spec.agent_service_account),
+        ..ServiceAccount::default()
+    };
+    // Built in place, not through JSON: this runs at every reconcile, and
+    // the Pod is only created when it is missing.
+    let pod = inputs.pod_spec.map(|spec| agent_pod(sandbox, spec));
+    SandboxObjects {
         config_map,
         network_policy,
         account,
         pod,
-    })
+    }
 }
 
 /// DNS, the TCP ports the effective policy names, and the operator's
@@ -153,7 +152,7 @@ fn egress_rules(effective: &PolicyDocument, operator_egress: Option<Value>) -> V
 
 /// The agent Pod: the template's labels (plus the sandbox's) and
 /// annotations, the enforced spec, and the account it acts as.
-fn agent_pod(sandbox: &AgentSandbox, mut spec: PodSpec) -> Result<Pod, serde_json::Error> {
+fn agent_pod(sandbox: &AgentSandbox, mut spec: PodSpec) -> Pod {
     let name = sandbox.name_any();
     let template_metadata = sandbox
         .spec
@@ -168,39 +167,49 @@ fn agent_pod(sandbox: &AgentSandbox, mut spec: PodSpec) -> Result<Pod, serde_jso
     // account (whose token it then may not mount).
     spec.service_account_name = Some(pod_service_account(&sandbox.spec));
     spec.service_account = None;
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": template_metadata.and_then(|m| m.annotations.clone()),
-            "ownerReferences": [owner(sandbox)],
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            annotations: template_metadata.and_then(|m| m.annotations.clone()),
+            owner_references: Some(vec![owner_reference(sandbox)]),
+            ..ObjectMeta::default()
         },
-        "spec": spec,
-    }))
+        spec: Some(spec),
+        ..Pod::default()
+    }
 }
 
 /// The metadata of an object the operator keeps for a sandbox: its name,
 /// the sandbox's label and the sandbox as controlling owner.
-fn owned_metadata(sandbox: &AgentSandbox, name: &str) -> Value {
-    json!({
-        "name": name,
-        "labels": {SANDBOX_LABEL: sandbox.name_any()},
-        "ownerReferences": [owner(sandbox)],
-    })
+fn owned_metadata(sandbox: &AgentSandbox, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(BTreeMap::from([(
+            SANDBOX_LABEL.to_string(),
+            sandbox.name_any(),
+        )])),
+        owner_references: Some(vec![owner_reference(sandbox)]),
+        ..ObjectMeta::default()
+    }
 }
 
 /// The sandbox as an object's controlling owner.
+fn owner_reference(sandbox: &AgentSandbox) -> OwnerReference {
+    OwnerReference {
+        api_version: "agentgate.dev/v1alpha1".into(),
+        kind: "AgentSandbox".into(),
+        name: sandbox.name_any(),
+        uid: sandbox.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// [`owner_reference`] as JSON, for the objects written as JSON (the CA
+/// Secret's apply, the OpenReports Report).
 pub fn owner(sandbox: &AgentSandbox) -> Value {
-    json!({
-        "apiVersion": "agentgate.dev/v1alpha1",
-        "kind": "AgentSandbox",
-        "name": sandbox.name_any(),
-        "uid": sandbox.uid().unwrap_or_default(),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
+    json!(owner_reference(sandbox))
 }
 
 /// A kind of owned object the sandbox controller watches by metadata.
@@ -358,7 +367,6 @@ mod tests {
             operator_egress: None,
             pod_spec,
         })
-        .expect("objects of a valid sandbox")
     }
 
     fn controlled_by_the_sandbox(metadata: &Value) -> bool {

@@ -946,8 +946,8 @@ async fn reconcile(
         effective: &verification.effective,
         policy_files: &plane.data,
         operator_egress: ctx.approvals.as_ref().map(|a| a.egress()),
-        pod_spec: pod_plan.as_ref().ok().cloned().flatten(),
-    })?;
+        pod_spec: pod_plan.ok().flatten(),
+    });
 
     // Act: the status first; only what is committed reaches the data plane,
     // and it does so next, before the Events and the Report: the policy

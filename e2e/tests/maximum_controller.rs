@@ -53,7 +53,9 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
     let condition = |type_: &'static str, field: &'static str| -> Field {
         Box::new(move |m| wait::condition_field(m, type_, field))
     };
-    let path = |path: &'static [&'static str]| -> Field { Box::new(move |m| wait::at(m, path)) };
+    let path = |template: &'static str| -> Field {
+        Box::new(move |m| wait::dotted(m, template).unwrap_or_default())
+    };
 
     // org-ceiling selects namespaces labelled team=ml and its invariant is
     // outside the ceiling.
@@ -67,13 +69,13 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
     status(
         "org-ceiling",
         "governedSandboxes",
-        path(&["status", "governedSandboxes"]),
+        path("{.status.governedSandboxes}"),
         "1",
     );
     status(
         "org-ceiling",
         "observedGeneration",
-        path(&["status", "observedGeneration"]),
+        path("{.status.observedGeneration}"),
         "1",
     );
 
@@ -148,13 +150,13 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
     status(
         "org-ceiling",
         "governedSandboxes",
-        path(&["status", "governedSandboxes"]),
+        path("{.status.governedSandboxes}"),
         "0",
     );
     status(
         "egress-ceiling",
         "governedSandboxes",
-        path(&["status", "governedSandboxes"]),
+        path("{.status.governedSandboxes}"),
         "1",
     );
 

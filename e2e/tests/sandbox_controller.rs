@@ -63,34 +63,16 @@ fn condition(type_: &'static str, field: &'static str) -> Field {
     }
 }
 
-/// The value at `path`.
-fn at(path: &'static [&'static str]) -> Field {
+/// The one dotted path `template` (`{.status.revision}`, `[*]` for every
+/// item), read as kubectl prints it ([`wait::dotted`]).
+fn path(template: &'static str) -> Field {
+    assert!(
+        wait::dotted(&serde_json::Value::Null, template).is_some(),
+        "{template} is not one dotted path"
+    );
     Field {
-        what: path.join("."),
-        read: Box::new(move |s| wait::at(s, path)),
-    }
-}
-
-/// The strings of the array at `path`, or the `key` of each of its objects,
-/// joined by spaces (as kubectl's `[*]` prints them).
-fn each(path: &'static [&'static str], key: Option<&'static str>) -> Field {
-    Field {
-        what: format!("{}[*]", path.join(".")),
-        read: Box::new(move |s| {
-            let mut here = s;
-            for step in path {
-                here = &here[*step];
-            }
-            here.as_array()
-                .into_iter()
-                .flatten()
-                .map(|item| match key {
-                    Some(key) => wait::at(item, &[key]),
-                    None => wait::at(item, &[]),
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        }),
+        what: template.to_string(),
+        read: Box::new(move |s| wait::dotted(s, template).unwrap_or_default()),
     }
 }
 
@@ -213,7 +195,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        each(&["status", "governedBy"], None),
+        path("{.status.governedBy[*]}"),
         |s| s == "org-ceiling",
     );
     sandbox(
@@ -221,7 +203,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        at(&["status", "revision"]),
+        path("{.status.revision}"),
         |s| s == "1",
     );
     let policy = config_map("triage-bot-policy", "agents", &|s| {
@@ -259,7 +241,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "overreach",
         "agents",
-        each(&["status", "effectivePolicy", "network"], Some("name")),
+        path("{.status.effectivePolicy.network[*].name}"),
         |s| s == "read",
     );
     let cm = config_map("overreach-policy", "agents", &|s| s.contains("name: read"));
@@ -484,7 +466,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         &op,
         "triage-bot",
         "agents",
-        at(&["status", "revision"]),
+        path("{.status.revision}"),
         |s| s == "2",
     );
     config_map("triage-bot-policy", "agents", &|s| {

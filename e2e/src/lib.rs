@@ -1084,7 +1084,7 @@ impl ControlPlane {
     /// by `want`; returns the last holder seen on timeout.
     pub fn wait_lease_holder(&self, want: &str, limit: Duration) -> Result<String, String> {
         let want = want.to_string();
-        self.waiter()?.until(
+        self.wait_object(
             wait::Kind::LEASE,
             "default",
             "agentgate-leader",
@@ -1148,7 +1148,7 @@ impl ControlPlane {
     /// decides).
     pub fn wait_pod(&self, namespace: &str, name: &str, limit: Duration) -> Result<String, String> {
         let want = name.to_string();
-        self.waiter()?.until(
+        self.wait_object(
             wait::Kind::POD,
             namespace,
             name,
@@ -1180,7 +1180,7 @@ impl ControlPlane {
         limit: Duration,
     ) -> Result<String, String> {
         let phase = phase.to_string();
-        self.waiter()?.until(
+        self.wait_object(
             wait::Kind::PROPOSAL,
             namespace,
             name,
@@ -1200,7 +1200,7 @@ impl ControlPlane {
         limit: Duration,
     ) -> Result<String, String> {
         let want = want.to_string();
-        self.waiter()?.until(
+        self.wait_object(
             wait::Kind::SANDBOX,
             namespace,
             sandbox,
@@ -1257,16 +1257,15 @@ impl ControlPlane {
         limit: Duration,
         done: impl Fn(u64) -> bool + Send + Sync + 'static,
     ) -> Result<u64, String> {
-        self.waiter()?
-            .until(
-                wait::Kind::SANDBOX,
-                namespace,
-                name,
-                limit,
-                |sandbox| wait::at(sandbox, &["status", "revision"]),
-                move |r| r.trim().parse().is_ok_and(&done),
-            )
-            .and_then(|r| r.trim().parse().map_err(|_| r))
+        self.wait_object(
+            wait::Kind::SANDBOX,
+            namespace,
+            name,
+            limit,
+            |sandbox| wait::at(sandbox, &["status", "revision"]),
+            move |r| r.trim().parse().is_ok_and(&done),
+        )
+        .and_then(|r| r.trim().parse().map_err(|_| r))
     }
 
     /// Creates namespace `agents` labelled `team=ml` (org-ceiling's

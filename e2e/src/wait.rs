@@ -168,7 +168,13 @@ pub fn at(value: &Value, path: &[&str]) -> String {
             None => return String::new(),
         }
     }
-    match here {
+    printed(here)
+}
+
+/// A value as kubectl's jsonpath prints it: a string bare, nothing for
+/// null, anything else as JSON.
+fn printed(value: &Value) -> String {
+    match value {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         other => other.to_string(),
@@ -222,17 +228,7 @@ pub fn dotted(value: &Value, template: &str) -> Option<String> {
             })
             .collect();
     }
-    Some(
-        found
-            .into_iter()
-            .map(|v| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
+    Some(found.into_iter().map(printed).collect::<Vec<_>>().join(" "))
 }
 
 #[cfg(test)]

@@ -35,12 +35,12 @@
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
 //! - `BENCH_SOURCE`: what to print as the source commit (default: `git rev-parse`).
 
-use agentgate_bench::percentile;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use agentgate_bench::percentile;
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::load::load_document;
 use agentgate_policy::matcher::allows;

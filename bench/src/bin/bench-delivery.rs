@@ -11,7 +11,6 @@
 //! The real node's side (approval and revocation seen by a running agent
 //! under the kubelet's default sync) is `e2e/tests/real_node.rs`.
 
-use agentgate_bench::percentile;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,7 @@ use agentgate::webhook::WebhookArgs;
 use agentgate::webhook::certs::CertResolver;
 use agentgate::webhook::server::{Caches, WebhookState, router};
 use agentgate_api::crd::AgentSandbox;
+use agentgate_bench::percentile;
 use agentgate_judgement::delivery::{PolicyUpdate, StreamLine, digest};
 use agentgate_prover::{Prover, ProverOptions};
 use axum::body::Body;

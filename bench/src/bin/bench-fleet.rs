@@ -33,7 +33,6 @@
 //! `BENCH_FLEET_COMMITS` (default 2,000), `AGENTGATE_BENCH_SMOKE=1` (one run
 //! of 200 sandboxes from 20 policies, 50 baseline, 50 commits).
 
-use agentgate_bench::percentile_duration as percentile;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -41,6 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentgate_api::crd::{AgentSandbox, MaximumPolicy, PolicyProposal};
+use agentgate_bench::percentile_duration as percentile;
 use agentgate_governance::governing::{CompiledMaximums, Governance, Governing, governing_from};
 use agentgate_governance::proposal::{Judgement, ProposalCase, judge};
 use agentgate_governance::reverify::{Proved, Revocations};

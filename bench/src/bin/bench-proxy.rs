@@ -28,7 +28,6 @@
 //!
 //! `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): tiny sizes, same checks.
 
-use agentgate_bench::percentile_duration as percentile;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -36,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use agentgate_bench::percentile_duration as percentile;
 use agentgate_proxy::decide::{Binary, Snapshot, judge_request};
 use agentgate_proxy::idle::PARK_AFTER;
 use agentgate_proxy::policy_file::compile_policy;

@@ -8,11 +8,11 @@
 //! generator implies. `AGENTGATE_BENCH_SMOKE=1` (`make bench-smoke`): 200
 //! tools, 2 rounds; same checks, numbers that are not results.
 
-use agentgate_bench::percentile;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use agentgate_bench::percentile;
 use agentgate_trifecta::analysis::{analyze, finding_at};
 use agentgate_trifecta::cut::minimum_cut;
 use agentgate_trifecta::lattice::propagate;

@@ -104,14 +104,9 @@ fmt-check: ## rustfmt, checking only
 # The everyday loop: needs only Z3. The tests it leaves out need root, network
 # namespaces, apt packages, helm or a control plane: the e2e crate, and the
 # #[ignore = "..."] tests, which make test runs (--include-ignored) and which
-# say what they need (tests/README.md). It compiles as make test does (below):
-# one build of every target, linted by clippy-driver, the same artefacts, so
-# either leaves the other warm.
-check: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
-check: export RUSTC_WRAPPER := $(CURDIR)/hack/rustc-cached.sh
-check: export SCCACHE_DIR := $(or $(AGENTGATE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentgate)/sccache
-check: export SCCACHE_CACHE_SIZE := 6G
-check: export SCCACHE_IDLE_TIMEOUT := 120
+# say what they need (tests/README.md). It compiles as make test does (the
+# exports below serve both): one build of every target, linted by
+# clippy-driver, the same artefacts, so either leaves the other warm.
 check: z3 sccache ## the everyday loop, a few minutes warm: fmt check, clippy, and every unit, property and golden test that needs only Z3 (tests/README.md)
 	$(CARGO) fmt --all -- --check
 	@# The lint: every workspace crate and target compiled by clippy-driver
@@ -148,12 +143,13 @@ sccache: ## install (once, cached in ~/.cache/agentgate) sccache, the compilatio
 # is checked a second time for clippy alone; the dependencies go through
 # sccache (hack/rustc-cached.sh), whose cache outlives the clone. Exported to
 # every prerequisite's recipe, so cargo test, bench-smoke and exec-static find
-# the same build and compile nothing again (docs/testing.md).
-test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
-test: export RUSTC_WRAPPER := $(CURDIR)/hack/rustc-cached.sh
-test: export SCCACHE_DIR := $(or $(AGENTGATE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentgate)/sccache
-test: export SCCACHE_CACHE_SIZE := 6G
-test: export SCCACHE_IDLE_TIMEOUT := 120
+# the same build and compile nothing again (docs/testing.md). make check
+# compiles the same way.
+check test: export RUSTC_WORKSPACE_WRAPPER := $(CURDIR)/hack/clippy-rustc.sh
+check test: export RUSTC_WRAPPER := $(CURDIR)/hack/rustc-cached.sh
+check test: export SCCACHE_DIR := $(or $(AGENTGATE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentgate)/sccache
+check test: export SCCACHE_CACHE_SIZE := 6G
+check test: export SCCACHE_IDLE_TIMEOUT := 120
 test: fmt-check sccache chart unit-tests exec-static dist-check image-check bench-smoke ## everything CI runs
 
 e2e: z3 exec-static control-plane node kstatus helm netns-tools mcp-sdk agentdojo ## only the end-to-end tests (real etcd + kube-apiserver + kubectl, and the real node; docs/testing.md)

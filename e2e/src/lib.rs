@@ -1110,6 +1110,23 @@ impl ControlPlane {
             .until(kind, namespace, name, limit, field, done)
     }
 
+    /// Waits through the watch until the objects of `kind` in `namespace`
+    /// (all, or cluster-scoped: empty) that the field selector `fields`
+    /// selects (empty: all), read as one list by `read`, satisfy `done`;
+    /// returns the reading, or the last one ([`wait::Waiter::until_listed`]).
+    pub fn wait_listed(
+        &self,
+        kind: wait::Kind,
+        namespace: &str,
+        fields: &str,
+        limit: Duration,
+        read: impl Fn(&[&serde_json::Value]) -> String,
+        done: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        self.waiter()?
+            .until_listed(kind, namespace, fields, limit, read, done)
+    }
+
     /// The client the typed waits watch through (made once).
     fn waiter(&self) -> Result<&wait::Waiter, String> {
         if let Some(waiter) = self.waiter.get() {
@@ -1123,24 +1140,67 @@ impl ControlPlane {
             .ok_or_else(|| "no client for waits".to_string())
     }
 
-    /// [`ControlPlane::wait_for`] that panics on timeout with `what`, the
-    /// last output and the operator's log: the failure message every e2e
-    /// test wants.
+    /// Waits through the watch until the kubectl jsonpath `template`
+    /// ([`wait::template`]) of what `watched` names satisfies `done`; a
+    /// list is read as kubectl prints one (`{.items[*].message}`). Returns
+    /// the reading, or the last one; a template the typed waits cannot read
+    /// is an error, never read some other way.
+    pub fn wait_template(
+        &self,
+        watched: Watched<'_>,
+        template: &str,
+        limit: Duration,
+        done: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Result<String, String> {
+        if wait::template(&serde_json::Value::Null, template).is_none() {
+            return Err(format!(
+                "{template:?} is not a jsonpath template the typed waits read"
+            ));
+        }
+        let template = template.to_string();
+        match watched {
+            Watched::Object(kind, namespace, name) => self.wait_object(
+                kind,
+                namespace,
+                name,
+                limit,
+                move |object| wait::template(object, &template).unwrap_or_default(),
+                done,
+            ),
+            Watched::List(kind, namespace, fields) => self.wait_listed(
+                kind,
+                namespace,
+                fields,
+                limit,
+                |items| {
+                    let list = serde_json::json!({ "items": items.to_vec() });
+                    wait::template(&list, &template).unwrap_or_default()
+                },
+                done,
+            ),
+        }
+    }
+
+    /// [`ControlPlane::wait_template`] that panics on timeout with `what`,
+    /// the last reading and the operator's log: the failure message every
+    /// e2e test wants.
     #[allow(clippy::panic)]
     pub fn wait_logged(
         &self,
         operator: &Operator,
-        args: &[&str],
+        watched: Watched<'_>,
+        template: &str,
         limit: Duration,
-        done: impl Fn(&str) -> bool,
+        done: impl Fn(&str) -> bool + Send + Sync + 'static,
         what: &str,
     ) -> String {
-        self.wait_for(args, limit, done).unwrap_or_else(|last| {
-            panic!(
-                "{what}: last saw {last:?}\noperator log:\n{}",
-                operator.log()
-            )
-        })
+        self.wait_template(watched, template, limit, done)
+            .unwrap_or_else(|last| {
+                panic!(
+                    "{what}: last saw {last:?}\noperator log:\n{}",
+                    operator.log()
+                )
+            })
     }
 
     /// Waits until the pod `namespace/name` exists (the local control plane
@@ -1344,30 +1404,6 @@ impl ControlPlane {
             .output()
             .map_err(|e| failed("running kubectl-agentgate", e))
     }
-
-    /// Polls `kubectl get ... -o jsonpath=PATH` until `done` accepts the
-    /// output; returns the last output. The typed waits above (phases,
-    /// revisions, conditions, Pods, the Lease) watch through the API
-    /// instead ([`wait::Waiter`]); this is for what they do not cover.
-    pub fn wait_for(
-        &self,
-        args: &[&str],
-        limit: Duration,
-        done: impl Fn(&str) -> bool,
-    ) -> Result<String, String> {
-        let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < limit {
-            if let Ok(output) = self.kubectl(args) {
-                last = String::from_utf8_lossy(&output.stdout).into_owned();
-                if output.status.success() && done(&last) {
-                    return Ok(last);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Err(last)
-    }
 }
 
 impl Drop for ControlPlane {
@@ -1383,6 +1419,17 @@ impl Drop for ControlPlane {
         drop(node);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What a typed wait watches ([`ControlPlane::wait_template`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Watched<'a> {
+    /// The object of a kind in a namespace (cluster-scoped: empty), by
+    /// name.
+    Object(wait::Kind, &'a str, &'a str),
+    /// The objects of a kind in a namespace (every namespace, or
+    /// cluster-scoped: empty) that a field selector selects (empty: all).
+    List(wait::Kind, &'a str, &'a str),
 }
 
 /// The image examples/agent/sandbox.yaml runs (the digest is illustrative:

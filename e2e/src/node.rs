@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use crate::world::{DNS_IP, UPSTREAM_IP};
 use crate::{
-    ControlPlane, HarnessError, TOKEN_USERS, failed, repo_root, run_checked, script_output,
+    ControlPlane, HarnessError, TOKEN_USERS, failed, repo_root, run_checked, script_output, wait,
 };
 
 /// The node's name (its kubelet's `--hostname-override`).
@@ -853,10 +853,14 @@ healthzBindAddress: 127.0.0.1:10256
 
     /// Waits until the node reports Ready (at most `limit`).
     pub fn wait_node_ready(&self, limit: Duration) -> Result<(), HarnessError> {
-        let jsonpath = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
-        self.wait_for(&["get", "node", NODE_NAME, "-o", jsonpath], limit, |s| {
-            s == "True"
-        })
+        self.wait_object(
+            wait::Kind::NODE,
+            "",
+            NODE_NAME,
+            limit,
+            |node| wait::condition_status(node, "Ready"),
+            |s| s == "True",
+        )
         .map(|_| ())
         .map_err(|last| {
             failed(
@@ -1053,17 +1057,12 @@ impl ControlPlane {
         name: &str,
         limit: Duration,
     ) -> Result<(), String> {
-        self.wait_for(
-            &[
-                "get",
-                "pod",
-                name,
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
+        self.wait_object(
+            wait::Kind::POD,
+            namespace,
+            name,
             limit,
+            |pod| wait::condition_status(pod, "Ready"),
             |s| s == "True",
         )
         .map(|_| ())

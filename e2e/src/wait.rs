@@ -3,12 +3,16 @@
 //! the watch event that satisfies it (no 200 ms steps, no kubectl process
 //! per look), and on timeout it reports the last value it saw.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{FutureExt as _, StreamExt as _};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher::{self, Event, watcher};
 use serde_json::Value;
 
 use crate::{HarnessError, failed};
@@ -48,6 +52,34 @@ impl Kind {
         "MaximumPolicy",
         "maximumpolicies",
     );
+    /// agentgate's AgentScan (cluster-scoped).
+    pub const SCAN: Kind = Kind::new("agentgate.dev", "v1alpha1", "AgentScan", "agentscans");
+    /// An OpenReports Report (what the operator publishes findings as).
+    pub const REPORT: Kind = Kind::new("openreports.io", "v1alpha1", "Report", "reports");
+    /// A ConfigMap.
+    pub const CONFIG_MAP: Kind = Kind::new("", "v1", "ConfigMap", "configmaps");
+    /// A Secret.
+    pub const SECRET: Kind = Kind::new("", "v1", "Secret", "secrets");
+    /// A ServiceAccount.
+    pub const SERVICE_ACCOUNT: Kind = Kind::new("", "v1", "ServiceAccount", "serviceaccounts");
+    /// A NetworkPolicy.
+    pub const NETWORK_POLICY: Kind = Kind::new(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+    );
+    /// A core Event (what `kubectl get events` lists).
+    pub const EVENT: Kind = Kind::new("", "v1", "Event", "events");
+    /// A Node (cluster-scoped).
+    pub const NODE: Kind = Kind::new("", "v1", "Node", "nodes");
+    /// A CustomResourceDefinition (cluster-scoped).
+    pub const CRD: Kind = Kind::new(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    );
 
     const fn new(
         group: &'static str,
@@ -68,6 +100,12 @@ impl Kind {
             &GroupVersionKind::gvk(self.group, self.version, self.kind),
             self.plural,
         )
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind)
     }
 }
 
@@ -110,11 +148,7 @@ impl Waiter {
         field: impl Fn(&Value) -> String + Send + Sync + 'static,
         done: impl Fn(&str) -> bool + Send + Sync + 'static,
     ) -> Result<String, String> {
-        let api: Api<DynamicObject> = if namespace.is_empty() {
-            Api::all_with(self.client.clone(), &kind.resource())
-        } else {
-            Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
-        };
+        let api = self.api(kind, namespace);
         let last = Arc::new(Mutex::new(String::new()));
         let seen = last.clone();
         let (field, done) = (Arc::new(field), Arc::new(done));
@@ -122,8 +156,7 @@ impl Waiter {
             let Some(object) = object else {
                 return false;
             };
-            let value = serde_json::to_value(object).unwrap_or(Value::Null);
-            let text = field(&value);
+            let text = field(&as_json(object));
             let met = done(&text);
             if let Ok(mut last) = seen.lock() {
                 *last = text;
@@ -150,6 +183,97 @@ impl Waiter {
         let last = last.lock().map(|l| l.clone()).unwrap_or_default();
         if met { Ok(last) } else { Err(last) }
     }
+
+    /// Waits until the objects of `kind` in `namespace` (every namespace, or
+    /// a cluster-scoped kind: empty), those `fields` selects (a field
+    /// selector such as `reason=Revoked`; empty: all), satisfy `done` read
+    /// through `read` as one list, in kubectl's order (namespace, then
+    /// name); returns what `read` made of it. The list is complete before it
+    /// is first read, and read again after each burst of changes the watch
+    /// brings (every event ready at once is applied first: a fleet's
+    /// commits arrive together, and one reading serves them all). On
+    /// timeout, the last reading (empty before the list was complete).
+    pub fn until_listed(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        fields: &str,
+        limit: Duration,
+        read: impl Fn(&[&Value]) -> String,
+        done: impl Fn(&str) -> bool,
+    ) -> Result<String, String> {
+        let mut config = watcher::Config::default();
+        if !fields.is_empty() {
+            config = config.fields(fields);
+        }
+        // A broken watch (an API server restarted under a fault test) is
+        // listed again after a backoff, as kube's reflectors do.
+        let events = watcher(self.api(kind, namespace), config).default_backoff();
+        let deadline = tokio::time::Instant::now() + limit;
+        self.runtime.block_on(async move {
+            let mut events = std::pin::pin!(events);
+            let mut listed: BTreeMap<(String, String), Value> = BTreeMap::new();
+            let mut listing: BTreeMap<(String, String), Value> = BTreeMap::new();
+            let mut complete = false;
+            let mut last = String::new();
+            loop {
+                let mut next = match tokio::time::timeout_at(deadline, events.next()).await {
+                    Err(_) | Ok(None) => return Err(last),
+                    Ok(Some(next)) => Some(next),
+                };
+                while let Some(ready) = next {
+                    match ready {
+                        Ok(Event::Init) => listing.clear(),
+                        Ok(Event::InitApply(object)) => {
+                            listing.insert(key(&object), as_json(&object));
+                        }
+                        Ok(Event::InitDone) => {
+                            listed = std::mem::take(&mut listing);
+                            complete = true;
+                        }
+                        Ok(Event::Apply(object)) => {
+                            listed.insert(key(&object), as_json(&object));
+                        }
+                        Ok(Event::Delete(object)) => {
+                            listed.remove(&key(&object));
+                        }
+                        // The watcher lists again after its backoff.
+                        Err(_) => {}
+                    }
+                    next = events.next().now_or_never().flatten();
+                }
+                if complete {
+                    let objects: Vec<&Value> = listed.values().collect();
+                    last = read(&objects);
+                    if done(&last) {
+                        return Ok(last);
+                    }
+                }
+            }
+        })
+    }
+
+    /// The API of `kind` in `namespace` (all namespaces, or cluster-scoped:
+    /// empty).
+    fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+        if namespace.is_empty() {
+            Api::all_with(self.client.clone(), &kind.resource())
+        } else {
+            Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
+        }
+    }
+}
+
+/// Where an object sorts in a list as kubectl prints it.
+fn key(object: &DynamicObject) -> (String, String) {
+    (
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn as_json(object: &DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
 /// The string at `path` (object keys, then array indices) of `value`, as
@@ -187,6 +311,16 @@ pub fn condition_status(value: &Value, type_: &str) -> String {
     condition_field(value, type_, "status")
 }
 
+/// The objects' names, space-separated, as kubectl's
+/// `{.items[*].metadata.name}` prints them.
+pub fn names(objects: &[&Value]) -> String {
+    objects
+        .iter()
+        .map(|o| at(o, &["metadata", "name"]))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `field` (`status`, `reason`, `message`) of the condition `type_` in
 /// `status.conditions`, or nothing.
 pub fn condition_field(value: &Value, type_: &str, field: &str) -> String {
@@ -199,36 +333,127 @@ pub fn condition_field(value: &Value, type_: &str, field: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A kubectl jsonpath template of one dotted path, such as
-/// `{.status.phase}` or `{.status.appliedProposals[*].name}`, read from
-/// `value` as kubectl prints it (`[*]` joins its items with spaces). `None`
-/// for any other template (filters, ranges, several paths): those are not
-/// read here rather than read differently.
-pub fn dotted(value: &Value, template: &str) -> Option<String> {
-    let path = template.strip_prefix("{.")?.strip_suffix('}')?;
-    if path.contains(['{', '}', '?', '@', '\\', ' ']) {
-        return None;
-    }
-    let mut found: Vec<&Value> = vec![value];
-    for segment in path.split('.') {
-        let (key, every) = match segment.strip_suffix("[*]") {
-            Some(key) => (key, true),
-            None => (segment, false),
-        };
-        if key.is_empty() || key.contains(['[', ']']) {
+/// A kubectl jsonpath template read from `value` as kubectl prints it:
+/// literal text and `{…}` expressions, each a path of keys (`\.` for a
+/// dot inside one: `{.data.ca\.pem}`), array indices (`[0]`), every item
+/// (`[*]`) and equality filters (`[?(@.type=="Ready")]`); what several
+/// items yield is joined with spaces, absent paths print nothing. `None`
+/// for anything else (ranges, functions, other filters): those are not
+/// read here rather than read differently from kubectl.
+pub fn template(value: &Value, template: &str) -> Option<String> {
+    let mut printed_text = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let literal = &rest[..open];
+        if literal.contains('}') {
             return None;
         }
+        printed_text.push_str(literal);
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        printed_text.push_str(&read_path(value, &after[..close])?);
+        rest = &after[close + 1..];
+    }
+    if rest.contains('}') {
+        return None;
+    }
+    printed_text.push_str(rest);
+    Some(printed_text)
+}
+
+/// One step of a jsonpath expression.
+#[derive(Debug, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+    Every,
+    Where(String, String),
+}
+
+/// The values `expression` (`.a.b[*].c`) reaches in `value`, printed and
+/// joined with spaces.
+fn read_path(value: &Value, expression: &str) -> Option<String> {
+    let mut found: Vec<&Value> = vec![value];
+    for step in steps(expression)? {
         found = found
             .into_iter()
-            .filter_map(|v| v.get(key))
-            .flat_map(|v| match (every, v) {
-                (true, Value::Array(items)) => items.iter().collect::<Vec<_>>(),
-                (true, _) => Vec::new(),
-                (false, v) => vec![v],
+            .flat_map(|v| match (&step, v) {
+                (Step::Key(key), Value::Object(map)) => map.get(key).into_iter().collect(),
+                (Step::Index(i), Value::Array(items)) => items.get(*i).into_iter().collect(),
+                (Step::Every, Value::Array(items)) => items.iter().collect(),
+                (Step::Where(key, want), Value::Array(items)) => items
+                    .iter()
+                    .filter(|item| item.get(key).and_then(Value::as_str) == Some(want.as_str()))
+                    .collect(),
+                _ => Vec::new(),
             })
             .collect();
     }
     Some(found.into_iter().map(printed).collect::<Vec<_>>().join(" "))
+}
+
+/// The steps of `.a.b\.c[0][*][?(@.k=="v")]`; `None` for anything else.
+fn steps(expression: &str) -> Option<Vec<Step>> {
+    let mut steps = Vec::new();
+    let mut chars = expression.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' => {
+                let mut key = String::new();
+                while let Some(&next) = chars.peek() {
+                    match next {
+                        '.' | '[' => break,
+                        '\\' => {
+                            chars.next();
+                            // Only an escaped dot is kubectl's escape here.
+                            if chars.next()? != '.' {
+                                return None;
+                            }
+                            key.push('.');
+                        }
+                        '"' | '\'' | ']' | '(' | ')' | '@' | '?' | '*' | ' ' => return None,
+                        other => {
+                            chars.next();
+                            key.push(other);
+                        }
+                    }
+                }
+                if key.is_empty() {
+                    return None;
+                }
+                steps.push(Step::Key(key));
+            }
+            '[' => {
+                let mut inside = String::new();
+                loop {
+                    match chars.next()? {
+                        ']' => break,
+                        other => inside.push(other),
+                    }
+                }
+                steps.push(bracket(&inside)?);
+            }
+            _ => return None,
+        }
+    }
+    (!steps.is_empty()).then_some(steps)
+}
+
+/// `*`, an index, or `?(@.key=="value")`.
+fn bracket(inside: &str) -> Option<Step> {
+    if inside == "*" {
+        return Some(Step::Every);
+    }
+    if let Ok(index) = inside.parse::<usize>() {
+        return Some(Step::Index(index));
+    }
+    let (key, want) = inside
+        .strip_prefix("?(@.")?
+        .strip_suffix(')')?
+        .split_once("==")?;
+    let want = want.strip_prefix('"')?.strip_suffix('"')?;
+    let plain = |s: &str| !s.is_empty() && !s.contains(['"', '\\', '.', '[', '@', ' ']);
+    (plain(key) && !want.contains(['"', '\\'])).then(|| Step::Where(key.into(), want.into()))
 }
 
 #[cfg(test)]
@@ -256,16 +481,52 @@ mod tests {
         assert_eq!(condition_status(&object, "Stalled"), "");
         assert_eq!(condition_field(&object, "Ready", "status"), "True");
         let proposals = json!({"status": {"applied": [{"name": "a"}, {"name": "b"}], "cost": 3}});
+        let read = |value: &Value, t: &str| template(value, t);
         assert_eq!(
-            dotted(&proposals, "{.status.applied[*].name}").as_deref(),
+            read(&proposals, "{.status.applied[*].name}").as_deref(),
             Some("a b")
         );
-        assert_eq!(dotted(&proposals, "{.status.cost}").as_deref(), Some("3"));
-        assert_eq!(dotted(&proposals, "{.status.missing}").as_deref(), Some(""));
+        assert_eq!(read(&proposals, "{.status.cost}").as_deref(), Some("3"));
+        assert_eq!(read(&proposals, "{.status.missing}").as_deref(), Some(""));
         assert_eq!(
-            dotted(&object, "{.status.conditions[?(@.type==\"Ready\")].status}"),
-            None
+            read(&proposals, "{.status.applied[1].name}").as_deref(),
+            Some("b")
         );
-        assert_eq!(dotted(&object, "{.status.revision} {.status.phase}"), None);
+        assert_eq!(
+            read(&object, "{.status.conditions[?(@.type==\"Ready\")].status}").as_deref(),
+            Some("True")
+        );
+        assert_eq!(
+            read(&object, "{.status.revision} {.status.phase}").as_deref(),
+            Some("4 Applied")
+        );
+        assert_eq!(
+            read(&object, "rev={.status.revision}").as_deref(),
+            Some("rev=4")
+        );
+        let labelled = json!({"metadata": {"labels": {"agentgate.dev/sandbox": "bot"}},
+            "data": {"ca.pem": "PEM"}});
+        assert_eq!(
+            read(
+                &labelled,
+                "{.metadata.labels.agentgate\\.dev/sandbox} {.data.ca\\.pem}"
+            )
+            .as_deref(),
+            Some("bot PEM")
+        );
+        // What kubectl would read differently, or this subset cannot, is
+        // refused rather than guessed.
+        for refused in [
+            "{range .items[*]}{.metadata.name}{end}",
+            "{.status.conditions[?(@.type!=\"Ready\")].status}",
+            "{.a\\b}",
+            "{.a..b}",
+            "{.}",
+            "{.status",
+            "}{.status}",
+            "{.a[?(@.b.c==\"x\")]}",
+        ] {
+            assert_eq!(read(&object, refused), None, "{refused}");
+        }
     }
 }

@@ -26,6 +26,7 @@ use agentgate_e2e::race::{
     record_commits, revision, run, sandbox_status, setup, verify_committed, wait_applied,
     wait_committed, wait_decided,
 };
+use agentgate_e2e::wait::{self, Kind};
 use agentgate_e2e::{ControlPlane, Operator, assert_refused, free_loopback_port};
 
 /// The last `n` lines of `text`.
@@ -680,17 +681,12 @@ fn maximum_deleted_mid_race_leaves_nothing_granted() {
         .unwrap_or_else(|e| panic!("the maxpol watch saw no deletion: {e}"));
 
     let phases = wait_decided(&cp, 20, &logs);
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            SANDBOX,
-            "-n",
-            NAMESPACE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"WithinMaximum\")].reason}",
-        ],
+    cp.wait_object(
+        Kind::SANDBOX,
+        NAMESPACE,
+        SANDBOX,
         LIMIT,
+        |sandbox| wait::condition_field(sandbox, "WithinMaximum", "reason"),
         |r| r == "Unmanaged",
     )
     .unwrap_or_else(|last| panic!("the sandbox never became Unmanaged: {last:?}\n{}", logs()));
@@ -735,18 +731,13 @@ fn maximum_deleted_mid_race_leaves_nothing_granted() {
     assert_eq!(sandbox_status(&cp, "governedBy"), "");
     let revision_now = revision(&cp);
     let config_revision = cp
-        .wait_for(
-            &[
-                "get",
-                "configmap",
-                "triage-bot-policy",
-                "-n",
-                NAMESPACE,
-                "-o",
-                "jsonpath={.data.revision}",
-            ],
+        .wait_object(
+            Kind::CONFIG_MAP,
+            NAMESPACE,
+            "triage-bot-policy",
             LIMIT,
-            |r| r.trim() == revision_now.to_string(),
+            |map| wait::at(map, &["data", "revision"]),
+            move |r| r.trim() == revision_now.to_string(),
         )
         .unwrap_or_else(|last| {
             panic!(

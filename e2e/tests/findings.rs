@@ -7,7 +7,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, assert_refused, repo_root};
+use agentgate_e2e::wait::{self, Kind};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, Watched, assert_refused, repo_root};
 
 const IMAGE: &str = AGENT_IMAGE;
 
@@ -28,18 +29,21 @@ fn findings_clear(cp: &ControlPlane, operator: &Operator, want: &str, limit: Dur
         .unwrap_or_else(|last| panic!("FindingsClear {last:?}, not {want}\n{}", operator.log()));
 }
 
+/// Waits through the watch until `template` of `watched` satisfies `done`.
 fn wait(
     cp: &ControlPlane,
     operator: &Operator,
-    args: &[&str],
-    done: impl Fn(&str) -> bool,
+    watched: Watched<'_>,
+    template: &str,
+    done: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
     cp.wait_logged(
         operator,
-        args,
+        watched,
+        template,
         Duration::from_secs(30),
         done,
-        &format!("{args:?}"),
+        &format!("{watched:?} {template}"),
     )
 }
 
@@ -48,16 +52,8 @@ fn pod_refused(cp: &ControlPlane, operator: &Operator) {
     wait(
         cp,
         operator,
-        &[
-            "get",
-            "events",
-            "-n",
-            "agents",
-            "--field-selector",
-            "reason=PodRefused",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
+        Watched::List(Kind::EVENT, "agents", "reason=PodRefused"),
+        "{.items[*].message}",
         |m| m.contains(WITNESS),
     );
 }
@@ -94,13 +90,8 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     wait(
         &cp,
         &operator,
-        &[
-            "get",
-            "ascan",
-            scan_name.trim(),
-            "-o",
-            "jsonpath={.status.findings[*].sink}",
-        ],
+        Watched::Object(Kind::SCAN, "", scan_name.trim()),
+        "{.status.findings[*].sink}",
         |s| s == "post_comment",
     );
 
@@ -175,15 +166,8 @@ fn pods_are_refused_with_the_witness_until_the_policy_severs_the_sink() {
     let message = wait(
         &cp,
         &operator,
-        &[
-            "get",
-            "asbx",
-            "issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"FindingsClear\")].message}",
-        ],
+        Watched::Object(Kind::SANDBOX, "agents", "issue-responder"),
+        "{.status.conditions[?(@.type==\"FindingsClear\")].message}",
         |m| m.contains("post_comment"),
     );
     assert!(
@@ -315,15 +299,12 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     // With OpenReports installed, the findings are published there too.
     cp.run(&["apply", "-f", "e2e/fixtures/openreports-crd.yaml"])
         .unwrap();
-    cp.wait_for(
-        &[
-            "get",
-            "crd",
-            "reports.openreports.io",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
-        ],
+    cp.wait_object(
+        Kind::CRD,
+        "",
+        "reports.openreports.io",
         Duration::from_secs(30),
+        |crd| wait::condition_status(crd, "Established"),
         |s| s == "True",
     )
     .unwrap();
@@ -332,12 +313,8 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     wait(
         &cp,
         &operator,
-        &[
-            "get",
-            "ascan",
-            "-o",
-            "jsonpath={.items[0].status.findings[*].sink}",
-        ],
+        Watched::List(Kind::SCAN, "", ""),
+        "{.items[0].status.findings[*].sink}",
         |s| s == "post_comment",
     );
     let expires = time_in(25);
@@ -364,15 +341,8 @@ fn an_accepted_finding_is_admitted_until_it_expires() {
     wait(
         &cp,
         &operator,
-        &[
-            "get",
-            "reports.openreports.io",
-            "agentgate-issue-responder",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.summary.skip}/{.results[0].rule}/{.results[0].result}",
-        ],
+        Watched::Object(Kind::REPORT, "agents", "agentgate-issue-responder"),
+        "{.summary.skip}/{.results[0].rule}/{.results[0].result}",
         |s| s == "1/AG-TRIFECTA/post_comment/skip",
     );
     // The acceptance is lent only to the operator's own pod: mallory, who

@@ -20,7 +20,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agentgate_e2e::{ControlPlane, Operator, repo_root};
+use agentgate_e2e::wait::Kind;
+use agentgate_e2e::{ControlPlane, Operator, Watched, repo_root};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -84,22 +85,18 @@ fn apply(cp: &ControlPlane, yaml: &str) {
     cp.apply_yaml(yaml).expect("kubectl apply");
 }
 
-/// Waits until `kubectl get RESOURCE NAME [-n NS] -o jsonpath=PATH` is `want`.
-fn wait(cp: &ControlPlane, op: &Operator, resource: &str, name: &str, path: &str, want: &str) {
-    let (ns, name) = name
-        .split_once('/')
-        .map_or((None, name), |(n, m)| (Some(n), m));
-    let output = format!("jsonpath={path}");
-    let mut args = vec!["get", resource, name, "-o", &output];
-    if let Some(ns) = ns {
-        args.extend(["-n", ns]);
-    }
+/// Waits through the watch until the jsonpath `path` of the `kind` named
+/// `name` (`namespace/name` for a namespaced one) is `want`.
+fn wait(cp: &ControlPlane, op: &Operator, kind: Kind, name: &str, path: &str, want: &str) {
+    let (ns, name) = name.split_once('/').unwrap_or(("", name));
+    let wanted = want.to_string();
     cp.wait_logged(
         op,
-        &args,
+        Watched::Object(kind, ns, name),
+        path,
         LIMIT,
-        |s| s == want,
-        &format!("{resource} {name} {path}"),
+        move |s| s == wanted,
+        &format!("{kind} {ns}/{name} {path}"),
     );
 }
 
@@ -180,7 +177,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/triage-bot",
         "{.status.revision}",
         "1",
@@ -202,7 +199,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "maxpol",
+        Kind::MAXIMUM,
         "org-ceiling",
         &condition("Consistent"),
         "True",
@@ -210,7 +207,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "maxpol",
+        Kind::MAXIMUM,
         "inconsistent-ceiling",
         &condition("Consistent"),
         "False",
@@ -218,7 +215,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/reckless-bot",
         &condition("WithinMaximum"),
         "False",
@@ -226,7 +223,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "elsewhere/stray-bot",
         &condition("WithinMaximum"),
         "False",
@@ -234,7 +231,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/issue-responder",
         &condition("FindingsClear"),
         "False",
@@ -242,7 +239,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/severed-responder",
         &condition("FindingsClear"),
         "True",
@@ -250,7 +247,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "ascan",
+        Kind::SCAN,
         "quiet-bot",
         &condition("FindingsClear"),
         "True",
@@ -266,7 +263,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "ascan",
+        Kind::SCAN,
         &example_scan,
         &condition("FindingsClear"),
         "False",
@@ -274,7 +271,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "pprop",
+        Kind::PROPOSAL,
         "agents/comment-on-issues",
         "{.status.phase}",
         "Applied",
@@ -282,7 +279,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "pprop",
+        Kind::PROPOSAL,
         "agents/post-anywhere",
         "{.status.phase}",
         "Rejected",
@@ -290,7 +287,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "pprop",
+        Kind::PROPOSAL,
         "agents/update-pull-requests",
         "{.status.phase}",
         "AwaitingApproval",
@@ -299,7 +296,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/triage-bot",
         "{.status.revision}",
         "2",
@@ -425,7 +422,7 @@ fn every_kind_is_judged_by_kstatus_as_its_conditions_say() {
     wait(
         &cp,
         &op,
-        "asbx",
+        Kind::SANDBOX,
         "agents/triage-bot",
         "{.status.observedGeneration}",
         "2",

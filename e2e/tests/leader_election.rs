@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use agentgate_e2e::wait::{self, Kind};
 use agentgate_e2e::{ControlPlane, Operator};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -91,15 +92,22 @@ fn only_the_leader_commits_and_a_follower_takes_over() {
         b.log()
     );
     // Nothing was committed twice.
-    let args = [
-        "get",
-        "asbx",
-        "triage-bot",
-        "-n",
-        "agents",
-        "-o",
-        "jsonpath={.status.appliedProposals[*].name} {.status.revision}",
-    ];
-    let state = cp.wait_for(&args, LIMIT, |_| true).unwrap_or_default();
+    let state = cp
+        .wait_object(
+            Kind::SANDBOX,
+            "agents",
+            "triage-bot",
+            LIMIT,
+            |sandbox| {
+                format!(
+                    "{} {}",
+                    wait::template(sandbox, "{.status.appliedProposals[*].name}")
+                        .unwrap_or_default(),
+                    wait::at(sandbox, &["status", "revision"])
+                )
+            },
+            |_| true,
+        )
+        .unwrap_or_default();
     assert_eq!(state, "comment-on-issues 2");
 }

@@ -54,7 +54,7 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
         Box::new(move |m| wait::condition_field(m, type_, field))
     };
     let path = |template: &'static str| -> Field {
-        Box::new(move |m| wait::dotted(m, template).unwrap_or_default())
+        Box::new(move |m| wait::template(m, template).unwrap_or_default())
     };
 
     // org-ceiling selects namespaces labelled team=ml and its invariant is
@@ -126,17 +126,13 @@ fn maximum_status_tracks_validity_consistency_and_governed_sandboxes() {
     );
 
     // The decision is an Event a person can find.
-    cp.wait_for(
-        &[
-            "get",
-            "events",
-            "--field-selector",
-            "reason=IntersectsInvariant",
-            "-o",
-            "name",
-        ],
+    cp.wait_listed(
+        Kind::EVENT,
+        "",
+        "reason=IntersectsInvariant",
         LIMIT,
-        |out| !out.trim().is_empty(),
+        wait::names,
+        |names| !names.is_empty(),
     )
     .unwrap_or_else(|_| {
         panic!(

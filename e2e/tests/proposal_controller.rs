@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use agentgate_e2e::wait::{self, Kind};
-use agentgate_e2e::{ControlPlane, Operator};
+use agentgate_e2e::wait::Kind;
+use agentgate_e2e::{ControlPlane, Operator, Watched};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -17,18 +17,8 @@ fn run(cp: &ControlPlane, args: &[&str]) {
     cp.run(args).expect("kubectl");
 }
 
-fn wait(
-    cp: &ControlPlane,
-    op: &Operator,
-    args: &[&str],
-    want: impl Fn(&str) -> bool,
-    what: &str,
-) -> String {
-    cp.wait_logged(op, args, LIMIT, want, what)
-}
-
-/// Waits through the watch until the dotted `path` (`{.status.phase}`) of
-/// the proposal `name` satisfies `want`.
+/// Waits through the watch until the jsonpath `path` of the proposal
+/// `name` in agents satisfies `want`.
 fn proposal(
     cp: &ControlPlane,
     op: &Operator,
@@ -36,7 +26,13 @@ fn proposal(
     path: &str,
     want: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
-    watched(cp, op, (Kind::PROPOSAL, "pprop"), name, path, want)
+    wait(
+        cp,
+        op,
+        Watched::Object(Kind::PROPOSAL, "agents", name),
+        path,
+        want,
+    )
 }
 
 /// The same for the sandbox triage-bot.
@@ -46,44 +42,32 @@ fn sandbox(
     path: &str,
     want: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
-    watched(cp, op, (Kind::SANDBOX, "asbx"), "triage-bot", path, want)
+    wait(
+        cp,
+        op,
+        Watched::Object(Kind::SANDBOX, "agents", "triage-bot"),
+        path,
+        want,
+    )
 }
 
-/// Waits through the watch for a dotted path; other templates (filters,
-/// several paths) are polled with kubectl, which prints them.
-fn watched(
+/// Waits through the watch until `path` of `watched` satisfies `want`;
+/// panics with the last reading and the operator's log.
+fn wait(
     cp: &ControlPlane,
     op: &Operator,
-    (kind, resource): (Kind, &str),
-    name: &str,
+    watched: Watched<'_>,
     path: &str,
     want: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> String {
-    if wait::dotted(&serde_json::Value::Null, path).is_none() {
-        let output = format!("jsonpath={path}");
-        return cp.wait_logged(
-            op,
-            &["get", resource, name, "-n", "agents", "-o", &output],
-            LIMIT,
-            want,
-            &format!("{name} {path}"),
-        );
-    }
-    let template = path.to_string();
-    cp.wait_object(
-        kind,
-        "agents",
-        name,
+    cp.wait_logged(
+        op,
+        watched,
+        path,
         LIMIT,
-        move |object| wait::dotted(object, &template).unwrap_or_default(),
         want,
+        &format!("{watched:?} {path}"),
     )
-    .unwrap_or_else(|last| {
-        panic!(
-            "{name} {path}: last saw {last:?}\noperator log:\n{}",
-            op.log()
-        )
-    })
 }
 
 const GRAPHQL: &str = "apiVersion: agentgate.dev/v1alpha1
@@ -139,34 +123,17 @@ fn proposals_are_applied_rejected_or_wait_for_approval() {
     wait(
         &cp,
         &op,
-        &[
-            "get",
-            "configmap",
-            "triage-bot-policy",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.data.policy\\.yaml}",
-        ],
+        Watched::Object(Kind::CONFIG_MAP, "agents", "triage-bot-policy"),
+        "{.data.policy\\.yaml}",
         |s| s.contains("github-comment"),
-        "the ConfigMap carries the applied grant",
     );
 
     wait(
         &cp,
         &op,
-        &[
-            "get",
-            "events",
-            "-n",
-            "agents",
-            "--field-selector",
-            "reason=Applied",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ],
+        Watched::List(Kind::EVENT, "agents", "reason=Applied"),
+        "{.items[*].message}",
         |s| s.contains("comment-on-issues"),
-        "an Applied event",
     );
 
     // 2. Outside the maximum: rejected with a replayed counterexample.

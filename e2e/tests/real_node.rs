@@ -59,6 +59,7 @@ use agentgate_e2e::probe::{
     self, CRED, SECRET_V1, SECRET_V2, credential_manifests, now, probes, tail,
 };
 use agentgate_e2e::race::{self, NAMESPACE, SANDBOX};
+use agentgate_e2e::wait::{self, Kind, names};
 use agentgate_e2e::{
     CHART_NAMESPACE, ControlPlane, HarnessError, operator_binary, scan_example_as,
 };
@@ -125,12 +126,15 @@ fn node_is_real(cp: &ControlPlane) {
     assert_eq!(nodes, NODE_NAME);
     cp.run(&["create", "namespace", "node-probe"]).unwrap();
     for (kind, name) in [
-        ("serviceaccount", "default"),
-        ("configmap", "kube-root-ca.crt"),
+        (Kind::SERVICE_ACCOUNT, "default"),
+        (Kind::CONFIG_MAP, "kube-root-ca.crt"),
     ] {
-        cp.wait_for(
-            &["get", kind, name, "-n", "node-probe", "-o", "name"],
+        cp.wait_object(
+            kind,
+            "node-probe",
+            name,
             Duration::from_secs(60),
+            |object| wait::at(object, &["metadata", "name"]),
             |s| !s.is_empty(),
         )
         .unwrap_or_else(|_| panic!("the controller-manager never created {kind} {name}"));
@@ -274,17 +278,19 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
     );
     // The Pod reported what it enforces: the committed revision, Applied.
     let enforced = cp
-        .wait_for(
-            &[
-                "get",
-                "asbx",
-                "node-bot",
-                "-n",
-                "node",
-                "-o",
-                "jsonpath={.status.revision} {.status.pods[0].revision} {.status.conditions[?(@.type==\"Enforced\")].reason}",
-            ],
+        .wait_object(
+            Kind::SANDBOX,
+            "node",
+            "node-bot",
             Duration::from_secs(30),
+            |sandbox| {
+                format!(
+                    "{} {} {}",
+                    wait::at(sandbox, &["status", "revision"]),
+                    wait::at(sandbox, &["status", "pods", "0", "revision"]),
+                    wait::condition_field(sandbox, "Enforced", "reason")
+                )
+            },
             |text| {
                 let mut parts = text.split(' ');
                 let committed = parts.next();
@@ -682,18 +688,14 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
         &format!("e2e.agentgate.dev/ca-replaced={replaced_at}"),
     ])
     .unwrap();
-    cp.wait_for(
-        &[
-            "get",
-            "secret",
-            "node-bot-ca",
-            "-n",
-            "node",
-            "-o",
-            "jsonpath={.data.previous\\.crt}",
-        ],
+    let expiring = b64(&cert);
+    cp.wait_object(
+        Kind::SECRET,
+        "node",
+        "node-bot-ca",
         Duration::from_secs(60),
-        |previous| previous == b64(&cert),
+        |secret| wait::at(secret, &["data", "previous.crt"]),
+        move |previous| previous == expiring,
     )
     .unwrap_or_else(|last| {
         panic!(
@@ -712,19 +714,15 @@ fn ca_rotation(cp: &ControlPlane) -> f64 {
     // The CAs are the ConfigMap's, written in the same reconcile; the
     // proxy turns them into the agent's bundle when the kubelet has
     // refreshed the volume.
-    cp.wait_for(
-        &[
-            "get",
-            "configmap",
-            "node-bot-policy",
-            "-n",
-            "node",
-            "-o",
-            "jsonpath={.data.sandbox-ca\\.pem}",
-        ],
+    let signer = squeeze(&new_ca);
+    cp.wait_object(
+        Kind::CONFIG_MAP,
+        "node",
+        "node-bot-policy",
         Duration::from_secs(30),
+        |map| wait::at(map, &["data", "sandbox-ca.pem"]),
         // Compared without line breaks: PEM writers differ in them.
-        |bundle| squeeze(bundle).contains(&squeeze(&new_ca)),
+        move |bundle| squeeze(bundle).contains(&signer),
     )
     .unwrap_or_else(|_| panic!("the pod's bundle never trusted the new CA\n{}", report(cp)));
     // After the kubelet has refreshed both volumes (the CA Secret and the
@@ -1151,16 +1149,17 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
     apply_admitted(cp, "the fleet", || cp.apply_yaml(&manifests));
     let started = Instant::now();
     let limit = Duration::from_secs(120 + 3 * count as u64);
-    cp.wait_for(
-        &[
-            "get",
-            "pods",
-            "-n",
-            FLEET,
-            "-o",
-            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status} {end}",
-        ],
+    cp.wait_listed(
+        Kind::POD,
+        FLEET,
+        "",
         limit,
+        |pods| {
+            pods.iter()
+                .map(|pod| wait::condition_status(pod, "Ready"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
         |text| text.split_whitespace().filter(|s| *s == "True").count() == count,
     )
     .unwrap_or_else(|last| {
@@ -1193,34 +1192,51 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
             })
             .collect()
     };
-    let statuses = [
-        "get",
-        "asbx",
-        "-n",
-        FLEET,
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.status.revision} {.status.pods[0].revision} {.status.pods[0].appliedAt} {.status.policyCommittedAt}{\"\\n\"}{end}",
-    ];
-    let before: BTreeMap<String, u64> = committed(&cp.run(&statuses).unwrap())
+    // One line per sandbox: name, revision, its Pod's, appliedAt,
+    // policyCommittedAt.
+    let rows = |sandboxes: &[&serde_json::Value]| {
+        sandboxes
+            .iter()
+            .map(|s| {
+                [
+                    &["metadata", "name"][..],
+                    &["status", "revision"],
+                    &["status", "pods", "0", "revision"],
+                    &["status", "pods", "0", "appliedAt"],
+                    &["status", "policyCommittedAt"],
+                ]
+                .iter()
+                .map(|path| wait::at(s, path))
+                .collect::<Vec<_>>()
+                .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let statuses = |limit: Duration, done: &dyn Fn(&str) -> bool| {
+        cp.wait_listed(Kind::SANDBOX, FLEET, "", limit, rows, done)
+    };
+    let listed = statuses(Duration::from_secs(30), &|_| true)
+        .unwrap_or_else(|_| panic!("the fleet's sandboxes could not be listed"));
+    let before: BTreeMap<String, u64> = committed(&listed)
         .into_iter()
         .map(|(name, revision, _, _, _)| (name, revision))
         .collect();
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling(FLEET, true)).unwrap();
-    let reported = cp
-        .wait_for(&statuses, Duration::from_secs(60), |text| {
-            let rows = committed(text);
-            rows.len() == count
-                && rows.iter().all(|(name, revision, enforced, _, _)| {
-                    before.get(name).is_some_and(|b| revision > b) && enforced == revision
-                })
-        })
-        .unwrap_or_else(|last| {
-            panic!(
-                "not every Pod reported the revocation (name, revision, Pod's, appliedAt):\n{last}\n{}",
-                report(cp)
-            )
-        });
+    let reported = statuses(Duration::from_secs(60), &|text| {
+        let rows = committed(text);
+        rows.len() == count
+            && rows.iter().all(|(name, revision, enforced, _, _)| {
+                before.get(name).is_some_and(|b| revision > b) && enforced == revision
+            })
+    })
+    .unwrap_or_else(|last| {
+        panic!(
+            "not every Pod reported the revocation (name, revision, Pod's, appliedAt):\n{last}\n{}",
+            report(cp)
+        )
+    });
     let mut commits = Vec::new();
     let mut delivered = Vec::new();
     let mut applied = Vec::new();
@@ -1390,24 +1406,15 @@ fn deletion_collects_everything(cp: &ControlPlane) {
     cp.run(&["delete", "asbx", "node-bot", "-n", "node", "--wait=false"])
         .unwrap();
     for (kind, name) in [
-        ("pod", "node-bot"),
-        ("configmap", "node-bot-policy"),
-        ("secret", "node-bot-ca"),
-        ("networkpolicy", "node-bot-egress"),
-        ("serviceaccount", "node-bot"),
+        (Kind::POD, "node-bot"),
+        (Kind::CONFIG_MAP, "node-bot-policy"),
+        (Kind::SECRET, "node-bot-ca"),
+        (Kind::NETWORK_POLICY, "node-bot-egress"),
+        (Kind::SERVICE_ACCOUNT, "node-bot"),
     ] {
-        cp.wait_for(
-            &[
-                "get",
-                kind,
-                "-n",
-                "node",
-                "-o",
-                "jsonpath={.items[*].metadata.name}",
-            ],
-            Duration::from_secs(120),
-            |names| !names.split_whitespace().any(|n| n == name),
-        )
+        cp.wait_listed(kind, "node", "", Duration::from_secs(120), names, |names| {
+            !names.split_whitespace().any(|n| n == name)
+        })
         .unwrap_or_else(|left| {
             panic!(
                 "{kind} {name} outlived its AgentSandbox ({left:?})\n{}",
@@ -1565,17 +1572,13 @@ fn credentials_attached(cp: &ControlPlane, images: &Images) -> f64 {
     let answer = String::from_utf8_lossy(&can.stdout).trim().to_string();
     assert_eq!(answer, "no", "the agent may read the Secret: {can:?}");
     // Misuse is an Event on the sandbox (published on the operator's poll).
-    cp.wait_for(
-        &[
-            "get",
-            "events",
-            "-n",
-            CRED,
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ],
+    cp.wait_listed(
+        Kind::EVENT,
+        CRED,
+        "reason=CredentialMisuse",
         Duration::from_secs(60),
-        |s| s.contains("CredentialMisuse"),
+        names,
+        |s| !s.is_empty(),
     )
     .unwrap_or_else(|last| panic!("no CredentialMisuse Event: {last}\n{}", context()));
     // The status shows the token's reach and that it is available.

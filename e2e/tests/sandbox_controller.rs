@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agentgate_e2e::wait::{self, Kind};
-use agentgate_e2e::{ControlPlane, Operator};
+use agentgate_e2e::{ControlPlane, Operator, Watched};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -19,14 +19,68 @@ fn apply(cp: &ControlPlane, yaml: &str) {
     cp.apply_yaml(yaml).expect("kubectl apply");
 }
 
+/// Waits through the watch until the jsonpath `template` of `watched`
+/// satisfies `want`; panics with `what`, the last reading and the
+/// operator's log.
 fn wait(
     cp: &ControlPlane,
     op: &Operator,
-    args: &[&str],
-    want: impl Fn(&str) -> bool,
+    (watched, template): (Watched<'_>, &str),
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
     what: &str,
 ) -> String {
-    cp.wait_logged(op, args, LIMIT, want, what)
+    cp.wait_logged(op, watched, template, LIMIT, want, what)
+}
+
+/// Waits until the policy in the ConfigMap `ns/name` satisfies `want`.
+fn config_map(
+    cp: &ControlPlane,
+    op: &Operator,
+    name: &str,
+    ns: &str,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> String {
+    let map = Watched::Object(Kind::CONFIG_MAP, ns, name);
+    wait(
+        cp,
+        op,
+        (map, "{.data.policy\\.yaml}"),
+        want,
+        &format!("ConfigMap {name}"),
+    )
+}
+
+/// Waits until the egress rules of the NetworkPolicy `agents/name`, each
+/// printed as `[port port]` (kubectl's
+/// `{range .spec.egress[*]}[{.ports[*].port}]{end}`), satisfy `want`.
+fn egress_ports(
+    cp: &ControlPlane,
+    op: &Operator,
+    name: &str,
+    want: impl Fn(&str) -> bool + Send + Sync + 'static,
+    what: &str,
+) -> String {
+    cp.wait_object(
+        Kind::NETWORK_POLICY,
+        "agents",
+        name,
+        LIMIT,
+        |policy| {
+            policy["spec"]["egress"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|rule| {
+                    format!(
+                        "[{}]",
+                        wait::template(rule, "{.ports[*].port}").unwrap_or_default()
+                    )
+                })
+                .collect()
+        },
+        want,
+    )
+    .unwrap_or_else(|last| panic!("{what}: last saw {last:?}\noperator log:\n{}", op.log()))
 }
 
 /// What a wait reads of the sandbox (as JSON), and what to call it.
@@ -63,16 +117,16 @@ fn condition(type_: &'static str, field: &'static str) -> Field {
     }
 }
 
-/// The one dotted path `template` (`{.status.revision}`, `[*]` for every
-/// item), read as kubectl prints it ([`wait::dotted`]).
+/// The jsonpath `template` (`{.status.revision}`), read as kubectl prints
+/// it ([`wait::template`]).
 fn path(template: &'static str) -> Field {
     assert!(
-        wait::dotted(&serde_json::Value::Null, template).is_some(),
-        "{template} is not one dotted path"
+        wait::template(&serde_json::Value::Null, template).is_some(),
+        "{template} is not a template the typed waits read"
     );
     Field {
         what: template.to_string(),
-        read: Box::new(move |s| wait::dotted(s, template).unwrap_or_default()),
+        read: Box::new(move |s| wait::template(s, template).unwrap_or_default()),
     }
 }
 
@@ -170,16 +224,6 @@ fn sandboxes_are_proved_revoked_and_materialised() {
     let op = cp.start_operator().expect("operator");
     run(&cp, &["apply", "-f", "examples/maximum.yaml"]);
     run(&cp, &["apply", "-f", "examples/sandbox.yaml"]);
-    let config_map = |name: &str, ns: &str, want: &dyn Fn(&str) -> bool| {
-        let output = "jsonpath={.data.policy\\.yaml}";
-        wait(
-            &cp,
-            &op,
-            &["get", "configmap", name, "-n", ns, "-o", output],
-            want,
-            &format!("ConfigMap {name}"),
-        )
-    };
 
     // Inside the ceiling: proved, committed, materialised.
     sandbox(
@@ -206,7 +250,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         path("{.status.revision}"),
         |s| s == "1",
     );
-    let policy = config_map("triage-bot-policy", "agents", &|s| {
+    let policy = config_map(&cp, &op, "triage-bot-policy", "agents", |s| {
         s.contains("/repos/acme/*/issues/**")
     });
     assert!(policy.contains("github-read"), "{policy}");
@@ -244,21 +288,17 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         path("{.status.effectivePolicy.network[*].name}"),
         |s| s == "read",
     );
-    let cm = config_map("overreach-policy", "agents", &|s| s.contains("name: read"));
+    let cm = config_map(&cp, &op, "overreach-policy", "agents", |s| {
+        s.contains("name: read")
+    });
     assert!(!cm.contains("name: write") && !cm.contains("/etc"), "{cm}");
     wait(
         &cp,
         &op,
-        &[
-            "get",
-            "events",
-            "-n",
-            "agents",
-            "--field-selector",
-            "reason=Revoked",
-            "-o",
-            "name",
-        ],
+        (
+            Watched::List(Kind::EVENT, "agents", "reason=Revoked"),
+            "{.items[*].metadata.name}",
+        ),
         |s| !s.trim().is_empty(),
         "a Revoked event",
     );
@@ -273,7 +313,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         condition("WithinMaximum", "reason"),
         |s| s == "Unmanaged",
     );
-    let cm = config_map("loner-policy", "other", &|_| true);
+    let cm = config_map(&cp, &op, "loner-policy", "other", |_| true);
     assert!(!cm.contains("api.github.com"), "{cm}");
 
     // The agent Pod is materialised from spec.template, owned and labelled.
@@ -281,15 +321,10 @@ fn sandboxes_are_proved_revoked_and_materialised() {
     let owner = wait(
         &cp,
         &op,
-        &[
-            "get",
-            "pod",
-            "podded",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[0].kind}",
-        ],
+        (
+            Watched::Object(Kind::POD, "agents", "podded"),
+            "{.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[0].kind}",
+        ),
         |s| !s.is_empty(),
         "the agent Pod",
     );
@@ -321,15 +356,10 @@ fn sandboxes_are_proved_revoked_and_materialised() {
     let bundle = wait(
         &cp,
         &op,
-        &[
-            "get",
-            "configmap",
-            "podded-policy",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.data.sandbox-ca\\.pem}",
-        ],
+        (
+            Watched::Object(Kind::CONFIG_MAP, "agents", "podded-policy"),
+            "{.data.sandbox-ca\\.pem}",
+        ),
         |b| b.contains("BEGIN CERTIFICATE"),
         "the sandbox CAs",
     );
@@ -363,28 +393,19 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         r#"[{"op":"add","path":"/spec/egress/-","value":{}}]"#,
     ])
     .unwrap();
-    let egress_ports = [
-        "get",
-        "networkpolicy",
-        "podded-egress",
-        "-n",
-        "agents",
-        "-o",
-        "jsonpath={range .spec.egress[*]}[{.ports[*].port}]{end}",
-    ];
-    wait(
+    egress_ports(
         &cp,
         &op,
-        &egress_ports,
+        "podded-egress",
         |s| s.trim() == "[53 53]",
         "the widened NetworkPolicy put right",
     );
     cp.run(&["delete", "networkpolicy", "podded-egress", "-n", "agents"])
         .unwrap();
-    wait(
+    egress_ports(
         &cp,
         &op,
-        &egress_ports,
+        "podded-egress",
         |s| s.trim() == "[53 53]",
         "the deleted NetworkPolicy re-created",
     );
@@ -469,7 +490,7 @@ fn sandboxes_are_proved_revoked_and_materialised() {
         path("{.status.revision}"),
         |s| s == "2",
     );
-    config_map("triage-bot-policy", "agents", &|s| {
+    config_map(&cp, &op, "triage-bot-policy", "agents", |s| {
         !s.contains("api.github.com")
     });
 }
@@ -540,15 +561,10 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
     let owner = wait(
         &cp,
         &op,
-        &[
-            "get",
-            "serviceaccount",
-            "labeller",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[*].kind} {.metadata.ownerReferences[*].name} {.metadata.ownerReferences[*].uid} {.metadata.ownerReferences[*].controller} {.metadata.ownerReferences[*].blockOwnerDeletion}",
-        ],
+        (
+            Watched::Object(Kind::SERVICE_ACCOUNT, "agents", "labeller"),
+            "{.metadata.labels.agentgate\\.dev/sandbox} {.metadata.ownerReferences[*].kind} {.metadata.ownerReferences[*].name} {.metadata.ownerReferences[*].uid} {.metadata.ownerReferences[*].controller} {.metadata.ownerReferences[*].blockOwnerDeletion}",
+        ),
         |s| !s.is_empty(),
         "ServiceAccount labeller",
     );
@@ -574,16 +590,10 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
         wait(
             &cp,
             &op,
-            &[
-                "get",
-                "events",
-                "-n",
-                "agents",
-                "--field-selector",
-                &format!("reason={reason}"),
-                "-o",
-                "jsonpath={.items[*].involvedObject.name}",
-            ],
+            (
+                Watched::List(Kind::EVENT, "agents", &format!("reason={reason}")),
+                "{.items[*].involvedObject.name}",
+            ),
             |s| !s.trim().is_empty(),
             &format!("a {reason} Event"),
         )
@@ -599,35 +609,23 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
     assert_eq!(account("labeller", owners), format!("fresh {}", uid.trim()));
 
     // `default` is the ServiceAccount controller's: no account is made for
-    // it. Its Pod is tried after the account is decided (and refused here:
-    // the image is not scanned), so once either shows, the decision is made.
-    let tried = || {
-        let pod = cp
-            .kubectl(&["get", "pod", "defaulted", "-n", "agents"])
-            .unwrap();
-        let refused = cp
-            .run(&[
-                "get",
-                "events",
-                "-n",
+    // it. Its Pod is tried after the account is decided, and refused here
+    // (the image is not scanned): once the refusal shows, the decision is
+    // made.
+    wait(
+        &cp,
+        &op,
+        (
+            Watched::List(
+                Kind::EVENT,
                 "agents",
-                "--field-selector",
                 "involvedObject.name=defaulted,reason=PodRefused",
-                "-o",
-                "name",
-            ])
-            .unwrap();
-        pod.status.success() || !refused.trim().is_empty()
-    };
-    let deadline = std::time::Instant::now() + LIMIT;
-    while !tried() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the defaulted sandbox's Pod was never tried:\n{}",
-            op.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            ),
+            "{.items[*].metadata.name}",
+        ),
+        |names| !names.is_empty(),
+        "the defaulted sandbox's Pod tried",
+    );
     let missing = cp
         .kubectl(&["get", "serviceaccount", "default", "-n", "agents"])
         .unwrap();
@@ -642,16 +640,14 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
     let again = wait(
         &cp,
         &op,
-        &[
-            "get",
-            "serviceaccount",
-            "labeller",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.metadata.uid} {.metadata.ownerReferences[*].name}",
-        ],
-        |s| !s.is_empty() && !s.starts_with(&first),
+        (
+            Watched::Object(Kind::SERVICE_ACCOUNT, "agents", "labeller"),
+            "{.metadata.uid} {.metadata.ownerReferences[*].name}",
+        ),
+        {
+            let first = first.clone();
+            move |s| !s.is_empty() && !s.starts_with(&first)
+        },
         "ServiceAccount labeller again",
     );
     assert!(again.ends_with(" fresh"), "{again}");

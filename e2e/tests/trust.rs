@@ -4,8 +4,9 @@
 //! the grant (docs/webhook.md, "Trust model").
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use agentgate_e2e::wait::{self, Kind};
 use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, assert_refused};
 
 const AGENT: &str = "system:serviceaccount:agents:triage-bot";
@@ -233,18 +234,22 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
         cp.wait_proposal_phase("agents", name, want, Duration::from_secs(30))
             .unwrap_or_else(|last| panic!("{name}: phase {last}\n{}", operator.log()));
     };
-    let wait_effective = |want: bool, needle: &str| {
-        let started = Instant::now();
-        while effective(&cp).contains(needle) != want {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "effective policy never {} {needle}: {}\n{}",
+    let wait_effective = |want: bool, needle: &'static str| {
+        cp.wait_object(
+            Kind::SANDBOX,
+            "agents",
+            "triage-bot",
+            Duration::from_secs(30),
+            |sandbox| wait::at(sandbox, &["status", "effectivePolicy"]),
+            move |policy| policy.contains(needle) == want,
+        )
+        .unwrap_or_else(|last| {
+            panic!(
+                "effective policy never {} {needle}: {last}\n{}",
                 if want { "gained" } else { "lost" },
-                effective(&cp),
                 operator.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            )
+        });
     };
 
     // An auto-applied proposal, then deleted: its grant leaves.
@@ -341,17 +346,20 @@ fn commits_are_bound_to_what_was_decided_and_four_eyes_hold() {
         AGENT,
     ])
     .unwrap();
-    cp.wait_for(
-        &[
-            "get",
-            "asbx",
-            "triage-bot",
-            "-n",
-            "agents",
-            "-o",
-            "jsonpath={.status.appliedProposals[?(@.name==\"drop-read\")].pruned.reason}",
-        ],
+    cp.wait_object(
+        Kind::SANDBOX,
+        "agents",
+        "triage-bot",
         Duration::from_secs(30),
+        |sandbox| {
+            sandbox["status"]["appliedProposals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["name"] == "drop-read")
+                .map(|p| wait::at(p, &["pruned", "reason"]))
+                .collect()
+        },
         |r| !r.is_empty(),
     )
     .unwrap_or_else(|last| panic!("drop-read never pruned ({last})\n{}", operator.log()));

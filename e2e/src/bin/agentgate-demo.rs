@@ -23,7 +23,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use agentgate_e2e::node::{Images, build_images, tear_down_detached};
-use agentgate_e2e::{AGENT_IMAGE, ControlPlane};
+use agentgate_e2e::wait::Kind;
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Watched};
 
 fn state_dir() -> PathBuf {
     std::env::temp_dir().join("agentgate-demo")
@@ -276,13 +277,9 @@ fn trifecta(cp: &ControlPlane) -> Result<(), String> {
     );
     cp.create_enforced_namespace("enforced", "enforce")
         .map_err(|e| e.to_string())?;
-    cp.wait_for(
-        &[
-            "get",
-            "ascan",
-            "-o",
-            "jsonpath={.items[0].status.findings[*].sink}",
-        ],
+    cp.wait_template(
+        Watched::List(Kind::SCAN, "", ""),
+        "{.items[0].status.findings[*].sink}",
         Duration::from_secs(30),
         |s| !s.is_empty(),
     )

@@ -54,6 +54,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use agentgate_e2e::cpu::{CpuSample, heaviest};
 use agentgate_e2e::node::{Images, NODE_NAME, build_images};
 use agentgate_e2e::probe::{
     self, CRED, SECRET_V1, SECRET_V2, credential_manifests, now, probes, tail,
@@ -1222,6 +1223,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         .into_iter()
         .map(|(name, revision, _, _, _)| (name, revision))
         .collect();
+    let cpu_before = CpuSample::now();
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling(FLEET, true)).unwrap();
     let reported = statuses(Duration::from_secs(60), &|text| {
@@ -1237,6 +1239,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
             report(cp)
         )
     });
+    let (cpu_used, busy) = CpuSample::now().since(&cpu_before);
     let mut commits = Vec::new();
     let mut delivered = Vec::new();
     let mut applied = Vec::new();
@@ -1277,12 +1280,14 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         refused.push(first);
     }
     eprintln!(
-        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load)",
+        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load); the machine {:.0} % busy from tightened to the last report, CPU by process: {}",
         agentgate_e2e::node::MAX_PODS,
         percentiles(commits),
         percentiles(delivered),
         percentiles(applied),
-        percentiles(refused)
+        percentiles(refused),
+        busy * 100.0,
+        heaviest(&cpu_used, 10)
     );
     cp.run(&["delete", "namespace", FLEET, "--wait=false"])
         .unwrap();

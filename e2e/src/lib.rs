@@ -7,6 +7,7 @@
 //! (or `KUBEBUILDER_ASSETS`); when they cannot be had the harness fails, it
 //! never skips.
 
+pub mod api_requests;
 pub mod cpu;
 pub mod node;
 pub mod pod_runner;

@@ -54,6 +54,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use agentgate_e2e::api_requests;
 use agentgate_e2e::cpu::{CpuSample, heaviest};
 use agentgate_e2e::node::{Images, NODE_NAME, build_images};
 use agentgate_e2e::probe::{
@@ -1223,6 +1224,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         .into_iter()
         .map(|(name, revision, _, _, _)| (name, revision))
         .collect();
+    let requests_before = api_requests::counted(cp).unwrap_or_default();
     let cpu_before = CpuSample::now();
     let tightened_at = now();
     cp.apply_yaml(&probe::ceiling(FLEET, true)).unwrap();
@@ -1240,6 +1242,11 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         )
     });
     let (cpu_used, busy) = CpuSample::now().since(&cpu_before);
+    let requests = api_requests::busiest(
+        &requests_before,
+        &api_requests::counted(cp).unwrap_or_default(),
+        14,
+    );
     let mut commits = Vec::new();
     let mut delivered = Vec::new();
     let mut applied = Vec::new();
@@ -1280,7 +1287,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         refused.push(first);
     }
     eprintln!(
-        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load); the machine {:.0} % busy from tightened to the last report, CPU by process: {}",
+        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load); the machine {:.0} % busy from tightened to the last report, CPU by process: {}; the API server's busiest requests in it: {requests}",
         agentgate_e2e::node::MAX_PODS,
         percentiles(commits),
         percentiles(delivered),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use agentgate_e2e::wait::{self, Kind};
-use agentgate_e2e::{ControlPlane, Operator, Watched};
+use agentgate_e2e::{AGENT_IMAGE, ControlPlane, Operator, Watched, api_requests, probe};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -651,4 +651,88 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
         "ServiceAccount labeller again",
     );
     assert!(again.ends_with(" fresh"), "{again}");
+}
+
+/// A tightened ceiling that revokes a sandbox's only rule costs the API
+/// server what the revocation changes, once each: the status, the policy
+/// ConfigMap the proxy enforces, the egress NetworkPolicy (its port is
+/// gone), and no LIST of every AgentScan (the findings read the scan
+/// watch's view; docs/design.md §5). Counted by the API server.
+#[test]
+fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
+    let cp = ControlPlane::start().expect("local control plane");
+    cp.install_crds().expect("CRDs");
+    let op = cp.start_operator().expect("operator");
+    apply(&cp, &probe::ceiling("fleet", false));
+    apply(&cp, &probe::fleet_manifests("fleet", 1, AGENT_IMAGE));
+    let revision = |want: u64| {
+        sandbox(
+            &cp,
+            &op,
+            "fleet-0",
+            "fleet",
+            path("{.status.revision}"),
+            move |r: &str| r.parse::<u64>().is_ok_and(|r| r >= want),
+        )
+    };
+    let committed: u64 = revision(1).parse().expect("a revision");
+    let data_plane_revision = |want: u64| {
+        wait(
+            &cp,
+            &op,
+            (
+                Watched::Object(Kind::CONFIG_MAP, "fleet", "fleet-0-policy"),
+                "{.data.revision}",
+            ),
+            move |r| r == want.to_string(),
+            "the ConfigMap at the committed revision",
+        )
+    };
+    data_plane_revision(committed);
+    // What the sandbox's reconciles still had in flight settles first.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = api_requests::counted(&cp).expect("the API server's metrics");
+    apply(&cp, &probe::ceiling("fleet", true));
+    data_plane_revision(committed + 1);
+    // The reconcile's writes after the ConfigMap's.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = api_requests::counted(&cp).expect("the API server's metrics");
+    let requests = |verb: &str, group: &str, resource: &str| {
+        let key = (verb.into(), group.into(), resource.into(), String::new());
+        after.get(&key).map_or(0.0, |a| a.requests) - before.get(&key).map_or(0.0, |b| b.requests)
+    };
+    let seen = api_requests::busiest(&before, &after, 20);
+    for (verb, group, resource) in [
+        ("PUT", "agentgate.dev", "agentsandboxes"),
+        ("APPLY", "", "configmaps"),
+        ("APPLY", "networking.k8s.io", "networkpolicies"),
+    ] {
+        let written = if resource == "agentsandboxes" {
+            let key = (verb.into(), group.into(), resource.into(), "status".into());
+            after.get(&key).map_or(0.0, |a| a.requests)
+                - before.get(&key).map_or(0.0, |b| b.requests)
+        } else {
+            requests(verb, group, resource)
+        };
+        assert_eq!(written, 1.0, "{verb} {resource}: {seen}");
+    }
+    assert_eq!(
+        cp.run(&[
+            "get",
+            "networkpolicy",
+            "fleet-0-egress",
+            "-n",
+            "fleet",
+            "-o",
+            "jsonpath={.spec.egress[*].ports[*].port}",
+        ])
+        .expect("the NetworkPolicy"),
+        "53 53",
+        "the revoked rule's port is no longer open"
+    );
+    assert_eq!(
+        requests("LIST", "agentgate.dev", "agentscans"),
+        0.0,
+        "{seen}"
+    );
 }

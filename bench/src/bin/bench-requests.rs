@@ -19,74 +19,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use agentgate_bench::cluster::{proposal_phases, watch_lines};
+use agentgate_e2e::api_requests::{self, Row};
 use agentgate_e2e::race::{TIGHTENED, proposal};
 use agentgate_e2e::{ControlPlane, Operator};
 
 const AGENT: &str = "system:serviceaccount:agents:triage-bot";
-
-/// One row: what the API server counted for (verb, group, resource,
-/// subresource).
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Row {
-    requests: f64,
-    conflicts: f64,
-    response_bytes: f64,
-    seconds: f64,
-}
-
-type Key = (String, String, String, String);
-
-/// A label's value in a Prometheus text line.
-fn label(line: &str, name: &str) -> String {
-    line.split(&format!("{name}=\""))
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn value(line: &str) -> f64 {
-    line.rsplit(' ')
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// The API server's counters, by request kind; non-resource requests
-/// (discovery, /metrics itself) are left out.
-fn api_rows(cp: &ControlPlane) -> Result<BTreeMap<Key, Row>, String> {
-    let text = cp
-        .run(&["get", "--raw", "/metrics"])
-        .map_err(|e| e.to_string())?;
-    let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
-    for line in text.lines() {
-        let field: fn(&mut Row) -> &mut f64 = if line.starts_with("apiserver_request_total{") {
-            |r| &mut r.requests
-        } else if line.starts_with("apiserver_response_sizes_sum{") {
-            |r| &mut r.response_bytes
-        } else if line.starts_with("apiserver_request_duration_seconds_sum{") {
-            |r| &mut r.seconds
-        } else {
-            continue;
-        };
-        let resource = label(line, "resource");
-        if resource.is_empty() {
-            continue;
-        }
-        let key = (
-            label(line, "verb"),
-            label(line, "group"),
-            resource,
-            label(line, "subresource"),
-        );
-        let row = rows.entry(key).or_default();
-        *field(row) += value(line);
-        if line.starts_with("apiserver_request_total{") && label(line, "code") == "409" {
-            row.conflicts += value(line);
-        }
-    }
-    Ok(rows)
-}
 
 /// The operator's counters: `name{labels}` → value, for its own metrics.
 fn operator_counters(operator: &Operator) -> Result<BTreeMap<String, f64>, String> {
@@ -141,19 +78,19 @@ fn count(
     act: impl FnOnce() -> Result<Done, String>,
 ) -> Result<(), String> {
     quiesce(operator)?;
-    let api_before = api_rows(cp)?;
+    let api_before = api_requests::counted(cp)?;
     let op_before = operator_counters(operator)?;
     let started = Instant::now();
     let done = act()?;
     quiesce(operator)?;
-    let api_after = api_rows(cp)?;
+    let api_after = api_requests::counted(cp)?;
     let op_after = operator_counters(operator)?;
     let window = started.elapsed();
     // What a quiet operator asks for in a window as long (leader election,
     // the webhook's certificate loop): the background the phase adds to.
     let idle_started = Instant::now();
     std::thread::sleep(window);
-    let api_idle = api_rows(cp)?;
+    let api_idle = api_requests::counted(cp)?;
     let idle_window = idle_started.elapsed();
 
     println!("# {title}: API requests (kube-apiserver's metrics) and operator work");
@@ -175,12 +112,7 @@ fn count(
     let mut idle_total = 0.0;
     for (key, after) in &api_after {
         let before = api_before.get(key).cloned().unwrap_or_default();
-        let delta = Row {
-            requests: after.requests - before.requests,
-            conflicts: after.conflicts - before.conflicts,
-            response_bytes: after.response_bytes - before.response_bytes,
-            seconds: after.seconds - before.seconds,
-        };
+        let delta = after.since(&before);
         let idle = api_idle.get(key).map_or(0.0, |i| i.requests) - after.requests;
         if delta.requests < 0.5 && idle < 0.5 {
             continue;

@@ -219,6 +219,10 @@ pub struct Views {
     /// Every PolicyProposal: a commit record whose proposal shows here
     /// unchanged (uid and change hash) keeps its grant without a read.
     pub proposals: kube::runtime::reflector::Store<agentgate_api::crd::PolicyProposal>,
+    /// Every AgentScan: a sandbox's findings are assessed against the scans
+    /// of its images shown here (a scan's change starts the reconcile of
+    /// every sandbox running its digest once this store shows it).
+    pub scans: kube::runtime::reflector::Store<agentgate_api::crd::AgentScan>,
     /// The sandbox Pods (labelled), metadata only: a Pod whose shape was
     /// checked at the version shown here is not read again.
     pub pods: kube::runtime::reflector::Store<

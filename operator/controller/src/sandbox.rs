@@ -436,12 +436,20 @@ async fn assess_findings(
         return FindingsAssessment::TemplateEscapes(escapes);
     }
     let now = Timestamp::now();
-    let scans = match Api::<AgentScan>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(scans) => scans,
-        Err(e) => return FindingsAssessment::Failed(format!("cannot list AgentScans: {e}")),
+    // The scans come from the watch-fed view: a stale one is only as wrong
+    // as doing nothing, since the change it lacks starts the next reconcile
+    // (docs/design.md §5). Listing every scan on every reconcile made a
+    // tightened ceiling cost the API server a LIST of all AgentScans per
+    // governed sandbox. Before the views exist, they are listed.
+    let scans: Vec<Arc<AgentScan>> = match ctx.views.get() {
+        Some(views) => views.scans.state(),
+        None => match Api::<AgentScan>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(scans) => scans.items.into_iter().map(Arc::new).collect(),
+            Err(e) => return FindingsAssessment::Failed(format!("cannot list AgentScans: {e}")),
+        },
     };
     // A policy that does not compile severs nothing (fail closed).
     let policy = compile(effective, Role::Sandbox, &Limits::default()).ok();
@@ -452,7 +460,7 @@ async fn assess_findings(
     let result = ctx
         .solve(move || {
             let started = std::time::Instant::now();
-            let refs: Vec<&AgentScan> = scans.items.iter().collect();
+            let refs: Vec<&AgentScan> = scans.iter().map(AsRef::as_ref).collect();
             let risk = SandboxRisk {
                 accepted: &accepted,
                 labels: &labels,
@@ -1503,6 +1511,10 @@ pub async fn run(ctx: Arc<Context>) {
         Api::<PolicyProposal>::all(client.clone()),
         watcher::Config::default(),
     ));
+    let (scans, scan_changes) = reflect_triggers(watcher(
+        Api::<AgentScan>::all(client.clone()),
+        watcher::Config::default(),
+    ));
     let (pods, pod_changes) = reflect_triggers(watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         watcher::Config::default().labels(SANDBOX_LABEL),
@@ -1516,6 +1528,7 @@ pub async fn run(ctx: Arc<Context>) {
             config_maps,
             network_policies,
             proposals,
+            scans,
             pods,
         })
         .is_err()
@@ -1545,24 +1558,19 @@ pub async fn run(ctx: Arc<Context>) {
                     .map(|s| ObjectRef::from_obj(s.as_ref()))
                     .collect::<Vec<_>>()
             })
-            .watches(
-                Api::<AgentScan>::all(client.clone()),
-                watcher::Config::default(),
-                move |scan| {
-                    // Only the sandboxes whose template runs the scanned digest.
-                    let digest = image_digest(&scan.spec.image);
-                    by_scan
-                        .state()
-                        .iter()
-                        .filter(|s| {
-                            template_images(&s.spec).is_some_and(|images| {
-                                images.iter().any(|i| image_digest(i) == digest)
-                            })
-                        })
-                        .map(|s| ObjectRef::from_obj(s.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            )
+            .watches_stream(scan_changes, move |scan| {
+                // Only the sandboxes whose template runs the scanned digest.
+                let digest = image_digest(&scan.spec.image);
+                by_scan
+                    .state()
+                    .iter()
+                    .filter(|s| {
+                        template_images(&s.spec)
+                            .is_some_and(|images| images.iter().any(|i| image_digest(i) == digest))
+                    })
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            })
             // A committed proposal deleted or re-created loses its grant at
             // once. Only the proposals a commit record names can change the
             // sandbox (the reconcile reads no other): creating one, or its

@@ -654,10 +654,11 @@ fn the_agent_service_account_is_created_owned_and_never_taken_over() {
 }
 
 /// A tightened ceiling that revokes a sandbox's only rule costs the API
-/// server what the revocation changes, once each: the status, the policy
-/// ConfigMap the proxy enforces, the egress NetworkPolicy (its port is
-/// gone), and no LIST of every AgentScan (the findings read the scan
-/// watch's view; docs/design.md §5). Counted by the API server.
+/// server what the revocation changes, once each, in one reconcile: the
+/// status, the policy ConfigMap the proxy enforces, the egress
+/// NetworkPolicy (its port is gone), one read of the sandbox CA, and no
+/// LIST of every AgentScan (the findings read the scan watch's view;
+/// docs/design.md §5). Counted by the API server.
 #[test]
 fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
     let cp = ControlPlane::start().expect("local control plane");
@@ -734,5 +735,14 @@ fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
         requests("LIST", "agentgate.dev", "agentscans"),
         0.0,
         "{seen}"
+    );
+    // One reconcile, which reads the sandbox CA once: the watch events of
+    // its own writes start no second one, even when they outrun the
+    // writes' answers.
+    assert_eq!(
+        requests("GET", "", "secrets"),
+        1.0,
+        "{seen}\n{}",
+        op.log()
     );
 }

@@ -117,6 +117,58 @@ pub struct Context {
 #[derive(Default)]
 pub struct AppliedObjects {
     by_path: Mutex<HashMap<String, ([u8; 32], String)>>,
+    /// This process's applies sent and not yet answered.
+    in_flight: InFlight,
+}
+
+/// Writes sent and not yet answered, by key, with the resourceVersions the
+/// watch showed meanwhile. The watch event of a write can arrive before
+/// its answer, when the write's resourceVersion is not known yet: it is
+/// held back rather than taken for someone else's change (which started a
+/// second reconcile after every write on a loaded API server), and once
+/// the answer is in, a version other than the write's (someone else's
+/// write in between) says the object must be looked at again.
+#[derive(Default)]
+struct InFlight {
+    by_key: Mutex<HashMap<String, Vec<String>>>,
+}
+
+/// Whether a write was the only one its object saw while it was in flight.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raced {
+    /// Only this write: its watch event is its echo.
+    No,
+    /// The watch showed another version meanwhile, whose trigger was held
+    /// back: reconcile the owner again.
+    Yes,
+}
+
+impl InFlight {
+    fn begin(&self, key: &str) {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(key.to_string(), Vec::new());
+    }
+
+    /// Holds back `resource_version` of `key` when a write of it is in
+    /// flight; whether it did.
+    fn hold(&self, key: &str, resource_version: &str) -> bool {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get_mut(key) {
+            Some(seen) => {
+                seen.push(resource_version.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends the write of `key`: the versions held back while it was in
+    /// flight.
+    fn end(&self, key: &str) -> Vec<String> {
+        let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(key).unwrap_or_default()
+    }
 }
 
 /// Entries kept before the map starts over (far more than the objects of
@@ -141,12 +193,45 @@ impl AppliedObjects {
         }
         map.insert(key, (content, resource_version));
     }
+
+    /// An apply of `key` is about to be sent ([`InFlight`]).
+    pub fn begin(&self, key: &str) {
+        self.in_flight.begin(key);
+    }
+
+    /// The apply of `key` was answered: `key` now holds `content` at
+    /// `resource_version`; whether the watch showed another version while
+    /// it was in flight (not this write's, nor the one this process wrote
+    /// before it).
+    pub fn finish(&self, key: String, content: [u8; 32], resource_version: String) -> Raced {
+        let held = self.in_flight.end(&key);
+        let before = {
+            let map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+            map.get(&key).map(|(_, rv)| rv.clone())
+        };
+        let raced = held
+            .iter()
+            .any(|v| *v != resource_version && Some(v) != before.as_ref());
+        self.remember(key, content, resource_version);
+        if raced { Raced::Yes } else { Raced::No }
+    }
+
+    /// The apply of `key` failed: nothing is held back any longer (the
+    /// failed reconcile is retried, and reads the object again).
+    pub fn abandon(&self, key: &str) {
+        self.in_flight.end(key);
+    }
 }
 
 impl AppliedObjects {
     /// Whether `key` at `resource_version` is what this process's last
-    /// apply of it answered (the watch event of its own write).
+    /// apply of it answered (the watch event of its own write), or is held
+    /// back while an apply of it is in flight ([`AppliedObjects::finish`]
+    /// then tells whether it was someone else's).
     pub fn is_own(&self, key: &str, resource_version: &str) -> bool {
+        if self.in_flight.hold(key, resource_version) {
+            return true;
+        }
         let map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
         map.get(key).is_some_and(|(_, rv)| rv == resource_version)
     }
@@ -166,6 +251,8 @@ where
 #[derive(Default)]
 pub struct OwnWrites {
     by_key: Mutex<HashMap<String, String>>,
+    /// This process's writes sent and not yet answered.
+    in_flight: InFlight,
 }
 
 impl OwnWrites {
@@ -179,9 +266,36 @@ impl OwnWrites {
         map.insert(key, resource_version);
     }
 
+    /// A write of `key` is about to be sent ([`InFlight`]).
+    pub fn begin(&self, key: &str) {
+        self.in_flight.begin(key);
+    }
+
+    /// The write of `key` was answered at `resource_version`; whether the
+    /// watch showed another version while it was in flight. The echo held
+    /// back meanwhile is not expected again.
+    pub fn finish(&self, key: String, resource_version: String) -> Raced {
+        let held = self.in_flight.end(&key);
+        let raced = held.iter().any(|v| *v != resource_version);
+        if !held.contains(&resource_version) {
+            self.remember(key, resource_version);
+        }
+        if raced { Raced::Yes } else { Raced::No }
+    }
+
+    /// The write of `key` failed: nothing is held back any longer.
+    pub fn abandon(&self, key: &str) {
+        self.in_flight.end(key);
+    }
+
     /// Whether `key` at `resource_version` is this process's last write of
-    /// it (then forgotten: the echo comes once).
+    /// it (then forgotten: the echo comes once), or is held back while a
+    /// write of it is in flight ([`OwnWrites::finish`] then tells whether
+    /// it was someone else's).
     pub fn echo(&self, key: &str, resource_version: &str) -> bool {
+        if self.in_flight.hold(key, resource_version) {
+            return true;
+        }
         let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
         if map.get(key).is_some_and(|rv| rv == resource_version) {
             map.remove(key);
@@ -551,6 +665,49 @@ mod tests {
         assert!(!writes.echo("n/s", "11"));
         assert!(writes.echo("n/s", "12"));
         assert!(!writes.echo("n/s", "12"), "an echo comes once");
+    }
+
+    #[test]
+    fn an_echo_that_outruns_its_answer_is_held_back_and_told_apart() {
+        let key = "/api/v1/namespaces/n/configmaps/x";
+        let applied = AppliedObjects::default();
+        applied.remember(key.into(), [0; 32], "7".into());
+        // The echo arrives before the answer: held back, not a trigger.
+        applied.begin(key);
+        assert!(applied.is_own(key, "8"));
+        assert_eq!(applied.finish(key.into(), [1; 32], "8".into()), Raced::No);
+        assert!(applied.is_own(key, "8"));
+        assert!(!applied.is_own(key, "9"), "nothing is held back after it");
+        // A late echo of the write before it is no one else's either.
+        applied.begin(key);
+        assert!(applied.is_own(key, "8"));
+        assert_eq!(applied.finish(key.into(), [2; 32], "10".into()), Raced::No);
+        // Someone else's write while ours was in flight, even with our own
+        // echo after it: the owner must be looked at again.
+        applied.begin(key);
+        assert!(applied.is_own(key, "11"));
+        assert!(applied.is_own(key, "12"));
+        assert_eq!(applied.finish(key.into(), [3; 32], "12".into()), Raced::Yes);
+        // A failed write holds nothing back afterwards.
+        applied.begin(key);
+        applied.abandon(key);
+        assert!(!applied.is_own(key, "13"));
+
+        let writes = OwnWrites::default();
+        writes.begin("n/s");
+        assert!(writes.echo("n/s", "20"), "held back while in flight");
+        assert_eq!(writes.finish("n/s".into(), "20".into()), Raced::No);
+        assert!(!writes.echo("n/s", "20"), "the held-back echo was the one");
+        writes.begin("n/s");
+        assert_eq!(writes.finish("n/s".into(), "21".into()), Raced::No);
+        assert!(writes.echo("n/s", "21"), "an echo after the answer");
+        writes.begin("n/s");
+        assert!(writes.echo("n/s", "22"));
+        assert!(writes.echo("n/s", "23"));
+        assert_eq!(writes.finish("n/s".into(), "23".into()), Raced::Yes);
+        writes.begin("n/s");
+        writes.abandon("n/s");
+        assert!(!writes.echo("n/s", "24"));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::{Context, ControllerError, Views, content_hash};
+use crate::{Context, ControllerError, Raced, Views, content_hash};
 use agentgate_api::crd::{AgentSandbox, SANDBOX_LABEL};
 use agentgate_governance::pod_template::pod_service_account;
 use agentgate_governance::sandbox_pod::{network_policy_name, policy_config_map_name};
@@ -270,7 +270,7 @@ pub async fn apply<K: Viewed>(
     ctx: &Context,
     namespace: &str,
     desired: &Applied<K>,
-) -> Result<(), ControllerError> {
+) -> Result<Raced, ControllerError> {
     apply_patch(
         Api::<K>::namespaced(ctx.client.clone(), namespace),
         &desired.name,
@@ -292,7 +292,8 @@ pub async fn apply<K: Viewed>(
 /// else's edit changes the resourceVersion, so drift is still put right.
 /// The view is trusted only to say "unchanged": an edit shows in it (and
 /// triggers a reconcile of its own) with another version, which is then
-/// read.
+/// read. Returns whether someone else's write raced this one
+/// ([`crate::Raced`]): its trigger was held back, so the caller looks again.
 pub async fn apply_patch<K>(
     api: Api<K>,
     name: &str,
@@ -300,35 +301,46 @@ pub async fn apply_patch<K>(
     content: [u8; 32],
     seen: Option<String>,
     ctx: &Context,
-) -> Result<(), ControllerError>
+) -> Result<Raced, ControllerError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let key = format!("{}/{}", api.resource_url(), name);
     if let Some(resource_version) = ctx.applied.unchanged(&key, &content) {
         if seen.as_deref() == Some(resource_version.as_str()) {
-            return Ok(());
+            return Ok(Raced::No);
         }
         if let Some(live) = api.get_metadata_opt(name).await?
             && live.metadata.resource_version.as_deref() == Some(resource_version.as_str())
         {
-            return Ok(());
+            return Ok(Raced::No);
         }
     }
     // What the proxy enforces: only the leader writes it, and only a write
     // is fenced (an unchanged object costs no Lease read).
     ctx.fence(&key).await?;
-    let applied = api
+    ctx.applied.begin(&key);
+    let applied = match api
         .patch(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(patch),
         )
-        .await?;
-    if let Some(resource_version) = applied.meta().resource_version.clone() {
-        ctx.applied.remember(key, content, resource_version);
+        .await
+    {
+        Ok(applied) => applied,
+        Err(e) => {
+            ctx.applied.abandon(&key);
+            return Err(e.into());
+        }
+    };
+    match applied.meta().resource_version.clone() {
+        Some(resource_version) => Ok(ctx.applied.finish(key, content, resource_version)),
+        None => {
+            ctx.applied.abandon(&key);
+            Ok(Raced::No)
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]

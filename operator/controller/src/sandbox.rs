@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::revoke::{revoke, revoked_message};
 use crate::sandbox_ca::{self, sandbox_cas_pem};
-use crate::{Context, ControllerError, Views, applied_key};
+use crate::{Context, ControllerError, Raced, Views, applied_key};
 use crate::{agent_account, owned};
 use agentgate_api::conditions::{self, Status, Summary};
 use agentgate_api::crd::SANDBOX_LABEL;
@@ -961,10 +961,12 @@ async fn reconcile(
     // and it does so next, before the Events and the Report: the policy
     // stream pushes a commit once its ConfigMap is written, and a
     // revocation waits for nothing a person reads later.
-    if desired.changed
-        && let StatusWrite::Conflict = write_status(&sandbox, &desired.status, &ctx).await?
-    {
-        return Ok(Action::requeue(Duration::from_millis(50)));
+    let mut raced = Raced::No;
+    if desired.changed {
+        match write_status(&sandbox, &desired.status, &ctx).await? {
+            StatusWrite::Conflict => return Ok(Action::requeue(Duration::from_millis(50))),
+            StatusWrite::Written(status_raced) => raced = status_raced,
+        }
     }
     let applied = apply_data_plane(&sandbox, &objects, &ctx).await;
     // The commit's Events are told even when the data plane write fails:
@@ -972,14 +974,19 @@ async fn reconcile(
     if desired.changed {
         super::publish(&ctx, sandbox.as_ref(), "Verify", desired.events).await;
     }
-    applied?;
+    if applied? == Raced::Yes {
+        raced = Raced::Yes;
+    }
     if let Some(findings) = &desired.status.findings {
         // Checked every reconcile, so that a Report deleted by hand or a CRD
         // installed later is (re)published without waiting for the findings
         // to change; applied only then, or when the findings change.
         publish_report(&sandbox, findings, &ctx).await;
     }
-    let requeue = ca_step.map_or(desired.requeue, |step| desired.requeue.min(step));
+    let requeue = after_writes(
+        ca_step.map_or(desired.requeue, |step| desired.requeue.min(step)),
+        raced,
+    );
     // With or without a Pod: the account is also the agent's identity for
     // proposals (`kubectl create token`).
     agent_account::ensure(&sandbox, &objects.account, &ctx, desired.changed).await?;
@@ -992,16 +999,28 @@ async fn reconcile(
         tracing::info!(sandbox = %name, namespace = %namespace, %refusal, "pod refused by admission");
         let notes = vec![(EventType::Warning, "PodRefused", refusal)];
         super::publish(&ctx, sandbox.as_ref(), "CreatePod", notes).await;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        return Ok(Action::requeue(after_writes(
+            Duration::from_secs(10),
+            raced,
+        )));
     }
     tracing::info!(sandbox = %name, namespace = %namespace, revision = desired.status.revision, revoked = verification.revoked_count(), "reconciled");
     Ok(Action::requeue(requeue))
 }
 
+/// When to reconcile again: at once when someone else's write raced one
+/// of ours (its trigger was held back), else as decided.
+fn after_writes(requeue: Duration, raced: Raced) -> Duration {
+    match raced {
+        Raced::Yes => Duration::ZERO,
+        Raced::No => requeue,
+    }
+}
+
 /// Whether a status write landed.
 enum StatusWrite {
-    /// Written.
-    Written,
+    /// Written; whether someone else's write raced it.
+    Written(Raced),
     /// The sandbox changed since it was read (a proposal committed
     /// meanwhile): start over.
     Conflict,
@@ -1025,24 +1044,30 @@ async fn write_status(
     let api: Api<AgentSandbox> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut next = sandbox.clone();
     next.status = Some(status.clone());
+    let key = format!("{namespace}/{name}");
+    ctx.status_writes.begin(&key);
     match api
         .replace_status(&name, &PostParams::default(), &next)
         .await
     {
-        Ok(written) => {
-            // Its watch event needs no reconcile: this one goes on to
-            // materialise what it wrote.
-            if let Some(rv) = written.resource_version() {
-                ctx.status_writes
-                    .remember(format!("{namespace}/{name}"), rv);
+        // Its watch event needs no reconcile: this one goes on to
+        // materialise what it wrote.
+        Ok(written) => Ok(StatusWrite::Written(match written.resource_version() {
+            Some(rv) => ctx.status_writes.finish(key, rv),
+            None => {
+                ctx.status_writes.abandon(&key);
+                Raced::No
             }
-            Ok(StatusWrite::Written)
-        }
+        })),
         Err(kube::Error::Api(e)) if e.code == 409 => {
+            ctx.status_writes.abandon(&key);
             ctx.metrics.commit_conflicts.inc();
             Ok(StatusWrite::Conflict)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => {
+            ctx.status_writes.abandon(&key);
+            Err(e.into())
+        }
     }
 }
 
@@ -1073,11 +1098,17 @@ async fn apply_data_plane(
     sandbox: &AgentSandbox,
     objects: &owned::SandboxObjects,
     ctx: &Context,
-) -> Result<(), ControllerError> {
+) -> Result<Raced, ControllerError> {
     let namespace = sandbox.namespace().unwrap_or_default();
-    owned::apply(ctx, &namespace, &objects.config_map).await?;
-    owned::apply(ctx, &namespace, &objects.network_policy).await?;
-    Ok(())
+    let config_map = owned::apply(ctx, &namespace, &objects.config_map).await?;
+    let network_policy = owned::apply(ctx, &namespace, &objects.network_policy).await?;
+    Ok(
+        if config_map == Raced::Yes || network_policy == Raced::Yes {
+            Raced::Yes
+        } else {
+            Raced::No
+        },
+    )
 }
 
 /// At most this many finding records per image in the status (the counts
@@ -1133,7 +1164,8 @@ async fn publish_report(sandbox: &AgentSandbox, findings: &FindingsSummary, ctx:
     )
     .await
     {
-        Ok(()) => {}
+        // Reports are watched by no one here: no trigger is held back.
+        Ok(_) => {}
         Err(ControllerError::Kube(kube::Error::Api(e))) if e.code == 404 => {
             tracing::debug!(sandbox = %name, "OpenReports is not installed; no Report published");
         }

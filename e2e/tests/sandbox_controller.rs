@@ -739,10 +739,5 @@ fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
     // One reconcile, which reads the sandbox CA once: the watch events of
     // its own writes start no second one, even when they outrun the
     // writes' answers.
-    assert_eq!(
-        requests("GET", "", "secrets"),
-        1.0,
-        "{seen}\n{}",
-        op.log()
-    );
+    assert_eq!(requests("GET", "", "secrets"), 1.0, "{seen}\n{}", op.log());
 }

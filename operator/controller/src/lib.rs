@@ -144,6 +144,15 @@ pub enum Raced {
     Yes,
 }
 
+/// [`Raced::Yes`] when any version was held back.
+fn held_any(held: Vec<String>) -> Raced {
+    if held.is_empty() {
+        Raced::No
+    } else {
+        Raced::Yes
+    }
+}
+
 impl InFlight {
     fn begin(&self, key: &str) {
         let mut map = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,10 +225,12 @@ impl AppliedObjects {
         if raced { Raced::Yes } else { Raced::No }
     }
 
-    /// The apply of `key` failed: nothing is held back any longer (the
-    /// failed reconcile is retried, and reads the object again).
-    pub fn abandon(&self, key: &str) {
-        self.in_flight.end(key);
+    /// The apply of `key` ended without a version to tell its echo by (it
+    /// failed, or was answered without one): nothing is held back any
+    /// longer; [`Raced::Yes`] when something was, for the caller to look
+    /// again (a failed reconcile is retried anyway).
+    pub fn abandon(&self, key: &str) -> Raced {
+        held_any(self.in_flight.end(key))
     }
 }
 
@@ -283,9 +294,10 @@ impl OwnWrites {
         if raced { Raced::Yes } else { Raced::No }
     }
 
-    /// The write of `key` failed: nothing is held back any longer.
-    pub fn abandon(&self, key: &str) {
-        self.in_flight.end(key);
+    /// The write of `key` ended without a version to tell its echo by:
+    /// nothing is held back any longer; [`Raced::Yes`] when something was.
+    pub fn abandon(&self, key: &str) -> Raced {
+        held_any(self.in_flight.end(key))
     }
 
     /// Whether `key` at `resource_version` is this process's last write of
@@ -690,8 +702,15 @@ mod tests {
         assert_eq!(applied.finish(key.into(), [3; 32], "12".into()), Raced::Yes);
         // A failed write holds nothing back afterwards.
         applied.begin(key);
-        applied.abandon(key);
+        assert_eq!(applied.abandon(key), Raced::No);
         assert!(!applied.is_own(key, "13"));
+        applied.begin(key);
+        assert!(applied.is_own(key, "14"));
+        assert_eq!(
+            applied.abandon(key),
+            Raced::Yes,
+            "held back, then no answer"
+        );
 
         let writes = OwnWrites::default();
         writes.begin("n/s");
@@ -706,7 +725,7 @@ mod tests {
         assert!(writes.echo("n/s", "23"));
         assert_eq!(writes.finish("n/s".into(), "23".into()), Raced::Yes);
         writes.begin("n/s");
-        writes.abandon("n/s");
+        assert_eq!(writes.abandon("n/s"), Raced::No);
         assert!(!writes.echo("n/s", "24"));
     }
 

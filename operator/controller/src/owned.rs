@@ -330,16 +330,16 @@ where
     {
         Ok(applied) => applied,
         Err(e) => {
-            ctx.applied.abandon(&key);
+            // The failed reconcile is retried and reads the object again.
+            let _ = ctx.applied.abandon(&key);
             return Err(e.into());
         }
     };
     match applied.meta().resource_version.clone() {
         Some(resource_version) => Ok(ctx.applied.finish(key, content, resource_version)),
-        None => {
-            ctx.applied.abandon(&key);
-            Ok(Raced::No)
-        }
+        // No version to tell an echo by: whatever was held back is looked
+        // at again.
+        None => Ok(ctx.applied.abandon(&key)),
     }
 }
 

@@ -1054,18 +1054,15 @@ async fn write_status(
         // materialise what it wrote.
         Ok(written) => Ok(StatusWrite::Written(match written.resource_version() {
             Some(rv) => ctx.status_writes.finish(key, rv),
-            None => {
-                ctx.status_writes.abandon(&key);
-                Raced::No
-            }
+            None => ctx.status_writes.abandon(&key),
         })),
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            ctx.status_writes.abandon(&key);
+            let _ = ctx.status_writes.abandon(&key);
             ctx.metrics.commit_conflicts.inc();
             Ok(StatusWrite::Conflict)
         }
         Err(e) => {
-            ctx.status_writes.abandon(&key);
+            let _ = ctx.status_writes.abandon(&key);
             Err(e.into())
         }
     }

@@ -698,24 +698,26 @@ fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
     // The reconcile's writes after the ConfigMap's.
     std::thread::sleep(Duration::from_secs(2));
     let after = api_requests::counted(&cp).expect("the API server's metrics");
-    let requests = |verb: &str, group: &str, resource: &str| {
-        let key = (verb.into(), group.into(), resource.into(), String::new());
+    let requests = |verb: &str, group: &str, resource: &str, subresource: &str| {
+        let key = (
+            verb.into(),
+            group.into(),
+            resource.into(),
+            subresource.into(),
+        );
         after.get(&key).map_or(0.0, |a| a.requests) - before.get(&key).map_or(0.0, |b| b.requests)
     };
     let seen = api_requests::busiest(&before, &after, 20);
-    for (verb, group, resource) in [
-        ("PUT", "agentgate.dev", "agentsandboxes"),
-        ("APPLY", "", "configmaps"),
-        ("APPLY", "networking.k8s.io", "networkpolicies"),
+    for (verb, group, resource, subresource) in [
+        ("PUT", "agentgate.dev", "agentsandboxes", "status"),
+        ("APPLY", "", "configmaps", ""),
+        ("APPLY", "networking.k8s.io", "networkpolicies", ""),
     ] {
-        let written = if resource == "agentsandboxes" {
-            let key = (verb.into(), group.into(), resource.into(), "status".into());
-            after.get(&key).map_or(0.0, |a| a.requests)
-                - before.get(&key).map_or(0.0, |b| b.requests)
-        } else {
-            requests(verb, group, resource)
-        };
-        assert_eq!(written, 1.0, "{verb} {resource}: {seen}");
+        assert_eq!(
+            requests(verb, group, resource, subresource),
+            1.0,
+            "{verb} {resource}: {seen}"
+        );
     }
     assert_eq!(
         cp.run(&[
@@ -732,12 +734,17 @@ fn a_revocation_writes_what_it_changes_once_and_lists_nothing() {
         "the revoked rule's port is no longer open"
     );
     assert_eq!(
-        requests("LIST", "agentgate.dev", "agentscans"),
+        requests("LIST", "agentgate.dev", "agentscans", ""),
         0.0,
         "{seen}"
     );
     // One reconcile, which reads the sandbox CA once: the watch events of
     // its own writes start no second one, even when they outrun the
     // writes' answers.
-    assert_eq!(requests("GET", "", "secrets"), 1.0, "{seen}\n{}", op.log());
+    assert_eq!(
+        requests("GET", "", "secrets", ""),
+        1.0,
+        "{seen}\n{}",
+        op.log()
+    );
 }

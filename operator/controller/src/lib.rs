@@ -144,12 +144,14 @@ pub enum Raced {
     Yes,
 }
 
-/// [`Raced::Yes`] when any version was held back.
-fn held_any(held: Vec<String>) -> Raced {
-    if held.is_empty() {
-        Raced::No
-    } else {
-        Raced::Yes
+impl Raced {
+    fn when(raced: bool) -> Raced {
+        if raced { Raced::Yes } else { Raced::No }
+    }
+
+    /// Raced when either write did.
+    pub fn or(self, other: Raced) -> Raced {
+        Raced::when(self == Raced::Yes || other == Raced::Yes)
     }
 }
 
@@ -222,7 +224,7 @@ impl AppliedObjects {
             .iter()
             .any(|v| *v != resource_version && Some(v) != before.as_ref());
         self.remember(key, content, resource_version);
-        if raced { Raced::Yes } else { Raced::No }
+        Raced::when(raced)
     }
 
     /// The apply of `key` ended without a version to tell its echo by (it
@@ -230,7 +232,7 @@ impl AppliedObjects {
     /// longer; [`Raced::Yes`] when something was, for the caller to look
     /// again (a failed reconcile is retried anyway).
     pub fn abandon(&self, key: &str) -> Raced {
-        held_any(self.in_flight.end(key))
+        Raced::when(!self.in_flight.end(key).is_empty())
     }
 }
 
@@ -291,13 +293,13 @@ impl OwnWrites {
         if !held.contains(&resource_version) {
             self.remember(key, resource_version);
         }
-        if raced { Raced::Yes } else { Raced::No }
+        Raced::when(raced)
     }
 
     /// The write of `key` ended without a version to tell its echo by:
     /// nothing is held back any longer; [`Raced::Yes`] when something was.
     pub fn abandon(&self, key: &str) -> Raced {
-        held_any(self.in_flight.end(key))
+        Raced::when(!self.in_flight.end(key).is_empty())
     }
 
     /// Whether `key` at `resource_version` is this process's last write of

@@ -974,9 +974,7 @@ async fn reconcile(
     if desired.changed {
         super::publish(&ctx, sandbox.as_ref(), "Verify", desired.events).await;
     }
-    if applied? == Raced::Yes {
-        raced = Raced::Yes;
-    }
+    raced = raced.or(applied?);
     if let Some(findings) = &desired.status.findings {
         // Checked every reconcile, so that a Report deleted by hand or a CRD
         // installed later is (re)published without waiting for the findings
@@ -1099,13 +1097,7 @@ async fn apply_data_plane(
     let namespace = sandbox.namespace().unwrap_or_default();
     let config_map = owned::apply(ctx, &namespace, &objects.config_map).await?;
     let network_policy = owned::apply(ctx, &namespace, &objects.network_policy).await?;
-    Ok(
-        if config_map == Raced::Yes || network_policy == Raced::Yes {
-            Raced::Yes
-        } else {
-            Raced::No
-        },
-    )
+    Ok(config_map.or(network_policy))
 }
 
 /// At most this many finding records per image in the status (the counts

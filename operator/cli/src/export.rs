@@ -381,6 +381,21 @@ mod tests {
         serde_saphyr::from_str(yaml).unwrap()
     }
 
+    /// The `spec.policy` of a sandbox manifest, read as a policy.
+    fn sandbox_policy(manifest: &str) -> PolicyDocument {
+        policy(
+            manifest
+                .split("  policy:\n")
+                .nth(1)
+                .unwrap()
+                .lines()
+                .map(|l| l.strip_prefix("    ").unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+        )
+    }
+
     const REPO: &str = "\
 # Team ml's agents. Reviewed by @platform.
 apiVersion: v1
@@ -486,16 +501,7 @@ spec:
     #[test]
     fn a_granted_rule_is_the_only_change_a_reviewer_sees() {
         let text = include_str!("../../../examples/sandbox.yaml");
-        let mut effective = policy(
-            text.split("  policy:\n")
-                .nth(1)
-                .unwrap()
-                .lines()
-                .map(|l| l.strip_prefix("    ").unwrap_or(l))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .as_str(),
-        );
+        let mut effective = sandbox_policy(text);
         let pulls: agentgate_policy::model::NetworkRule = serde_saphyr::from_str(
             "name: github-pulls\nbinaries: [/usr/bin/gh]\nendpoints:\n  - {host: api.github.com, ports: [443], protocol: rest, path: /repos/acme/*/pulls/**}\n",
         )
@@ -544,16 +550,7 @@ spec:
     #[test]
     fn a_tool_grant_folds_in_with_its_argument_constraints_intact() {
         let text = include_str!("../../../examples/sandbox.yaml");
-        let mut effective = policy(
-            text.split("  policy:\n")
-                .nth(1)
-                .unwrap()
-                .lines()
-                .map(|l| l.strip_prefix("    ").unwrap_or(l))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .as_str(),
-        );
+        let mut effective = sandbox_policy(text);
         let pay: agentgate_policy::model::NetworkRule = serde_saphyr::from_str(
             "name: bank-pay\nbinaries: [/usr/bin/python3]\nendpoints:\n  - host: bank.internal\n    ports: [443]\n    protocol: mcp\n    path: /mcp\n    tools:\n      - name: send_money\n        arguments:\n          recipient: {oneOf: [GB29NWBK60161331926819]}\n          amount: {minimum: 0, exclusiveMaximum: 100.5}\n          tags: {items: {glob: 't-*'}, maxItems: 2, optional: true}\n        additionalArguments: false\n    denyTools: [{name: '*delete*'}]\n",
         )

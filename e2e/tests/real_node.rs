@@ -1121,6 +1121,27 @@ fn epoch_seconds(text: &str) -> Option<f64> {
     Some(at.unix_timestamp_nanos() as f64 / 1e9)
 }
 
+/// When the proxy whose JSON log is `log` began enforcing `revision`: the
+/// time of the first "policy loaded" after it took `revision` as its
+/// source (it publishes the compiled policy right after that line).
+fn enforcing_since(log: &str, revision: u64) -> Option<f64> {
+    let mut taken = false;
+    for line in log.lines() {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let message = entry["fields"]["message"].as_str();
+        if message == Some("policy source")
+            && entry["fields"]["revision"].as_u64() == Some(revision)
+        {
+            taken = true;
+        } else if taken && message == Some("policy loaded") {
+            return epoch_seconds(entry["timestamp"].as_str()?);
+        }
+    }
+    None
+}
+
 /// `p50 …, p99 …, max …` of `seconds`.
 fn percentiles(mut seconds: Vec<f64>) -> String {
     seconds.sort_by(f64::total_cmp);
@@ -1251,8 +1272,9 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
     let mut delivered = Vec::new();
     let mut applied = Vec::new();
     let mut refused = Vec::new();
+    let mut enforcing = Vec::new();
     let mut unanswered = 0;
-    for (name, _, _, at, committed_at) in committed(&reported) {
+    for (name, revision, _, at, committed_at) in committed(&reported) {
         let at = epoch_seconds(&at)
             .unwrap_or_else(|| panic!("{name}: appliedAt {at:?} is no RFC 3339 time"));
         let committed_at = epoch_seconds(&committed_at).unwrap_or_else(|| {
@@ -1261,6 +1283,14 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         commits.push(committed_at - tightened_at);
         delivered.push(at - committed_at);
         applied.push(at - tightened_at);
+        let proxy = cp.container_log(FLEET, &name, "agentgate-proxy");
+        let since = enforcing_since(&proxy, revision).unwrap_or_else(|| {
+            panic!(
+                "{name}'s proxy reported revision {revision} but never logged loading it:\n{}",
+                probe::tail(&proxy, 20)
+            )
+        });
+        enforcing.push(since - tightened_at);
         // A round that started after the Pod's report sent its POST to a
         // proxy that already enforced the revocation.
         probe::first_after(|| log(&name), at, "post", "403", Duration::from_secs(30))
@@ -1287,11 +1317,12 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         refused.push(first);
     }
     eprintln!(
-        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load); the machine {:.0} % busy from tightened to the last report, CPU by process: {}; the API server's busiest requests in it: {requests}",
+        "real node: fleet of {count} sandbox Pods Ready in {ready:.1} s (the node holds {} Pods); one ceiling tightened → each sandbox's commit {}, its commit → its Pod's report {}, tightened → each Pod's report of the revocation {}; tightened → each proxy enforcing it (its log) {}; each agent's first refused round (rounds of ~1 s) {}; no round after its Pod's report allowed ({unanswered} unanswered under the load); the machine {:.0} % busy from tightened to the last report, CPU by process: {}; the API server's busiest requests in it: {requests}",
         agentgate_e2e::node::MAX_PODS,
         percentiles(commits),
         percentiles(delivered),
         percentiles(applied),
+        percentiles(enforcing),
         percentiles(refused),
         busy * 100.0,
         heaviest(&cpu_used, 10)

@@ -164,8 +164,19 @@ pub const NO_PROXY_VARS: [&str; 2] = ["NO_PROXY", "no_proxy"];
 
 /// The ConfigMap the operator writes the committed policy into.
 pub fn policy_config_map_name(sandbox: &str) -> String {
-    format!("{sandbox}-policy")
+    format!("{sandbox}{POLICY_CONFIG_MAP_SUFFIX}")
 }
+
+/// The sandbox whose policy ConfigMap is named `config_map`
+/// ([`policy_config_map_name`] read backwards); `None` for a name no
+/// sandbox's policy ConfigMap has.
+pub fn policy_config_map_sandbox(config_map: &str) -> Option<&str> {
+    config_map
+        .strip_suffix(POLICY_CONFIG_MAP_SUFFIX)
+        .filter(|sandbox| !sandbox.is_empty())
+}
+
+const POLICY_CONFIG_MAP_SUFFIX: &str = "-policy";
 
 /// The Secret holding the sandbox CA.
 pub fn ca_secret_name(sandbox: &str) -> String {
@@ -1158,6 +1169,17 @@ mod tests {
 
     fn template(json: serde_json::Value) -> PodSpec {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_policy_configmap_names_its_sandbox_and_nothing_else_does() {
+        for sandbox in ["triage-bot", "a", "bot-policy"] {
+            let name = policy_config_map_name(sandbox);
+            assert_eq!(policy_config_map_sandbox(&name), Some(sandbox));
+        }
+        assert_eq!(policy_config_map_sandbox("-policy"), None);
+        assert_eq!(policy_config_map_sandbox("triage-bot"), None);
+        assert_eq!(policy_config_map_sandbox("triage-bot-policies"), None);
     }
 
     #[test]

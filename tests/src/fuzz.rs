@@ -550,7 +550,8 @@ impl Webhook {
                 sandboxes: store_of(vec![sandbox]),
                 scans: store_of(scans),
                 policy_maps: store_of(Vec::new()),
-                delivery_changes: tokio::sync::watch::channel(0).1,
+                sandbox_pods: store_of(Vec::new()),
+                stream_wakeups: Default::default(),
             };
             let state = WebhookState::new(
                 &flags.webhook,

@@ -20,6 +20,7 @@ use agentgate::metrics::Metrics;
 use agentgate::webhook::WebhookArgs;
 use agentgate::webhook::certs::CertResolver;
 use agentgate::webhook::server::{Caches, WebhookState, router};
+use agentgate::webhook::wakeups::SandboxWakeups;
 use agentgate_api::crd::AgentSandbox;
 use agentgate_bench::percentile;
 use agentgate_judgement::delivery::{PolicyUpdate, StreamLine, digest};
@@ -44,7 +45,8 @@ struct Flags {
 fn sandbox(i: usize, revision: u64, digest: &str) -> AgentSandbox {
     serde_json::from_value(json!({
         "apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
-        "metadata": {"name": format!("sb-{i}"), "namespace": "agents", "uid": format!("uid-{i}")},
+        "metadata": {"name": format!("sb-{i}"), "namespace": "agents", "uid": format!("uid-{i}"),
+            "resourceVersion": revision.to_string()},
         "spec": {"agentServiceAccount": format!("bot-{i}"), "policy": {}},
         "status": {"revision": revision, "policyDigest": digest},
     }))
@@ -69,6 +71,7 @@ fn config_map(i: usize, data: &BTreeMap<String, String>) -> ConfigMap {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": format!("sb-{i}-policy"), "namespace": "agents",
+            "resourceVersion": data.get("revision").cloned().unwrap_or_default(),
             "ownerReferences": [{"apiVersion": "agentgate.dev/v1alpha1", "kind": "AgentSandbox",
                 "name": format!("sb-{i}"), "uid": format!("uid-{i}"), "controller": true}]},
         "data": data,
@@ -101,6 +104,27 @@ async fn fake_api_server(
     Ok(response)
 }
 
+/// This process's CPU time (user and system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command's closing parenthesis; utime and
+            // stime are the 14th and 15th of the line.
+            let rest = s.rsplit_once(')')?.1.to_string();
+            let fields: Vec<u64> = rest
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            Some(fields.iter().sum::<u64>())
+        })
+        .unwrap_or(0);
+    // USER_HZ is 100 on Linux.
+    ticks as f64 / 100.0
+}
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -112,12 +136,12 @@ struct Bench {
     router: axum::Router,
     sandboxes: Mutex<Writer<AgentSandbox>>,
     maps: Mutex<Writer<ConfigMap>>,
-    changed: tokio::sync::watch::Sender<u64>,
+    wakeups: SandboxWakeups,
 }
 
 impl Bench {
     /// Commits `revision` for the sandboxes `which` (status and ConfigMap),
-    /// then wakes the streams once, as one watch event each would.
+    /// then wakes their streams, as their watch events would.
     fn commit(&self, which: impl Iterator<Item = usize>, revision: u64) {
         let mut sandboxes = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
         let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
@@ -129,8 +153,8 @@ impl Bench {
                 &digest(&data),
             )));
             maps.apply_watcher_event(&watcher::Event::Apply(config_map(i, &data)));
+            self.wakeups.wake("agents", &format!("sb-{i}"));
         }
-        self.changed.send_modify(|n| *n += 1);
     }
 }
 
@@ -199,17 +223,21 @@ fn main() {
         let (empty_namespaces, mut w) = reflector::store();
         w.apply_watcher_event(&watcher::Event::Init);
         w.apply_watcher_event(&watcher::Event::InitDone);
+        let (empty_pods, mut w) = reflector::store();
+        w.apply_watcher_event(&watcher::Event::Init);
+        w.apply_watcher_event(&watcher::Event::InitDone);
         let (empty_scans, mut w) = reflector::store();
         w.apply_watcher_event(&watcher::Event::Init);
         w.apply_watcher_event(&watcher::Event::InitDone);
-        let (changed, delivery_changes) = tokio::sync::watch::channel(0u64);
+        let wakeups = SandboxWakeups::default();
         let caches = Caches {
             maximums: empty_maximums,
             namespaces: empty_namespaces,
             sandboxes: sandbox_reader,
             scans: empty_scans,
             policy_maps: map_reader,
-            delivery_changes,
+            sandbox_pods: empty_pods,
+            stream_wakeups: wakeups.clone(),
         };
         let flags = Flags::parse_from([
             "bench",
@@ -229,7 +257,7 @@ fn main() {
             router: router(Arc::new(state)),
             sandboxes: Mutex::new(sandbox_writer),
             maps: Mutex::new(map_writer),
-            changed,
+            wakeups,
         };
 
         let before = rss_bytes();
@@ -280,6 +308,27 @@ fn main() {
         }
         let fan_out = committed.elapsed();
 
+        // The same as a storm reaches a replica: each sandbox's commit on
+        // its own watch event, a millisecond apart, each waking every
+        // stream. What counts is the CPU the streams take for it.
+        let revision = 1001;
+        let cpu = cpu_seconds();
+        let committed = Instant::now();
+        for i in 0..n {
+            bench.commit(std::iter::once(i), revision);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut got = 0;
+        while got < n {
+            if let Some((_, r)) = seen.recv().await
+                && r == revision
+            {
+                got += 1;
+            }
+        }
+        let storm = committed.elapsed();
+        let storm_cpu = cpu_seconds() - cpu;
+
         println!(
             "policy delivery, operator side (one process, fake API server; {} subscribed proxies)",
             n
@@ -305,6 +354,11 @@ fn main() {
         println!(
             "| every sandbox's policy changed → all {n} streams have it | — | {:.1} ms |",
             fan_out.as_secs_f64() * 1000.0
+        );
+        println!(
+            "| the same, one commit a millisecond → all {n} streams have it | — | {:.0} ms, {:.2} s of CPU |",
+            storm.as_secs_f64() * 1000.0,
+            storm_cpu
         );
     });
 }

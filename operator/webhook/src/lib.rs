@@ -9,7 +9,7 @@
 //! `access_reviews` (what the API server says a user may do), one handler
 //! module per admission kind under `validate`, `decide_endpoint`,
 //! `hold_endpoint`, `policy_stream` (policy delivery to the sandbox
-//! proxies), `health`, and `tls` (the certificate source and the accept
+//! proxies) and `wakeups` (which of its streams a change wakes), `health`, and `tls` (the certificate source and the accept
 //! loop).
 
 mod access_reviews;
@@ -26,6 +26,7 @@ mod state;
 mod testkit;
 mod tls;
 mod validate;
+pub mod wakeups;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

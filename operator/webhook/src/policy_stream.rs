@@ -62,9 +62,9 @@ pub(super) async fn policy_stream(
     tracing::info!(%namespace, sandbox = %name, pod = %caller.pod, "policy stream subscribed");
     let subscription = Subscription {
         state: state.clone(),
+        changes: state.stream_wakeups.subscribe(&namespace, &name),
         namespace,
         name,
-        changes: state.delivery_changes.clone(),
         last: None,
         until: tokio::time::Instant::now() + MAX_STREAM,
         _counted: Subscribed::new(&state),
@@ -230,13 +230,25 @@ async fn record_applied(
     applied: &Applied,
 ) -> Result<(), (StatusCode, String)> {
     let unavailable = |e: kube::Error| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-    // The token names a Pod; it must be the sandbox's live Pod.
+    // The token names a Pod; it must be the sandbox's live Pod. The watch
+    // of sandbox Pods shows it live at that uid, or a read does (the watch
+    // may not show a Pod created moments ago); a read of every reporting
+    // Pod was the slowest request of a storm's reports.
     if let Some(uid) = pod_uid {
-        let live = Api::<Pod>::namespaced(state.client.clone(), namespace)
-            .get_metadata_opt(pod)
-            .await
-            .map_err(unavailable)?;
-        if live.and_then(|p| p.metadata.uid).as_deref() != Some(uid) {
+        let cached = state
+            .sandbox_pods
+            .get(&ObjectRef::new(pod).within(namespace))
+            .and_then(|p| p.metadata.uid.clone());
+        let live = if cached.as_deref() == Some(uid) {
+            cached
+        } else {
+            Api::<Pod>::namespaced(state.client.clone(), namespace)
+                .get_metadata_opt(pod)
+                .await
+                .map_err(unavailable)?
+                .and_then(|p| p.metadata.uid)
+        };
+        if live.as_deref() != Some(uid) {
             return Err((
                 StatusCode::FORBIDDEN,
                 format!("Pod {namespace}/{pod} is not the Pod the token is bound to"),
@@ -526,6 +538,61 @@ mod tests {
             .await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
         assert_eq!(harness.api.status_patches.lock().unwrap().len(), 1);
+    }
+
+    /// The report's Pod is checked against the watch of sandbox Pods
+    /// first: shown there at the token's uid, it is not read; shown at
+    /// another uid (the watch has not seen the Pod that replaced it), it is
+    /// read, and a Pod the read shows at another uid reports nothing.
+    #[tokio::test]
+    async fn a_reports_pod_is_read_only_when_the_watch_does_not_show_it_live() {
+        let pod = |uid: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "triage-bot", "namespace": "agents", "uid": uid}})
+        };
+        let data = files(3, "network: []\n");
+        let digest = agentgate_judgement::delivery::digest(&data);
+        let report = json!({"revision": 3, "digest": digest}).to_string();
+        // The committed sandbox, the token's Pod at `pod-uid`, the watch
+        // showing the Pod at `cached`, a read finding it at `live`.
+        let harness = |cached: &str, live: &str| {
+            let mut cluster = cluster();
+            let mut sandbox = sandbox_committing(3, &digest);
+            sandbox["metadata"]["resourceVersion"] = json!("42");
+            cluster.sandboxes = vec![sandbox.clone()];
+            cluster.api.sandboxes = vec![sandbox];
+            cluster
+                .api
+                .pods
+                .insert("triage-bot".into(), "pod-uid".into());
+            cluster
+                .api
+                .pods_replaced
+                .insert("triage-bot".into(), live.into());
+            cluster.sandbox_pods = vec![pod(cached)];
+            cluster.serve()
+        };
+        let shown = harness("pod-uid", "pod-uid");
+        let reply = shown
+            .post("/v1/policy/applied", report.clone(), Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        assert_eq!(shown.api.calls_to("/pods/triage-bot"), 0);
+
+        // The watch has not yet seen this Pod replace an older one: read.
+        let lagging = harness("replaced-uid", "pod-uid");
+        let reply = lagging
+            .post("/v1/policy/applied", report.clone(), Some(BOUND))
+            .await;
+        assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
+        assert_eq!(lagging.api.calls_to("/pods/triage-bot"), 1);
+
+        // The token's Pod is gone and a newer one has its name: nothing is
+        // recorded.
+        let gone = harness("replaced-uid", "newer-uid");
+        let reply = gone.post("/v1/policy/applied", report, Some(BOUND)).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
+        assert!(gone.api.status_patches.lock().unwrap().is_empty());
     }
 
     /// A replica whose cache lags (it shows an older commit than the one

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::Api;
-use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
+use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -21,14 +21,15 @@ use crate::WebhookArgs;
 use crate::caller::{AccessKey, ReviewCache};
 use crate::certs::CertResolver;
 use crate::decide::CompiledPolicies;
+use crate::wakeups::SandboxWakeups;
 use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy, SANDBOX_LABEL, ToolLabel};
 use agentgate_governance::admission::Answer;
 use agentgate_governance::authority::{Requester, agent_writer_refusal};
 use agentgate_governance::findings::{sandbox_graph, scan_of_digest};
 use agentgate_governance::governing::CompiledMaximums;
 use agentgate_governance::pod_admission::CachedScan;
-use agentgate_governance::sandbox_pod::DataPlane;
-use agentgate_k8s::k8s::cache::{reflect, reflect_notifying, until_ready};
+use agentgate_governance::sandbox_pod::{DataPlane, policy_config_map_sandbox};
+use agentgate_k8s::k8s::cache::{reflect, reflect_touching, reflect_with, until_ready};
 use agentgate_k8s::metrics::Metrics;
 use agentgate_prover::Prover;
 use agentgate_trifecta::{Finding, analyze};
@@ -47,9 +48,12 @@ pub struct WebhookState {
     pub(super) scans: Store<AgentScan>,
     /// Every sandbox's policy ConfigMap (`agentgate.dev/sandbox`-labelled).
     pub(super) policy_maps: Store<ConfigMap>,
-    /// Moves after every change to `policy_maps` or `sandboxes`: the policy
-    /// streams look again.
-    pub(super) delivery_changes: tokio::sync::watch::Receiver<u64>,
+    /// The metadata of every `agentgate.dev/sandbox`-labelled Pod: a
+    /// proxy's report is checked against it before any read.
+    pub(super) sandbox_pods: Store<PartialObjectMeta<Pod>>,
+    /// Wakes a sandbox's policy streams after every change to it or to its
+    /// policy ConfigMap in the caches above: they look again.
+    pub(super) stream_wakeups: SandboxWakeups,
     pub(super) analyses: ScanAnalyses,
     /// The operator's own user name (from a SelfSubjectReview at start):
     /// only its pods borrow their sandbox's proofs and acceptances.
@@ -85,18 +89,38 @@ pub struct Caches {
     pub scans: Store<AgentScan>,
     /// Every sandbox's policy ConfigMap.
     pub policy_maps: Store<ConfigMap>,
-    /// Moves after every change to the policy ConfigMaps or the sandboxes.
-    pub delivery_changes: tokio::sync::watch::Receiver<u64>,
+    /// The metadata of every sandbox Pod.
+    pub sandbox_pods: Store<PartialObjectMeta<Pod>>,
+    /// Wakes a sandbox's policy streams after every change to it or to its
+    /// policy ConfigMap in these caches.
+    pub stream_wakeups: SandboxWakeups,
 }
 
 impl Caches {
-    /// Reflectors of the four kinds, each driven by a task.
+    /// Reflectors of the six kinds, each driven by a task.
     pub fn watch(client: &Client) -> Caches {
-        let (sandboxes, sandbox_changes) =
-            reflect_notifying(Api::all(client.clone()), watcher::Config::default());
-        let (policy_maps, map_changes) = reflect_notifying(
+        let stream_wakeups = SandboxWakeups::default();
+        let wakeups = stream_wakeups.clone();
+        let sandboxes = reflect_touching(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            move |sandbox: &AgentSandbox| {
+                wakeups.wake(
+                    &sandbox.namespace().unwrap_or_default(),
+                    &sandbox.name_any(),
+                );
+            },
+        );
+        let wakeups = stream_wakeups.clone();
+        let policy_maps = reflect_touching(
             Api::all(client.clone()),
             watcher::Config::default().labels(SANDBOX_LABEL),
+            move |config_map: &ConfigMap| {
+                // The streams read a sandbox's ConfigMap by its name.
+                if let Some(sandbox) = policy_config_map_sandbox(&config_map.name_any()) {
+                    wakeups.wake(&config_map.namespace().unwrap_or_default(), sandbox);
+                }
+            },
         );
         Caches {
             maximums: reflect(Api::all(client.clone())),
@@ -104,25 +128,13 @@ impl Caches {
             sandboxes,
             scans: reflect(Api::all(client.clone())),
             policy_maps,
-            delivery_changes: merged_changes(vec![sandbox_changes, map_changes]),
+            sandbox_pods: reflect_with(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(SANDBOX_LABEL),
+            ),
+            stream_wakeups,
         }
     }
-}
-
-/// One counter that moves whenever any of `sources` does.
-pub fn merged_changes(
-    sources: Vec<tokio::sync::watch::Receiver<u64>>,
-) -> tokio::sync::watch::Receiver<u64> {
-    let (merged, receiver) = tokio::sync::watch::channel(0u64);
-    for mut source in sources {
-        let merged = merged.clone();
-        tokio::spawn(async move {
-            while source.changed().await.is_ok() {
-                merged.send_modify(|n| *n = n.wrapping_add(1));
-            }
-        });
-    }
-    receiver
 }
 
 impl WebhookState {
@@ -173,7 +185,8 @@ impl WebhookState {
             sandboxes: caches.sandboxes,
             scans: caches.scans,
             policy_maps: caches.policy_maps,
-            delivery_changes: caches.delivery_changes,
+            sandbox_pods: caches.sandbox_pods,
+            stream_wakeups: caches.stream_wakeups,
             analyses: ScanAnalyses::default(),
             operator_user,
             client,

@@ -16,9 +16,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, Response, StatusCode};
 use clap::Parser;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::core::DynamicObject;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::ResourceExt;
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
+use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -28,7 +29,9 @@ use crate::WebhookArgs;
 use crate::certs::CertResolver;
 use crate::server::router;
 use crate::state::{Caches, WebhookState};
+use crate::wakeups::SandboxWakeups;
 use agentgate_api::crd::{AgentSandbox, AgentScan, MaximumPolicy};
+use agentgate_governance::sandbox_pod::policy_config_map_sandbox;
 use agentgate_k8s::metrics::{AdmissionLabel, DecisionLabel, Metrics};
 use agentgate_prover::{Prover, ProverOptions};
 
@@ -243,6 +246,9 @@ pub struct FakeApi {
     /// Pods a GET finds: name → uid (tokens bound to a Pod carry its uid
     /// from here too).
     pub pods: BTreeMap<String, String>,
+    /// Pods a GET finds at another uid than the tokens bound to them carry
+    /// (a Pod that replaced theirs): name → uid.
+    pub pods_replaced: BTreeMap<String, String>,
     /// The bodies of sandbox status patches, in order.
     pub status_patches: Mutex<Vec<Value>>,
     /// Every call, as `METHOD path`.
@@ -334,7 +340,7 @@ impl FakeApi {
             && let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
             && let Some((namespace, name)) = rest.split_once("/pods/")
         {
-            return match self.pods.get(name) {
+            return match self.pods_replaced.get(name).or_else(|| self.pods.get(name)) {
                 Some(uid) => (
                     StatusCode::OK,
                     json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
@@ -429,6 +435,8 @@ pub struct Cluster {
     pub scans: Vec<Value>,
     /// Cached policy ConfigMaps.
     pub policy_maps: Vec<Value>,
+    /// Cached sandbox Pods' metadata.
+    pub sandbox_pods: Vec<Value>,
     /// The API server behind the client.
     pub api: FakeApi,
     /// Flags of `agentgate webhook` beyond `--operator-user`.
@@ -454,6 +462,7 @@ impl Cluster {
             sandboxes: vec![example_sandbox()],
             scans: Vec::new(),
             policy_maps: Vec::new(),
+            sandbox_pods: Vec::new(),
             api: FakeApi::default(),
             flags: vec!["--scan-writer".into(), CI.into()],
             synced: true,
@@ -485,14 +494,15 @@ impl Cluster {
         let (sandboxes, sandbox_writer) = writable_store::<AgentSandbox>(&self.sandboxes, synced);
         let (policy_maps, policy_map_writer) =
             writable_store::<ConfigMap>(&self.policy_maps, synced);
-        let (changed, delivery_changes) = tokio::sync::watch::channel(0u64);
+        let stream_wakeups = SandboxWakeups::default();
         let caches = Caches {
             maximums: store_of::<MaximumPolicy>(&self.maximums, synced),
             namespaces: store_of::<Namespace>(&self.namespaces, synced),
             sandboxes,
             scans: store_of::<AgentScan>(&self.scans, synced),
             policy_maps,
-            delivery_changes,
+            sandbox_pods: store_of::<PartialObjectMeta<Pod>>(&self.sandbox_pods, synced),
+            stream_wakeups: stream_wakeups.clone(),
         };
         let prover = Prover::new(ProverOptions {
             timeout: Duration::from_millis(2000),
@@ -514,7 +524,7 @@ impl Cluster {
             state,
             api,
             writers: Mutex::new((sandbox_writer, policy_map_writer)),
-            changed,
+            stream_wakeups,
         }
     }
 }
@@ -531,43 +541,37 @@ pub struct Harness {
         reflector::store::Writer<AgentSandbox>,
         reflector::store::Writer<ConfigMap>,
     )>,
-    /// Moves the delivery change counter.
-    changed: tokio::sync::watch::Sender<u64>,
+    /// Wakes the policy streams as the caches' watches do.
+    stream_wakeups: SandboxWakeups,
 }
 
 impl Harness {
     /// Puts `sandbox` into the cache (as a watch event would) and wakes
-    /// the policy streams.
+    /// its policy streams.
     pub fn put_sandbox(&self, sandbox: Value) {
         let object: AgentSandbox = serde_json::from_value(sandbox).unwrap();
-        self.put(|writers| {
-            writers
-                .0
-                .apply_watcher_event(&watcher::Event::Apply(object))
-        });
+        let (namespace, name) = (object.namespace().unwrap(), object.name_any());
+        self.writers
+            .lock()
+            .unwrap()
+            .0
+            .apply_watcher_event(&watcher::Event::Apply(object));
+        self.stream_wakeups.wake(&namespace, &name);
     }
 
-    fn put(
-        &self,
-        write: impl FnOnce(
-            &mut (
-                reflector::store::Writer<AgentSandbox>,
-                reflector::store::Writer<ConfigMap>,
-            ),
-        ),
-    ) {
-        write(&mut self.writers.lock().unwrap());
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    /// Puts a policy ConfigMap into the cache and wakes the policy streams.
+    /// Puts a policy ConfigMap into the cache and wakes the streams of the
+    /// sandbox it is named for.
     pub fn put_policy_map(&self, config_map: Value) {
         let object: ConfigMap = serde_json::from_value(config_map).unwrap();
-        self.put(|writers| {
-            writers
-                .1
-                .apply_watcher_event(&watcher::Event::Apply(object))
-        });
+        let (namespace, name) = (object.namespace().unwrap(), object.name_any());
+        self.writers
+            .lock()
+            .unwrap()
+            .1
+            .apply_watcher_event(&watcher::Event::Apply(object));
+        if let Some(sandbox) = policy_config_map_sandbox(&name) {
+            self.stream_wakeups.wake(&namespace, sandbox);
+        }
     }
 }
 

@@ -57,7 +57,16 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (reader, events) = reflected(watcher(api, watcher::Config::default()));
+    reflect_with(api, watcher::Config::default())
+}
+
+/// [`reflect`] with a watch `config` (a label selector, say).
+pub fn reflect_with<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, events) = reflected(watcher(api, config));
     let stream = events.touched_objects();
     tokio::spawn(async move {
         stream
@@ -71,32 +80,33 @@ where
     reader
 }
 
-/// [`reflect`] with a watch `config`, and a counter that moves after every
-/// change the store has taken in (an object applied or deleted): waiters
-/// on it read a store at least as new as the change that woke them.
-pub fn reflect_notifying<K>(
+/// [`reflect`] with a watch `config`, calling `touched` with every object
+/// the store has taken in (applied or deleted) once the store has it, so
+/// whatever `touched` wakes reads a store at least as new as the change. A
+/// re-list after a lost watch touches every object again.
+pub fn reflect_touching<K>(
     api: Api<K>,
     config: watcher::Config,
-) -> (Store<K>, tokio::sync::watch::Receiver<u64>)
+    touched: impl Fn(&K) + Send + Sync + 'static,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, events) = reflected(watcher(api, config));
-    let (changed, changes) = tokio::sync::watch::channel(0u64);
     let stream = events.touched_objects();
     tokio::spawn(async move {
         stream
             .for_each(|event| {
                 match event {
-                    Ok(_) => changed.send_modify(|n| *n = n.wrapping_add(1)),
+                    Ok(object) => touched(&object),
                     Err(e) => tracing::warn!(error = %e, "cache watch failed; retrying"),
                 }
                 async {}
             })
             .await;
     });
-    (reader, changes)
+    reader
 }
 
 /// Whether `store` has listed once, without waiting.

@@ -212,8 +212,10 @@ bench-webhook: z3 control-plane helm ## admission latency over TLS (10/100 rules
 bench-delivery: z3 control-plane node helm netns-tools mcp-sdk ## policy delivery: 1,000 proxies subscribed to one replica's policy stream (simulated, in process: memory, one commit's latency, a tightened ceiling's fan-out), then the real node at the kubelet's default sync: 20 approvals and revocations seen by the running agent (p50/p99), and one tightened ceiling over 100 running sandbox Pods
 	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-delivery
 	$(RELEASE_DIR)/bench-delivery
-	$(CARGO) build --locked -q $(ALL_TARGETS)
-	AGENTGATE_DELIVERY_TRIALS=20 AGENTGATE_FLEET_PODS=100 $(CARGO) test --locked -q -p agentgate-e2e --test real_node -- --include-ignored --nocapture > $(TARGET_DIR)/bench-delivery-node.log 2>&1 || { tail -60 $(TARGET_DIR)/bench-delivery-node.log; exit 1; }
+	@# The node runs release binaries, as a cluster does (make test's real
+	@# node runs the debug build with a fleet of 3).
+	$(CARGO) build --release --locked -q -p agentgate -p agentgate-proxy --bins
+	AGENTGATE_DELIVERY_TRIALS=20 AGENTGATE_FLEET_PODS=100 $(CARGO) test --release --locked -q -p agentgate-e2e --test real_node -- --include-ignored --nocapture > $(TARGET_DIR)/bench-delivery-node.log 2>&1 || { tail -60 $(TARGET_DIR)/bench-delivery-node.log; exit 1; }
 	grep -E '^real node: (proposal|delivery|fleet|policy stream cut|booted)' $(TARGET_DIR)/bench-delivery-node.log
 
 bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost

@@ -1129,6 +1129,19 @@ impl ControlPlane {
             .until_listed(kind, namespace, fields, limit, read, done)
     }
 
+    /// Every state the watch shows of the object `namespace/name` of
+    /// `kind`, to `seen` with its session ([`wait::Waiter::record`]).
+    pub fn record_object(
+        &self,
+        kind: wait::Kind,
+        namespace: &str,
+        name: &str,
+        seen: impl FnMut(u32, &serde_json::Value) + Send + 'static,
+        broke: impl FnMut(u32, &str) + Send + 'static,
+    ) -> Result<wait::Recording, String> {
+        Ok(self.waiter()?.record(kind, namespace, name, seen, broke))
+    }
+
     /// The client the typed waits watch through (made once).
     fn waiter(&self) -> Result<&wait::Waiter, String> {
         if let Some(waiter) = self.waiter.get() {

@@ -8,14 +8,13 @@
 #![allow(clippy::panic)] // assertions: a panic is a failed test, with its message
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::wait::Kind;
 use crate::{ControlPlane, operator_binary};
 
 /// The namespace of the race (labelled `team=ml`, governed by org-ceiling).
@@ -393,114 +392,67 @@ pub struct Observed {
 }
 
 /// Records every state of the sandbox's revision, appliedProposals and
-/// `WithinMaximum` reason that `kubectl get -w` reports, watching again
-/// (a new session) whenever the watch ends, e.g. because the API server
-/// went away. Stops on drop.
+/// `WithinMaximum` reason that its watch shows; a break of the watch (the
+/// API server went away) starts a new session. Stops on drop.
 pub struct CommitRecorder {
-    log: std::path::PathBuf,
     seen: Arc<Mutex<Vec<Observed>>>,
-    stop: Arc<AtomicBool>,
-    current: Arc<Mutex<Option<Child>>>,
+    breaks: Arc<Mutex<String>>,
+    _watch: crate::wait::Recording,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What one state of the sandbox is recorded as.
+const RECORDED: &str = "{.status.revision}|{.status.appliedProposals[*].name}|{.status.conditions[?(@.type==\"WithinMaximum\")].reason}|{.metadata.resourceVersion}";
+
 /// Starts recording the sandbox's commits.
 pub fn record_commits(cp: &ControlPlane) -> CommitRecorder {
-    let recorder = CommitRecorder {
-        log: cp.dir().join(format!(
-            "commit-watch-{}.log",
-            crate::free_loopback_port().unwrap_or(0)
-        )),
-        seen: Arc::new(Mutex::new(Vec::new())),
-        stop: Arc::new(AtomicBool::new(false)),
-        current: Arc::new(Mutex::new(None)),
-    };
-    let (seen, stop, current) = (
-        recorder.seen.clone(),
-        recorder.stop.clone(),
-        recorder.current.clone(),
-    );
-    let kubectl = cp.kubectl_handle();
-    let log = recorder.log.clone();
-    std::thread::spawn(move || {
-        let mut session = 0;
-        while !stop.load(Ordering::SeqCst) {
-            session += 1;
-            let note = |what: &str| {
-                use std::io::Write as _;
-                if let Ok(mut f) = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                {
-                    let _ = writeln!(
-                        f,
-                        "[recorder] session {session} {what} at {:?}",
-                        std::time::SystemTime::now()
-                    );
-                }
-            };
-            note("starts");
-            let child = Command::new(&kubectl.binary)
-                .arg("--kubeconfig")
-                .arg(&kubectl.kubeconfig)
-                .args([
-                    "get",
-                    "asbx",
-                    SANDBOX,
-                    "-n",
-                    NAMESPACE,
-                    "-w",
-                    "-o",
-                    "jsonpath={.status.revision}|{.status.appliedProposals[*].name}|{.status.conditions[?(@.type==\"WithinMaximum\")].reason}|{.metadata.resourceVersion}{\"\\n\"}",
-                ])
-                .stdout(Stdio::piped())
-                .stderr(
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&log)
-                        .map_or_else(|_| Stdio::null(), Stdio::from),
-                )
-                .spawn();
-            let Ok(mut child) = child else {
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            };
-            let stdout = child.stdout.take();
-            *locked(&current) = Some(child);
-            if let Some(stdout) = stdout {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let mut fields = line.split('|');
-                    let (Some(revision), Some(applied), Some(within), Some(rv)) =
-                        (fields.next(), fields.next(), fields.next(), fields.next())
-                    else {
-                        continue;
-                    };
-                    let Ok(revision) = revision.trim().parse() else {
-                        continue;
-                    };
-                    locked(&seen).push(Observed {
-                        session,
-                        revision,
-                        applied: applied.split_whitespace().map(str::to_string).collect(),
-                        within: within.trim().to_string(),
-                        resource_version: rv.trim().parse().unwrap_or(0),
-                    });
-                }
-            }
-            note("ends");
-            if let Some(mut child) = locked(&current).take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
-    recorder
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let breaks = Arc::new(Mutex::new(String::new()));
+    let (into, broken) = (seen.clone(), breaks.clone());
+    let watch = cp
+        .record_object(
+            Kind::SANDBOX,
+            NAMESPACE,
+            SANDBOX,
+            move |session, sandbox| {
+                let Some(line) = crate::wait::template(sandbox, RECORDED) else {
+                    return;
+                };
+                let mut fields = line.split('|');
+                let (Some(revision), Some(applied), Some(within), Some(rv)) =
+                    (fields.next(), fields.next(), fields.next(), fields.next())
+                else {
+                    return;
+                };
+                let Ok(revision) = revision.trim().parse() else {
+                    return;
+                };
+                locked(&into).push(Observed {
+                    session,
+                    revision,
+                    applied: applied.split_whitespace().map(str::to_string).collect(),
+                    within: within.trim().to_string(),
+                    resource_version: rv.trim().parse().unwrap_or(0),
+                });
+            },
+            move |session, error| {
+                use std::fmt::Write as _;
+                let _ = writeln!(
+                    locked(&broken),
+                    "[recorder] session {session} broke at {:?}: {error}",
+                    std::time::SystemTime::now()
+                );
+            },
+        )
+        .unwrap_or_else(|e| panic!("watching the sandbox's commits: {e}"));
+    CommitRecorder {
+        seen,
+        breaks,
+        _watch: watch,
+    }
 }
 
 impl CommitRecorder {
@@ -510,8 +462,8 @@ impl CommitRecorder {
     }
 
     /// Waits until a watch has reported a state `done` accepts (a watch
-    /// started while the API server was coming back reports only once it is
-    /// ready); whether it did within `limit`.
+    /// resumed while the API server was coming back reports only once it
+    /// is ready); whether it did within `limit`.
     pub fn wait_seen(&self, done: impl Fn(&Observed) -> bool, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {
@@ -523,25 +475,14 @@ impl CommitRecorder {
         false
     }
 
-    /// What kubectl said on stderr (why a watch ended), with the start and
-    /// end of each watch.
+    /// Each break of the watch, with its session and why.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        locked(&self.breaks).clone()
     }
 
     /// Checks [`one_revision_per_commit`] on what the watches saw.
     pub fn check(&self) {
         one_revision_per_commit(&self.states());
-    }
-}
-
-impl Drop for CommitRecorder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(mut child) = locked(&self.current).take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

@@ -253,6 +253,48 @@ impl Waiter {
         })
     }
 
+    /// Passes every state of the object `namespace/name` of `kind` that
+    /// the watch shows (the listed one first) to `seen` with its session:
+    /// 1 for the first watch, one more after each break or re-list, since
+    /// across one a change may have gone unseen. `broke` hears each break.
+    /// Until the returned [`Recording`] is dropped.
+    pub fn record(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        mut seen: impl FnMut(u32, &Value) + Send + 'static,
+        mut broke: impl FnMut(u32, &str) + Send + 'static,
+    ) -> Recording {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        // A broken watch (an API server killed under a fault test) is
+        // resumed, or listed again, after a backoff.
+        let events = watcher(self.api(kind, namespace), config).default_backoff();
+        let task = self.runtime.spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut session = 0;
+            let mut intact = false;
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(Event::Init) => intact = false,
+                    Ok(Event::InitApply(object) | Event::Apply(object)) => {
+                        if !intact {
+                            session += 1;
+                            intact = true;
+                        }
+                        seen(session, &as_json(&object));
+                    }
+                    Ok(Event::InitDone | Event::Delete(_)) => {}
+                    Err(e) => {
+                        intact = false;
+                        broke(session, &e.to_string());
+                    }
+                }
+            }
+        });
+        Recording(task.abort_handle())
+    }
+
     /// The API of `kind` in `namespace` (all namespaces, or cluster-scoped:
     /// empty).
     fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
@@ -261,6 +303,15 @@ impl Waiter {
         } else {
             Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
         }
+    }
+}
+
+/// A [`Waiter::record`] watch; it stops when this is dropped.
+pub struct Recording(tokio::task::AbortHandle);
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

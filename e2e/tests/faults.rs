@@ -151,7 +151,7 @@ fn race_through(outage: Outage) {
     if matches!(outage, Outage::ApiServer) {
         assert!(
             sessions >= 2,
-            "the sandbox watch was never cut: was the API server really killed? {:?}\nkubectl -w said:\n{}",
+            "the sandbox watch was never cut: was the API server really killed? {:?}\nthe watch said:\n{}",
             commits.states(),
             commits.log()
         );

@@ -5,6 +5,7 @@
 
 pub mod agent_account;
 pub mod approvals;
+pub mod event_queue;
 pub mod leader_fence;
 pub mod maximum;
 mod owned;
@@ -27,7 +28,7 @@ use agentgate_k8s::metrics;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Client, Resource, ResourceExt};
 
 use agentgate_governance::governing::CompiledMaximums;
@@ -68,8 +69,9 @@ pub struct Context {
     pub client: Client,
     /// The prover (its answer cache is shared by all reconciles).
     pub prover: Prover,
-    /// Publishes Events.
-    pub recorder: Recorder,
+    /// Publishes Events, one task in the order they are told
+    /// ([`event_queue`]).
+    pub events: event_queue::EventQueue,
     /// Whether sandboxes no MaximumPolicy governs may hold any grant.
     pub allow_unmanaged: bool,
     /// Prometheus metrics.
@@ -381,7 +383,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: event_queue::EventQueue::new(client.clone(), reporter),
             client,
             prover,
             allow_unmanaged,
@@ -547,12 +549,12 @@ pub const CONCURRENCY: u16 = 16;
 /// refused pod) asks for its own, earlier requeue.
 pub const RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
 
-/// One Event to publish: type, reason (CamelCase) and the note.
-pub type Note = (EventType, &'static str, String);
+pub use event_queue::Note;
 
-/// Publishes Events about `obj` for `action` (e.g. `Verify`). An Event is a
-/// view of a decision the status already records, so a failure to publish
-/// is logged and never fails the reconcile.
+/// Publishes Events about `obj` for `action` (e.g. `Verify`): queued, so
+/// the reconcile goes on without waiting for them ([`event_queue`]). An
+/// Event is a view of a decision the status already records, so a failure
+/// to publish is logged and never fails the reconcile.
 pub async fn publish<K>(ctx: &Context, obj: &K, action: &str, notes: Vec<Note>)
 where
     K: Resource<DynamicType = ()>,
@@ -567,18 +569,7 @@ pub async fn publish_to(
     action: &str,
     notes: Vec<Note>,
 ) {
-    for (type_, reason, note) in notes {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(event_note(note)),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, reference).await {
-            tracing::warn!(object = ?reference.name, reason, error = %e, "could not publish an event");
-        }
-    }
+    ctx.events.tell(reference, action, notes).await;
 }
 
 pub use agentgate_k8s::k8s::events::{EVENT_NOTE_LIMIT, event_note};

@@ -42,48 +42,30 @@ impl SandboxWakeups {
             }
         }
     }
-
-    /// Wakes every stream: after a change whose sandbox cannot be named.
-    pub fn wake_all(&self) {
-        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        for counter in counters.values() {
-            counter.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    /// How many sandboxes have a counter (subscribed, or not yet forgotten).
-    pub fn len(&self) -> usize {
-        self.counters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    /// Whether no sandbox has a counter.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// How many sandboxes have a counter (subscribed, or not yet forgotten).
+    fn counters(wakeups: &SandboxWakeups) -> usize {
+        wakeups.counters.lock().unwrap().len()
+    }
+
     #[test]
     fn a_change_wakes_its_own_sandboxs_streams_only() {
         let wakeups = SandboxWakeups::default();
-        let mut mine = wakeups.subscribe("team", "bot");
+        let mine = wakeups.subscribe("team", "bot");
         let other = wakeups.subscribe("team", "other-bot");
         let elsewhere = wakeups.subscribe("elsewhere", "bot");
         wakeups.wake("team", "bot");
         assert!(mine.has_changed().unwrap());
         assert!(!other.has_changed().unwrap());
         assert!(!elsewhere.has_changed().unwrap());
-        mine.mark_unchanged();
-        wakeups.wake_all();
-        assert!(mine.has_changed().unwrap());
+        wakeups.wake("team", "other-bot");
         assert!(other.has_changed().unwrap());
-        assert!(elsewhere.has_changed().unwrap());
+        assert!(!elsewhere.has_changed().unwrap());
     }
 
     #[test]
@@ -91,15 +73,15 @@ mod tests {
         let wakeups = SandboxWakeups::default();
         let first = wakeups.subscribe("team", "bot");
         let second = wakeups.subscribe("team", "bot");
-        assert_eq!(wakeups.len(), 1);
+        assert_eq!(counters(&wakeups), 1);
         drop(first);
         wakeups.wake("team", "bot");
         assert!(second.has_changed().unwrap());
         drop(second);
         wakeups.wake("team", "bot");
-        assert!(wakeups.is_empty());
+        assert_eq!(counters(&wakeups), 0);
         // A change to a sandbox nobody subscribed to keeps nothing.
         wakeups.wake("team", "unsubscribed");
-        assert!(wakeups.is_empty());
+        assert_eq!(counters(&wakeups), 0);
     }
 }

@@ -192,6 +192,22 @@ async fn subscribe(router: axum::Router, i: usize, seen: mpsc::UnboundedSender<(
     }
 }
 
+/// Waits until `n` streams have sent `revision`.
+async fn all_streams_have(
+    seen: &mut mpsc::UnboundedReceiver<(usize, u64)>,
+    n: usize,
+    revision: u64,
+) {
+    let mut got = 0;
+    while got < n {
+        match seen.recv().await {
+            Some((_, r)) if r == revision => got += 1,
+            Some(_) => {}
+            None => panic!("the streams ended with {got} of {n} at revision {revision}"),
+        }
+    }
+}
+
 fn main() {
     let smoke = std::env::var("AGENTGATE_BENCH_SMOKE").is_ok_and(|v| v == "1");
     let n: usize = if smoke { 10 } else { 1000 };
@@ -298,19 +314,12 @@ fn main() {
         let revision = 1000;
         let committed = Instant::now();
         bench.commit(0..n, revision);
-        let mut got = 0;
-        while got < n {
-            if let Some((_, r)) = seen.recv().await
-                && r == revision
-            {
-                got += 1;
-            }
-        }
+        all_streams_have(&mut seen, n, revision).await;
         let fan_out = committed.elapsed();
 
         // The same as a storm reaches a replica: each sandbox's commit on
-        // its own watch event, a millisecond apart, each waking every
-        // stream. What counts is the CPU the streams take for it.
+        // its own watch events, a millisecond apart. What counts is the CPU
+        // the streams take for it.
         let revision = 1001;
         let cpu = cpu_seconds();
         let committed = Instant::now();
@@ -318,14 +327,7 @@ fn main() {
             bench.commit(std::iter::once(i), revision);
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let mut got = 0;
-        while got < n {
-            if let Some((_, r)) = seen.recv().await
-                && r == revision
-            {
-                got += 1;
-            }
-        }
+        all_streams_have(&mut seen, n, revision).await;
         let storm = committed.elapsed();
         let storm_cpu = cpu_seconds() - cpu;
 

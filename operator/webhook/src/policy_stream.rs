@@ -450,6 +450,22 @@ mod tests {
         cluster
     }
 
+    /// [`cluster`] with the sandbox committed at revision 3 (`digest`),
+    /// resourceVersion 42, in the cache and live, and the token's Pod live
+    /// at `pod-uid`.
+    fn reporting(digest: &str) -> Cluster {
+        let mut cluster = cluster();
+        let mut sandbox = sandbox_committing(3, digest);
+        sandbox["metadata"]["resourceVersion"] = json!("42");
+        cluster.sandboxes = vec![sandbox.clone()];
+        cluster.api.sandboxes = vec![sandbox];
+        cluster
+            .api
+            .pods
+            .insert("triage-bot".into(), "pod-uid".into());
+        cluster
+    }
+
     async fn next_line(lines: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) -> StreamLine {
         let chunk = tokio::time::timeout(Duration::from_secs(5), lines.recv())
             .await
@@ -482,19 +498,10 @@ mod tests {
     async fn a_pods_report_of_the_committed_policy_is_recorded_and_nothing_else() {
         let data = files(3, "network: []\n");
         let digest = agentgate_judgement::delivery::digest(&data);
-        let mut cluster = cluster();
-        let mut sandbox = sandbox_committing(3, &digest);
-        sandbox["metadata"]["resourceVersion"] = json!("42");
         // The replica's cache shows the commit it pushed: the report is
         // written on it, with its resourceVersion as the precondition, and
         // the sandbox is not read again.
-        cluster.sandboxes = vec![sandbox.clone()];
-        cluster.api.sandboxes = vec![sandbox];
-        cluster
-            .api
-            .pods
-            .insert("triage-bot".into(), "pod-uid".into());
-        let harness = cluster.serve();
+        let harness = reporting(&digest).serve();
         let report = |revision: u64, digest: &str| {
             json!({"revision": revision, "digest": digest}).to_string()
         };
@@ -556,15 +563,7 @@ mod tests {
         // The committed sandbox, the token's Pod at `pod-uid`, the watch
         // showing the Pod at `cached`, a read finding it at `live`.
         let harness = |cached: &str, live: &str| {
-            let mut cluster = cluster();
-            let mut sandbox = sandbox_committing(3, &digest);
-            sandbox["metadata"]["resourceVersion"] = json!("42");
-            cluster.sandboxes = vec![sandbox.clone()];
-            cluster.api.sandboxes = vec![sandbox];
-            cluster
-                .api
-                .pods
-                .insert("triage-bot".into(), "pod-uid".into());
+            let mut cluster = reporting(&digest);
             cluster
                 .api
                 .pods_replaced

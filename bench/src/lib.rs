@@ -25,6 +25,23 @@ pub fn percentile_duration(sorted: &[Duration], p: f64) -> Duration {
     nearest_rank(sorted, p).unwrap_or(Duration::ZERO)
 }
 
+/// The CPU time (user and system, in seconds) process `pid` has used so
+/// far, from `/proc/<pid>/stat`; 0 when it cannot be read.
+pub fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the
+    // name. USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// `rules` REST rules for `/usr/local/bin/agent`, rule `i` named
 /// `name(i)` and allowing `methods` on `path(i)` of `host(i)`:443: the
 /// generated policies the containment, webhook, decision and fleet

@@ -22,7 +22,7 @@ use agentgate::webhook::certs::CertResolver;
 use agentgate::webhook::server::{Caches, WebhookState, router};
 use agentgate::webhook::wakeups::SandboxWakeups;
 use agentgate_api::crd::AgentSandbox;
-use agentgate_bench::percentile;
+use agentgate_bench::{percentile, proc_cpu_seconds};
 use agentgate_judgement::delivery::{PolicyUpdate, StreamLine, digest};
 use agentgate_prover::{Prover, ProverOptions};
 use axum::body::Body;
@@ -30,7 +30,7 @@ use axum::http::{Request, Response, StatusCode};
 use clap::Parser;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -104,25 +104,16 @@ async fn fake_api_server(
     Ok(response)
 }
 
-/// This process's CPU time (user and system), from `/proc/self/stat`.
-fn cpu_seconds() -> f64 {
-    let ticks = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            // Fields after the command's closing parenthesis; utime and
-            // stime are the 14th and 15th of the line.
-            let rest = s.rsplit_once(')')?.1.to_string();
-            let fields: Vec<u64> = rest
-                .split_whitespace()
-                .skip(11)
-                .take(2)
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            Some(fields.iter().sum::<u64>())
-        })
-        .unwrap_or(0);
-    // USER_HZ is 100 on Linux.
-    ticks as f64 / 100.0
+/// A cache that has listed and holds nothing.
+fn listed_empty<K>() -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    reader
 }
 
 fn rss_bytes() -> u64 {
@@ -233,26 +224,14 @@ fn main() {
         }
         sandbox_writer.apply_watcher_event(&watcher::Event::InitDone);
         map_writer.apply_watcher_event(&watcher::Event::InitDone);
-        let (empty_maximums, mut w) = reflector::store();
-        w.apply_watcher_event(&watcher::Event::Init);
-        w.apply_watcher_event(&watcher::Event::InitDone);
-        let (empty_namespaces, mut w) = reflector::store();
-        w.apply_watcher_event(&watcher::Event::Init);
-        w.apply_watcher_event(&watcher::Event::InitDone);
-        let (empty_pods, mut w) = reflector::store();
-        w.apply_watcher_event(&watcher::Event::Init);
-        w.apply_watcher_event(&watcher::Event::InitDone);
-        let (empty_scans, mut w) = reflector::store();
-        w.apply_watcher_event(&watcher::Event::Init);
-        w.apply_watcher_event(&watcher::Event::InitDone);
         let wakeups = SandboxWakeups::default();
         let caches = Caches {
-            maximums: empty_maximums,
-            namespaces: empty_namespaces,
+            maximums: listed_empty(),
+            namespaces: listed_empty(),
             sandboxes: sandbox_reader,
-            scans: empty_scans,
+            scans: listed_empty(),
             policy_maps: map_reader,
-            sandbox_pods: empty_pods,
+            sandbox_pods: listed_empty(),
             stream_wakeups: wakeups.clone(),
         };
         let flags = Flags::parse_from([
@@ -321,7 +300,7 @@ fn main() {
         // its own watch events, a millisecond apart. What counts is the CPU
         // the streams take for it.
         let revision = 1001;
-        let cpu = cpu_seconds();
+        let cpu = proc_cpu_seconds(std::process::id());
         let committed = Instant::now();
         for i in 0..n {
             bench.commit(std::iter::once(i), revision);
@@ -329,7 +308,7 @@ fn main() {
         }
         all_streams_have(&mut seen, n, revision).await;
         let storm = committed.elapsed();
-        let storm_cpu = cpu_seconds() - cpu;
+        let storm_cpu = proc_cpu_seconds(std::process::id()) - cpu;
 
         println!(
             "policy delivery, operator side (one process, fake API server; {} subscribed proxies)",

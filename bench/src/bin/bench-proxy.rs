@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agentgate_bench::percentile_duration as percentile;
+use agentgate_bench::proc_cpu_seconds;
 use agentgate_proxy::decide::{Binary, Snapshot, judge_request};
 use agentgate_proxy::idle::PARK_AFTER;
 use agentgate_proxy::policy_file::compile_policy;
@@ -567,20 +568,6 @@ async fn latency(bench: &Bench, proxied: bool, n: usize) -> anyhow::Result<Vec<D
     }
     samples.sort();
     Ok(samples)
-}
-
-fn proc_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn proc_rss_mib(pid: u32) -> f64 {

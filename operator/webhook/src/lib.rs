@@ -9,8 +9,8 @@
 //! `access_reviews` (what the API server says a user may do), one handler
 //! module per admission kind under `validate`, `decide_endpoint`,
 //! `hold_endpoint`, `policy_stream` (policy delivery to the sandbox
-//! proxies) and `wakeups` (which of its streams a change wakes), `health`, and `tls` (the certificate source and the accept
-//! loop).
+//! proxies) and `wakeups` (which of its streams a change wakes), `health`,
+//! and `tls` (the certificate source and the accept loop).
 
 mod access_reviews;
 pub mod caller;

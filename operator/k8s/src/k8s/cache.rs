@@ -66,18 +66,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (reader, events) = reflected(watcher(api, config));
-    let stream = events.touched_objects();
-    tokio::spawn(async move {
-        stream
-            .for_each(|event| async move {
-                if let Err(e) = event {
-                    tracing::warn!(error = %e, "cache watch failed; retrying");
-                }
-            })
-            .await;
-    });
-    reader
+    reflect_touching(api, config, |_| {})
 }
 
 /// [`reflect`] with a watch `config`, calling `touched` with every object

@@ -200,6 +200,13 @@ pub fn free_loopback_port() -> Result<u16, HarnessError> {
     free_port()
 }
 
+/// A metrics listener's address on a port the harness hands out: a port
+/// the kernel picked (`127.0.0.1:0`) could be one already handed out for a
+/// webhook that has not bound it yet, and the webhook then fails to start.
+fn metrics_address() -> Result<String, HarnessError> {
+    Ok(format!("127.0.0.1:{}", free_port()?))
+}
+
 /// The webhook flags of a chart installed by [`ControlPlane::install_chart`]:
 /// self-managed certificates for 127.0.0.1 in the chart's Secret, checked
 /// every 500 ms.
@@ -862,7 +869,8 @@ impl ControlPlane {
 
     /// Starts `agentgate controller` with extra arguments.
     pub fn start_operator_with(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
-        let mut args = vec!["controller", "--metrics-bind-address", "127.0.0.1:0"];
+        let metrics = metrics_address()?;
+        let mut args = vec!["controller", "--metrics-bind-address", &metrics];
         args.extend_from_slice(extra);
         self.start_agentgate(&self.kubeconfig, &args)
     }
@@ -970,10 +978,11 @@ impl ControlPlane {
     /// installed with [`ControlPlane::install_chart`], as the chart's
     /// ServiceAccount, its Lease in the release namespace, plus `extra`.
     pub fn start_chart_controller(&self, extra: &[&str]) -> Result<Operator, HarnessError> {
+        let metrics = metrics_address()?;
         let mut args = vec![
             "controller",
             "--metrics-bind-address",
-            "127.0.0.1:0",
+            &metrics,
             "--lease-namespace",
             CHART_NAMESPACE,
         ];
@@ -999,7 +1008,8 @@ impl ControlPlane {
     /// Like the operator, it runs as the chart's ServiceAccount.
     pub fn start_webhook(&self, port: u16, extra: &[&str]) -> Result<Operator, HarnessError> {
         let webhook = self.webhook_args(port);
-        let mut args = vec!["webhook", "--metrics-bind-address", "127.0.0.1:0"];
+        let metrics = metrics_address()?;
+        let mut args = vec!["webhook", "--metrics-bind-address", &metrics];
         args.extend(webhook.iter().map(String::as_str));
         args.extend_from_slice(extra);
         self.start_agentgate(&self.kubeconfig_of(OPERATOR_USER)?, &args)

@@ -213,10 +213,12 @@ bench-delivery: z3 control-plane node helm netns-tools mcp-sdk ## policy deliver
 	$(CARGO) build --release --locked -q -p agentgate-bench --bin bench-delivery
 	$(RELEASE_DIR)/bench-delivery
 	@# The node runs release binaries, as a cluster does (make test's real
-	@# node runs the debug build with a fleet of 3).
+	@# node runs the debug build with a fleet of 3), and only the two trials
+	@# whose names hold "delivery".
 	$(CARGO) build --release --locked -q -p agentgate -p agentgate-proxy --bins
-	AGENTGATE_DELIVERY_TRIALS=20 AGENTGATE_FLEET_PODS=100 $(CARGO) test --release --locked -q -p agentgate-e2e --test real_node -- --include-ignored --nocapture > $(TARGET_DIR)/bench-delivery-node.log 2>&1 || { tail -60 $(TARGET_DIR)/bench-delivery-node.log; exit 1; }
-	grep -E '^real node: (proposal|delivery|fleet|policy stream cut|booted)' $(TARGET_DIR)/bench-delivery-node.log
+	AGENTGATE_DELIVERY_TRIALS=20 AGENTGATE_FLEET_PODS=100 $(CARGO) test --release --locked -q -p agentgate-e2e --test real_node -- --include-ignored --nocapture delivery > $(TARGET_DIR)/bench-delivery-node.log 2>&1 || { tail -60 $(TARGET_DIR)/bench-delivery-node.log; exit 1; }
+	@# A trial's lines may follow the harness's "test name ... " on its line.
+	grep -oE 'real node: (proposal|delivery|fleet|policy stream cut|booted).*' $(TARGET_DIR)/bench-delivery-node.log
 
 bench-proxy: ## egress proxy: added latency, requests/s, CPU, RSS, new connections, tunnel GB/s, decision and reload cost
 	$(CARGO) build --release --locked -q -p agentgate-proxy --bin agentgate-proxy

@@ -7,52 +7,59 @@
 //! network namespace, the proxy is a native sidecar, the agent runs under
 //! `agentgate-exec`.
 //!
-//! One cluster serves every scenario, in order (a node takes a minute to
-//! boot):
-//! 1. the node is real: Ready, ServiceAccounts and their CA published by
-//!    the controller-manager, the operator's Pods scheduled and running;
-//! 2. the enforced pod: granted requests pass, everything else is refused
-//!    with the reason (a direct connection to an IP, another binary, UDP,
-//!    a write outside the grant), a proposal reaches the running agent
-//!    without a restart, a tightened ceiling takes it away again (pushed
-//!    over the policy stream: the kubelet keeps its default one-minute
-//!    sync), and the Pod reports the committed revision (`Enforced`);
-//!    `kubectl agentgate lineage` reads the session from the running
-//!    proxy, and the refused tool call is an Event on the sandbox;
-//!    a held tool call (`mode: ask`) waits while a person decides:
-//!    approved it is forwarded, denied or expired it is refused with its
-//!    code, and the agent cannot approve its own;
-//!    the sandbox CA rotated under the running agent (a CA a day from its
-//!    end: the next minted, published and signing) without a restart;
-//!    credentials as authority: the agent holds a placeholder, the
-//!    upstream receives the real token only where the policy binds it, a
-//!    placeholder sent elsewhere is refused (an Event), the agent reads
-//!    the secret nowhere, a wider binding waits for review and its
-//!    approval and the Secret's rotation take effect without a restart;
-//!    the policy stream, against the real TokenReviews: strangers (no
-//!    token, another audience, the API token, an unbound policy token)
-//!    are refused, and a Pod's token reads only its own sandbox's policy;
-//!    the stream cut by the network (packets to and from the operator's
-//!    Service dropped in the Pod) while a revocation is committed: once
-//!    healed, the revocation arrives and the grant never comes back;
-//!    one tightened ceiling over a fleet of running sandboxes: every Pod
-//!    reports the revocation and no agent round after its Pod's report
-//!    is allowed (100 Pods in `make bench-delivery`);
-//! 3. a Pod claiming the sandbox without its enforced shape is refused;
-//! 4. the operator's leader Pod is SIGKILLed by the runtime in the middle
-//!    of a proposal burst: no commit lost or doubled, and the enforced
-//!    Pod's agent, probing throughout while its proxy's policy stream
-//!    breaks and is subscribed again, is refused the revoked grant in
-//!    every round;
-//! 5. deleting the AgentSandbox deletes its Pod, ConfigMap, Secret,
-//!    NetworkPolicy and ServiceAccount (the garbage collector, for real).
+//! One behaviour per trial, on one cluster they share (a node takes a
+//! minute to boot), run one at a time in this order by a libtest-like
+//! harness (`libtest-mimic`: filters, `--list` and `--include-ignored`
+//! work as with `cargo test`; the cluster boots at the first trial that
+//! runs and goes when the last has):
+//! - the node is real: Ready, ServiceAccounts and their CA published by
+//!   the controller-manager; the operator's Pods scheduled and running;
+//! - on the enforced sandbox `node-bot` (created at the first trial that
+//!   needs it): granted requests pass, everything else is refused with the
+//!   reason (a direct connection to an IP, another binary, UDP, a write
+//!   outside the grant); a proposal reaches the running agent without a
+//!   restart, a tightened ceiling takes it away again (pushed over the
+//!   policy stream: the kubelet keeps its default one-minute sync), and
+//!   the Pod reports the committed revision (`Enforced`); the same,
+//!   repeated and timed; `kubectl agentgate lineage` reads the session
+//!   from the running proxy, and the refused tool call is an Event on the
+//!   sandbox; a held tool call (`mode: ask`) waits while a person decides:
+//!   approved it is forwarded, denied or expired it is refused with its
+//!   code, and the agent cannot approve its own; the sandbox CA rotated
+//!   under the running agent (a CA a day from its end: the next minted,
+//!   published and signing) without a restart;
+//! - credentials as authority: the agent holds a placeholder, the upstream
+//!   receives the real token only where the policy binds it, a placeholder
+//!   sent elsewhere is refused (an Event), the agent reads the secret
+//!   nowhere, a wider binding waits for review and its approval and the
+//!   Secret's rotation take effect without a restart;
+//! - the policy stream, against the real TokenReviews: strangers (no token,
+//!   another audience, the API token, an unbound policy token) are
+//!   refused, and a Pod's token reads only its own sandbox's policy; the
+//!   stream cut by the network (packets to and from the operator's Service
+//!   dropped in the Pod) while a revocation is committed: once healed, the
+//!   revocation arrives and the grant never comes back; one tightened
+//!   ceiling over a fleet of running sandboxes: every Pod reports the
+//!   revocation and no agent round after its Pod's report is allowed (100
+//!   Pods in `make bench-delivery`);
+//! - a Pod claiming the sandbox without its enforced shape is refused;
+//! - the operator's leader Pod is SIGKILLed by the runtime in the middle of
+//!   a proposal burst: no commit lost or doubled, and node-bot's agent,
+//!   probing throughout while its proxy's policy stream breaks and is
+//!   subscribed again, is refused the revoked grant in every round;
+//! - deleting the AgentSandbox deletes its Pod, ConfigMap, Secret,
+//!   NetworkPolicy and ServiceAccount (the garbage collector, for real).
 //!
 //! Needs root, cgroup v1, overlayfs, nftables and the node's binaries
 //! (`make node`); without them the test fails, it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Failed, Trial};
 
 use agentgate_e2e::api_requests;
 use agentgate_e2e::cpu::{CpuSample, heaviest};
@@ -95,13 +102,20 @@ fn report(cp: &ControlPlane) -> String {
     )
 }
 
-/// The images imported and the chart installed from them.
+/// The images imported, the chart installed from them, and the agent
+/// image's scan (the example's findings), without which no sandbox's Pod
+/// is admitted.
 fn install(cp: &ControlPlane) -> Images {
     let bin_dir = operator_binary().unwrap();
     let images = build_images(bin_dir.parent().unwrap()).unwrap();
-    // Held calls expire within the scenario (docs/proxy.md, "Held calls").
+    // Held calls expire within the trial (docs/proxy.md, "Held calls").
     cp.install_chart_on_node(&images, &["dataPlane.holdTimeoutSeconds=20"])
         .unwrap_or_else(|e| panic!("{e}\n{}", report(cp)));
+    cp.run_stdin(
+        &["apply", "-f", "-"],
+        &scan_example_as(&images.agent_image, "yaml").unwrap(),
+    )
+    .unwrap();
     images
 }
 
@@ -120,7 +134,7 @@ fn apply_admitted(cp: &ControlPlane, what: &str, apply: impl Fn() -> Result<Stri
     }
 }
 
-/// Scenario 1: what only a real control plane and node provide.
+/// What only a real control plane and node provide.
 fn node_is_real(cp: &ControlPlane) {
     let nodes = cp
         .run(&["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"])
@@ -197,16 +211,11 @@ fn restarts(cp: &ControlPlane, pod: &str, namespace: &str) -> String {
     .unwrap_or_default()
 }
 
-/// Scenario 2: the sandbox Pod, run by the kubelet, enforces the committed
-/// policy; returns the seconds from the proposal to the running agent's
-/// first allowed POST.
-fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
+/// The enforced sandbox `node/node-bot` that the trials on a running agent
+/// share: its ceiling (not yet tightened) and the sandbox; its Pod Ready and its agent's first probe round as the
+/// sandbox's own policy says (the POST not granted yet).
+fn create_node_bot(cp: &ControlPlane, images: &Images) {
     cp.apply_yaml(&probe::ceiling("node", false)).unwrap();
-    cp.run_stdin(
-        &["apply", "-f", "-"],
-        &scan_example_as(&images.agent_image, "yaml").unwrap(),
-    )
-    .unwrap();
     let manifest = sandbox(&images.agent_image);
     apply_admitted(cp, "the sandbox", || cp.apply_yaml(&manifest));
     cp.wait_pod_ready("node", "node-bot", Duration::from_secs(180))
@@ -232,21 +241,31 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    let log = agent_log(cp);
-    let context = || {
-        let proxy = cp.container_log("node", "node-bot", "agentgate-proxy");
-        let init = cp.container_log("node", "node-bot", "agentgate-init");
-        format!(
-            "agent:\n{}\nproxy:\n{}\ninit:\n{init}\n{}",
-            tail(&agent_log(cp), 30),
-            tail(&proxy, 30),
-            report(cp)
-        )
-    };
-    if let Err(e) = probe::check_first_round(&log) {
-        panic!("{e}\n{}", context());
+    if let Err(e) = probe::check_first_round(&agent_log(cp)) {
+        panic!("{e}\n{}", node_bot_context(cp));
     }
+}
 
+/// What a failed node-bot trial prints: the agent's and proxy's logs (and
+/// the init container's), the cluster's Pods and Events, the operator's
+/// and kubelet's logs.
+fn node_bot_context(cp: &ControlPlane) -> String {
+    let proxy = cp.container_log("node", "node-bot", "agentgate-proxy");
+    let init = cp.container_log("node", "node-bot", "agentgate-init");
+    format!(
+        "agent:\n{}\nproxy:\n{}\ninit:\n{init}\n{}",
+        tail(&agent_log(cp), 30),
+        tail(&proxy, 30),
+        report(cp)
+    )
+}
+
+/// The sandbox Pod, run by the kubelet, enforces the committed policy: a
+/// proposal reaches the running agent without a restart, a tightened
+/// ceiling takes it away again, and the Pod reports the committed
+/// revision (`Enforced`).
+fn enforced_pod(cp: &ControlPlane) {
+    let context = || node_bot_context(cp);
     let limit = Duration::from_secs(90);
     let applied_at = now();
     cp.apply_yaml(&probe::write_proposal("node", None)).unwrap();
@@ -305,8 +324,6 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
                 context()
             )
         });
-    delivery_trials(cp, &context);
-    session_lineage(cp, &context);
     let rounds = probes(&agent_log(cp));
     let (period, unbroken) = probe::rounds(&rounds);
     assert!(
@@ -332,14 +349,13 @@ fn enforced_pod(cp: &ControlPlane, images: &Images) -> f64 {
         "real node: proposal applied → running agent allowed in {gained:.2} s; ceiling tightened → refused in {revoked:.2} s (policy stream; kubelet syncFrequency {} s, probe rounds of ~{period:.2} s); enforced (revision, Pod's, reason): {enforced}",
         agentgate_e2e::node::KUBELET_SYNC_SECONDS
     );
-    gained
 }
 
 /// Has the kubelet sync Pod `pod` now, which rewrites its Secret and
 /// ConfigMap volumes: a change to the Pod's annotations starts a sync. The
 /// node keeps the default one-minute sync period; the policy needs no
 /// nudge (it is pushed), the CA and credential Secrets do, and without it
-/// these scenarios would each wait for the next periodic sync.
+/// these trials would each wait for the next periodic sync.
 fn nudge_kubelet(cp: &ControlPlane, namespace: &str, pod: &str) {
     cp.run(&[
         "annotate",
@@ -654,7 +670,7 @@ fn secret_field(cp: &ControlPlane, field: &str) -> String {
     .unwrap_or_default()
 }
 
-/// Scenario 2b: the sandbox CA rotated under the running agent. The CA is
+/// The sandbox CA rotated under the running agent. The CA is
 /// replaced by one with a day left, so the operator mints the next at once
 /// and, that close to the end, signs with it at once too (the scheduled
 /// path, a third and a sixth before expiry, is the same code with a year
@@ -1306,8 +1322,8 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
             allowed.is_empty(),
             "{name}: rounds after the Pod reported the revocation at {at} were allowed: {allowed:?}"
         );
-        // A round the loaded node answered with neither (curl's 000 when
-        // it timed out) is no grant; counted and printed.
+        // A round the loaded node answered with neither (000: no answer
+        // within the agent's 5 s) is no grant; counted and printed.
         unanswered += after.iter().filter(|p| p.field("post") != "403").count();
         let first = rounds
             .iter()
@@ -1331,7 +1347,7 @@ fn fleet_revoked(cp: &ControlPlane, images: &Images) {
         .unwrap();
 }
 
-/// Scenario 3: a Pod that claims the sandbox but lacks its data plane.
+/// A Pod that claims the sandbox but lacks its data plane.
 fn unconfined_pod_refused(cp: &ControlPlane, images: &Images) {
     let pod = format!(
         "apiVersion: v1
@@ -1367,7 +1383,7 @@ fn leader_pod(cp: &ControlPlane) -> String {
     .to_string()
 }
 
-/// Scenario 4: the leader's container SIGKILLed by the runtime while 20
+/// The leader's container SIGKILLed by the runtime while 20
 /// proposals race.
 fn operator_killed_mid_burst(cp: &ControlPlane) {
     let logs = || report(cp);
@@ -1444,7 +1460,7 @@ fn operator_killed_mid_burst(cp: &ControlPlane) {
     );
 }
 
-/// Scenario 5: the sandbox's owned objects go with it.
+/// The sandbox's owned objects go with it.
 fn deletion_collects_everything(cp: &ControlPlane) {
     cp.run(&["delete", "asbx", "node-bot", "-n", "node", "--wait=false"])
         .unwrap();
@@ -1514,7 +1530,7 @@ fn upstream_auth(cp: &ControlPlane) -> Vec<String> {
         .collect()
 }
 
-/// Scenario: credentials as authority (docs/policy-semantics.md §9). The
+/// Credentials as authority (docs/policy-semantics.md §9). The
 /// agent holds a placeholder; the upstream receives the real token only
 /// on the requests the policy binds it to; the placeholder sent elsewhere
 /// is refused (a `CredentialMisuse` Event); the agent reads the secret
@@ -1767,49 +1783,210 @@ fn credentials_attached(cp: &ControlPlane, images: &Images) -> f64 {
     rotation
 }
 
-#[test]
-fn the_product_on_a_real_node() {
+/// The cluster every trial shares, booted at the first trial that needs
+/// it and torn down (its processes killed, its node's mounts and network
+/// namespace gone) when the last trial has run.
+#[derive(Default)]
+struct Cluster {
+    booted: OnceLock<Result<Booted, String>>,
+}
+
+/// A booted cluster: the node Ready, the chart installed from this tree's
+/// images.
+struct Booted {
+    cp: ControlPlane,
+    images: Images,
+    /// Seconds from the start to the node Ready, and to the chart running.
+    booted_in: f64,
+    installed_in: f64,
+    node_bot: OnceLock<Result<(), String>>,
+}
+
+impl Cluster {
+    /// The booted cluster, booting it on the first call; a boot that
+    /// failed fails every trial with its reason, and is not tried again.
+    fn get(&self) -> Result<&Booted, Failed> {
+        self.booted
+            .get_or_init(|| {
+                let started = Instant::now();
+                caught(|| {
+                    let cp = ControlPlane::start_with_node().unwrap_or_else(|e| panic!("{e}"));
+                    let booted_in = started.elapsed().as_secs_f64();
+                    let images = install(&cp);
+                    Booted {
+                        cp,
+                        images,
+                        booted_in,
+                        installed_in: started.elapsed().as_secs_f64(),
+                        node_bot: OnceLock::new(),
+                    }
+                })
+            })
+            .as_ref()
+            .map_err(|e| format!("the cluster did not boot: {e}").into())
+    }
+
+    /// The cluster when a trial booted it.
+    fn booted(&self) -> Option<&Booted> {
+        self.booted.get().and_then(|b| b.as_ref().ok())
+    }
+}
+
+impl Booted {
+    /// `node/node-bot` ([`create_node_bot`]), created on the first call.
+    fn node_bot(&self) -> Result<&ControlPlane, Failed> {
+        self.node_bot
+            .get_or_init(|| caught(|| create_node_bot(&self.cp, &self.images)))
+            .as_ref()
+            .map(|()| &self.cp)
+            .map_err(|e| format!("node-bot never ran: {e}").into())
+    }
+}
+
+/// `run`'s value, or the message it panicked with.
+fn caught<T>(run: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".to_string())
+    })
+}
+
+/// What a trial needs of the cluster.
+enum Needs {
+    /// The cluster.
+    Cluster(fn(&Booted)),
+    /// The cluster and `node/node-bot` running.
+    NodeBot(fn(&ControlPlane)),
+}
+
+/// The trials, in the order they run: one behaviour each. They share the
+/// cluster, which is the expensive part (a node takes a minute to boot),
+/// and the trials marked [`Needs::NodeBot`] share node-bot's running agent:
+/// each leaves the POST grant revoked, as it found it (a filter that runs
+/// one of them alone runs it on a fresh node-bot, whose POST is not
+/// granted yet). Garbage collection deletes node-bot, so it runs last.
+fn trials() -> Vec<(&'static str, Needs)> {
+    vec![
+        (
+            "cluster::the_node_is_real",
+            Needs::Cluster(|b| node_is_real(&b.cp)),
+        ),
+        (
+            "cluster::the_operator_runs_as_the_charts_pods",
+            Needs::Cluster(|b| operator_pods_run(&b.cp)),
+        ),
+        (
+            "sandbox_pod::grants_and_revocations_reach_the_running_agent",
+            Needs::NodeBot(enforced_pod),
+        ),
+        (
+            "sandbox_pod::delivery_at_the_kubelets_default_sync",
+            Needs::NodeBot(|cp| delivery_trials(cp, &|| node_bot_context(cp))),
+        ),
+        (
+            "sandbox_pod::lineage_read_from_the_running_proxy",
+            Needs::NodeBot(|cp| session_lineage(cp, &|| node_bot_context(cp))),
+        ),
+        (
+            "held_calls::a_person_decides_never_the_agent",
+            Needs::NodeBot(|cp| {
+                let approved = held_calls_decided(cp, &|| node_bot_context(cp));
+                eprintln!(
+                    "real node: held call approved → forwarded to the waiting agent in {approved:.2} s"
+                );
+            }),
+        ),
+        (
+            "sandbox_ca::rotated_under_the_running_agent",
+            Needs::NodeBot(|cp| {
+                let rotated = ca_rotation(cp);
+                eprintln!(
+                    "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"
+                );
+            }),
+        ),
+        (
+            "credentials::the_secret_attached_only_where_bound",
+            Needs::Cluster(|b| {
+                let rotation = credentials_attached(&b.cp, &b.images);
+                eprintln!(
+                    "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
+                );
+            }),
+        ),
+        (
+            "policy_stream::strangers_never_subscribe",
+            Needs::NodeBot(strangers_never_subscribe),
+        ),
+        (
+            "policy_stream::cut_by_the_network_mid_revocation",
+            Needs::NodeBot(|cp| stream_cut_by_the_network(cp, &|| node_bot_context(cp))),
+        ),
+        (
+            "policy_stream::delivery_of_one_tightened_ceiling_to_a_fleet",
+            Needs::Cluster(|b| fleet_revoked(&b.cp, &b.images)),
+        ),
+        (
+            "admission::a_pod_without_the_enforced_shape_is_refused",
+            Needs::Cluster(|b| {
+                if let Err(e) = b.node_bot() {
+                    panic!("{}", e.message().unwrap_or_default());
+                }
+                unconfined_pod_refused(&b.cp, &b.images)
+            }),
+        ),
+        (
+            "operator::leader_killed_mid_burst_nothing_lost_nothing_wider",
+            // node-bot's agent keeps probing while the operator's leader
+            // is killed (its proxy's stream breaks and is subscribed
+            // again): not one round may see the revoked grant again.
+            Needs::NodeBot(|cp| {
+                let fault_from = now();
+                operator_killed_mid_burst(cp);
+                never_wider_during_the_fault(cp, fault_from);
+            }),
+        ),
+        (
+            "garbage_collection::the_sandbox_takes_what_it_owns",
+            Needs::NodeBot(deletion_collects_everything),
+        ),
+    ]
+}
+
+/// libtest's arguments (filters, `--list`, `--include-ignored`), one trial
+/// at a time in [`trials`]'s order: they share one node.
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
     let started = Instant::now();
-    let cp = ControlPlane::start_with_node().unwrap_or_else(|e| panic!("{e}"));
-    let booted = started.elapsed();
-    node_is_real(&cp);
-    let images = install(&cp);
-    operator_pods_run(&cp);
-    let installed = started.elapsed();
-    enforced_pod(&cp, &images);
-    let context = || {
-        format!(
-            "agent:\n{}\nproxy:\n{}\n{}",
-            tail(&agent_log(&cp), 30),
-            tail(&cp.container_log("node", "node-bot", "agentgate-proxy"), 30),
-            report(&cp)
-        )
-    };
-    let approved = held_calls_decided(&cp, &context);
-    eprintln!("real node: held call approved → forwarded to the waiting agent in {approved:.2} s");
-    let rotated = ca_rotation(&cp);
-    eprintln!(
-        "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"
-    );
-    let rotation = credentials_attached(&cp, &images);
-    eprintln!(
-        "real node: the placeholder's secret attached only where bound; Secret rotated → upstream saw the new value in {rotation:.1} s"
-    );
-    strangers_never_subscribe(&cp);
-    stream_cut_by_the_network(&cp, &context);
-    fleet_revoked(&cp, &images);
-    unconfined_pod_refused(&cp, &images);
-    // node-bot's agent keeps probing while the operator's leader is killed
-    // (its proxy's stream breaks and is subscribed again): not one round
-    // may see the revoked grant again.
-    let fault_from = now();
-    operator_killed_mid_burst(&cp);
-    never_wider_during_the_fault(&cp, fault_from);
-    deletion_collects_everything(&cp);
-    eprintln!(
-        "real node: booted in {:.1} s, chart running {:.1} s, all scenarios {:.1} s",
-        booted.as_secs_f64(),
-        installed.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
+    let cluster = Arc::new(Cluster::default());
+    let trials = trials()
+        .into_iter()
+        .map(|(name, needs)| {
+            let cluster = cluster.clone();
+            Trial::test(name, move || {
+                let booted = cluster.get()?;
+                match needs {
+                    Needs::Cluster(run) => run(booted),
+                    Needs::NodeBot(run) => run(booted.node_bot()?),
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(booted) = cluster.booted() {
+        eprintln!(
+            "real node: booted in {:.1} s, chart running {:.1} s, all trials {:.1} s",
+            booted.booted_in,
+            booted.installed_in,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    // The last reference: the cluster goes before the process does.
+    drop(cluster);
+    conclusion.exit_code()
 }

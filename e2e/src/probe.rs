@@ -623,9 +623,8 @@ while True:
         try:
             answer = post(conn)
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-            # The other end closed the kept-alive connection (a refusal
-            # leaves the body unread): once more on a new one, as an SDK
-            # client does.
+            # The other end closed the kept-alive connection without
+            # saying so: once more on a new one, as an SDK client does.
             if fresh:
                 raise
             conn.close()

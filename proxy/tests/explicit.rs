@@ -221,6 +221,33 @@ fn one_request_is_refused_inside_a_keep_alive_connection() {
     );
 }
 
+/// A refused request whose body the proxy did not read ends its
+/// connection, and the refusal says `Connection: close`, so the client
+/// opens a new one instead of sending its next request into a closed one;
+/// a refused request without a body leaves the connection open.
+#[test]
+fn a_refusal_that_leaves_a_body_unread_says_the_connection_closes() {
+    let (_rt, h) = started("unread-body", POLICY, &[]);
+    let out = h.python(
+        &h.target("api.example.test"),
+        &h.sandbox_ca,
+        &[
+            "GET /repos/acme/secret/key",
+            "POST /repos/acme/x|@body: x",
+            "GET /repos/acme/y",
+        ],
+    );
+    assert_eq!(out[1]["status"], 403, "{out:?}");
+    assert_eq!(out[1]["connection"], Value::Null, "no body, kept: {out:?}");
+    assert_eq!(out[2]["status"], 403, "{out:?}");
+    assert_eq!(out[2]["body"]["code"], "no_rule", "{out:?}");
+    assert_eq!(out[2]["connection"], "close", "{out:?}");
+    assert!(
+        out[3]["error"].is_string(),
+        "the connection closed after the refusal: {out:?}"
+    );
+}
+
 #[test]
 fn http2_streams_are_judged_each_on_their_own() {
     let (_rt, h) = started("h2", POLICY, &[]);

@@ -155,6 +155,30 @@ fn refusal_response(refusal: &Refusal) -> Response<Body> {
     response
 }
 
+/// Whether an HTTP/1 request's body may be left unread: it declares one
+/// (a length above zero, or chunks).
+fn declares_body(req: &Request<Incoming>) -> bool {
+    !hyper::body::Body::is_end_stream(req.body())
+}
+
+/// A refusal of an HTTP/1 request that declared a body says
+/// `Connection: close`: the refusal may leave the body unread, and hyper
+/// then closes the connection after the response; told, the client opens a
+/// new one for its next request instead of sending it into a closed one
+/// (where a POST is not retried).
+fn closing_if_refused(declared_body: bool, mut response: Response<Body>) -> Response<Body> {
+    let refused = response
+        .headers()
+        .get("x-agentgate-decision")
+        .is_some_and(|v| v == "deny");
+    if declared_body && refused {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 fn error_response(status: StatusCode, code: &str, reason: &str) -> Response<Body> {
     let body = serde_json::json!({"error": code, "reason": reason}).to_string();
     let mut response = Response::new(full(body));
@@ -430,7 +454,11 @@ impl Proxy {
         });
         let service = service_fn(move |req| {
             let connection = connection.clone();
-            async move { Ok::<_, Infallible>(connection.explicit_request(req).await) }
+            let declared_body = declares_body(&req);
+            async move {
+                let response = connection.explicit_request(req).await;
+                Ok::<_, Infallible>(closing_if_refused(declared_body, response))
+            }
         });
         let result = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -925,8 +953,9 @@ impl Inspected {
             let service = service_fn(move |req| {
                 let this = this.clone();
                 let in_flight = requests.start();
+                let declared_body = declares_body(&req);
                 Box::pin(async move {
-                    let response = this.request(req).await;
+                    let response = closing_if_refused(declared_body, this.request(req).await);
                     Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight).boxed()))
                 })
                     as Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>

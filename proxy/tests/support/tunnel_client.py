@@ -4,7 +4,8 @@ HTTP/1.1 requests on one keep-alive TLS connection.
 
 usage: tunnel_client.py PROXY_HOST:PORT HOST:PORT CAFILE STEP...
 STEP is "METHOD /path" (a request; "METHOD /path|Name: value|..." adds
-headers, a Host among them replacing the default one), "wait FILE" (block
+headers, a Host among them replacing the default one, and "@body: TEXT"
+among them sends TEXT as the body), "wait FILE" (block
 until FILE exists), "split SECONDS METHOD /path" (the request's head sent in
 two halves SECONDS apart), or, first, "before-tls FILE" (wait for FILE
 between the CONNECT and the TLS handshake).
@@ -73,13 +74,19 @@ def main():
                 print(json.dumps({"error": type(e).__name__}), flush=True)
             continue
         path, *headers = arg.split("|")
+        body = None
+        for h in [h for h in headers if h.startswith("@body:")]:
+            headers.remove(h)
+            body = h.split(":", 1)[1].strip().encode()
         try:
             named_host = any(h.lower().startswith("host:") for h in headers)
             conn.putrequest(verb, path, skip_host=named_host, skip_accept_encoding=True)
             for h in headers:
                 name, value = h.split(":", 1)
                 conn.putheader(name.strip(), value.strip())
-            conn.endheaders()
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
             response = conn.getresponse()
             body = response.read()
             try:
@@ -89,6 +96,7 @@ def main():
             print(json.dumps({
                 "status": response.status,
                 "decision": response.getheader("X-Agentgate-Decision"),
+                "connection": response.getheader("Connection"),
                 "body": body,
             }), flush=True)
         except Exception as e:  # the proxy closed the connection, as a revocation does

@@ -1834,11 +1834,10 @@ impl Cluster {
 
 impl Booted {
     /// `node/node-bot` ([`create_node_bot`]), created on the first call.
-    fn node_bot(&self) -> Result<&ControlPlane, Failed> {
+    fn node_bot(&self) -> Result<(), Failed> {
         self.node_bot
             .get_or_init(|| caught(|| create_node_bot(&self.cp, &self.images)))
-            .as_ref()
-            .map(|()| &self.cp)
+            .clone()
             .map_err(|e| format!("node-bot never ran: {e}").into())
     }
 }
@@ -1859,7 +1858,7 @@ enum Needs {
     /// The cluster.
     Cluster(fn(&Booted)),
     /// The cluster and `node/node-bot` running.
-    NodeBot(fn(&ControlPlane)),
+    NodeBot(fn(&Booted)),
 }
 
 /// The trials, in the order they run: one behaviour each. They share the
@@ -1880,20 +1879,20 @@ fn trials() -> Vec<(&'static str, Needs)> {
         ),
         (
             "sandbox_pod::grants_and_revocations_reach_the_running_agent",
-            Needs::NodeBot(enforced_pod),
+            Needs::NodeBot(|b| enforced_pod(&b.cp)),
         ),
         (
             "sandbox_pod::delivery_at_the_kubelets_default_sync",
-            Needs::NodeBot(|cp| delivery_trials(cp, &|| node_bot_context(cp))),
+            Needs::NodeBot(|b| delivery_trials(&b.cp, &|| node_bot_context(&b.cp))),
         ),
         (
             "sandbox_pod::lineage_read_from_the_running_proxy",
-            Needs::NodeBot(|cp| session_lineage(cp, &|| node_bot_context(cp))),
+            Needs::NodeBot(|b| session_lineage(&b.cp, &|| node_bot_context(&b.cp))),
         ),
         (
             "held_calls::a_person_decides_never_the_agent",
-            Needs::NodeBot(|cp| {
-                let approved = held_calls_decided(cp, &|| node_bot_context(cp));
+            Needs::NodeBot(|b| {
+                let approved = held_calls_decided(&b.cp, &|| node_bot_context(&b.cp));
                 eprintln!(
                     "real node: held call approved → forwarded to the waiting agent in {approved:.2} s"
                 );
@@ -1901,8 +1900,8 @@ fn trials() -> Vec<(&'static str, Needs)> {
         ),
         (
             "sandbox_ca::rotated_under_the_running_agent",
-            Needs::NodeBot(|cp| {
-                let rotated = ca_rotation(cp);
+            Needs::NodeBot(|b| {
+                let rotated = ca_rotation(&b.cp);
                 eprintln!(
                     "real node: sandbox CA rotated under the running agent; intercepted TLS with the new CA within {rotated:.1} s"
                 );
@@ -1919,11 +1918,11 @@ fn trials() -> Vec<(&'static str, Needs)> {
         ),
         (
             "policy_stream::strangers_never_subscribe",
-            Needs::NodeBot(strangers_never_subscribe),
+            Needs::NodeBot(|b| strangers_never_subscribe(&b.cp)),
         ),
         (
             "policy_stream::cut_by_the_network_mid_revocation",
-            Needs::NodeBot(|cp| stream_cut_by_the_network(cp, &|| node_bot_context(cp))),
+            Needs::NodeBot(|b| stream_cut_by_the_network(&b.cp, &|| node_bot_context(&b.cp))),
         ),
         (
             "policy_stream::delivery_of_one_tightened_ceiling_to_a_fleet",
@@ -1931,27 +1930,22 @@ fn trials() -> Vec<(&'static str, Needs)> {
         ),
         (
             "admission::a_pod_without_the_enforced_shape_is_refused",
-            Needs::Cluster(|b| {
-                if let Err(e) = b.node_bot() {
-                    panic!("{}", e.message().unwrap_or_default());
-                }
-                unconfined_pod_refused(&b.cp, &b.images)
-            }),
+            Needs::NodeBot(|b| unconfined_pod_refused(&b.cp, &b.images)),
         ),
         (
             "operator::leader_killed_mid_burst_nothing_lost_nothing_wider",
             // node-bot's agent keeps probing while the operator's leader
             // is killed (its proxy's stream breaks and is subscribed
             // again): not one round may see the revoked grant again.
-            Needs::NodeBot(|cp| {
+            Needs::NodeBot(|b| {
                 let fault_from = now();
-                operator_killed_mid_burst(cp);
-                never_wider_during_the_fault(cp, fault_from);
+                operator_killed_mid_burst(&b.cp);
+                never_wider_during_the_fault(&b.cp, fault_from);
             }),
         ),
         (
             "garbage_collection::the_sandbox_takes_what_it_owns",
-            Needs::NodeBot(deletion_collects_everything),
+            Needs::NodeBot(|b| deletion_collects_everything(&b.cp)),
         ),
     ]
 }
@@ -1971,7 +1965,10 @@ fn main() -> ExitCode {
                 let booted = cluster.get()?;
                 match needs {
                     Needs::Cluster(run) => run(booted),
-                    Needs::NodeBot(run) => run(booted.node_bot()?),
+                    Needs::NodeBot(run) => {
+                        booted.node_bot()?;
+                        run(booted)
+                    }
                 }
                 Ok(())
             })

@@ -563,7 +563,7 @@ impl Inspected {
             *response.status_mut() = StatusCode::ACCEPTED;
             response
                 .headers_mut()
-                .insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+                .insert(DECISION_HEADER, HeaderValue::from_static("deny"));
             return response;
         }
         let mut response = Response::new(full(body));
@@ -573,7 +573,7 @@ impl Inspected {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        headers.insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+        headers.insert(DECISION_HEADER, HeaderValue::from_static("deny"));
         // The session continues: keep the client's session id.
         if let Some(session) = parts.headers.get("mcp-session-id") {
             headers.insert("mcp-session-id", session.clone());

@@ -143,6 +143,10 @@ pub struct Proxy {
 /// a longer one is refused (its content would go unrecorded).
 pub const MAX_MODEL_REQUEST_BYTES: usize = 32 << 20;
 
+/// The header every refusal carries (value `deny`), which clients and the
+/// connection's own handling read.
+const DECISION_HEADER: &str = "x-agentgate-decision";
+
 fn refusal_response(refusal: &Refusal) -> Response<Body> {
     let mut response = Response::new(full(refusal.body()));
     *response.status_mut() = StatusCode::FORBIDDEN;
@@ -151,14 +155,14 @@ fn refusal_response(refusal: &Refusal) -> Response<Body> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    headers.insert("x-agentgate-decision", HeaderValue::from_static("deny"));
+    headers.insert(DECISION_HEADER, HeaderValue::from_static("deny"));
     response
 }
 
-/// Whether an HTTP/1 request's body may be left unread: it declares one
-/// (a length above zero, or chunks).
-fn declares_body(req: &Request<Incoming>) -> bool {
-    !hyper::body::Body::is_end_stream(req.body())
+/// Whether a request declares a body: a length above zero, chunks, or an
+/// HTTP/2 stream left open.
+fn declares_body<B: hyper::body::Body>(req: &Request<B>) -> bool {
+    !req.body().is_end_stream()
 }
 
 /// A refusal of an HTTP/1 request that declared a body says
@@ -169,7 +173,7 @@ fn declares_body(req: &Request<Incoming>) -> bool {
 fn closing_if_refused(declared_body: bool, mut response: Response<Body>) -> Response<Body> {
     let refused = response
         .headers()
-        .get("x-agentgate-decision")
+        .get(DECISION_HEADER)
         .is_some_and(|v| v == "deny");
     if declared_body && refused {
         response
@@ -1234,9 +1238,9 @@ impl Inspected {
             port,
         };
         strip_hop_by_hop(req.headers_mut());
-        // A body the request announces (a length, chunks, an HTTP/2 stream
-        // left open), whatever its method: it may carry a conversation.
-        let has_body = !hyper::body::Body::is_end_stream(req.body());
+        // A body the request announces, whatever its method: it may carry
+        // a conversation.
+        let has_body = declares_body(&req);
         let api = match model_request(&snapshot, &self.binary, &action, has_body) {
             None => None,
             Some(Ok(api)) => Some(api),

@@ -29,7 +29,7 @@ E2E_SUITES := $(filter-out real_node,$(basename $(notdir $(wildcard e2e/tests/*.
 OTHER_SUITES := $(sort $(basename $(notdir $(filter-out e2e/%,$(wildcard */tests/*.rs)))))
 DEBUG_DIR := $(TARGET_DIR)/debug
 
-.PHONY: help disk z3 sccache control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
+.PHONY: help disk z3 sccache control-plane node kstatus helm netns-tools mcp-sdk agentdojo chart build exec-static dist dist-check image image-check agent-image sizes check test lint fmt-check unit-tests e2e bench bench-surfaces bench-operator bench-webhook bench-trifecta bench-scan bench-proxy bench-scale bench-requests bench-fleet bench-delivery bench-verify bench-mcp bench-agentdojo bench-smoke fuzz demo demo-down demo-cli fmt clean crds
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -167,6 +167,10 @@ fuzz: z3 ## bad input for FUZZ_SECONDS (default 600) per target: admission endpo
 bench: z3 ## containment latency benchmark (prints p50/p99; see docs/benchmarks.md)
 	$(CARGO) run --release --locked -p agentgate-bench --bin bench-containment
 
+bench-surfaces: z3 ## containment latency at N=100 with the surfaces of docs/policy-semantics.md §10 in the mix, beside the plain mix, in one run
+	BENCH_SIZES=100 BENCH_NAIVE_SAMPLES=0 BENCH_DRIFT_CHECKS=0 $(CARGO) run --release --locked -q -p agentgate-bench --bin bench-containment
+	BENCH_SURFACES=1 BENCH_SIZES=100 BENCH_NAIVE_SAMPLES=0 BENCH_DRIFT_CHECKS=0 $(CARGO) run --release --locked -q -p agentgate-bench --bin bench-containment
+
 bench-scan: z3 ## scanner throughput over 10,000 generated Python tool modules (files/s)
 	$(CARGO) run --release --locked -q -p agentgate-bench --bin bench-scan
 
@@ -230,6 +234,7 @@ bench-smoke: z3 control-plane helm netns-tools agentdojo ## every benchmark prog
 	@# e2e benchmarks run target/debug/agentgate.
 	$(CARGO) build --locked -q $(ALL_TARGETS)
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-containment
+	AGENTGATE_BENCH_SMOKE=1 BENCH_SURFACES=1 BENCH_NAIVE_SAMPLES=0 $(DEBUG_DIR)/bench-containment
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-decide
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-scan
 	AGENTGATE_BENCH_SMOKE=1 $(DEBUG_DIR)/bench-trifecta

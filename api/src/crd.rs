@@ -1184,6 +1184,7 @@ mod tests {
                 method: "GET".into(),
                 path: "/repos".into(),
                 credential: None,
+                query: Default::default(),
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),
@@ -1193,6 +1194,7 @@ mod tests {
                 method: "POST".into(),
                 path: "/repos/acme/prod/issues".into(),
                 credential: Some("github-token".into()),
+                query: Default::default(),
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),
@@ -1202,6 +1204,7 @@ mod tests {
                 method: String::new(),
                 path: String::new(),
                 credential: Some("github-token".into()),
+                query: Default::default(),
             }),
         ];
         for action in actions {

@@ -258,6 +258,7 @@ mod tests {
         exact.rules = vec![RuleEntry {
             methods: vec!["GET".into()],
             path: Some("/repos/acme".into()),
+            query: Default::default(),
         }];
         let mut star = exact.clone();
         star.rules[0].path = Some("/repos/*".into());

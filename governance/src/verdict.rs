@@ -1446,6 +1446,7 @@ spec:
                 method: "POST".into(),
                 path: "/repos/acme/x/pulls/1".into(),
                 credential: None,
+                query: Default::default(),
             }),
         }
     }

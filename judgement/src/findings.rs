@@ -440,6 +440,7 @@ mod tests {
             method: "POST".into(),
             path: "/x".into(),
             credential: None,
+            query: Default::default(),
         };
         let cite = |a: &NetworkAction| compiled.cite(&Action::Network(a.clone())).cloned();
         assert_eq!(cite(&action).map(|c| c.node), Some("post".to_string()));
@@ -502,6 +503,7 @@ mod tests {
             method: "POST".into(),
             path: "/notes".into(),
             credential: None,
+            query: Default::default(),
         };
         let body = |text: &str| {
             request_values(

@@ -35,6 +35,12 @@ pub enum RefusalCode {
     NonCanonicalPath,
     /// The method is not an upper-case HTTP token.
     NonCanonicalMethod,
+    /// The query cannot be read one way only (docs/policy-semantics.md
+    /// §10.1): a malformed escape, bytes that are not UTF-8, a `;`, or a
+    /// query on an MCP message.
+    NonCanonicalQuery,
+    /// A query parameter some rule names occurs more than once.
+    RepeatedQueryParameter,
     /// The request's Host or the TLS SNI names another host than the connection.
     HostMismatch,
     /// Something other than HTTP/1.1 or HTTP/2 (WebSocket upgrades, raw bytes).
@@ -92,6 +98,8 @@ impl RefusalCode {
             RefusalCode::NotAHost => "not_a_host",
             RefusalCode::NonCanonicalPath => "non_canonical_path",
             RefusalCode::NonCanonicalMethod => "non_canonical_method",
+            RefusalCode::NonCanonicalQuery => "non_canonical_query",
+            RefusalCode::RepeatedQueryParameter => "repeated_query_parameter",
             RefusalCode::HostMismatch => "host_mismatch",
             RefusalCode::UnsupportedProtocol => "unsupported_protocol",
             RefusalCode::Revoked => "revoked",

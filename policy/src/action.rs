@@ -22,6 +22,10 @@ pub struct NetworkAction {
     pub method: String,
     /// Request path (empty for `l4`).
     pub path: String,
+    /// Query parameters, decoded (docs/policy-semantics.md §10.1; empty
+    /// for `l4`). Only the parameters some rule names can decide anything.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub query: crate::query::Query,
     /// The credential the request carries (docs/policy-semantics.md §9):
     /// the name of a sandbox credential whose placeholder it holds, or
     /// `None`.
@@ -145,11 +149,17 @@ impl fmt::Display for NetworkAction {
     /// `POST https://api.github.com:443/repos/acme by /usr/bin/gh (layer rest)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.layer {
-            Layer::Rest => write!(
-                f,
-                "{} https://{}:{}{} by {}",
-                self.method, self.host, self.port, self.path, self.binary
-            )?,
+            Layer::Rest => {
+                write!(
+                    f,
+                    "{} https://{}:{}{}",
+                    self.method, self.host, self.port, self.path
+                )?;
+                if !self.query.is_empty() {
+                    write!(f, "?{}", crate::query::to_target(&self.query))?;
+                }
+                write!(f, " by {}", self.binary)?
+            }
             Layer::L4 => write!(f, "connect {}:{} by {}", self.host, self.port, self.binary)?,
         }
         if let Some(credential) = &self.credential {
@@ -409,13 +419,16 @@ impl NetworkAction {
         }
         match self.layer {
             Layer::L4 => {
-                if !self.method.is_empty() || !self.path.is_empty() {
-                    return Err(err("layer", "l4 actions have no method or path"));
+                if !self.method.is_empty() || !self.path.is_empty() || !self.query.is_empty() {
+                    return Err(err("layer", "l4 actions have no method, path or query"));
                 }
             }
             Layer::Rest => {
                 check_method(&self.method)?;
                 check_request_path(&self.path)?;
+                if self.query.keys().any(String::is_empty) {
+                    return Err(err("query", "a parameter name is not empty"));
+                }
             }
         }
         if let Some(credential) = &self.credential {
@@ -444,6 +457,7 @@ impl McpAction {
             method: "POST".to_string(),
             path: self.path.clone(),
             credential: self.credential.clone(),
+            query: Default::default(),
         }
     }
 
@@ -563,6 +577,7 @@ mod tests {
             method: "POST".into(),
             path: "/repos/acme".into(),
             credential: None,
+            query: Default::default(),
         };
         assert_eq!(
             a.to_string(),

@@ -11,6 +11,7 @@ use crate::model::{
     AccessLevel, Endpoint, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
 };
 use crate::names::NameGlob;
+use crate::query::{self, QueryConstraints};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).
@@ -82,6 +83,9 @@ pub struct CompiledEntry {
     pub methods: MethodSet,
     /// Path glob; `None` means any path.
     pub path: Option<Glob>,
+    /// Query parameter constraints by name (docs/policy-semantics.md
+    /// §10.1); empty: none.
+    pub query: QueryConstraints,
 }
 
 /// What an endpoint allows beyond host, port and binary.
@@ -273,6 +277,11 @@ fn entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEntry, Reason
             .as_deref()
             .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
             .transpose()?,
+        query: if e.query.is_empty() {
+            Vec::new()
+        } else {
+            query::compile(&e.query, &format!("{field}.query"), max)?
+        },
     })
 }
 
@@ -613,14 +622,17 @@ fn rest_kind(
         Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
             methods: MethodSet::of(READ_ONLY_METHODS),
             path: None,
+            query: Vec::new(),
         }],
         Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
             methods: MethodSet::of(READ_WRITE_METHODS),
             path: None,
+            query: Vec::new(),
         }],
         Some(AccessLevel::Full) => vec![CompiledEntry {
             methods: MethodSet::Any,
             path: None,
+            query: Vec::new(),
         }],
         None => endpoint
             .rules
@@ -905,6 +917,22 @@ fn region_calls(region: &Region, field: &str) -> Result<Option<CompiledCalls>, R
 }
 
 impl CompiledPolicy {
+    /// Every query parameter name some allow or deny entry names
+    /// (docs/policy-semantics.md §10.1): the names a repeat of is refused,
+    /// and, when there are none, no rule reads the query at all.
+    pub fn query_names(&self) -> std::collections::BTreeSet<String> {
+        self.rules
+            .iter()
+            .flat_map(|r| &r.endpoints)
+            .filter_map(|e| match &e.kind {
+                EndpointKind::Rest { allow, deny, .. } => Some(allow.iter().chain(deny)),
+                _ => None,
+            })
+            .flatten()
+            .flat_map(|entry| entry.query.iter().map(|(name, _)| name.clone()))
+            .collect()
+    }
+
     /// The auto-eligible view of a maximum (docs/design.md §4 step 7): the same
     /// policy with the allow part of every review-required endpoint removed.
     /// Deny entries stay, so the view is never larger than the maximum.

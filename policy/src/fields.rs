@@ -20,7 +20,7 @@ use crate::error::{Reason, ReasonCode};
 
 /// Fields that other policy languages have and this one deliberately does
 /// not model yet; named so the message says so instead of "unknown".
-pub const RESERVED_FIELDS: &[&str] = &["query", "allowedIPs", "allowed_ips", "tls"];
+pub const RESERVED_FIELDS: &[&str] = &["allowedIPs", "allowed_ips", "tls"];
 
 /// How deep the walk goes; deeper values are left to the typed pass, which
 /// bounds nesting itself (docs/policy-semantics.md §8.2).

@@ -23,6 +23,7 @@ pub mod model;
 pub mod names;
 pub mod openshell;
 pub mod provenance;
+pub mod query;
 pub mod strict_json;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -81,7 +81,9 @@ fn connection_ok(rule: &CompiledRule, e: &CompiledEndpoint, a: &NetworkAction) -
 }
 
 fn entry_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
-    entry.methods.contains(&a.method) && entry.path.as_ref().is_none_or(|g| g.matches(&a.path))
+    entry.methods.contains(&a.method)
+        && entry.path.as_ref().is_none_or(|g| g.matches(&a.path))
+        && crate::query::satisfies(&entry.query, &a.query)
 }
 
 /// The layer, method and path part of `allows_E(a)`. An `mcp` endpoint
@@ -143,6 +145,19 @@ fn endpoint_kind_denies_mcp(
         EndpointKind::Mcp(m) => (m.entry_denies(t, provenance) && m.path.matches(&t.path))
             .then_some("a denyTools entry"),
     }
+}
+
+/// Whether some `rest` entry of an endpoint that reaches (host, port)
+/// names a query parameter (docs/policy-semantics.md §10.1): an MCP call's
+/// transport is judged without a query, so a message there that carries
+/// one is refused rather than judged as something it is not.
+pub fn reads_query_at(policy: &CompiledPolicy, index: &HostIndex, host: &str, port: u16) -> bool {
+    index.candidates(host).iter().any(|&(r, e)| {
+        let e = &policy.rules[r].endpoints[e];
+        endpoint_reaches(e, host, port)
+            && matches!(&e.kind, EndpointKind::Rest { allow, deny, .. }
+                if allow.iter().chain(deny).any(|entry| !entry.query.is_empty()))
+    })
 }
 
 /// `allows_E(a)` of §4.
@@ -518,6 +533,7 @@ impl McpServer<'_> {
             method: "POST".to_string(),
             path: self.path.to_string(),
             credential: None,
+            query: Default::default(),
         }
     }
 }

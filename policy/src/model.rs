@@ -361,6 +361,54 @@ pub struct RuleEntry {
     /// Path glob; absent means any path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Constraints on query parameters, by name (docs/policy-semantics.md
+    /// §10.1); parameters not named are unconstrained.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query: BTreeMap<String, QueryMatcher>,
+}
+
+/// A constraint on one query parameter: a value glob (shorthand for
+/// `{glob: ...}`) or the full form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(schema_with = "query_matcher_schema")]
+pub enum QueryMatcher {
+    /// Present, with a value this glob matches (`*` = any run of characters).
+    Glob(String),
+    /// The full form.
+    Spec(QuerySpec),
+}
+
+/// The full form of a query parameter's constraint: exactly one of
+/// `glob`, `any` and `absent`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct QuerySpec {
+    /// Present, with a value this glob matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// Present, with a value one of these globs matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any: Option<Vec<String>>,
+    /// `glob`/`any` only: an absent parameter satisfies the constraint too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+    /// The parameter must not be present.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub absent: bool,
+}
+
+/// The schema of a query parameter's constraint: a string or an object. A
+/// CRD schema cannot say "either" for values of different types, so there
+/// it is kept as written (the loader and the compiler check its shape);
+/// elsewhere it is the union itself.
+fn query_matcher_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    if crate::fields::inline(generator) {
+        schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+    } else {
+        let spec = generator.subschema_for::<QuerySpec>();
+        schemars::json_schema!({ "anyOf": [{ "type": "string" }, spec] })
+    }
 }
 
 /// A review requirement on a region of a MaximumPolicy.

@@ -57,6 +57,14 @@ impl NameGlob {
         })
     }
 
+    /// The glob that matches only the empty string (a query parameter's
+    /// empty value, docs/policy-semantics.md §10.1).
+    pub fn empty() -> NameGlob {
+        NameGlob {
+            pattern: String::new(),
+        }
+    }
+
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.pattern

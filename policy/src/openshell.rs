@@ -15,6 +15,8 @@
 //!   (`initialize`, `tools/list`, …) need no rule in agentgate (they grant
 //!   no authority), so allowing them is noted, not imported.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::action::check_credential_name;
@@ -24,8 +26,8 @@ use crate::credentials::{
 use crate::error::{Reason, ReasonCode};
 use crate::mcp::SESSION_METHODS;
 use crate::model::{
-    AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, ResourceEntry,
-    RuleEntry, ToolEntry,
+    AccessLevel, Endpoint, Filesystem, NetworkRule, PolicyDocument, Protocol, QueryMatcher,
+    QuerySpec, ResourceEntry, RuleEntry, ToolEntry,
 };
 
 /// The result of an import.
@@ -96,10 +98,14 @@ fn port(value: &Value, field: &str) -> Result<u16, Reason> {
 
 fn rule_entry(value: &Value, field: &str) -> Result<RuleEntry, Reason> {
     let map = object(value, field)?;
-    check_keys(map, field, &["method", "path"])?;
+    check_keys(map, field, &["method", "path", "query"])?;
     let method = str_field(map, "method", field)?
         .ok_or_else(|| unsupported(format!("{field}.method"), "a method (or *) is required"))?;
     let path = str_field(map, "path", field)?.filter(|p| !p.is_empty());
+    let query = match map.get("query") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(q) => query_matchers(q, &format!("{field}.query"))?,
+    };
     Ok(RuleEntry {
         methods: vec![if method == "*" {
             method.to_string()
@@ -107,7 +113,53 @@ fn rule_entry(value: &Value, field: &str) -> Result<RuleEntry, Reason> {
             method.to_ascii_uppercase()
         }],
         path: path.map(str::to_string),
+        query,
     })
+}
+
+/// OpenShell's `query: {key: glob | {any: [globs]}}` (a required key whose
+/// value one glob matches). OpenShell judges every value of a repeated
+/// key; agentgate refuses a repeat of a named key instead (docs/policy-
+/// semantics.md §10.1), which is never broader. Glob characters other than
+/// `*` have no counterpart here.
+fn query_matchers(value: &Value, field: &str) -> Result<BTreeMap<String, QueryMatcher>, Reason> {
+    let map = object(value, field)?;
+    let glob = |v: &Value, at: &str| -> Result<String, Reason> {
+        let g = v
+            .as_str()
+            .ok_or_else(|| unsupported(at, "expected a value glob (a string)"))?;
+        if g.contains(['?', '[', ']', '{', '}', '\\']) {
+            return Err(unsupported(
+                at,
+                "only '*' is a wildcard in agentgate's value globs (docs/policy-semantics.md §10.1)",
+            ));
+        }
+        Ok(g.to_string())
+    };
+    map.iter()
+        .map(|(key, v)| {
+            let at = format!("{field}.{key}");
+            let matcher = match v {
+                Value::Object(spec) => {
+                    check_keys(spec, &at, &["any"])?;
+                    let any = spec.get("any").and_then(Value::as_array).ok_or_else(|| {
+                        unsupported(format!("{at}.any"), "expected a list of value globs")
+                    })?;
+                    QueryMatcher::Spec(QuerySpec {
+                        any: Some(
+                            any.iter()
+                                .enumerate()
+                                .map(|(i, g)| glob(g, &format!("{at}.any[{i}]")))
+                                .collect::<Result<_, _>>()?,
+                        ),
+                        ..QuerySpec::default()
+                    })
+                }
+                other => QueryMatcher::Glob(glob(other, &at)?),
+            };
+            Ok((key.clone(), matcher))
+        })
+        .collect()
 }
 
 fn endpoint(value: &Value, field: &str, notes: &mut Vec<String>) -> Result<Endpoint, Reason> {
@@ -988,9 +1040,9 @@ mod tests {
         );
         assert_eq!(
             error_field(&format!(
-                "{base}      - host: a.io\n        port: 443\n        protocol: rest\n        enforcement: enforce\n        rules: [{{allow: {{method: GET, path: /x, query: {{a: b}}}}}}]\n"
+                "{base}      - host: a.io\n        port: 443\n        protocol: rest\n        enforcement: enforce\n        rules: [{{allow: {{method: GET, path: /x, query: {{a: \"b?\"}}}}}}]\n"
             )),
-            "network_policies.p.endpoints[0].rules[0].allow.query"
+            "network_policies.p.endpoints[0].rules[0].allow.query.a"
         );
         assert_eq!(error_field("version: 2"), "version");
         assert_eq!(error_field("version: 1\ncedar_policy: x"), "cedar_policy");
@@ -1010,6 +1062,33 @@ mod tests {
         assert_eq!(out.policy.network[0].endpoints[0].access, None);
         assert_eq!(out.notes.len(), 2);
         assert_eq!(out.policy.filesystem.read_only, vec!["/usr".to_string()]);
+    }
+
+    #[test]
+    fn rest_query_matchers_become_query_constraints() {
+        let out = import(
+            &yaml(
+                "version: 1\nfilesystem_policy: {}\nnetwork_policies:\n  p:\n    binaries: [{path: /usr/bin/curl}]\n    endpoints:\n      - host: api.io\n        port: 443\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {method: GET, path: /search, query: {q: '*', sort: {any: [asc, 'desc*']}}}\n",
+            ),
+            None,
+        )
+        .unwrap();
+        let entry = &out.policy.network[0].endpoints[0].rules[0];
+        assert_eq!(entry.query["q"], QueryMatcher::Glob("*".into()));
+        assert_eq!(
+            entry.query["sort"],
+            QueryMatcher::Spec(QuerySpec {
+                any: Some(vec!["asc".into(), "desc*".into()]),
+                ..QuerySpec::default()
+            })
+        );
+        // What it imports compiles: the same constraints in agentgate's terms.
+        crate::compile::compile(
+            &out.policy,
+            crate::compile::Role::Sandbox,
+            &Default::default(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -1169,6 +1248,7 @@ mod tests {
                         String::new()
                     },
                     credential: credential.map(str::to_string),
+                    query: Default::default(),
                 },
             )
             .allow

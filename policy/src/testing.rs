@@ -13,7 +13,7 @@ use proptest::sample::{select, subsequence};
 use crate::action::{Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
 use crate::model::{
     AccessLevel, ArgumentConstraint, Endpoint, EntitiesConstraint, Filesystem, NetworkRule,
-    PolicyDocument, Protocol, ResourceEntry, RuleEntry, ToolEntry,
+    PolicyDocument, Protocol, QueryMatcher, QuerySpec, ResourceEntry, RuleEntry, ToolEntry,
 };
 
 pub const BINARY_GLOBS: &[&str] = &[
@@ -75,6 +75,7 @@ pub fn universe() -> &'static [Action] {
                         method: String::new(),
                         path: String::new(),
                         credential: None,
+                        query: Default::default(),
                     }));
                     for m in ACTION_METHODS {
                         for p in PATHS {
@@ -86,6 +87,7 @@ pub fn universe() -> &'static [Action] {
                                 method: m.to_string(),
                                 path: p.to_string(),
                                 credential: None,
+                                query: Default::default(),
                             }));
                         }
                     }
@@ -116,6 +118,7 @@ pub fn entry() -> impl Strategy<Value = RuleEntry> {
         .prop_map(|(methods, path)| RuleEntry {
             methods: methods.into_iter().map(str::to_string).collect(),
             path: path.map(str::to_string),
+            query: Default::default(),
         })
 }
 
@@ -228,6 +231,7 @@ pub fn credentialed_universe() -> &'static [Action] {
                                 method: method.to_string(),
                                 path: path.to_string(),
                                 credential: credential.clone(),
+                                query: Default::default(),
                             })
                         };
                         out.push(action(Layer::L4, "", ""));
@@ -555,4 +559,142 @@ pub fn mcp_calls(binary: &str, host: &str, port: u16) -> Vec<McpAction> {
         .collect();
     out.extend(sourced);
     out
+}
+
+// Query matchers (docs/policy-semantics.md §10.1): a few parameter names and
+// value globs, and requests carrying every combination of them.
+
+pub const QUERY_NAMES: &[&str] = &["q", "page"];
+pub const VALUE_GLOBS: &[&str] = &["*", "a*", "ab", "", "*b", "a*b"];
+/// Values the enumerated requests carry (`None`: the parameter is absent).
+pub const QUERY_VALUES: &[Option<&str>] = &[
+    None,
+    Some(""),
+    Some("a"),
+    Some("ab"),
+    Some("b"),
+    Some("axb"),
+];
+
+/// A random constraint on one parameter.
+pub fn query_matcher() -> impl Strategy<Value = QueryMatcher> {
+    (0u8..4, subsequence(VALUE_GLOBS, 1..=2), any::<bool>()).prop_map(|(shape, globs, optional)| {
+        match shape {
+            0 => QueryMatcher::Glob(globs[0].to_string()),
+            1 => QueryMatcher::Spec(QuerySpec {
+                glob: Some(globs[0].to_string()),
+                optional,
+                ..QuerySpec::default()
+            }),
+            2 => QueryMatcher::Spec(QuerySpec {
+                any: Some(globs.iter().map(|g| g.to_string()).collect()),
+                optional,
+                ..QuerySpec::default()
+            }),
+            _ => QueryMatcher::Spec(QuerySpec {
+                absent: true,
+                ..QuerySpec::default()
+            }),
+        }
+    })
+}
+
+/// An entry that may constrain query parameters.
+pub fn query_entry() -> impl Strategy<Value = RuleEntry> {
+    (
+        subsequence(&["GET", "POST", "*"][..], 1..=2),
+        proptest::option::weighted(0.3, select(&["/a", "/a/*", "**"][..])),
+        proptest::collection::btree_map(select(QUERY_NAMES), query_matcher(), 0..=2),
+    )
+        .prop_map(|(methods, path, query)| RuleEntry {
+            methods: methods.into_iter().map(str::to_string).collect(),
+            path: path.map(str::to_string),
+            query: query.into_iter().map(|(n, m)| (n.to_string(), m)).collect(),
+        })
+}
+
+/// A random policy whose REST entries may constrain query parameters.
+pub fn query_document() -> impl Strategy<Value = PolicyDocument> {
+    let endpoint = (
+        select(&["a.io", "*.a.io"][..]),
+        0u8..5,
+        proptest::collection::vec(query_entry(), 1..=2),
+        proptest::collection::vec(query_entry(), 0..=1),
+    )
+        .prop_map(|(host, shape, rules, deny_rules)| {
+            let mut e = Endpoint {
+                host: host.to_string(),
+                ports: vec![443],
+                ..Default::default()
+            };
+            if shape == 0 {
+                return e; // l4: every query
+            }
+            e.protocol = Protocol::Rest;
+            if shape == 1 {
+                e.access = Some(AccessLevel::ReadOnly);
+            } else {
+                e.rules = rules;
+            }
+            e.deny_rules = deny_rules;
+            e
+        });
+    proptest::collection::vec(
+        (
+            strings(&["/usr/bin/gh"], 1),
+            proptest::collection::vec(endpoint, 1..=2),
+        ),
+        0..=3,
+    )
+    .prop_map(|rules| PolicyDocument {
+        network: named_rules(rules),
+        ..PolicyDocument::default()
+    })
+}
+
+/// Every request of a small alphabet with every combination of the query
+/// values, and the bare connections.
+pub fn query_universe() -> &'static [Action] {
+    static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
+    ACTIONS.get_or_init(|| {
+        let mut out = Vec::new();
+        for b in ["/usr/bin/gh", "/x"] {
+            for h in ["a.io", "b.a.io"] {
+                let action = NetworkAction {
+                    binary: b.to_string(),
+                    host: h.to_string(),
+                    port: 443,
+                    layer: Layer::L4,
+                    method: String::new(),
+                    path: String::new(),
+                    credential: None,
+                    query: Default::default(),
+                };
+                out.push(Action::Network(action.clone()));
+                for m in ["GET", "POST", "DELETE"] {
+                    for p in ["/a", "/a/x", "/b"] {
+                        for q in QUERY_VALUES {
+                            for page in QUERY_VALUES {
+                                let mut query = crate::query::Query::new();
+                                if let Some(q) = q {
+                                    query.insert("q".into(), q.to_string());
+                                }
+                                if let Some(page) = page {
+                                    query.insert("page".into(), page.to_string());
+                                }
+                                out.push(Action::Network(NetworkAction {
+                                    layer: Layer::Rest,
+                                    method: m.to_string(),
+                                    path: p.to_string(),
+                                    query,
+                                    ..action.clone()
+                                }));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    })
 }

@@ -30,6 +30,7 @@ use agentgate_policy::mcp::{
 };
 use agentgate_policy::names::{MAX_NAME_BYTES, NameGlob};
 use agentgate_policy::provenance::{ENTITY_MARK, Position, StatedSources};
+use agentgate_policy::query::{ParameterConstraint, Query};
 
 /// A question: is there an action that every `positive` policy allows, no
 /// `negative` policy allows, and that lies in every region?
@@ -508,8 +509,72 @@ struct Component<'q> {
     paths: Vec<usize>,
     ports: Vec<u16>,
     methods: Vec<String>,
+    /// The query parameter constraints the component's entries mention,
+    /// by name (network searches only: a call's transport has no query).
+    query: BTreeMap<&'q str, Vec<&'q ParameterConstraint>>,
     /// What the component's `mcp` endpoints mention (tool-call searches only).
     mcp: McpParts<'q>,
+}
+
+/// One query parameter of a component (docs/policy-semantics.md §10.1):
+/// its value globs and its classes, whose atom 0 is "present" and atom
+/// 1 + j "present with a value glob j matches". Class 0 is "absent".
+struct QueryParameter<'q> {
+    name: &'q str,
+    globs: Vec<&'q NameGlob>,
+    classes: Choices<Option<String>>,
+}
+
+impl<'q> QueryParameter<'q> {
+    fn new(
+        name: &'q str,
+        constraints: &[&'q ParameterConstraint],
+        budget: &Budget,
+    ) -> Result<QueryParameter<'q>, Reason> {
+        let mut globs: Vec<&NameGlob> = Vec::new();
+        for c in constraints {
+            if let ParameterConstraint::Matches { globs: g, .. } = c {
+                for glob in g {
+                    if !globs.iter().any(|known| known.as_str() == glob.as_str()) {
+                        globs.push(glob);
+                    }
+                }
+            }
+        }
+        let tokens: Vec<Vec<Token>> = globs.iter().map(|g| g.tokens()).collect();
+        let token_refs: Vec<&[Token]> = tokens.iter().map(Vec::as_slice).collect();
+        let values = signatures(
+            Domain::Text,
+            "query value",
+            &token_refs,
+            budget.max_states,
+            budget.deadline,
+        )
+        .map_err(automaton_reason)?;
+        let mut classes = Choices {
+            members: vec![Vec::new()],
+            values: vec![None],
+            atoms: 1 + globs.len(),
+        };
+        for sig in values.signatures {
+            let mut members = vec![0];
+            members.extend(sig.members.iter().map(|m| m + 1));
+            classes.members.push(members);
+            classes.values.push(Some(sig.witness));
+        }
+        Ok(QueryParameter {
+            name,
+            globs,
+            classes,
+        })
+    }
+
+    fn glob_atom(&self, glob: &NameGlob) -> Option<u32> {
+        self.globs
+            .iter()
+            .position(|g| g.as_str() == glob.as_str())
+            .map(|i| i as u32 + 1)
+    }
 }
 
 /// The names, resource URIs and argument constraints that a component's
@@ -890,6 +955,9 @@ struct ComponentChoices<'q> {
     path: Projected,
     port: Choices<u16>,
     method: Choices<String>,
+    /// The query parameters the component's entries name (network
+    /// searches), by name ascending.
+    query: Vec<QueryParameter<'q>>,
     /// Present in a tool-call search: the action is an MCP call whose
     /// transport is `POST path` (docs/policy-semantics.md §8.2).
     mcp: Option<McpChoices<'q>>,
@@ -913,6 +981,8 @@ enum Dim {
     Extra,
     /// The `i`-th named argument of [`McpChoices::arguments`].
     Arg(u32),
+    /// The `i`-th parameter of [`ComponentChoices::query`].
+    Query(u32),
 }
 
 /// A propositional formula over a component's atoms: built and hashed in
@@ -979,6 +1049,8 @@ struct ComponentProblem {
     atoms: [usize; 5],
     /// The tool-call dimensions' shapes (empty in a network search).
     mcp: Vec<(Vec<Vec<u32>>, usize)>,
+    /// The query parameters' shapes (empty in a tool-call search).
+    query: Vec<(Vec<Vec<u32>>, usize)>,
     assertions: Vec<Formula>,
 }
 
@@ -1127,7 +1199,34 @@ impl ComponentFormulas<'_, '_> {
         if let Some(path) = &e.path {
             terms.push(self.path(path));
         }
+        terms.extend(e.query.iter().map(|(name, c)| self.parameter(name, c)));
         Formula::and(terms)
+    }
+
+    /// A query parameter's constraint (docs/policy-semantics.md §10.1). A
+    /// call's transport has no query, so there every parameter is absent.
+    fn parameter(&self, name: &str, c: &ParameterConstraint) -> Formula {
+        let found = self.choices.query.iter().position(|p| p.name == name);
+        let Some(i) = found else {
+            return Formula::Const(c.admits(None));
+        };
+        let dim = Dim::Query(i as u32);
+        let present = Formula::Atom(dim, 0);
+        match c {
+            ParameterConstraint::Absent => present.not(),
+            ParameterConstraint::Matches { globs, optional } => {
+                let p = &self.choices.query[i];
+                let mut terms: Vec<Formula> = globs
+                    .iter()
+                    .filter_map(|g| p.glob_atom(g))
+                    .map(|atom| Formula::Atom(dim, atom))
+                    .collect();
+                if *optional {
+                    terms.push(present.not());
+                }
+                Formula::or(terms)
+            }
+        }
     }
 
     fn binary_ok(&self, rule: &CompiledRule) -> Formula {
@@ -1271,6 +1370,11 @@ impl ComponentFormulas<'_, '_> {
                 c.method.atoms,
             ],
             mcp: c.mcp.as_ref().map(McpChoices::shapes).unwrap_or_default(),
+            query: c
+                .query
+                .iter()
+                .map(|p| (p.classes.members.clone(), p.classes.atoms))
+                .collect(),
             assertions,
         }
     }
@@ -1282,6 +1386,8 @@ struct ComponentVars<'u> {
     dims: [DimVars; 5],
     /// Kind, name, URI, extra, then each named argument (tool-call search).
     mcp: Vec<DimVars>,
+    /// Each query parameter (network search).
+    query: Vec<DimVars>,
     rest: Bool,
 }
 
@@ -1309,6 +1415,11 @@ impl<'u> ComponentVars<'u> {
                 }));
                 vars
             }),
+            query: choices
+                .query
+                .iter()
+                .map(|p| DimVars::new(&format!("query:{}", p.name), &p.classes, solver, &always))
+                .collect(),
             rest: Bool::new_const("layer_rest"),
         }
     }
@@ -1327,6 +1438,8 @@ impl<'u> ComponentVars<'u> {
             Canonical::Dim(self.dim(Dim::Method)),
             Canonical::Dim(self.dim(Dim::Path)),
         ];
+        // Absent first: a counterexample names only the parameters it needs.
+        order.extend((0..self.query.len()).map(|i| Canonical::Dim(self.dim(Dim::Query(i as u32)))));
         if let Some(m) = &self.choices.mcp {
             order.extend([Dim::Kind, Dim::Name, Dim::Uri].map(|d| Canonical::Dim(self.dim(d))));
             order.extend(
@@ -1370,6 +1483,7 @@ impl<'u> ComponentVars<'u> {
             Dim::Uri => &self.mcp[2],
             Dim::Extra => &self.mcp[3],
             Dim::Arg(i) => &self.mcp[4 + i as usize],
+            Dim::Query(i) => &self.query[i as usize],
         }
     }
 
@@ -1454,6 +1568,17 @@ impl<'u> ComponentVars<'u> {
         let c = self.choices;
         // `dims` order: host, binary, path, port, method.
         let [host, binary, path, port, method] = picks;
+        let mut query = Query::new();
+        let mut query_picks = Vec::new();
+        if rest {
+            for (i, p) in c.query.iter().enumerate() {
+                let picked = self.dim(Dim::Query(i as u32)).chosen(model);
+                query_picks.push((Dim::Query(i as u32), picked));
+                if let Some(value) = &p.classes.values[picked] {
+                    query.insert(p.name.to_string(), value.clone());
+                }
+            }
+        }
         let action = NetworkAction {
             host: c.host.choices.values[host].clone(),
             binary: c.binary.choices.values[binary].clone(),
@@ -1470,6 +1595,7 @@ impl<'u> ComponentVars<'u> {
                 String::new()
             },
             credential: None,
+            query,
         };
         let mut same = vec![if rest {
             self.rest.clone()
@@ -1480,7 +1606,10 @@ impl<'u> ComponentVars<'u> {
             same.extend(self.dim(dim).is_chosen(picked));
         }
         if rest {
-            for (dim, picked) in [(Dim::Method, method), (Dim::Path, path)] {
+            for (dim, picked) in [(Dim::Method, method), (Dim::Path, path)]
+                .into_iter()
+                .chain(query_picks)
+            {
                 same.extend(self.dim(dim).is_chosen(picked));
             }
         }
@@ -1757,6 +1886,7 @@ fn components_of<'q>(
             paths: Vec::new(),
             ports: Vec::new(),
             methods: Vec::new(),
+            query: BTreeMap::new(),
             mcp: McpParts::default(),
         })
         .collect();
@@ -1792,6 +1922,14 @@ fn components_of<'q>(
                             }
                             if let Some(p) = &entry.path {
                                 part.paths.push(u.paths.id(p));
+                            }
+                            if !mcp {
+                                for (name, c) in &entry.query {
+                                    let list = part.query.entry(name.as_str()).or_default();
+                                    if !list.contains(&c) {
+                                        list.push(c);
+                                    }
+                                }
                             }
                         }
                         !allow.is_empty()
@@ -1859,7 +1997,13 @@ fn component_choices<'q>(
         let other = other_method(&part.methods);
         (literal_choices(&part.methods, Some(other)), None)
     };
+    let query = part
+        .query
+        .iter()
+        .map(|(name, constraints)| QueryParameter::new(name, constraints, budget))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(ComponentChoices {
+        query,
         endpoints: std::mem::take(&mut part.endpoints),
         host: host_choice,
         binary: holders.binary.project(&dimensions.binary, binaries),

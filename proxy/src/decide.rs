@@ -3,6 +3,7 @@
 //! what a refusal says. No I/O, so the property tests can compare it with
 //! the matcher directly; every verdict comes from `agentgate_policy::matcher`.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use agentgate_policy::action::{
 };
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::index::HostIndex;
+use agentgate_policy::query::{self, QueryError};
 use http::HeaderMap;
 
 use crate::credentials::{Attachment, Carried, CredentialIssue, CredentialSet};
@@ -31,6 +33,9 @@ pub struct EnforcedPolicy {
     /// is recorded and `from` judged against it (§8.3); otherwise tool
     /// calls are judged with no record.
     pub records_sessions: bool,
+    /// The query parameter names some entry names (§10.1): empty when no
+    /// rule reads a query.
+    pub query_names: BTreeSet<String>,
 }
 
 impl EnforcedPolicy {
@@ -38,10 +43,12 @@ impl EnforcedPolicy {
     pub fn new(compiled: CompiledPolicy) -> EnforcedPolicy {
         let index = HostIndex::build(&compiled);
         let records_sessions = has_model_provider(&compiled);
+        let query_names = compiled.query_names();
         EnforcedPolicy {
             compiled,
             index,
             records_sessions,
+            query_names,
         }
     }
 }
@@ -138,6 +145,7 @@ pub fn judge_connection(
                 method: String::new(),
                 path: String::new(),
                 credential: None,
+                query: Default::default(),
             };
             let mut refusal = Refusal::new(
                 RefusalCode::NoRule,
@@ -154,7 +162,7 @@ pub fn judge_connection(
 }
 
 /// Judges one HTTP request on a connection to (host, port) as a `rest`
-/// action. `target_path` is the request target's path, without the query;
+/// action. `target` is the request target's path and query (origin form);
 /// `credential` the credential the request carries (its placeholder in its
 /// attach form, docs/policy-semantics.md §9.4), which only a rule that
 /// binds it may allow. Returns the allowing rule.
@@ -164,33 +172,32 @@ pub fn judge_request(
     host: &str,
     port: u16,
     method: &str,
-    target_path: &str,
+    target: &str,
     credential: Option<&str>,
 ) -> Result<String, Refusal> {
-    judge_request_action(
-        snapshot,
-        binary,
-        host,
-        port,
-        method,
-        target_path,
-        credential,
-    )
-    .map(|(rule, _)| rule)
+    judge_request_action(snapshot, binary, host, port, method, target, credential)
+        .map(|(rule, _)| rule)
 }
 
 /// [`judge_request`], also returning the action the request was judged as
 /// (for the questions asked of an allowed request: [`model_request`]).
+/// A query is read as docs/policy-semantics.md §10.1 says; where the two
+/// readings of `+` differ where a rule looks, both must be allowed, and
+/// the action returned is the first reading's.
 pub fn judge_request_action(
     snapshot: &Snapshot,
     binary: &Binary,
     host: &str,
     port: u16,
     method: &str,
-    target_path: &str,
+    target: &str,
     credential: Option<&str>,
 ) -> Result<(String, NetworkAction), Refusal> {
     let policy = policy_of(snapshot)?;
+    let (target_path, raw_query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
     let path = request_path(target_path).map_err(|e| {
         Refusal::new(
             RefusalCode::NonCanonicalPath,
@@ -203,35 +210,62 @@ pub fn judge_request_action(
             format!("{method:?} is not a canonical method: {e}"),
         )
     })?;
-    let action = NetworkAction {
-        binary: binary.shown().to_string(),
-        host: host.to_string(),
-        port,
-        layer: Layer::Rest,
-        method: method.to_string(),
-        path,
-        credential: credential.map(str::to_string),
-    };
-    let decision =
-        decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
-    if decision.allow {
-        return Ok((decision.rule.unwrap_or_default(), action));
+    let readings =
+        query::readings(raw_query.unwrap_or_default(), &policy.query_names).map_err(|e| {
+            let code = match e {
+                QueryError::NonCanonical(_) => RefusalCode::NonCanonicalQuery,
+                QueryError::Repeated(_) => RefusalCode::RepeatedQueryParameter,
+            };
+            Refusal::new(
+                code,
+                format!("{method} https://{host}:{port}{target}: {e}, so it cannot be judged"),
+            )
+        })?;
+    let several = readings.len() > 1;
+    let mut judged = None;
+    for (plus, query) in readings {
+        let action = NetworkAction {
+            binary: binary.shown().to_string(),
+            host: host.to_string(),
+            port,
+            layer: Layer::Rest,
+            method: method.to_string(),
+            path: path.clone(),
+            credential: credential.map(str::to_string),
+            query,
+        };
+        let decision =
+            decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
+        if !decision.allow {
+            let code = if decision.rule.is_some() {
+                RefusalCode::DeniedByRule
+            } else {
+                RefusalCode::NoRule
+            };
+            let reading = if several {
+                format!(" (with {})", plus.as_str())
+            } else {
+                String::new()
+            };
+            return Err(Refusal {
+                decision: "deny",
+                reason: format!("{action}{reading}: {}", decision.reason),
+                code,
+                rule: decision.rule,
+                finding: snapshot
+                    .findings
+                    .cite(&Action::Network(action.clone()))
+                    .cloned()
+                    .map(Box::new),
+            });
+        }
+        judged.get_or_insert((decision.rule.unwrap_or_default(), action));
     }
-    let code = if decision.rule.is_some() {
-        RefusalCode::DeniedByRule
-    } else {
-        RefusalCode::NoRule
-    };
-    Err(Refusal {
-        decision: "deny",
-        reason: format!("{action}: {}", decision.reason),
-        code,
-        rule: decision.rule,
-        finding: snapshot
-            .findings
-            .cite(&Action::Network(action.clone()))
-            .cloned()
-            .map(Box::new),
+    judged.ok_or_else(|| {
+        Refusal::new(
+            RefusalCode::NoRule,
+            format!("{method} https://{host}:{port}{target}: no reading of the request to judge"),
+        )
     })
 }
 
@@ -289,32 +323,19 @@ pub fn judge_carrying(
     host: &str,
     port: u16,
     method: &str,
-    target_path: &str,
+    target: &str,
     headers: &HeaderMap,
 ) -> Result<JudgedRequest, Refused> {
     let credential = carried.map(Carried::name);
-    let (rule, action) = judge_request_action(
-        snapshot,
-        binary,
-        host,
-        port,
-        method,
-        target_path,
-        credential,
-    )
-    .map_err(Refused::Policy)?;
+    let (rule, action) =
+        judge_request_action(snapshot, binary, host, port, method, target, credential)
+            .map_err(Refused::Policy)?;
     // Servers that honour a method override run the overriding method:
     // it is judged as well, so an allowed POST cannot carry a DELETE.
     for (name, method) in method_overrides(headers) {
-        if let Err(mut refusal) = judge_request(
-            snapshot,
-            binary,
-            host,
-            port,
-            method,
-            target_path,
-            credential,
-        ) {
+        if let Err(mut refusal) =
+            judge_request(snapshot, binary, host, port, method, target, credential)
+        {
             refusal.reason = format!("{name}: {}", refusal.reason);
             return Err(Refused::Policy(refusal));
         }
@@ -863,5 +884,76 @@ network:
                 }
             }
         }
+
+        /// Query matchers (§10.1): the proxy reads each request's target
+        /// into the query the matcher judges, and agrees with it on every
+        /// combination of parameter values.
+        #[test]
+        fn proxy_query_decisions_equal_the_matcher(doc in agentgate_policy::testing::query_document()) {
+            let compiled = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let s = Snapshot {
+                generation: 1,
+                policy: Ok(Arc::new(EnforcedPolicy::new(compiled.clone()))),
+                findings: Arc::default(),
+            };
+            for action in agentgate_policy::testing::query_universe() {
+                let agentgate_policy::action::Action::Network(a) = action else { continue };
+                if a.layer != Layer::Rest {
+                    continue;
+                }
+                let binary = Binary(Some(a.binary.clone()));
+                let matcher = decide_network(&compiled, a).allow;
+                let target = if a.query.is_empty() {
+                    a.path.clone()
+                } else {
+                    format!("{}?{}", a.path, agentgate_policy::query::to_target(&a.query))
+                };
+                let judged = judge_connection(&s, &binary, &a.host, a.port).is_ok()
+                    && judge_request(&s, &binary, &a.host, a.port, &a.method, &target, None).is_ok();
+                prop_assert_eq!(judged, matcher, "{} as {}", a, target);
+            }
+        }
+    }
+
+    /// A query where readers disagree is judged in every reading, or
+    /// refused (§10.1).
+    #[test]
+    fn a_query_is_judged_as_every_server_could_read_it() {
+        let s = snapshot(
+            r#"
+network:
+  - name: search
+    endpoints:
+      - host: search.example
+        port: 443
+        protocol: rest
+        rules: [{methods: [GET], path: /s, query: {q: "a b", page: {glob: "*", optional: true}}}]
+"#,
+        );
+        let judge =
+            |target: &str| judge_request(&s, &curl(), "search.example", 443, "GET", target, None);
+        assert!(judge("/s?q=a%20b").is_ok());
+        assert!(
+            judge("/s?q=a%20b&other=x+y").is_ok(),
+            "a '+' where no rule looks"
+        );
+        // '+' is a space to one server and itself to another.
+        let plus = judge("/s?q=a+b").unwrap_err();
+        assert_eq!(plus.code, RefusalCode::NoRule);
+        assert!(
+            plus.reason.contains("'+' read as itself"),
+            "{}",
+            plus.reason
+        );
+        let repeated = judge("/s?q=a%20b&page=1&page=2").unwrap_err();
+        assert_eq!(repeated.code, RefusalCode::RepeatedQueryParameter);
+        for bad in ["/s?q=a%20b&page=%zz", "/s?q=a%20b;page=1", "/s?q=%ff"] {
+            assert_eq!(
+                judge(bad).unwrap_err().code,
+                RefusalCode::NonCanonicalQuery,
+                "{bad}"
+            );
+        }
+        assert_eq!(judge("/s").unwrap_err().code, RefusalCode::NoRule);
     }
 }

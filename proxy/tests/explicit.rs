@@ -1001,3 +1001,72 @@ network:
         "{lineage}"
     );
 }
+
+/// Query matchers (docs/policy-semantics.md §10.1) with curl and the real
+/// upstream: the query decides, as the upstream receives it, and what
+/// servers could read two ways is refused before it is forwarded.
+#[test]
+fn query_parameters_are_judged_as_the_server_reads_them() {
+    let policy = r#"
+network:
+  - name: search
+    binaries: [{CURL}]
+    endpoints:
+      - host: api.example.test
+        ports: [{PORT}]
+        protocol: rest
+        rules:
+          - {methods: [GET], path: /search, query: {q: "*", sort: {any: [relevance, "date*"], optional: true}}}
+        denyRules:
+          - {methods: ["*"], query: {debug: "*"}}
+"#;
+    let (_rt, h) = started("query", policy, &[]);
+    let get = |target: &str| {
+        let (code, body, tail) = h.curl(&["--cacert", &ca(&h), &h.url("api.example.test", target)]);
+        assert_eq!(code, 0, "{body}\n{}", h.proxy_log());
+        let status = tail.split(' ').nth(1).unwrap_or_default().to_string();
+        (
+            status,
+            serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+        )
+    };
+    let (status, echo) = get("/search?q=agent+gate&sort=date-desc&page=2");
+    assert_eq!(status, "200", "{echo}");
+    // Forwarded as it came.
+    assert_eq!(echo["query"], "q=agent+gate&sort=date-desc&page=2");
+    let (status, echo) = get("/search?sort=relevance");
+    assert_eq!(
+        (status.as_str(), &echo["code"]),
+        ("403", &Value::from("no_rule")),
+        "{echo}"
+    );
+    let (status, echo) = get("/search?q=x&debug=1");
+    assert_eq!(
+        (status.as_str(), &echo["code"]),
+        ("403", &Value::from("denied_by_rule")),
+        "{echo}"
+    );
+    // Escaped names are the same names.
+    let (status, echo) = get("/search?q=x&%64ebug=1");
+    assert_eq!(
+        (status.as_str(), &echo["code"]),
+        ("403", &Value::from("denied_by_rule")),
+        "{echo}"
+    );
+    let (status, echo) = get("/search?q=x&q=y");
+    assert_eq!(
+        (status.as_str(), &echo["code"]),
+        ("403", &Value::from("repeated_query_parameter")),
+        "{echo}"
+    );
+    let (status, echo) = get("/search?q=x;debug=1");
+    assert_eq!(
+        (status.as_str(), &echo["code"]),
+        ("403", &Value::from("non_canonical_query")),
+        "{echo}"
+    );
+    // "date+x" is "date x" to one server and "date+x" to another: both
+    // match "date*", so both readings are allowed.
+    let (status, _) = get("/search?q=x&sort=date+x");
+    assert_eq!(status, "200");
+}

@@ -26,7 +26,8 @@ use agentgate_policy::matcher::{
 use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
     CREDENTIAL_GLOBS, CREDENTIALS, HOST_GLOBS, PATH_GLOBS, PORTS, credentialed_document,
-    credentialed_universe, document, mcp_calls, mcp_document, strings, tool_entry, universe,
+    credentialed_universe, document, mcp_calls, mcp_document, query_document, query_universe,
+    strings, tool_entry, universe,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use proptest::prelude::*;
@@ -237,6 +238,33 @@ proptest! {
     #[test]
     fn intersection_agrees_with_matcher((c, _, _) in pair(), region in region()) {
         check_intersection(universe(), &c, &region)?;
+    }
+}
+
+/// Pairs (C, M) whose REST entries constrain query parameters
+/// (docs/policy-semantics.md §10.1), built as [`pair`] builds them.
+fn query_pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
+    (query_document(), query_document(), 0u8..3).prop_map(|(c, other, how)| {
+        let (m, contained) = maximum_around(&c, other, how);
+        (c, m, contained)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Query matchers: Within is never wrong on every request of the
+    /// alphabet with every combination of parameter values, each witness
+    /// (its query included) replays, and C ⊆ M by construction is proved.
+    #[test]
+    fn query_containment_agrees_with_matcher((c, m, contained) in query_pair()) {
+        check_containment(query_universe(), &c, &m, contained)?;
+    }
+
+    /// New authority over queries: distinct examples that replay.
+    #[test]
+    fn query_new_authority_examples_replay((c, p, _) in query_pair()) {
+        check_new_authority(query_universe(), &c, &p)?;
     }
 }
 

@@ -39,6 +39,7 @@ fn request(binary: &str, method: &str, path: &str, credential: Option<&str>) -> 
         method: method.into(),
         path: path.into(),
         credential: credential.map(str::to_string),
+        query: Default::default(),
     }
 }
 

@@ -34,10 +34,16 @@
 //!   the seed, N and the pair's index, so a pair is reproducible alone).
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
 //! - `BENCH_SOURCE`: what to print as the source commit (default: `git rev-parse`).
+//! - `BENCH_SURFACES=1`: one rule in five is a search API whose entries
+//!   constrain query parameters (docs/policy-semantics.md §10), widened by
+//!   one more mutation (a query constraint dropped); `make bench-surfaces`
+//!   runs the mix beside the plain one. The naive baseline does not read
+//!   queries, so give it `BENCH_NAIVE_SAMPLES=0` there.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agentgate_bench::percentile;
@@ -98,6 +104,16 @@ enum Shape {
     Corp,
     /// L4, `db{i}.internal.example.org:5432`, exact binary.
     Db,
+    /// REST, exact host `search{i}.example.com`, `GET /v1/search` with query
+    /// constraints (`q` present, `sort` one of two, `debug` absent), a deny
+    /// entry on an `admin` parameter (`BENCH_SURFACES=1` only).
+    Search,
+}
+
+/// Whether the mix has the surfaces of docs/policy-semantics.md §10.
+fn surfaces() -> bool {
+    static SURFACES: OnceLock<bool> = OnceLock::new();
+    *SURFACES.get_or_init(|| std::env::var("BENCH_SURFACES").is_ok_and(|v| v == "1"))
 }
 
 /// The single widening applied to one candidate rule in an exceeding pair.
@@ -117,6 +133,8 @@ enum Mutation {
     DenyRemoval,
     /// The REST endpoint turned into raw L4.
     ToL4,
+    /// A query constraint dropped (`debug` may be sent).
+    Query,
 }
 
 /// One generated rule: its index (which makes its hosts and paths unique)
@@ -138,11 +156,16 @@ struct RuleSpec {
 
 impl RuleSpec {
     fn random(i: usize, rng: &mut Rng) -> RuleSpec {
-        let shape = match rng.below(20) {
-            0..=6 => Shape::Svc,
-            7..=12 => Shape::Api,
-            13..=16 => Shape::Corp,
-            _ => Shape::Db,
+        let pick = rng.below(20);
+        let shape = if surfaces() && pick >= 16 {
+            Shape::Search
+        } else {
+            match pick {
+                0..=6 => Shape::Svc,
+                7..=12 => Shape::Api,
+                13..=16 => Shape::Corp,
+                _ => Shape::Db,
+            }
         };
         RuleSpec {
             i,
@@ -165,6 +188,10 @@ impl RuleSpec {
             Shape::Corp if self.flag => vec![Path, Host, Port, DenyRemoval, ToL4],
             Shape::Corp => vec![Method, Path, Host, Port, DenyRemoval, ToL4],
             Shape::Db => vec![Host, Port, Binary],
+            Shape::Search if self.deny => {
+                vec![Method, Path, Host, Port, Binary, DenyRemoval, ToL4, Query]
+            }
+            Shape::Search => vec![Method, Path, Host, Port, Binary, ToL4, Query],
         }
     }
 }
@@ -182,6 +209,15 @@ fn strs(items: &[&str]) -> Vec<String> {
 fn entry(out: &mut String, indent: &str, methods: &[&str], path: &str) {
     let _ = writeln!(out, "{indent}- methods: {}", list(&strs(methods)));
     let _ = writeln!(out, "{indent}  path: \"{path}\"");
+}
+
+/// A rule's name, one binary glob and its endpoint's host and ports.
+fn rule_head(out: &mut String, name: &str, binary: &str, host: &str, ports: &str) {
+    let _ = writeln!(out, "  - name: {name}");
+    let _ = writeln!(out, "    binaries: [\"{binary}\"]");
+    let _ = writeln!(out, "    endpoints:");
+    let _ = writeln!(out, "      - host: \"{host}\"");
+    let _ = writeln!(out, "        ports: {ports}");
 }
 
 /// The candidate's text of a rule, with `mutation` applied if any.
@@ -349,11 +385,55 @@ fn candidate_rule(out: &mut String, r: &RuleSpec, mutation: Option<Mutation>) {
             } else {
                 "[5432]"
             };
-            let _ = writeln!(out, "  - name: db-{i}");
-            let _ = writeln!(out, "    binaries: [\"{bins}\"]");
-            let _ = writeln!(out, "    endpoints:");
-            let _ = writeln!(out, "      - host: \"{host}\"");
-            let _ = writeln!(out, "        ports: {ports}");
+            rule_head(out, &format!("db-{i}"), bins, &host, ports);
+        }
+        Shape::Search => {
+            let bins = if m(Mutation::Binary) {
+                "/usr/bin/*"
+            } else {
+                "/usr/bin/curl"
+            };
+            let host = if m(Mutation::Host) {
+                format!("*.search{i}.example.com")
+            } else {
+                format!("search{i}.example.com")
+            };
+            let ports = if m(Mutation::Port) {
+                "[443, 80]"
+            } else {
+                "[443]"
+            };
+            rule_head(out, &format!("search-{i}"), bins, &host, ports);
+            if l4 {
+                return;
+            }
+            let methods: &[&str] = if m(Mutation::Method) {
+                &["GET", "POST"]
+            } else {
+                &["GET"]
+            };
+            let path = if m(Mutation::Path) {
+                "/**"
+            } else {
+                "/v1/search"
+            };
+            let debug = if m(Mutation::Query) {
+                ""
+            } else {
+                ", debug: {absent: true}"
+            };
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            entry(out, "          ", methods, path);
+            let _ = writeln!(
+                out,
+                "            query: {{q: \"*\", sort: {{any: [relevance, \"date*\"], optional: true}}{debug}}}"
+            );
+            if r.deny && !m(Mutation::DenyRemoval) {
+                let _ = writeln!(out, "        denyRules:");
+                entry(out, "          ", &["*"], "**");
+                let _ = writeln!(out, "            query: {{admin: \"*\"}}");
+            }
         }
     }
 }
@@ -448,6 +528,28 @@ fn maximum_rule(out: &mut String, r: &RuleSpec) {
             let _ = writeln!(out, "    endpoints:");
             let _ = writeln!(out, "      - host: \"db{i}*.internal.example.org\"");
             let _ = writeln!(out, "        ports: [5432, 5433]");
+        }
+        Shape::Search => {
+            let _ = writeln!(out, "  - name: search-{i}");
+            let _ = writeln!(
+                out,
+                "    binaries: [\"/usr/bin/curl\", \"/usr/local/bin/agent\"]"
+            );
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"search{i}.example.com\"");
+            let _ = writeln!(out, "        ports: [443]");
+            let _ = writeln!(out, "        protocol: rest");
+            let _ = writeln!(out, "        rules:");
+            entry(out, "          ", &["GET", "HEAD"], "/v1/**");
+            let _ = writeln!(
+                out,
+                "            query: {{q: \"*\", debug: {{absent: true}}}}"
+            );
+            if r.deny {
+                let _ = writeln!(out, "        denyRules:");
+                entry(out, "          ", &["*"], "**");
+                let _ = writeln!(out, "            query: {{admin: \"*\"}}");
+            }
         }
     }
 }

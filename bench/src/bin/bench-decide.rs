@@ -71,6 +71,7 @@ fn main() -> ExitCode {
                 format!("/v2/t{i}/items")
             },
             credential: None,
+            query: Default::default(),
         })
         .collect();
     let requests: Vec<DecideRequest> = actions

@@ -278,6 +278,7 @@ fn main() -> ExitCode {
                 format!("/tool_{i}/call")
             },
             credential: None,
+            query: Default::default(),
         })
         .collect();
     let index_of = |p: &CompiledPolicy| HostIndex::build(p);

@@ -1047,6 +1047,7 @@ mod tests {
             method: "POST".into(),
             path: "/repos/acme".into(),
             credential: None,
+            query: Default::default(),
         });
         let mut verdict = verdict(
             Decision::Reject,

@@ -81,6 +81,7 @@ impl DecideRequest {
             method: self.method.clone().unwrap_or_default(),
             path: self.path.clone().unwrap_or_default(),
             credential: self.credential.clone(),
+            query: Default::default(),
         })
     }
 

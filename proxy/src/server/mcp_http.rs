@@ -17,6 +17,30 @@ pub(super) fn mcp_path(snapshot: &Snapshot, host: &str, port: u16, target: &str)
     is_mcp_server(&policy.compiled, &policy.index, server).then_some(path)
 }
 
+/// A message to an MCP server whose target has a query, where a `rest`
+/// entry on the server's host and port reads queries: a call's transport
+/// is judged as `POST path` without one (docs/policy-semantics.md §10.1),
+/// so such a message is refused rather than judged as another request.
+pub(super) fn mcp_query_refusal(
+    snapshot: &Snapshot,
+    host: &str,
+    port: u16,
+    uri: &http::Uri,
+) -> Option<Refusal> {
+    let policy = snapshot.policy.as_ref().ok()?;
+    let query = uri.query().filter(|q| !q.is_empty())?;
+    reads_query_at(&policy.compiled, &policy.index, host, port).then(|| {
+        Refusal::new(
+            RefusalCode::NonCanonicalQuery,
+            format!(
+                "POST https://{host}:{port}{}?{query}: an MCP message is judged as POST {} without a query, and a rule on this server reads queries",
+                uri.path(),
+                uri.path()
+            ),
+        )
+    })
+}
+
 /// The largest JSON list answer filtered (an event stream is filtered
 /// event by event instead).
 pub(super) const MAX_LIST_BYTES: usize = 16 << 20;

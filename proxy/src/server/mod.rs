@@ -46,7 +46,9 @@ use agentgate_judgement::mcp_messages::{ForwardedCall, HeldCall};
 use agentgate_judgement::request_values::{content_coded, request_values};
 use agentgate_policy::action::request_path;
 use agentgate_policy::action::{McpKind, NetworkAction};
-use agentgate_policy::matcher::{McpQuery, McpServer, is_mcp_server, mcp_query_carrying};
+use agentgate_policy::matcher::{
+    McpQuery, McpServer, is_mcp_server, mcp_query_carrying, reads_query_at,
+};
 use agentgate_policy::provenance::{Record, Source};
 
 mod bodies;
@@ -1193,6 +1195,9 @@ impl Inspected {
         }
         let snapshot = proxy.snapshot();
         if let Some(path) = mcp_path(&snapshot, &host, port, req.uri().path()) {
+            if let Some(refusal) = mcp_query_refusal(&snapshot, &host, port, req.uri()) {
+                return refuse(refusal, &host, port);
+            }
             let key = UpstreamKey {
                 tls: self.tls,
                 h2: self.tls && req.version() == Version::HTTP_2,
@@ -1219,7 +1224,9 @@ impl Inspected {
             &host,
             port,
             req.method().as_str(),
-            req.uri().path(),
+            req.uri()
+                .path_and_query()
+                .map_or_else(|| req.uri().path(), |target| target.as_str()),
             req.headers(),
         );
         let (rule, action, attachment) = match judged {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The official MCP Python SDK, pinned, in a virtualenv under
+# The official MCP Python SDK and the websockets library, pinned, in a virtualenv under
 # ~/.cache/agentgate (make test: the proxy's and the stdio wrapper's MCP
 # end-to-end tests run a real server and a real client from it, and the
 # pod runner's sandboxed agent runs the client). The venv is made from
@@ -14,6 +14,9 @@
 set -euo pipefail
 
 version=1.30.0
+# The WebSocket end-to-end test's client and server (docs/policy-semantics.md
+# §10.2): the `websockets` library, pinned, in the same venv.
+websockets_version=15.0.1
 log() { printf 'install-mcp-sdk: %s\n' "$*" >&2; }
 die() { printf 'install-mcp-sdk: ERROR: %s\n' "$*" >&2; exit 1; }
 
@@ -30,6 +33,10 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
   "$python" -m venv "$venv" || die "$python -m venv failed"
   # World-readable, so that a sandboxed agent of another uid can import it.
   (umask 022; "$venv/bin/pip" install -q --disable-pip-version-check "mcp==$version" >&2) || die "pip install mcp==$version failed"
+fi
+if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('websockets') != '$websockets_version')" 2>/dev/null; then
+  log "installing websockets==$websockets_version from PyPI into $venv"
+  (umask 022; "$venv/bin/pip" install -q --disable-pip-version-check "websockets==$websockets_version" >&2) || die "pip install websockets==$websockets_version failed"
 fi
 if [ "${1:-}" = --print ]; then
   echo "$venv/bin/python"

@@ -1185,6 +1185,7 @@ mod tests {
                 path: "/repos".into(),
                 credential: None,
                 query: Default::default(),
+                upgrade: None,
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),
@@ -1195,6 +1196,7 @@ mod tests {
                 path: "/repos/acme/prod/issues".into(),
                 credential: Some("github-token".into()),
                 query: Default::default(),
+                upgrade: None,
             }),
             Action::Network(NetworkAction {
                 binary: "/usr/bin/gh".into(),
@@ -1205,6 +1207,7 @@ mod tests {
                 path: String::new(),
                 credential: Some("github-token".into()),
                 query: Default::default(),
+                upgrade: None,
             }),
         ];
         for action in actions {

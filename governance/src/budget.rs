@@ -259,6 +259,8 @@ mod tests {
             methods: vec!["GET".into()],
             path: Some("/repos/acme".into()),
             query: Default::default(),
+            subprotocols: None,
+            origins: None,
         }];
         let mut star = exact.clone();
         star.rules[0].path = Some("/repos/*".into());

@@ -1447,6 +1447,7 @@ spec:
                 path: "/repos/acme/x/pulls/1".into(),
                 credential: None,
                 query: Default::default(),
+                upgrade: None,
             }),
         }
     }

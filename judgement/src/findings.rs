@@ -441,6 +441,7 @@ mod tests {
             path: "/x".into(),
             credential: None,
             query: Default::default(),
+            upgrade: None,
         };
         let cite = |a: &NetworkAction| compiled.cite(&Action::Network(a.clone())).cloned();
         assert_eq!(cite(&action).map(|c| c.node), Some("post".to_string()));
@@ -504,6 +505,7 @@ mod tests {
             path: "/notes".into(),
             credential: None,
             query: Default::default(),
+            upgrade: None,
         };
         let body = |text: &str| {
             request_values(

@@ -26,11 +26,27 @@ pub struct NetworkAction {
     /// for `l4`). Only the parameters some rule names can decide anything.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub query: crate::query::Query,
+    /// A `websocket` action's upgrade (docs/policy-semantics.md §10.2):
+    /// the subprotocol it offers and its origin. `None` for other layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<Upgrade>,
     /// The credential the request carries (docs/policy-semantics.md §9):
     /// the name of a sandbox credential whose placeholder it holds, or
     /// `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
+}
+
+/// What a WebSocket upgrade says beyond its path and query
+/// (docs/policy-semantics.md §10.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct Upgrade {
+    /// One subprotocol token the client offers, or `None` when it offers none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subprotocol: Option<String>,
+    /// The `Origin` header, lower-cased, or `None` when it sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// Filesystem access kind.
@@ -149,16 +165,28 @@ impl fmt::Display for NetworkAction {
     /// `POST https://api.github.com:443/repos/acme by /usr/bin/gh (layer rest)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.layer {
-            Layer::Rest => {
+            Layer::Rest | Layer::Websocket => {
+                let (verb, scheme) = match self.layer {
+                    Layer::Websocket => ("upgrade", "wss"),
+                    _ => (self.method.as_str(), "https"),
+                };
                 write!(
                     f,
-                    "{} https://{}:{}{}",
-                    self.method, self.host, self.port, self.path
+                    "{verb} {scheme}://{}:{}{}",
+                    self.host, self.port, self.path
                 )?;
                 if !self.query.is_empty() {
                     write!(f, "?{}", crate::query::to_target(&self.query))?;
                 }
-                write!(f, " by {}", self.binary)?
+                write!(f, " by {}", self.binary)?;
+                if let Some(upgrade) = &self.upgrade {
+                    if let Some(subprotocol) = &upgrade.subprotocol {
+                        write!(f, " offering {subprotocol}")?;
+                    }
+                    if let Some(origin) = &upgrade.origin {
+                        write!(f, " from origin {origin}")?;
+                    }
+                }
             }
             Layer::L4 => write!(f, "connect {}:{} by {}", self.host, self.port, self.binary)?,
         }
@@ -284,6 +312,33 @@ pub fn check_credential_name(value: &str) -> Result<(), CanonicalError> {
             format!(
                 "{value:?} is not a DNS label (lower-case letters, digits and -, starting and ending with a letter or digit)"
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a WebSocket subprotocol: an RFC 9110 token of at most 256
+/// bytes (docs/policy-semantics.md §10.2).
+pub fn check_subprotocol(value: &str) -> Result<(), CanonicalError> {
+    if value.is_empty() || value.len() > 256 || !value.bytes().all(is_tchar) {
+        return Err(err(
+            "subprotocol",
+            format!("{value:?} is not a token of at most 256 bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an origin: 1..=1024 bytes of printable ASCII, lower-case.
+pub fn check_origin(value: &str) -> Result<(), CanonicalError> {
+    if value.is_empty()
+        || value.len() > 1024
+        || !value.bytes().all(crate::names::is_name_byte)
+        || value.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        return Err(err(
+            "origin",
+            format!("{value:?} is not 1..1024 bytes of lower-case printable ASCII"),
         ));
     }
     Ok(())
@@ -423,13 +478,28 @@ impl NetworkAction {
                     return Err(err("layer", "l4 actions have no method, path or query"));
                 }
             }
-            Layer::Rest => {
+            Layer::Rest | Layer::Websocket => {
                 check_method(&self.method)?;
                 check_request_path(&self.path)?;
                 if self.query.keys().any(String::is_empty) {
                     return Err(err("query", "a parameter name is not empty"));
                 }
             }
+        }
+        if self.layer == Layer::Websocket && self.method != "GET" {
+            return Err(err("method", "a WebSocket upgrade is a GET"));
+        }
+        match (&self.upgrade, self.layer) {
+            (Some(upgrade), Layer::Websocket) => {
+                if let Some(s) = &upgrade.subprotocol {
+                    check_subprotocol(s)?;
+                }
+                if let Some(o) = &upgrade.origin {
+                    check_origin(o)?;
+                }
+            }
+            (Some(_), _) => return Err(err("upgrade", "only a websocket action has an upgrade")),
+            (None, _) => {}
         }
         if let Some(credential) = &self.credential {
             check_credential_name(credential)?;
@@ -458,6 +528,7 @@ impl McpAction {
             path: self.path.clone(),
             credential: self.credential.clone(),
             query: Default::default(),
+            upgrade: None,
         }
     }
 
@@ -578,6 +649,7 @@ mod tests {
             path: "/repos/acme".into(),
             credential: None,
             query: Default::default(),
+            upgrade: None,
         };
         assert_eq!(
             a.to_string(),

@@ -11,7 +11,7 @@ use crate::model::{
     AccessLevel, Endpoint, NetworkRule, PolicyDocument, Protocol, Region, RuleEntry,
 };
 use crate::names::NameGlob;
-use crate::query::{self, QueryConstraints};
+use crate::query::{self, ParameterConstraint, QueryConstraints};
 
 /// Who wrote the policy: decides what is allowed (review markers and broad
 /// hosts only in a MaximumPolicy).
@@ -86,6 +86,11 @@ pub struct CompiledEntry {
     /// Query parameter constraints by name (docs/policy-semantics.md
     /// §10.1); empty: none.
     pub query: QueryConstraints,
+    /// WebSocket entries: the subprotocol an upgrade offers (a literal
+    /// token, or `*` for any offered one); `None`: any, or none offered.
+    pub subprotocols: Option<ParameterConstraint>,
+    /// WebSocket entries: the origin globs; `None`: any origin, or none.
+    pub origins: Option<ParameterConstraint>,
 }
 
 /// What an endpoint allows beyond host, port and binary.
@@ -105,6 +110,16 @@ pub enum EndpointKind {
     /// MCP: tool, resource and prompt calls on the server's path
     /// (docs/policy-semantics.md §8.2).
     Mcp(CompiledMcp),
+    /// WebSocket: layer `websocket`, within `scope`, per `allow` (methods
+    /// are `GET`), minus `deny` (docs/policy-semantics.md §10.2).
+    Websocket {
+        /// The endpoint's `path` scope.
+        scope: Option<Glob>,
+        /// Allow entries.
+        allow: Vec<CompiledEntry>,
+        /// Deny entries.
+        deny: Vec<CompiledEntry>,
+    },
 }
 
 /// A compiled endpoint.
@@ -138,6 +153,11 @@ impl CompiledEndpoint {
                 deny: Vec::new(),
             },
             EndpointKind::Rest { scope, deny, .. } => EndpointKind::Rest {
+                scope: scope.clone(),
+                allow: Vec::new(),
+                deny: deny.clone(),
+            },
+            EndpointKind::Websocket { scope, deny, .. } => EndpointKind::Websocket {
                 scope: scope.clone(),
                 allow: Vec::new(),
                 deny: deny.clone(),
@@ -270,7 +290,20 @@ fn methods(field: &str, methods: &[String]) -> Result<MethodSet, Reason> {
 }
 
 fn entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEntry, Reason> {
+    if e.subprotocols.is_some() || e.origins.is_some() {
+        let name = if e.subprotocols.is_some() {
+            "subprotocols"
+        } else {
+            "origins"
+        };
+        return Err(shape(
+            format!("{field}.{name}"),
+            "only the entries of a protocol: websocket endpoint take subprotocols or origins",
+        ));
+    }
     Ok(CompiledEntry {
+        subprotocols: None,
+        origins: None,
         methods: methods(&format!("{field}.methods"), &e.methods)?,
         path: e
             .path
@@ -475,11 +508,12 @@ fn compile_endpoint(
         Protocol::L4 => l4_kind(at, endpoint)?,
         Protocol::Mcp => mcp_kind(at, endpoint, role, limits, seen)?,
         Protocol::Rest => rest_kind(at, endpoint, limits, seen)?,
+        Protocol::Websocket => websocket_kind(at, endpoint, limits, seen)?,
         reserved => {
             return Err(shape(
                 format!("{at}.protocol"),
                 format!(
-                    "protocol {} is reserved and not modelled yet; only l4 and rest are supported",
+                    "protocol {} is reserved and not modelled yet; only l4, rest, mcp and websocket are supported",
                     reserved.as_str()
                 ),
             ));
@@ -623,16 +657,22 @@ fn rest_kind(
             methods: MethodSet::of(READ_ONLY_METHODS),
             path: None,
             query: Vec::new(),
+            subprotocols: None,
+            origins: None,
         }],
         Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
             methods: MethodSet::of(READ_WRITE_METHODS),
             path: None,
             query: Vec::new(),
+            subprotocols: None,
+            origins: None,
         }],
         Some(AccessLevel::Full) => vec![CompiledEntry {
             methods: MethodSet::Any,
             path: None,
             query: Vec::new(),
+            subprotocols: None,
+            origins: None,
         }],
         None => endpoint
             .rules
@@ -648,6 +688,132 @@ fn rest_kind(
         .map(|(i, e)| entry(&format!("{at}.denyRules[{i}]"), e, limits.pattern_bytes))
         .collect::<Result<_, _>>()?;
     Ok(EndpointKind::Rest { scope, allow, deny })
+}
+
+/// A `websocket` endpoint (docs/policy-semantics.md §10.2): its path
+/// scope and its allow and deny entries, which take a path, a query,
+/// subprotocols and origins, and no methods (an upgrade is a `GET`).
+fn websocket_kind(
+    at: &str,
+    endpoint: &Endpoint,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<EndpointKind, Reason> {
+    if let Some(field) = mcp_field(endpoint) {
+        return Err(shape(
+            format!("{at}.{field}"),
+            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
+        ));
+    }
+    if endpoint.access.is_some() {
+        return Err(shape(
+            format!("{at}.access"),
+            "a websocket endpoint takes rules, not an access preset (an upgrade is a GET)",
+        ));
+    }
+    seen.entries += endpoint.rules.len() + endpoint.deny_rules.len();
+    if seen.entries > limits.entries {
+        return Err(Reason::at(
+            ReasonCode::ResourceLimit,
+            at,
+            format!("more than {} allow/deny entries", limits.entries),
+        ));
+    }
+    let max = limits.pattern_bytes;
+    let scope = endpoint
+        .path
+        .as_deref()
+        .map(|p| glob_within(GlobKind::Path, &format!("{at}.path"), p, max))
+        .transpose()?;
+    let compile_entries = |entries: &[RuleEntry], list: &str| {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| websocket_entry(&format!("{at}.{list}[{i}]"), e, max))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(EndpointKind::Websocket {
+        scope,
+        allow: compile_entries(&endpoint.rules, "rules")?,
+        deny: compile_entries(&endpoint.deny_rules, "denyRules")?,
+    })
+}
+
+/// A websocket entry's `subprotocols` or `origins` (`list` names it): absent,
+/// or a non-empty list of globs each of which `check` accepts, as a
+/// constraint that the upgrade's value be present and matched.
+fn upgrade_globs(
+    field: &str,
+    list: &str,
+    values: Option<&[String]>,
+    max: usize,
+    check: impl Fn(&str, &str) -> Result<(), Reason>,
+) -> Result<Option<ParameterConstraint>, Reason> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    if values.is_empty() {
+        return Err(shape(
+            format!("{field}.{list}"),
+            "an empty list allows no upgrade; omit it to allow any",
+        ));
+    }
+    let mut globs = Vec::with_capacity(values.len());
+    for (i, value) in values.iter().enumerate() {
+        let at = format!("{field}.{list}[{i}]");
+        check(&at, value)?;
+        globs.push(NameGlob::parse(&at, value, max)?);
+    }
+    Ok(Some(ParameterConstraint::Matches {
+        globs,
+        optional: false,
+    }))
+}
+
+/// One entry of a `websocket` endpoint.
+fn websocket_entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEntry, Reason> {
+    if !e.methods.is_empty() {
+        return Err(shape(
+            format!("{field}.methods"),
+            "a websocket entry takes no methods: an upgrade is a GET",
+        ));
+    }
+    let subprotocols = upgrade_globs(
+        field,
+        "subprotocols",
+        e.subprotocols.as_deref(),
+        max,
+        |at, token| {
+            if token == "*" {
+                return Ok(());
+            }
+            crate::action::check_subprotocol(token).map_err(|e| shape(at, e.message))
+        },
+    )?;
+    let origins = upgrade_globs(field, "origins", e.origins.as_deref(), max, |at, glob| {
+        if glob.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(shape(
+                at,
+                "origins are compared lower-cased: write the glob in lower case",
+            ));
+        }
+        Ok(())
+    })?;
+    Ok(CompiledEntry {
+        methods: MethodSet::of(&["GET"]),
+        path: e
+            .path
+            .as_deref()
+            .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
+            .transpose()?,
+        query: if e.query.is_empty() {
+            Vec::new()
+        } else {
+            query::compile(&e.query, &format!("{field}.query"), max)?
+        },
+        subprotocols,
+        origins,
+    })
 }
 
 /// Compiles a rule's `credentials` (docs/policy-semantics.md §9). A sandbox
@@ -925,7 +1091,8 @@ impl CompiledPolicy {
             .iter()
             .flat_map(|r| &r.endpoints)
             .filter_map(|e| match &e.kind {
-                EndpointKind::Rest { allow, deny, .. } => Some(allow.iter().chain(deny)),
+                EndpointKind::Rest { allow, deny, .. }
+                | EndpointKind::Websocket { allow, deny, .. } => Some(allow.iter().chain(deny)),
                 _ => None,
             })
             .flatten()

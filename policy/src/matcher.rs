@@ -84,6 +84,21 @@ fn entry_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
     entry.methods.contains(&a.method)
         && entry.path.as_ref().is_none_or(|g| g.matches(&a.path))
         && crate::query::satisfies(&entry.query, &a.query)
+        && upgrade_matches(entry, a)
+}
+
+/// A websocket entry's subprotocols and origins (docs/policy-semantics.md
+/// §10.2); always true for REST entries, which have neither.
+fn upgrade_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
+    let upgrade = a.upgrade.as_ref();
+    entry
+        .subprotocols
+        .as_ref()
+        .is_none_or(|c| c.admits(upgrade.and_then(|u| u.subprotocol.as_deref())))
+        && entry
+            .origins
+            .as_ref()
+            .is_none_or(|c| c.admits(upgrade.and_then(|u| u.origin.as_deref())))
 }
 
 /// The layer, method and path part of `allows_E(a)`. An `mcp` endpoint
@@ -93,6 +108,11 @@ fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
         EndpointKind::L4 => true,
         EndpointKind::Rest { scope, allow, .. } => {
             a.layer == Layer::Rest
+                && scope.as_ref().is_none_or(|g| g.matches(&a.path))
+                && allow.iter().any(|entry| entry_matches(entry, a))
+        }
+        EndpointKind::Websocket { scope, allow, .. } => {
+            a.layer == Layer::Websocket
                 && scope.as_ref().is_none_or(|g| g.matches(&a.path))
                 && allow.iter().any(|entry| entry_matches(entry, a))
         }
@@ -106,6 +126,9 @@ fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
         EndpointKind::L4 | EndpointKind::Mcp(_) => false,
         EndpointKind::Rest { deny, .. } => {
             a.layer == Layer::Rest && deny.iter().any(|entry| entry_matches(entry, a))
+        }
+        EndpointKind::Websocket { deny, .. } => {
+            a.layer == Layer::Websocket && deny.iter().any(|entry| entry_matches(entry, a))
         }
     }
 }
@@ -125,6 +148,8 @@ fn endpoint_kind_allows_mcp(
     match &e.kind {
         EndpointKind::L4 => true,
         EndpointKind::Rest { .. } => endpoint_kind_allows(e, wire.get_or_init(|| t.transport())),
+        // A call's transport is a POST, never an upgrade.
+        EndpointKind::Websocket { .. } => false,
         // The entry first: a name that differs is one comparison, and most
         // endpoints on a server name other tools; the path glob is dearer.
         EndpointKind::Mcp(m) => m.entry_allows(t, provenance, reading) && m.path.matches(&t.path),
@@ -139,7 +164,7 @@ fn endpoint_kind_denies_mcp(
     wire: &OnceCell<NetworkAction>,
 ) -> Option<&'static str> {
     match &e.kind {
-        EndpointKind::L4 => None,
+        EndpointKind::L4 | EndpointKind::Websocket { .. } => None,
         EndpointKind::Rest { .. } => endpoint_kind_denies(e, wire.get_or_init(|| t.transport()))
             .then_some("a denyRules entry"),
         EndpointKind::Mcp(m) => (m.entry_denies(t, provenance) && m.path.matches(&t.path))
@@ -264,7 +289,8 @@ fn connection_over<'p>(
                 tunnel.get_or_insert(rule.name.as_str());
             }
             EndpointKind::L4 => {}
-            EndpointKind::Rest { allow, deny, .. } => {
+            EndpointKind::Rest { allow, deny, .. }
+            | EndpointKind::Websocket { allow, deny, .. } => {
                 could_allow |= allow_ok && !allow.is_empty();
                 deny_touches |= deny_ok && !deny.is_empty();
             }
@@ -482,6 +508,7 @@ fn mcp_over<'p>(
     // name is cheaper to compare than the host.
     let concerned = |e: &CompiledEndpoint| match &e.kind {
         EndpointKind::Mcp(m) => m.mentions(t),
+        EndpointKind::Websocket { .. } => false,
         EndpointKind::L4 | EndpointKind::Rest { .. } => true,
     };
     judge_over(
@@ -534,6 +561,7 @@ impl McpServer<'_> {
             path: self.path.to_string(),
             credential: None,
             query: Default::default(),
+            upgrade: None,
         }
     }
 }
@@ -651,6 +679,7 @@ pub fn mcp_query_carrying(
         );
         match &e.kind {
             EndpointKind::L4 => allowed |= may_allow,
+            EndpointKind::Websocket { .. } => {}
             EndpointKind::Rest { .. } => {
                 if may_deny && endpoint_kind_denies(e, &wire) {
                     return false;
@@ -773,6 +802,8 @@ pub fn connection_in_region(region: &CompiledRegion, binary: &str, host: &str, p
 
 fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
     let rest = a.layer == Layer::Rest;
+    // An upgrade has a path (and is a GET, which `methods` does not speak of).
+    let has_path = rest || a.layer == Layer::Websocket;
     region.holds_credential(a.credential.as_deref())
         && connection_in_region(region, &a.binary, &a.host, a.port)
         && region.layers.as_ref().is_none_or(|l| l.contains(&a.layer))
@@ -783,7 +814,7 @@ fn transport_in_region(region: &CompiledRegion, a: &NetworkAction) -> bool {
         && region
             .paths
             .as_ref()
-            .is_none_or(|g| rest && g.iter().any(|g| g.matches(&a.path)))
+            .is_none_or(|g| has_path && g.iter().any(|g| g.matches(&a.path)))
 }
 
 #[cfg(test)]

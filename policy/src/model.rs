@@ -15,6 +15,9 @@ pub enum Layer {
     L4,
     /// HTTP requests (method and path are meaningful).
     Rest,
+    /// A WebSocket upgrade (docs/policy-semantics.md §10.2): a `GET` with
+    /// its path, query, subprotocol and origin.
+    Websocket,
 }
 
 impl Layer {
@@ -23,6 +26,7 @@ impl Layer {
         match self {
             Layer::L4 => "l4",
             Layer::Rest => "rest",
+            Layer::Websocket => "websocket",
         }
     }
 }
@@ -118,7 +122,8 @@ pub enum Protocol {
     L4,
     /// HTTP with method/path rules.
     Rest,
-    /// Reserved.
+    /// WebSocket upgrades with path, query, subprotocol and origin rules
+    /// (docs/policy-semantics.md §10.2).
     Websocket,
     /// MCP (JSON-RPC over Streamable HTTP): tool, resource and prompt rules
     /// (docs/policy-semantics.md §8).
@@ -352,11 +357,14 @@ fn nested_constraint_schema(generator: &mut schemars::SchemaGenerator) -> schema
     }
 }
 
-/// An allow or deny entry: methods and a path glob.
+/// An allow or deny entry: methods and a path glob (REST), or a path,
+/// subprotocols and origins (WebSocket, whose upgrade is always a `GET`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuleEntry {
-    /// Upper-case methods or `*`; `GET` also covers `HEAD`.
+    /// REST: upper-case methods or `*` (at least one); `GET` also covers
+    /// `HEAD`. WebSocket: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<String>,
     /// Path glob; absent means any path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,6 +373,14 @@ pub struct RuleEntry {
     /// §10.1); parameters not named are unconstrained.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub query: BTreeMap<String, QueryMatcher>,
+    /// WebSocket only: the subprotocol tokens an upgrade may offer (`*`:
+    /// any offered one); absent means any, or none offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subprotocols: Option<Vec<String>>,
+    /// WebSocket only: origin globs (`*` = any run of characters) the
+    /// upgrade's `Origin` must match; absent means any origin, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origins: Option<Vec<String>>,
 }
 
 /// A constraint on one query parameter: a value glob (shorthand for

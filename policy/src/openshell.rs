@@ -114,6 +114,7 @@ fn rule_entry(value: &Value, field: &str) -> Result<RuleEntry, Reason> {
         }],
         path: path.map(str::to_string),
         query,
+        ..RuleEntry::default()
     })
 }
 
@@ -1249,6 +1250,7 @@ mod tests {
                     },
                     credential: credential.map(str::to_string),
                     query: Default::default(),
+                    upgrade: None,
                 },
             )
             .allow

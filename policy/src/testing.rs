@@ -10,7 +10,9 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 
-use crate::action::{Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction};
+use crate::action::{
+    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction, Upgrade,
+};
 use crate::model::{
     AccessLevel, ArgumentConstraint, Endpoint, EntitiesConstraint, Filesystem, NetworkRule,
     PolicyDocument, Protocol, QueryMatcher, QuerySpec, ResourceEntry, RuleEntry, ToolEntry,
@@ -76,6 +78,7 @@ pub fn universe() -> &'static [Action] {
                         path: String::new(),
                         credential: None,
                         query: Default::default(),
+                        upgrade: None,
                     }));
                     for m in ACTION_METHODS {
                         for p in PATHS {
@@ -88,6 +91,7 @@ pub fn universe() -> &'static [Action] {
                                 path: p.to_string(),
                                 credential: None,
                                 query: Default::default(),
+                                upgrade: None,
                             }));
                         }
                     }
@@ -119,6 +123,8 @@ pub fn entry() -> impl Strategy<Value = RuleEntry> {
             methods: methods.into_iter().map(str::to_string).collect(),
             path: path.map(str::to_string),
             query: Default::default(),
+            subprotocols: None,
+            origins: None,
         })
 }
 
@@ -232,6 +238,7 @@ pub fn credentialed_universe() -> &'static [Action] {
                                 path: path.to_string(),
                                 credential: credential.clone(),
                                 query: Default::default(),
+                                upgrade: None,
                             })
                         };
                         out.push(action(Layer::L4, "", ""));
@@ -610,6 +617,8 @@ pub fn query_entry() -> impl Strategy<Value = RuleEntry> {
             methods: methods.into_iter().map(str::to_string).collect(),
             path: path.map(str::to_string),
             query: query.into_iter().map(|(n, m)| (n.to_string(), m)).collect(),
+            subprotocols: None,
+            origins: None,
         })
 }
 
@@ -669,6 +678,7 @@ pub fn query_universe() -> &'static [Action] {
                     path: String::new(),
                     credential: None,
                     query: Default::default(),
+                    upgrade: None,
                 };
                 out.push(Action::Network(action.clone()));
                 for m in ["GET", "POST", "DELETE"] {
@@ -687,7 +697,139 @@ pub fn query_universe() -> &'static [Action] {
                                     method: m.to_string(),
                                     path: p.to_string(),
                                     query,
+                                    upgrade: None,
                                     ..action.clone()
+                                }));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    })
+}
+
+// WebSocket upgrades (docs/policy-semantics.md §10.2): entries over paths,
+// a query parameter, subprotocols and origins, beside REST and l4 grants
+// on the same hosts, and upgrades with every combination of them.
+
+pub const SUBPROTOCOLS: &[&str] = &["chat", "graphql-ws", "*"];
+pub const ORIGIN_GLOBS: &[&str] = &["https://app.a.io", "https://*.a.io", "*"];
+/// Offered subprotocols and origins of the enumerated upgrades.
+pub const OFFERED: &[Option<&str>] = &[None, Some("chat"), Some("v2")];
+pub const ORIGINS: &[Option<&str>] = &[
+    None,
+    Some("https://app.a.io"),
+    Some("https://x.a.io"),
+    Some("null"),
+];
+
+/// A random websocket entry.
+pub fn websocket_entry() -> impl Strategy<Value = RuleEntry> {
+    (
+        proptest::option::weighted(0.4, select(&["/ws", "/ws/*", "**"][..])),
+        proptest::collection::btree_map(select(&["q"][..]), query_matcher(), 0..=1),
+        proptest::option::weighted(0.5, subsequence(SUBPROTOCOLS, 1..=2)),
+        proptest::option::weighted(0.5, subsequence(ORIGIN_GLOBS, 1..=2)),
+    )
+        .prop_map(|(path, query, subprotocols, origins)| RuleEntry {
+            methods: Vec::new(),
+            path: path.map(str::to_string),
+            query: query.into_iter().map(|(n, m)| (n.to_string(), m)).collect(),
+            subprotocols: subprotocols.map(|v| v.into_iter().map(str::to_string).collect()),
+            origins: origins.map(|v| v.into_iter().map(str::to_string).collect()),
+        })
+}
+
+/// A random policy with websocket endpoints, REST endpoints (which never
+/// allow an upgrade) and l4 endpoints (which allow every one).
+pub fn websocket_document() -> impl Strategy<Value = PolicyDocument> {
+    let endpoint = (
+        select(&["a.io", "*.a.io"][..]),
+        0u8..4,
+        proptest::collection::vec(websocket_entry(), 1..=2),
+        proptest::collection::vec(websocket_entry(), 0..=1),
+        proptest::option::weighted(0.2, select(&["/ws/**", "**"][..])),
+    )
+        .prop_map(|(host, shape, rules, deny_rules, scope)| {
+            let mut e = Endpoint {
+                host: host.to_string(),
+                ports: vec![443],
+                ..Default::default()
+            };
+            match shape {
+                0 => {}
+                1 => {
+                    e.protocol = Protocol::Rest;
+                    e.access = Some(AccessLevel::Full);
+                }
+                _ => {
+                    e.protocol = Protocol::Websocket;
+                    e.path = scope.map(str::to_string);
+                    e.rules = rules;
+                    e.deny_rules = deny_rules;
+                }
+            }
+            e
+        });
+    proptest::collection::vec(
+        (
+            strings(&["/usr/bin/gh"], 1),
+            proptest::collection::vec(endpoint, 1..=2),
+        ),
+        0..=3,
+    )
+    .prop_map(|rules| PolicyDocument {
+        network: named_rules(rules),
+        ..PolicyDocument::default()
+    })
+}
+
+/// Upgrades of a small alphabet with every combination of path, query,
+/// subprotocol and origin, plus a request and a bare connection per host.
+pub fn websocket_universe() -> &'static [Action] {
+    static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
+    ACTIONS.get_or_init(|| {
+        let mut out = Vec::new();
+        for b in ["/usr/bin/gh", "/x"] {
+            for h in ["a.io", "b.a.io"] {
+                let connection = NetworkAction {
+                    binary: b.to_string(),
+                    host: h.to_string(),
+                    port: 443,
+                    layer: Layer::L4,
+                    method: String::new(),
+                    path: String::new(),
+                    credential: None,
+                    query: Default::default(),
+                    upgrade: None,
+                };
+                out.push(Action::Network(connection.clone()));
+                out.push(Action::Network(NetworkAction {
+                    layer: Layer::Rest,
+                    method: "GET".into(),
+                    path: "/ws".into(),
+                    ..connection.clone()
+                }));
+                for p in ["/ws", "/ws/x", "/b"] {
+                    for q in [None, Some("a"), Some("x")] {
+                        for subprotocol in OFFERED {
+                            for origin in ORIGINS {
+                                let mut query = crate::query::Query::new();
+                                if let Some(q) = q {
+                                    query.insert("q".into(), q.to_string());
+                                }
+                                out.push(Action::Network(NetworkAction {
+                                    layer: Layer::Websocket,
+                                    method: "GET".into(),
+                                    path: p.to_string(),
+                                    query,
+                                    upgrade: Some(Upgrade {
+                                        subprotocol: subprotocol.map(str::to_string),
+                                        origin: origin.map(str::to_string),
+                                    }),
+                                    ..connection.clone()
                                 }));
                             }
                         }

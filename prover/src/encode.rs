@@ -17,7 +17,7 @@ use z3::{Model, Params, SatResult, Solver};
 use crate::arguments::{ArgumentError, Exploration, argument_classes};
 use crate::automaton::{AutomatonError, Domain, Signatures, signatures};
 use agentgate_policy::action::{
-    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
+    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction, Upgrade,
 };
 use agentgate_policy::compile::{
     CompiledEndpoint, CompiledEntry, CompiledPolicy, CompiledRegion, CompiledRule, EndpointKind,
@@ -185,7 +185,8 @@ impl<'a> Universe<'a> {
                 self.hosts.add(&e.host);
                 self.ports.extend(&e.ports);
                 match &e.kind {
-                    EndpointKind::Rest { scope, allow, deny } => {
+                    EndpointKind::Rest { scope, allow, deny }
+                    | EndpointKind::Websocket { scope, allow, deny } => {
                         if let Some(scope) = scope {
                             self.paths.add(scope);
                         }
@@ -510,24 +511,48 @@ struct Component<'q> {
     ports: Vec<u16>,
     methods: Vec<String>,
     /// The query parameter constraints the component's entries mention,
-    /// by name (network searches only: a call's transport has no query).
-    query: BTreeMap<&'q str, Vec<&'q ParameterConstraint>>,
+    /// by name, and the subprotocol and origin constraints of its
+    /// websocket entries (network searches only: a call's transport has
+    /// no query and is no upgrade).
+    query: BTreeMap<Parameter<'q>, Vec<&'q ParameterConstraint>>,
     /// What the component's `mcp` endpoints mention (tool-call searches only).
     mcp: McpParts<'q>,
 }
 
-/// One query parameter of a component (docs/policy-semantics.md §10.1):
-/// its value globs and its classes, whose atom 0 is "present" and atom
-/// 1 + j "present with a value glob j matches". Class 0 is "absent".
+/// A part of a request that is present or not, with a string value that
+/// globs speak about: a query parameter (docs/policy-semantics.md §10.1),
+/// or an upgrade's subprotocol or origin (§10.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Parameter<'q> {
+    Query(&'q str),
+    Subprotocol,
+    Origin,
+}
+
+impl Parameter<'_> {
+    /// What its values are: any string for a query value, a non-empty
+    /// printable one for a subprotocol or an origin (the tokens and globs
+    /// compiled there keep witnesses inside their own characters).
+    fn domain(self) -> Domain {
+        match self {
+            Parameter::Query(_) => Domain::Text,
+            Parameter::Subprotocol | Parameter::Origin => Domain::Name,
+        }
+    }
+}
+
+/// One parameter of a component: its value globs and its classes, whose
+/// atom 0 is "present" and atom 1 + j "present with a value glob j
+/// matches". Class 0 is "absent".
 struct QueryParameter<'q> {
-    name: &'q str,
+    name: Parameter<'q>,
     globs: Vec<&'q NameGlob>,
     classes: Choices<Option<String>>,
 }
 
 impl<'q> QueryParameter<'q> {
     fn new(
-        name: &'q str,
+        name: Parameter<'q>,
         constraints: &[&'q ParameterConstraint],
         budget: &Budget,
     ) -> Result<QueryParameter<'q>, Reason> {
@@ -544,7 +569,7 @@ impl<'q> QueryParameter<'q> {
         let tokens: Vec<Vec<Token>> = globs.iter().map(|g| g.tokens()).collect();
         let token_refs: Vec<&[Token]> = tokens.iter().map(Vec::as_slice).collect();
         let values = signatures(
-            Domain::Text,
+            name.domain(),
             "query value",
             &token_refs,
             budget.max_states,
@@ -993,8 +1018,10 @@ enum Formula {
     Const(bool),
     /// Atom `i` of a dimension (pattern or literal `i` of its projection).
     Atom(Dim, u32),
-    /// The action is a REST request (else raw L4).
+    /// The action is a REST request.
     Rest,
+    /// The action is a WebSocket upgrade (neither: raw L4).
+    Websocket,
     And(Vec<Formula>),
     Or(Vec<Formula>),
     Not(Box<Formula>),
@@ -1117,6 +1144,14 @@ impl ComponentFormulas<'_, '_> {
 
     /// "The action is a REST request": a variable in a network search,
     /// true in a tool-call search (a call's transport is `POST path`).
+    fn websocket(&self) -> Formula {
+        if self.choices.mcp.is_some() {
+            Formula::Const(false)
+        } else {
+            Formula::Websocket
+        }
+    }
+
     fn rest(&self) -> Formula {
         if self.choices.mcp.is_some() {
             Formula::Const(true)
@@ -1199,13 +1234,38 @@ impl ComponentFormulas<'_, '_> {
         if let Some(path) = &e.path {
             terms.push(self.path(path));
         }
-        terms.extend(e.query.iter().map(|(name, c)| self.parameter(name, c)));
+        terms.extend(
+            e.query
+                .iter()
+                .map(|(name, c)| self.parameter(Parameter::Query(name), c)),
+        );
+        Formula::and(terms)
+    }
+
+    /// A websocket entry (docs/policy-semantics.md §10.2): no method (an
+    /// upgrade is a GET), its path, query, subprotocol and origin.
+    fn upgrade_entry(&self, e: &CompiledEntry) -> Formula {
+        let mut terms = Vec::new();
+        if let Some(path) = &e.path {
+            terms.push(self.path(path));
+        }
+        terms.extend(
+            e.query
+                .iter()
+                .map(|(name, c)| self.parameter(Parameter::Query(name), c)),
+        );
+        if let Some(c) = &e.subprotocols {
+            terms.push(self.parameter(Parameter::Subprotocol, c));
+        }
+        if let Some(c) = &e.origins {
+            terms.push(self.parameter(Parameter::Origin, c));
+        }
         Formula::and(terms)
     }
 
     /// A query parameter's constraint (docs/policy-semantics.md §10.1). A
     /// call's transport has no query, so there every parameter is absent.
-    fn parameter(&self, name: &str, c: &ParameterConstraint) -> Formula {
+    fn parameter(&self, name: Parameter<'_>, c: &ParameterConstraint) -> Formula {
         let found = self.choices.query.iter().position(|p| p.name == name);
         let Some(i) = found else {
             return Formula::Const(c.admits(None));
@@ -1267,6 +1327,25 @@ impl ComponentFormulas<'_, '_> {
                         ]));
                     }
                 }
+                EndpointKind::Websocket { scope, allow, deny } => {
+                    if !allow.is_empty() {
+                        let mut terms = vec![connection.clone(), self.websocket()];
+                        if let Some(scope) = scope {
+                            terms.push(self.path(scope));
+                        }
+                        terms.push(Formula::or(
+                            allow.iter().map(|a| self.upgrade_entry(a)).collect(),
+                        ));
+                        allows.push(Formula::and(terms));
+                    }
+                    if !deny.is_empty() {
+                        denies.push(Formula::and(vec![
+                            connection,
+                            self.websocket(),
+                            Formula::or(deny.iter().map(|d| self.upgrade_entry(d)).collect()),
+                        ]));
+                    }
+                }
                 // An mcp endpoint judges tool calls only: it neither allows
                 // nor denies a network action (docs/policy-semantics.md §8.2).
                 EndpointKind::Mcp(server) => {
@@ -1313,7 +1392,8 @@ impl ComponentFormulas<'_, '_> {
                     .iter()
                     .map(|l| match l {
                         Layer::Rest => self.rest(),
-                        Layer::L4 => self.rest().not(),
+                        Layer::Websocket => self.websocket(),
+                        Layer::L4 => Formula::and(vec![self.rest().not(), self.websocket().not()]),
                     })
                     .collect(),
             ));
@@ -1323,7 +1403,7 @@ impl ComponentFormulas<'_, '_> {
         }
         if let Some(paths) = &r.paths {
             terms.push(Formula::and(vec![
-                self.rest(),
+                Formula::or(vec![self.rest(), self.websocket()]),
                 Formula::or(paths.iter().map(|g| self.path(g)).collect()),
             ]));
         }
@@ -1344,6 +1424,8 @@ impl ComponentFormulas<'_, '_> {
         assertions.extend((0..positives).map(|p| self.allows(p)));
         assertions.extend((0..question.negative.len()).map(|n| self.allows(positives + n).not()));
         assertions.extend(question.regions.iter().map(|r| self.region(r)));
+        // One layer: a request or an upgrade, never both.
+        assertions.push(Formula::or(vec![self.rest().not(), self.websocket().not()]));
         let c = self.choices;
         if let Some(m) = &c.mcp {
             // A resource read carries no arguments (§8.1).
@@ -1389,6 +1471,7 @@ struct ComponentVars<'u> {
     /// Each query parameter (network search).
     query: Vec<DimVars>,
     rest: Bool,
+    websocket: Bool,
 }
 
 impl<'u> ComponentVars<'u> {
@@ -1418,9 +1501,17 @@ impl<'u> ComponentVars<'u> {
             query: choices
                 .query
                 .iter()
-                .map(|p| DimVars::new(&format!("query:{}", p.name), &p.classes, solver, &always))
+                .map(|p| {
+                    DimVars::new(
+                        &format!("parameter:{:?}", p.name),
+                        &p.classes,
+                        solver,
+                        &always,
+                    )
+                })
                 .collect(),
             rest: Bool::new_const("layer_rest"),
+            websocket: Bool::new_const("layer_websocket"),
         }
     }
 
@@ -1435,6 +1526,7 @@ impl<'u> ComponentVars<'u> {
             // A bare connection when one is a counterexample: it says the
             // most (every request on it is one too).
             Canonical::Flag(&self.rest, false),
+            Canonical::Flag(&self.websocket, false),
             Canonical::Dim(self.dim(Dim::Method)),
             Canonical::Dim(self.dim(Dim::Path)),
         ];
@@ -1492,6 +1584,7 @@ impl<'u> ComponentVars<'u> {
             Formula::Const(b) => Bool::from_bool(*b),
             Formula::Atom(dim, i) => self.dim(*dim).atoms[*i as usize].clone(),
             Formula::Rest => self.rest.clone(),
+            Formula::Websocket => self.websocket.clone(),
             Formula::And(terms) => Bool::and(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
             Formula::Or(terms) => Bool::or(&terms.iter().map(|t| self.z3(t)).collect::<Vec<_>>()),
             Formula::Not(inner) => self.z3(inner).not(),
@@ -1564,54 +1657,73 @@ impl<'u> ComponentVars<'u> {
             return (Action::Mcp(action), same);
         }
         let rest = holds(model, &self.rest);
+        let websocket = !rest && holds(model, &self.websocket);
         let picks = self.dims.each_ref().map(|d| d.chosen(model));
         let c = self.choices;
         // `dims` order: host, binary, path, port, method.
         let [host, binary, path, port, method] = picks;
         let mut query = Query::new();
-        let mut query_picks = Vec::new();
-        if rest {
+        let mut upgrade = websocket.then(Upgrade::default);
+        let mut parameter_picks = Vec::new();
+        if rest || websocket {
             for (i, p) in c.query.iter().enumerate() {
-                let picked = self.dim(Dim::Query(i as u32)).chosen(model);
-                query_picks.push((Dim::Query(i as u32), picked));
-                if let Some(value) = &p.classes.values[picked] {
-                    query.insert(p.name.to_string(), value.clone());
+                let dim = Dim::Query(i as u32);
+                let picked = self.dim(dim).chosen(model);
+                let value = p.classes.values[picked].clone();
+                match (p.name, upgrade.as_mut()) {
+                    (Parameter::Query(name), _) => {
+                        if let Some(value) = value {
+                            query.insert(name.to_string(), value);
+                        }
+                    }
+                    (Parameter::Subprotocol, Some(u)) => u.subprotocol = value,
+                    (Parameter::Origin, Some(u)) => u.origin = value,
+                    // A request has no subprotocol or origin to tell apart.
+                    (_, None) => continue,
                 }
+                parameter_picks.push((dim, picked));
             }
         }
+        let layer = if rest {
+            Layer::Rest
+        } else if websocket {
+            Layer::Websocket
+        } else {
+            Layer::L4
+        };
         let action = NetworkAction {
             host: c.host.choices.values[host].clone(),
             binary: c.binary.choices.values[binary].clone(),
             port: c.port.values[port],
-            layer: if rest { Layer::Rest } else { Layer::L4 },
-            method: if rest {
-                c.method.values[method].clone()
-            } else {
-                String::new()
+            layer,
+            method: match layer {
+                Layer::Rest => c.method.values[method].clone(),
+                Layer::Websocket => "GET".to_string(),
+                Layer::L4 => String::new(),
             },
-            path: if rest {
+            path: if rest || websocket {
                 c.path.choices.values[path].clone()
             } else {
                 String::new()
             },
             credential: None,
             query,
+            upgrade,
         };
-        let mut same = vec![if rest {
-            self.rest.clone()
-        } else {
-            self.rest.not()
-        }];
+        let flag = |var: &Bool, on: bool| if on { var.clone() } else { var.not() };
+        let mut same = vec![flag(&self.rest, rest), flag(&self.websocket, websocket)];
         for (dim, picked) in [(Dim::Host, host), (Dim::Binary, binary), (Dim::Port, port)] {
             same.extend(self.dim(dim).is_chosen(picked));
         }
+        let mut shown = parameter_picks;
         if rest {
-            for (dim, picked) in [(Dim::Method, method), (Dim::Path, path)]
-                .into_iter()
-                .chain(query_picks)
-            {
-                same.extend(self.dim(dim).is_chosen(picked));
-            }
+            shown.push((Dim::Method, method));
+        }
+        if rest || websocket {
+            shown.push((Dim::Path, path));
+        }
+        for (dim, picked) in shown {
+            same.extend(self.dim(dim).is_chosen(picked));
         }
         (Action::Network(action), all(same))
     }
@@ -1912,7 +2024,9 @@ fn components_of<'q>(
                 part.ports.extend(&e.ports);
                 let allows_something = match &e.kind {
                     EndpointKind::L4 => true,
-                    EndpointKind::Rest { scope, allow, deny } => {
+                    EndpointKind::Rest { scope, allow, deny }
+                    | EndpointKind::Websocket { scope, allow, deny } => {
+                        let upgrade = matches!(e.kind, EndpointKind::Websocket { .. });
                         if let Some(scope) = scope {
                             part.paths.push(u.paths.id(scope));
                         }
@@ -1924,15 +2038,31 @@ fn components_of<'q>(
                                 part.paths.push(u.paths.id(p));
                             }
                             if !mcp {
-                                for (name, c) in &entry.query {
-                                    let list = part.query.entry(name.as_str()).or_default();
+                                let parameters = entry
+                                    .query
+                                    .iter()
+                                    .map(|(name, c)| (Parameter::Query(name.as_str()), c))
+                                    .chain(
+                                        entry
+                                            .subprotocols
+                                            .iter()
+                                            .map(|c| (Parameter::Subprotocol, c)),
+                                    )
+                                    .chain(entry.origins.iter().map(|c| (Parameter::Origin, c)));
+                                for (name, c) in parameters {
+                                    let list = part.query.entry(name).or_default();
                                     if !list.contains(&c) {
                                         list.push(c);
                                     }
                                 }
                             }
                         }
-                        !allow.is_empty()
+                        // A tool call is never an upgrade.
+                        if mcp && upgrade {
+                            false
+                        } else {
+                            !allow.is_empty()
+                        }
                     }
                     EndpointKind::Mcp(server) if mcp => {
                         part.paths.push(u.paths.id(&server.path));
@@ -2000,7 +2130,7 @@ fn component_choices<'q>(
     let query = part
         .query
         .iter()
-        .map(|(name, constraints)| QueryParameter::new(name, constraints, budget))
+        .map(|(name, constraints)| QueryParameter::new(*name, constraints, budget))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ComponentChoices {
         query,

@@ -131,7 +131,9 @@ fn allows(v: &Vars, policy: &CompiledPolicy) -> Bool {
                     ]));
                 }
                 // No network action is allowed or denied by an mcp endpoint.
-                EndpointKind::Mcp(_) => {}
+                // The baseline models neither queries nor upgrades
+                // (docs/policy-semantics.md §10): benchmarks give it none.
+                EndpointKind::Mcp(_) | EndpointKind::Websocket { .. } => {}
             }
         }
     }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use agentgate_judgement::findings::CompiledFindings;
 use agentgate_policy::action::{
-    Action, Layer, NetworkAction, check_host, check_method, request_path,
+    Action, Layer, NetworkAction, Upgrade, check_host, check_method, check_origin,
+    check_subprotocol, request_path,
 };
 use agentgate_policy::compile::CompiledPolicy;
 use agentgate_policy::index::HostIndex;
@@ -146,6 +147,7 @@ pub fn judge_connection(
                 path: String::new(),
                 credential: None,
                 query: Default::default(),
+                upgrade: None,
             };
             let mut refusal = Refusal::new(
                 RefusalCode::NoRule,
@@ -193,6 +195,46 @@ pub fn judge_request_action(
     target: &str,
     credential: Option<&str>,
 ) -> Result<(String, NetworkAction), Refusal> {
+    let head = Head {
+        binary,
+        host,
+        port,
+        method,
+        target,
+        credential,
+    };
+    judge_each(snapshot, &head, Layer::Rest, &[None])
+}
+
+/// What every judged request shares: who sends it, where, and its target.
+struct Head<'a> {
+    binary: &'a Binary,
+    host: &'a str,
+    port: u16,
+    method: &'a str,
+    target: &'a str,
+    credential: Option<&'a str>,
+}
+
+/// Judges a request (layer `rest`) or an upgrade (layer `websocket`, one
+/// action per element of `upgrades`) as docs/policy-semantics.md §7 and
+/// §10 say: the path canonical, the query read in every reading that
+/// differs where a rule looks, and every resulting action allowed.
+/// Returns the allowing rule and the first action.
+fn judge_each(
+    snapshot: &Snapshot,
+    head: &Head<'_>,
+    layer: Layer,
+    upgrades: &[Option<Upgrade>],
+) -> Result<(String, NetworkAction), Refusal> {
+    let Head {
+        binary,
+        host,
+        port,
+        method,
+        target,
+        credential,
+    } = *head;
     let policy = policy_of(snapshot)?;
     let (target_path, raw_query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
@@ -224,42 +266,45 @@ pub fn judge_request_action(
     let several = readings.len() > 1;
     let mut judged = None;
     for (plus, query) in readings {
-        let action = NetworkAction {
-            binary: binary.shown().to_string(),
-            host: host.to_string(),
-            port,
-            layer: Layer::Rest,
-            method: method.to_string(),
-            path: path.clone(),
-            credential: credential.map(str::to_string),
-            query,
-        };
-        let decision =
-            decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
-        if !decision.allow {
-            let code = if decision.rule.is_some() {
-                RefusalCode::DeniedByRule
-            } else {
-                RefusalCode::NoRule
+        for upgrade in upgrades {
+            let action = NetworkAction {
+                binary: binary.shown().to_string(),
+                host: host.to_string(),
+                port,
+                layer,
+                method: method.to_string(),
+                path: path.clone(),
+                credential: credential.map(str::to_string),
+                query: query.clone(),
+                upgrade: upgrade.clone(),
             };
-            let reading = if several {
-                format!(" (with {})", plus.as_str())
-            } else {
-                String::new()
-            };
-            return Err(Refusal {
-                decision: "deny",
-                reason: format!("{action}{reading}: {}", decision.reason),
-                code,
-                rule: decision.rule,
-                finding: snapshot
-                    .findings
-                    .cite(&Action::Network(action.clone()))
-                    .cloned()
-                    .map(Box::new),
-            });
+            let decision =
+                decide_network_indexed(&policy.compiled, &policy.index, binary.caller(), &action);
+            if !decision.allow {
+                let code = if decision.rule.is_some() {
+                    RefusalCode::DeniedByRule
+                } else {
+                    RefusalCode::NoRule
+                };
+                let reading = if several {
+                    format!(" (with {})", plus.as_str())
+                } else {
+                    String::new()
+                };
+                return Err(Refusal {
+                    decision: "deny",
+                    reason: format!("{action}{reading}: {}", decision.reason),
+                    code,
+                    rule: decision.rule,
+                    finding: snapshot
+                        .findings
+                        .cite(&Action::Network(action.clone()))
+                        .cloned()
+                        .map(Box::new),
+                });
+            }
+            judged.get_or_insert((decision.rule.unwrap_or_default(), action));
         }
-        judged.get_or_insert((decision.rule.unwrap_or_default(), action));
     }
     judged.ok_or_else(|| {
         Refusal::new(
@@ -267,6 +312,167 @@ pub fn judge_request_action(
             format!("{method} https://{host}:{port}{target}: no reading of the request to judge"),
         )
     })
+}
+
+/// A WebSocket opening handshake as the proxy reads it (RFC 6455 §4.1,
+/// docs/policy-semantics.md §10.2): the subprotocols offered and the origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebsocketHead {
+    /// Each token of every `Sec-WebSocket-Protocol` header, in order.
+    pub subprotocols: Vec<String>,
+    /// The `Origin` header, lower-cased.
+    pub origin: Option<String>,
+}
+
+impl WebsocketHead {
+    /// The upgrade of each action the handshake is judged as: one per
+    /// subprotocol offered, or one without when none is.
+    pub fn upgrades(&self) -> Vec<Option<Upgrade>> {
+        let origin = self.origin.clone();
+        if self.subprotocols.is_empty() {
+            return vec![Some(Upgrade {
+                subprotocol: None,
+                origin,
+            })];
+        }
+        self.subprotocols
+            .iter()
+            .map(|s| {
+                Some(Upgrade {
+                    subprotocol: Some(s.clone()),
+                    origin: origin.clone(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn unsupported_upgrade(why: impl Into<String>) -> Refusal {
+    Refusal::new(RefusalCode::UnsupportedProtocol, why)
+}
+
+/// Reads a request that asks for an upgrade: `Ok(None)` when it does not,
+/// the handshake when it is a well-formed WebSocket opening (HTTP/1.1
+/// `GET`, `Upgrade: websocket` and nothing else, `Connection: upgrade`,
+/// version 13, a 16-byte key), and a refusal for any other upgrade or a
+/// malformed one: servers disagree on what a malformed handshake is.
+pub fn websocket_head(
+    method: &http::Method,
+    version: http::Version,
+    headers: &HeaderMap,
+) -> Result<Option<WebsocketHead>, Refusal> {
+    use base64::Engine;
+    let upgrade: Vec<&http::HeaderValue> = headers.get_all(http::header::UPGRADE).iter().collect();
+    if upgrade.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = upgrade
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
+        .map(|p| p.trim().to_ascii_lowercase())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if names != ["websocket"] {
+        return Err(unsupported_upgrade(format!(
+            "an upgrade to {names:?}: only a WebSocket upgrade is modelled (docs/policy-semantics.md §10.2)"
+        )));
+    }
+    if method != http::Method::GET || version != http::Version::HTTP_11 {
+        return Err(unsupported_upgrade(format!(
+            "a WebSocket upgrade is an HTTP/1.1 GET, not {method} over {version:?}"
+        )));
+    }
+    let connection_upgrades = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or_default().split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !connection_upgrades {
+        return Err(unsupported_upgrade(
+            "a WebSocket upgrade without Connection: upgrade",
+        ));
+    }
+    let one = |name: &str| -> Result<Option<&str>, Refusal> {
+        let mut values = headers.get_all(name).iter();
+        let first = values.next();
+        if values.next().is_some() {
+            return Err(unsupported_upgrade(format!(
+                "a WebSocket upgrade with two {name} headers"
+            )));
+        }
+        first
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| unsupported_upgrade(format!("{name} is not text")))
+            })
+            .transpose()
+    };
+    if one("sec-websocket-version")?.map(str::trim) != Some("13") {
+        return Err(unsupported_upgrade(
+            "a WebSocket upgrade must say Sec-WebSocket-Version: 13",
+        ));
+    }
+    let key = one("sec-websocket-key")?.unwrap_or_default().trim();
+    let decoded = base64::engine::general_purpose::STANDARD.decode(key);
+    if decoded.map(|k| k.len()) != Ok(16) {
+        return Err(unsupported_upgrade(
+            "a WebSocket upgrade's Sec-WebSocket-Key must be 16 bytes in base64",
+        ));
+    }
+    let mut subprotocols = Vec::new();
+    for value in headers.get_all("sec-websocket-protocol") {
+        let text = value
+            .to_str()
+            .map_err(|_| unsupported_upgrade("Sec-WebSocket-Protocol is not text"))?;
+        for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            check_subprotocol(token).map_err(|e| unsupported_upgrade(e.to_string()))?;
+            subprotocols.push(token.to_string());
+        }
+    }
+    let origin = one("origin")?
+        .map(|o| o.trim().to_ascii_lowercase())
+        .filter(|o| !o.is_empty());
+    if let Some(origin) = &origin {
+        check_origin(origin).map_err(|e| unsupported_upgrade(e.to_string()))?;
+    }
+    Ok(Some(WebsocketHead {
+        subprotocols,
+        origin,
+    }))
+}
+
+/// Judges a WebSocket opening handshake (docs/policy-semantics.md §10.2):
+/// one `websocket` action per subprotocol offered (or one without), each
+/// with the request's path, query and origin; the upgrade goes through
+/// only if every one is allowed. Returns the allowing rule and the actions.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_upgrade(
+    snapshot: &Snapshot,
+    binary: &Binary,
+    host: &str,
+    port: u16,
+    target: &str,
+    handshake: &WebsocketHead,
+    credential: Option<&str>,
+) -> Result<(String, Vec<NetworkAction>), Refusal> {
+    let head = Head {
+        binary,
+        host,
+        port,
+        method: "GET",
+        target,
+        credential,
+    };
+    let upgrades = handshake.upgrades();
+    let (rule, first) = judge_each(snapshot, &head, Layer::Websocket, &upgrades)?;
+    let actions = upgrades
+        .into_iter()
+        .map(|upgrade| NetworkAction {
+            upgrade,
+            ..first.clone()
+        })
+        .collect();
+    Ok((rule, actions))
 }
 
 /// Headers some frameworks read as the request's real method.
@@ -875,6 +1081,8 @@ network:
                             && judge_request(&s, &binary, &a.host, a.port, &a.method, &a.path, None).is_ok();
                         prop_assert_eq!(proxy, matcher, "{}", a);
                     }
+                    // The alphabet has no upgrades: the websocket property below.
+                    Layer::Websocket => {}
                     Layer::L4 => {
                         // Inspecting an l4-allowed connection is also sound:
                         // each request is then judged as above.
@@ -913,6 +1121,133 @@ network:
                 prop_assert_eq!(judged, matcher, "{} as {}", a, target);
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// WebSocket upgrades (§10.2): the handshake the proxy reads is
+        /// judged as the matcher judges the upgrade's action, on every
+        /// upgrade of the alphabet.
+        #[test]
+        fn proxy_upgrade_decisions_equal_the_matcher(doc in agentgate_policy::testing::websocket_document()) {
+            let compiled = compile(&doc, Role::Maximum, &Limits::default()).unwrap();
+            let s = Snapshot {
+                generation: 1,
+                policy: Ok(Arc::new(EnforcedPolicy::new(compiled.clone()))),
+                findings: Arc::default(),
+            };
+            for action in agentgate_policy::testing::websocket_universe() {
+                let agentgate_policy::action::Action::Network(a) = action else { continue };
+                if a.layer != Layer::Websocket {
+                    continue;
+                }
+                let upgrade = a.upgrade.clone().unwrap_or_default();
+                let mut headers = HeaderMap::new();
+                headers.insert("upgrade", "websocket".parse().unwrap());
+                headers.insert("connection", "Upgrade".parse().unwrap());
+                headers.insert("sec-websocket-version", "13".parse().unwrap());
+                headers.insert("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==".parse().unwrap());
+                if let Some(p) = &upgrade.subprotocol {
+                    headers.insert("sec-websocket-protocol", p.parse().unwrap());
+                }
+                if let Some(o) = &upgrade.origin {
+                    headers.insert("origin", o.to_uppercase().parse().unwrap());
+                }
+                let handshake = websocket_head(&http::Method::GET, http::Version::HTTP_11, &headers)
+                    .unwrap()
+                    .unwrap();
+                let target = if a.query.is_empty() {
+                    a.path.clone()
+                } else {
+                    format!("{}?{}", a.path, agentgate_policy::query::to_target(&a.query))
+                };
+                let binary = Binary(Some(a.binary.clone()));
+                let matcher = decide_network(&compiled, a).allow;
+                let judged = judge_connection(&s, &binary, &a.host, a.port).is_ok()
+                    && judge_upgrade(&s, &binary, &a.host, a.port, &target, &handshake, None).is_ok();
+                prop_assert_eq!(judged, matcher, "{} as {}", a, target);
+            }
+        }
+    }
+
+    /// A handshake is read as a WebSocket upgrade only when it is a
+    /// well-formed one; each offered subprotocol is judged (§10.2).
+    #[test]
+    fn a_websocket_handshake_is_read_strictly_and_every_offer_judged() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            websocket_head(&http::Method::GET, http::Version::HTTP_11, &headers).unwrap(),
+            None
+        );
+        headers.insert("upgrade", "websocket".parse().unwrap());
+        headers.insert("connection", "keep-alive, Upgrade".parse().unwrap());
+        headers.insert("sec-websocket-version", "13".parse().unwrap());
+        headers.insert(
+            "sec-websocket-key",
+            "dGhlIHNhbXBsZSBub25jZQ==".parse().unwrap(),
+        );
+        headers.append("sec-websocket-protocol", "chat, v2".parse().unwrap());
+        headers.append("sec-websocket-protocol", "v3".parse().unwrap());
+        let read = |h: &HeaderMap, m: http::Method| websocket_head(&m, http::Version::HTTP_11, h);
+        let head = read(&headers, http::Method::GET).unwrap().unwrap();
+        assert_eq!(head.subprotocols, ["chat", "v2", "v3"]);
+        assert_eq!(head.upgrades().len(), 3);
+        assert!(read(&headers, http::Method::POST).is_err());
+        let mut h2c = headers.clone();
+        h2c.insert("upgrade", "h2c".parse().unwrap());
+        assert_eq!(
+            read(&h2c, http::Method::GET).unwrap_err().code,
+            RefusalCode::UnsupportedProtocol
+        );
+        let mut two = headers.clone();
+        two.insert("upgrade", "websocket, h2c".parse().unwrap());
+        assert!(read(&two, http::Method::GET).is_err());
+        let mut short_key = headers.clone();
+        short_key.insert("sec-websocket-key", "c2hvcnQ=".parse().unwrap());
+        assert!(read(&short_key, http::Method::GET).is_err());
+        let mut bad_token = headers.clone();
+        bad_token.insert("sec-websocket-protocol", "a b".parse().unwrap());
+        assert!(read(&bad_token, http::Method::GET).is_err());
+        let s = snapshot(
+            r#"
+network:
+  - name: realtime
+    endpoints:
+      - host: rt.example.com
+        port: 443
+        protocol: websocket
+        rules: [{path: /ws, subprotocols: [chat, v2]}]
+"#,
+        );
+        let refused =
+            judge_upgrade(&s, &curl(), "rt.example.com", 443, "/ws", &head, None).unwrap_err();
+        assert!(refused.reason.contains("offering v3"), "{}", refused.reason);
+        let two_offers = WebsocketHead {
+            subprotocols: vec!["chat".into(), "v2".into()],
+            origin: None,
+        };
+        let (_, actions) =
+            judge_upgrade(&s, &curl(), "rt.example.com", 443, "/ws", &two_offers, None).unwrap();
+        assert_eq!(actions.len(), 2);
+        // A REST grant of the same path never allows the upgrade.
+        let rest = snapshot(
+            "network:\n  - name: r\n    endpoints: [{host: rt.example.com, port: 443, protocol: rest, access: full}]\n",
+        );
+        assert_eq!(
+            judge_upgrade(
+                &rest,
+                &curl(),
+                "rt.example.com",
+                443,
+                "/ws",
+                &two_offers,
+                None
+            )
+            .unwrap_err()
+            .code,
+            RefusalCode::NoRule
+        );
     }
 
     /// A query where readers disagree is judged in every reading, or

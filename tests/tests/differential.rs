@@ -27,7 +27,7 @@ use agentgate_policy::model::{PolicyDocument, Region};
 use agentgate_policy::testing::{
     CREDENTIAL_GLOBS, CREDENTIALS, HOST_GLOBS, PATH_GLOBS, PORTS, credentialed_document,
     credentialed_universe, document, mcp_calls, mcp_document, query_document, query_universe,
-    strings, tool_entry, universe,
+    strings, tool_entry, universe, websocket_document, websocket_universe,
 };
 use agentgate_prover::{Outcome, Prover, ProverOptions};
 use proptest::prelude::*;
@@ -265,6 +265,57 @@ proptest! {
     #[test]
     fn query_new_authority_examples_replay((c, p, _) in query_pair()) {
         check_new_authority(query_universe(), &c, &p)?;
+    }
+}
+
+/// Pairs (C, M) with websocket, REST and l4 endpoints on the same hosts
+/// (docs/policy-semantics.md §10.2), built as [`pair`] builds them.
+fn websocket_pair() -> impl Strategy<Value = (PolicyDocument, PolicyDocument, bool)> {
+    (websocket_document(), websocket_document(), 0u8..3).prop_map(|(c, other, how)| {
+        let (m, contained) = maximum_around(&c, other, how);
+        (c, m, contained)
+    })
+}
+
+/// A region over layers and paths, which hold upgrades too.
+fn websocket_region() -> impl Strategy<Value = Region> {
+    (
+        proptest::option::of(subsequence(
+            &[Layer::L4, Layer::Rest, Layer::Websocket][..],
+            1..=2,
+        )),
+        proptest::option::of(subsequence(&["/ws", "/ws/*", "/b"][..], 1..=2)),
+        proptest::option::of(select(&["GET", "POST"][..])),
+    )
+        .prop_map(|(layers, paths, method)| Region {
+            layers,
+            paths: paths.map(|p| p.into_iter().map(str::to_string).collect()),
+            methods: method.map(|m| vec![m.to_string()]),
+            ..Region::default()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// WebSocket upgrades: Within is never wrong on every upgrade of the
+    /// alphabet, each witness (its subprotocol and origin included)
+    /// replays, and C ⊆ M by construction is proved.
+    #[test]
+    fn websocket_containment_agrees_with_matcher((c, m, contained) in websocket_pair()) {
+        check_containment(websocket_universe(), &c, &m, contained)?;
+    }
+
+    /// New authority over upgrades: distinct examples that replay.
+    #[test]
+    fn websocket_new_authority_examples_replay((c, p, _) in websocket_pair()) {
+        check_new_authority(websocket_universe(), &c, &p)?;
+    }
+
+    /// Regions hold upgrades by layer and path, never by method.
+    #[test]
+    fn websocket_intersection_agrees_with_matcher((c, _, _) in websocket_pair(), region in websocket_region()) {
+        check_intersection(websocket_universe(), &c, &region)?;
     }
 }
 

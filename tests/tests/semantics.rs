@@ -95,6 +95,7 @@ fn req(method: &str, path: &str) -> NetworkAction {
         path: path.into(),
         credential: None,
         query: Default::default(),
+        upgrade: None,
     }
 }
 
@@ -108,6 +109,7 @@ fn conn(host: &str, port: u16) -> NetworkAction {
         path: String::new(),
         credential: None,
         query: Default::default(),
+        upgrade: None,
     }
 }
 
@@ -1255,8 +1257,9 @@ fn s2_tls_is_unsupported() {
 
 #[test]
 fn s2_reserved_and_unknown_protocols_are_unsupported() {
-    // mcp is part of the language (§8; tests/tests/semantics_mcp.rs).
-    for protocol in ["websocket", "graphql", "grpc", "http"] {
+    // mcp and websocket are part of the language (§8, §10.2;
+    // tests/tests/semantics_mcp.rs, tests/tests/semantics_websocket.rs).
+    for protocol in ["graphql", "grpc", "http"] {
         let yaml = format!(
             "network: [{{name: r, endpoints: [{{host: {API}, ports: [443], protocol: {protocol}}}]}}]"
         );

@@ -40,6 +40,7 @@ fn request(binary: &str, method: &str, path: &str, credential: Option<&str>) -> 
         path: path.into(),
         credential: credential.map(str::to_string),
         query: Default::default(),
+        upgrade: None,
     }
 }
 

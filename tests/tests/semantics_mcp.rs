@@ -417,6 +417,7 @@ fn s8_3_only_a_rest_endpoint_can_be_the_model_provider() {
         path: path.into(),
         credential: None,
         query: Default::default(),
+        upgrade: None,
     };
     let post = request("POST", "/v1/chat/completions");
     assert!(agentgate_policy::matcher::decide_network(&p, &post).allow);

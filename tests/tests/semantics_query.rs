@@ -43,6 +43,7 @@ fn get(path: &str, pairs: &[(&str, &str)]) -> NetworkAction {
         path: path.into(),
         credential: None,
         query: query(pairs),
+        upgrade: None,
     }
 }
 

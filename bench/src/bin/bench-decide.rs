@@ -72,6 +72,7 @@ fn main() -> ExitCode {
             },
             credential: None,
             query: Default::default(),
+            upgrade: None,
         })
         .collect();
     let requests: Vec<DecideRequest> = actions

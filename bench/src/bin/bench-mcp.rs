@@ -279,6 +279,7 @@ fn main() -> ExitCode {
             },
             credential: None,
             query: Default::default(),
+            upgrade: None,
         })
         .collect();
     let index_of = |p: &CompiledPolicy| HostIndex::build(p);

@@ -1048,6 +1048,7 @@ mod tests {
             path: "/repos/acme".into(),
             credential: None,
             query: Default::default(),
+            upgrade: None,
         });
         let mut verdict = verdict(
             Decision::Reject,

@@ -82,6 +82,7 @@ impl DecideRequest {
             path: self.path.clone().unwrap_or_default(),
             credential: self.credential.clone(),
             query: Default::default(),
+            upgrade: None,
         })
     }
 

@@ -141,7 +141,7 @@ fn holds(
         .filter(|e| e.ports.contains(&request.server.port))
         .filter_map(|e| match &e.kind {
             EndpointKind::Mcp(mcp) => Some(&mcp.tools),
-            EndpointKind::L4 | EndpointKind::Rest { .. } => None,
+            EndpointKind::L4 | EndpointKind::Rest { .. } | EndpointKind::Websocket { .. } => None,
         })
         .flatten()
         .any(|entry| entry.held && entry.name.matches(&request.tool));

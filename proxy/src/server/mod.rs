@@ -30,8 +30,9 @@ use crate::credentials::{
     Attachment, BodyError, BodyScan, Carried, CredentialIssue, CredentialSet, ResponseMask, Scanned,
 };
 use crate::decide::{
-    Admitted, Binary, METHOD_OVERRIDES, Refusal, RefusalCode, Refused, Snapshot, canonical_host,
-    judge_carrying, judge_connection, method_overrides, model_request, policy_of,
+    Admitted, Binary, METHOD_OVERRIDES, Refusal, RefusalCode, Refused, Snapshot, WebsocketHead,
+    canonical_host, judge_carrying, judge_connection, judge_upgrade, method_overrides,
+    model_request, policy_of, websocket_head,
 };
 use crate::identity::{IdentityMode, binary_of};
 use crate::idle::{Activity, Metered, PARK_AFTER, Readiness, Tracked};
@@ -54,11 +55,13 @@ use agentgate_policy::provenance::{Record, Source};
 mod bodies;
 mod mcp_http;
 mod upstream;
+mod websocket;
 
 use bodies::*;
 use mcp_http::*;
 pub use upstream::Upstreams;
 use upstream::*;
+use websocket::*;
 
 /// The body type of every request forwarded and every response: a body
 /// can fail for the proxy's own reasons too (a request body that carries a
@@ -198,10 +201,6 @@ fn error_response(status: StatusCode, code: &str, reason: &str) -> Response<Body
         headers.insert("x-agentgate-error", value);
     }
     response
-}
-
-fn is_upgrade(req: &Request<Incoming>) -> bool {
-    req.headers().contains_key(header::UPGRADE) || req.method() == Method::CONNECT
 }
 
 /// Every `(host, port)` a request names: its absolute URI (or HTTP/2
@@ -457,6 +456,7 @@ impl Proxy {
             tls: false,
             refusal: None,
             open: Some(open),
+            relay: Mutex::new(None),
         });
         let service = service_fn(move |req| {
             let connection = connection.clone();
@@ -582,6 +582,7 @@ impl Proxy {
             tls,
             refusal,
             open: None,
+            relay: Mutex::new(None),
         });
         let io = Prefixed::new(buffered, io);
         if !tls {
@@ -906,6 +907,9 @@ struct Inspected {
     refusal: Option<Refusal>,
     /// Counts the client connection as open while anything uses it.
     open: Option<Arc<GaugeGuard>>,
+    /// A WebSocket upgrade the server accepted, relayed once the HTTP/1.1
+    /// dispatcher hands back the socket ([`Inspected::serve_http1`]).
+    relay: Mutex<Option<Relay>>,
 }
 
 impl Inspected {
@@ -995,6 +999,12 @@ impl Inspected {
             transport = parts.io.into_inner().into_inner();
             if ended.is_err() {
                 return;
+            }
+            if let Some(relay) = self.take_relay() {
+                // Frames the client sent behind its handshake go first.
+                transport.unread(&parts.read_buf);
+                drop(parts.read_buf);
+                return self.relay(transport, relay).await;
             }
             if !parking {
                 // Ended by the client or by `Connection: close`: what
@@ -1089,6 +1099,25 @@ impl Inspected {
             return Response::new(full(Bytes::new()));
         }
         if req.uri().scheme_str() == Some("http") && req.uri().authority().is_some() {
+            if req.headers().contains_key(header::UPGRADE) {
+                let refusal = Refusal::new(
+                    RefusalCode::UnsupportedProtocol,
+                    format!(
+                        "{} {}: an upgrade through the explicit proxy opens with CONNECT {}:80 first (docs/proxy.md, WebSocket)",
+                        req.method(),
+                        req.uri(),
+                        req.uri().host().unwrap_or_default()
+                    ),
+                );
+                proxy.log_refusal(
+                    "request",
+                    &self.binary,
+                    req.uri().host().unwrap_or_default(),
+                    80,
+                    &refusal,
+                );
+                return refusal_response(&refusal);
+            }
             return self.request(req).await;
         }
         error_response(
@@ -1152,12 +1181,13 @@ impl Inspected {
                 return Err((refusal, host, port));
             }
         }
-        if is_upgrade(req) {
+        if req.method() == Method::CONNECT {
+            // HTTP/2's extended CONNECT (RFC 8441, WebSocket over HTTP/2)
+            // or a CONNECT inside an inspected connection.
             let refusal = Refusal::new(
                 RefusalCode::UnsupportedProtocol,
                 format!(
-                    "{} https://{host}:{port}{}: protocol upgrades (WebSocket) are not modelled yet",
-                    req.method(),
+                    "CONNECT https://{host}:{port}{}: a CONNECT inside an inspected connection (WebSocket over HTTP/2 among them) is not modelled; a WebSocket opens with an HTTP/1.1 upgrade (docs/policy-semantics.md §10.2)",
                     req.uri().path()
                 ),
             );
@@ -1194,6 +1224,15 @@ impl Inspected {
             req.extensions_mut().insert(scan.clone());
         }
         let snapshot = proxy.snapshot();
+        match websocket_head(req.method(), req.version(), req.headers()) {
+            Ok(None) => {}
+            Ok(Some(handshake)) => {
+                return self
+                    .websocket(req, &snapshot, &carrying, &handshake, &host, port)
+                    .await;
+            }
+            Err(refusal) => return refuse(refusal, &host, port),
+        }
         if let Some(path) = mcp_path(&snapshot, &host, port, req.uri().path()) {
             if let Some(refusal) = mcp_query_refusal(&snapshot, &host, port, req.uri()) {
                 return refuse(refusal, &host, port);

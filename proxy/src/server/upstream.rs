@@ -95,7 +95,8 @@ where
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| UpstreamFailure::new(StatusCode::BAD_GATEWAY, "protocol", e.to_string()))?;
-    tokio::spawn(conn);
+    // With upgrades: a WebSocket handshake's `101` hands the socket back.
+    tokio::spawn(conn.with_upgrades());
     Ok(Sender::H1(sender))
 }
 

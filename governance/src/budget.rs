@@ -78,10 +78,32 @@ fn endpoint_cost(cost: &mut Cost, w: &CostWeights, at: &str, binaries: &[String]
         mcp_cost(cost, w, at, e);
         return;
     }
+    if e.protocol == Protocol::Websocket {
+        websocket_cost(cost, w, at, e);
+        return;
+    }
     if e.access == Some(AccessLevel::Full)
         || e.rules.iter().any(|r| r.methods.iter().any(|m| m == "*"))
     {
         cost.add(format!("{at}: any method"), w.method_wildcard);
+    }
+}
+
+/// The upgrade-level part of a `websocket` endpoint's price
+/// (docs/policy-semantics.md §10.2): any offered subprotocol (`*`) like
+/// any method, a wildcard in an origin glob like a host wildcard.
+fn websocket_cost(cost: &mut Cost, w: &CostWeights, at: &str, e: &Endpoint) {
+    for entry in &e.rules {
+        if entry
+            .subprotocols
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|p| p == "*"))
+        {
+            cost.add(format!("{at}: any subprotocol"), w.method_wildcard);
+        }
+        for origin in entry.origins.iter().flatten().filter(|o| o.contains('*')) {
+            cost.add(format!("{at}: origin wildcard {origin}"), w.host_wildcard);
+        }
     }
 }
 
@@ -284,6 +306,19 @@ mod tests {
         assert_eq!(price(&star), 3);
         assert_eq!(price(&recursive), 7);
         assert_eq!(price(&l4), 9);
+        // An upgrade (docs/policy-semantics.md §10.2): its path like a
+        // request's, any subprotocol like any method, an origin wildcard
+        // like a host wildcard; still below raw L4.
+        let mut upgrade = endpoint("api.github.com", Protocol::Websocket);
+        upgrade.rules = vec![RuleEntry {
+            path: Some("/ws".into()),
+            ..RuleEntry::default()
+        }];
+        assert_eq!(price(&upgrade), 1);
+        upgrade.rules[0].subprotocols = Some(vec!["*".into()]);
+        upgrade.rules[0].origins = Some(vec!["https://*.github.com".into()]);
+        assert_eq!(price(&upgrade), 1 + w.method_wildcard + w.host_wildcard);
+        assert!(price(&upgrade) < price(&l4));
     }
 
     #[test]

@@ -235,6 +235,12 @@ fn endpoint(value: &Value, field: &str, notes: &mut Vec<String>) -> Result<Endpo
             return Ok(out);
         }
         "rest" | "mcp" => {}
+        "websocket" => {
+            return Err(unsupported(
+                format!("{field}.protocol"),
+                "OpenShell judges each WebSocket text message (WEBSOCKET_TEXT rules); agentgate judges the upgrade and relays its messages unread (docs/policy-semantics.md §10.2), so an import would allow messages OpenShell refuses: write the protocol: websocket endpoint by hand",
+            ));
+        }
         other => {
             return Err(unsupported(
                 format!("{field}.protocol"),
@@ -1036,6 +1042,13 @@ mod tests {
         assert_eq!(
             error_field(&format!(
                 "{base}      - {{host: a.io, port: 443, protocol: graphql}}\n"
+            )),
+            "network_policies.p.endpoints[0].protocol"
+        );
+        // OpenShell judges WebSocket text messages, agentgate relays them.
+        assert_eq!(
+            error_field(&format!(
+                "{base}      - {{host: a.io, port: 443, protocol: websocket}}\n"
             )),
             "network_policies.p.endpoints[0].protocol"
         );

@@ -16,66 +16,14 @@
 //! `cargo test -p agentgate-proxy --test mcp_sdk -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use agentgate_proxy::testkit::TestCa;
 use serde_json::Value;
-
-/// The SDK's python, installed by hack/install-mcp-sdk.sh.
-fn sdk_python() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/install-mcp-sdk.sh");
-    let out = Command::new(script).arg("--print").output().unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP SDK is missing and could not be installed (hack/install-mcp-sdk.sh): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// What both sessions need: the network tools (never skipped), the SDK's
-/// python and its realpath (the binary the policy names), and a fresh
-/// directory named `name` holding a sandbox CA.
-struct Setup {
-    python: String,
-    real_python: String,
-    dir: std::path::PathBuf,
-}
-
-fn setup(name: &str) -> Setup {
-    for tool in ["unshare", "ip", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .status()
-            .unwrap();
-        assert!(
-            found.success(),
-            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
-        );
-    }
-    let python = sdk_python();
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import os,sys; print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .unwrap();
-    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let dir = std::env::temp_dir().join(format!("agentgate-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let sandbox_ca = TestCa::new(&format!("{name} sandbox CA")).unwrap();
-    std::fs::write(dir.join("sandbox-ca.pem"), &sandbox_ca.cert_pem).unwrap();
-    std::fs::write(dir.join("sandbox-ca.key"), &sandbox_ca.key_pem).unwrap();
-    Setup {
-        python,
-        real_python,
-        dir,
-    }
-}
+use support::netns::{Setup, setup};
 
 const POLICY: &str = r#"network:
   - name: bank

@@ -15,24 +15,14 @@
 //! `cargo test -p agentgate-proxy --test websocket -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use agentgate_proxy::testkit::TestCa;
 use serde_json::Value;
-
-/// The venv's python (hack/install-mcp-sdk.sh installs `websockets` there).
-fn venv_python() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/install-mcp-sdk.sh");
-    let out = Command::new(script).arg("--print").output().unwrap();
-    assert!(
-        out.status.success(),
-        "the venv with websockets is missing and could not be installed (hack/install-mcp-sdk.sh): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
+use support::netns::{Setup, setup};
 
 const POLICY: &str = r#"network:
   - name: realtime
@@ -58,31 +48,11 @@ const POLICY: &str = r#"network:
 #[test]
 #[ignore = "needs root and a network namespace; make test runs it"]
 fn websocket_upgrades_are_judged_relayed_and_revoked() {
-    for tool in ["unshare", "ip", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .status()
-            .unwrap();
-        assert!(
-            found.success(),
-            "{tool} is missing: run hack/install-netns-tools.sh (make test does); this test never skips"
-        );
-    }
-    let python = venv_python();
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import os,sys; print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .unwrap();
-    let real_python = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let dir = std::env::temp_dir().join(format!("agentgate-websocket-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca = TestCa::new("websocket sandbox CA").unwrap();
-    std::fs::write(dir.join("sandbox-ca.pem"), &ca.cert_pem).unwrap();
-    std::fs::write(dir.join("sandbox-ca.key"), &ca.key_pem).unwrap();
+    let Setup {
+        python,
+        real_python,
+        dir,
+    } = setup("websocket");
     let policy = POLICY.replace("{PYTHON}", &real_python);
     std::fs::write(dir.join("policy.yaml"), &policy).unwrap();
     // The revocation: the websocket grant gone, the REST one kept.

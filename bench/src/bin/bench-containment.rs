@@ -34,11 +34,13 @@
 //!   the seed, N and the pair's index, so a pair is reproducible alone).
 //! - `BENCH_DUMP_DIR=DIR`: also write every generated pair's YAML there.
 //! - `BENCH_SOURCE`: what to print as the source commit (default: `git rev-parse`).
-//! - `BENCH_SURFACES=1`: one rule in five is a search API whose entries
-//!   constrain query parameters (docs/policy-semantics.md §10), widened by
-//!   one more mutation (a query constraint dropped); `make bench-surfaces`
-//!   runs the mix beside the plain one. The naive baseline does not read
-//!   queries, so give it `BENCH_NAIVE_SAMPLES=0` there.
+//! - `BENCH_SURFACES=1`: one rule in ten is a search API whose entries
+//!   constrain query parameters, one in ten a realtime API granted as
+//!   WebSocket upgrades by path, query, subprotocol and origin
+//!   (docs/policy-semantics.md §10), widened by two more mutations (a query
+//!   constraint dropped, any subprotocol offered); `make bench-surfaces`
+//!   runs the mix beside the plain one. The naive baseline reads neither,
+//!   so give it `BENCH_NAIVE_SAMPLES=0` there.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -108,6 +110,10 @@ enum Shape {
     /// constraints (`q` present, `sort` one of two, `debug` absent), a deny
     /// entry on an `admin` parameter (`BENCH_SURFACES=1` only).
     Search,
+    /// WebSocket, exact host `stream{i}.example.com`, upgrades of
+    /// `/v1/stream` with a `model` parameter, subprotocol `realtime` and an
+    /// exact origin; a deny entry on `debug` (`BENCH_SURFACES=1` only).
+    Stream,
 }
 
 /// Whether the mix has the surfaces of docs/policy-semantics.md §10.
@@ -135,6 +141,8 @@ enum Mutation {
     ToL4,
     /// A query constraint dropped (`debug` may be sent).
     Query,
+    /// Any subprotocol offered (`*`) where one was listed.
+    Subprotocol,
 }
 
 /// One generated rule: its index (which makes its hosts and paths unique)
@@ -157,7 +165,9 @@ struct RuleSpec {
 impl RuleSpec {
     fn random(i: usize, rng: &mut Rng) -> RuleSpec {
         let pick = rng.below(20);
-        let shape = if surfaces() && pick >= 16 {
+        let shape = if surfaces() && pick >= 18 {
+            Shape::Stream
+        } else if surfaces() && pick >= 16 {
             Shape::Search
         } else {
             match pick {
@@ -192,6 +202,10 @@ impl RuleSpec {
                 vec![Method, Path, Host, Port, Binary, DenyRemoval, ToL4, Query]
             }
             Shape::Search => vec![Method, Path, Host, Port, Binary, ToL4, Query],
+            Shape::Stream if self.deny => {
+                vec![Path, Host, Port, Binary, DenyRemoval, ToL4, Subprotocol]
+            }
+            Shape::Stream => vec![Path, Host, Port, Binary, ToL4, Subprotocol],
         }
     }
 }
@@ -435,6 +449,47 @@ fn candidate_rule(out: &mut String, r: &RuleSpec, mutation: Option<Mutation>) {
                 let _ = writeln!(out, "            query: {{admin: \"*\"}}");
             }
         }
+        Shape::Stream => {
+            let bins = if m(Mutation::Binary) {
+                "/usr/bin/*"
+            } else {
+                "/usr/bin/python3"
+            };
+            let host = if m(Mutation::Host) {
+                format!("*.stream{i}.example.com")
+            } else {
+                format!("stream{i}.example.com")
+            };
+            let ports = if m(Mutation::Port) {
+                "[443, 80]"
+            } else {
+                "[443]"
+            };
+            rule_head(out, &format!("stream-{i}"), bins, &host, ports);
+            if l4 {
+                return;
+            }
+            let path = if m(Mutation::Path) {
+                "/**"
+            } else {
+                "/v1/stream"
+            };
+            let subprotocol = if m(Mutation::Subprotocol) {
+                "\"*\""
+            } else {
+                "realtime"
+            };
+            let _ = writeln!(out, "        protocol: websocket");
+            let _ = writeln!(out, "        rules:");
+            let _ = writeln!(out, "          - path: \"{path}\"");
+            let _ = writeln!(out, "            query: {{model: \"gpt-*\"}}");
+            let _ = writeln!(out, "            subprotocols: [{subprotocol}]");
+            let _ = writeln!(out, "            origins: [\"https://app{i}.example.com\"]");
+            if r.deny && !m(Mutation::DenyRemoval) {
+                let _ = writeln!(out, "        denyRules:");
+                let _ = writeln!(out, "          - query: {{debug: \"*\"}}");
+            }
+        }
     }
 }
 
@@ -549,6 +604,25 @@ fn maximum_rule(out: &mut String, r: &RuleSpec) {
                 let _ = writeln!(out, "        denyRules:");
                 entry(out, "          ", &["*"], "**");
                 let _ = writeln!(out, "            query: {{admin: \"*\"}}");
+            }
+        }
+        Shape::Stream => {
+            let _ = writeln!(out, "  - name: stream-{i}");
+            let _ = writeln!(
+                out,
+                "    binaries: [\"/usr/bin/python3\", \"/usr/local/bin/agent\"]"
+            );
+            let _ = writeln!(out, "    endpoints:");
+            let _ = writeln!(out, "      - host: \"stream{i}.example.com\"");
+            let _ = writeln!(out, "        ports: [443]");
+            let _ = writeln!(out, "        protocol: websocket");
+            let _ = writeln!(out, "        rules:");
+            let _ = writeln!(out, "          - path: \"/v1/**\"");
+            let _ = writeln!(out, "            subprotocols: [realtime, realtime-v2]");
+            let _ = writeln!(out, "            origins: [\"https://*.example.com\"]");
+            if r.deny {
+                let _ = writeln!(out, "        denyRules:");
+                let _ = writeln!(out, "          - query: {{debug: \"*\"}}");
             }
         }
     }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use agentgate_proxy::testkit::{TestCa, start_upstream};
 
+pub mod netns;
+
 /// Hosts the upstream has a certificate for.
 pub const HOSTS: &[&str] = &[
     "api.example.test",

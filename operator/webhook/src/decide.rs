@@ -12,7 +12,7 @@ use agentgate_governance::severing::finding_regions;
 use agentgate_judgement::findings::CompiledFindings;
 use agentgate_judgement::refusal::{Refusal, RefusalCode};
 use agentgate_policy::action::{
-    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction,
+    Access, Action, FilesystemAction, Layer, McpAction, McpKind, NetworkAction, Upgrade,
 };
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile};
 use agentgate_policy::matcher::{allows_filesystem, decide_mcp, decide_network};
@@ -42,7 +42,7 @@ pub struct DecideRequest {
     /// Destination port.
     #[serde(default)]
     pub port: Option<u16>,
-    /// `rest` or `l4`.
+    /// `rest` (the default), `l4` or `websocket`.
     #[serde(default)]
     pub layer: Option<Layer>,
     /// HTTP method (rest).
@@ -66,6 +66,16 @@ pub struct DecideRequest {
     /// The sandbox credential the action carries (network and MCP).
     #[serde(default)]
     pub credential: Option<String>,
+    /// The request's query parameters, decoded (docs/policy-semantics.md
+    /// §10.1): a caller reads its query once and states what it read.
+    #[serde(default)]
+    pub query: Option<std::collections::BTreeMap<String, String>>,
+    /// A WebSocket upgrade's offered subprotocol (layer `websocket`, §10.2).
+    #[serde(default)]
+    pub subprotocol: Option<String>,
+    /// A WebSocket upgrade's `Origin`, lower-cased (layer `websocket`).
+    #[serde(default)]
+    pub origin: Option<String>,
 }
 
 impl DecideRequest {
@@ -73,16 +83,30 @@ impl DecideRequest {
     /// says otherwise), or `None` without binary, host and port. Not yet
     /// checked for canonical form.
     pub fn network_action(&self) -> Option<NetworkAction> {
+        let layer = self.layer.unwrap_or(Layer::Rest);
+        let upgraded = layer == Layer::Websocket;
+        // A subprotocol or origin on another layer stays on the action,
+        // where the canonical check refuses it rather than dropping it.
+        let upgrade =
+            (upgraded || self.subprotocol.is_some() || self.origin.is_some()).then(|| Upgrade {
+                subprotocol: self.subprotocol.clone(),
+                origin: self.origin.clone(),
+            });
+        let method = match (&self.method, upgraded) {
+            (Some(method), _) => method.clone(),
+            (None, true) => "GET".to_string(),
+            (None, false) => String::new(),
+        };
         Some(NetworkAction {
             binary: self.binary.clone()?,
             host: self.host.clone()?,
             port: self.port?,
-            layer: self.layer.unwrap_or(Layer::Rest),
-            method: self.method.clone().unwrap_or_default(),
+            layer,
+            method,
             path: self.path.clone().unwrap_or_default(),
             credential: self.credential.clone(),
-            query: Default::default(),
-            upgrade: None,
+            query: self.query.clone().unwrap_or_default(),
+            upgrade,
         })
     }
 
@@ -408,6 +432,41 @@ network:
             path: Some(path.into()),
             ..DecideRequest::default()
         }
+    }
+
+    /// Query parameters and upgrades are part of the action (§10): a
+    /// caller states the parameters it read and the upgrade it makes.
+    #[test]
+    fn decides_queries_and_websocket_upgrades() {
+        let p = compiled(
+            r#"
+network:
+  - name: search
+    binaries: [/usr/local/bin/agent]
+    endpoints:
+      - {host: api.github.com, ports: [443], protocol: rest, rules: [{methods: [GET], path: /search, query: {q: "*"}}]}
+      - {host: api.github.com, ports: [443], protocol: websocket, rules: [{path: /ws, subprotocols: [chat]}]}
+"#,
+        );
+        let mut search = request("GET", "/search");
+        assert!(!decide_action(&p, &search).allow, "q is required");
+        search.query = Some([("q".to_string(), "agents".to_string())].into());
+        assert!(decide_action(&p, &search).allow);
+        let mut upgrade = DecideRequest {
+            layer: Some(Layer::Websocket),
+            method: None,
+            ..request("GET", "/ws")
+        };
+        assert!(!decide_action(&p, &upgrade).allow, "no subprotocol offered");
+        upgrade.subprotocol = Some("chat".into());
+        assert!(decide_action(&p, &upgrade).allow);
+        // A subprotocol on a request is refused, not dropped.
+        let mut odd = request("GET", "/search");
+        odd.query = search.query.clone();
+        odd.subprotocol = Some("chat".into());
+        let refused = decide_action(&p, &odd);
+        assert!(!refused.allow);
+        assert!(refused.reason.contains("upgrade"), "{}", refused.reason);
     }
 
     #[test]

@@ -517,6 +517,8 @@ struct Component<'q> {
     query: BTreeMap<Parameter<'q>, Vec<&'q ParameterConstraint>>,
     /// What the component's `mcp` endpoints mention (tool-call searches only).
     mcp: McpParts<'q>,
+    /// Some endpoint here is a `websocket` one (network searches only).
+    upgrades: bool,
 }
 
 /// A part of a request that is present or not, with a string value that
@@ -983,6 +985,12 @@ struct ComponentChoices<'q> {
     /// The query parameters the component's entries name (network
     /// searches), by name ascending.
     query: Vec<QueryParameter<'q>>,
+    /// Whether the search considers upgrades here: some endpoint is a
+    /// `websocket` one, or a region names the layer. Elsewhere an upgrade
+    /// answers a question only where a bare connection or a request with
+    /// its path does too (only `l4` endpoints would allow it, and regions
+    /// hold it by path as they hold that request), so the layer is left out.
+    upgrades: bool,
     /// Present in a tool-call search: the action is an MCP call whose
     /// transport is `POST path` (docs/policy-semantics.md §8.2).
     mcp: Option<McpChoices<'q>>,
@@ -1145,10 +1153,10 @@ impl ComponentFormulas<'_, '_> {
     /// "The action is a REST request": a variable in a network search,
     /// true in a tool-call search (a call's transport is `POST path`).
     fn websocket(&self) -> Formula {
-        if self.choices.mcp.is_some() {
-            Formula::Const(false)
-        } else {
+        if self.choices.upgrades {
             Formula::Websocket
+        } else {
+            Formula::Const(false)
         }
     }
 
@@ -1526,10 +1534,14 @@ impl<'u> ComponentVars<'u> {
             // A bare connection when one is a counterexample: it says the
             // most (every request on it is one too).
             Canonical::Flag(&self.rest, false),
-            Canonical::Flag(&self.websocket, false),
+        ];
+        if self.choices.upgrades {
+            order.push(Canonical::Flag(&self.websocket, false));
+        }
+        order.extend([
             Canonical::Dim(self.dim(Dim::Method)),
             Canonical::Dim(self.dim(Dim::Path)),
-        ];
+        ]);
         // Absent first: a counterexample names only the parameters it needs.
         order.extend((0..self.query.len()).map(|i| Canonical::Dim(self.dim(Dim::Query(i as u32)))));
         if let Some(m) = &self.choices.mcp {
@@ -1657,7 +1669,7 @@ impl<'u> ComponentVars<'u> {
             return (Action::Mcp(action), same);
         }
         let rest = holds(model, &self.rest);
-        let websocket = !rest && holds(model, &self.websocket);
+        let websocket = self.choices.upgrades && !rest && holds(model, &self.websocket);
         let picks = self.dims.each_ref().map(|d| d.chosen(model));
         let c = self.choices;
         // `dims` order: host, binary, path, port, method.
@@ -1711,7 +1723,10 @@ impl<'u> ComponentVars<'u> {
             upgrade,
         };
         let flag = |var: &Bool, on: bool| if on { var.clone() } else { var.not() };
-        let mut same = vec![flag(&self.rest, rest), flag(&self.websocket, websocket)];
+        let mut same = vec![flag(&self.rest, rest)];
+        if c.upgrades {
+            same.push(flag(&self.websocket, websocket));
+        }
         for (dim, picked) in [(Dim::Host, host), (Dim::Binary, binary), (Dim::Port, port)] {
             same.extend(self.dim(dim).is_chosen(picked));
         }
@@ -2000,6 +2015,7 @@ fn components_of<'q>(
             methods: Vec::new(),
             query: BTreeMap::new(),
             mcp: McpParts::default(),
+            upgrades: false,
         })
         .collect();
     let u = universe;
@@ -2027,6 +2043,7 @@ fn components_of<'q>(
                     EndpointKind::Rest { scope, allow, deny }
                     | EndpointKind::Websocket { scope, allow, deny } => {
                         let upgrade = matches!(e.kind, EndpointKind::Websocket { .. });
+                        part.upgrades |= upgrade && !mcp;
                         if let Some(scope) = scope {
                             part.paths.push(u.paths.id(scope));
                         }
@@ -2132,8 +2149,16 @@ fn component_choices<'q>(
         .iter()
         .map(|(name, constraints)| QueryParameter::new(*name, constraints, budget))
         .collect::<Result<Vec<_>, _>>()?;
+    let upgrades = !mcp
+        && (part.upgrades
+            || question.regions.iter().any(|r| {
+                r.layers
+                    .as_ref()
+                    .is_some_and(|l| l.contains(&Layer::Websocket))
+            }));
     Ok(ComponentChoices {
         query,
+        upgrades,
         endpoints: std::mem::take(&mut part.endpoints),
         host: host_choice,
         binary: holders.binary.project(&dimensions.binary, binaries),

@@ -93,6 +93,19 @@ pub struct CompiledEntry {
     pub origins: Option<ParameterConstraint>,
 }
 
+impl CompiledEntry {
+    /// A preset's entry (`access`): these methods on any path, nothing else.
+    fn preset(methods: MethodSet) -> CompiledEntry {
+        CompiledEntry {
+            methods,
+            path: None,
+            query: Vec::new(),
+            subprotocols: None,
+            origins: None,
+        }
+    }
+}
+
 /// What an endpoint allows beyond host, port and binary.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EndpointKind {
@@ -301,21 +314,50 @@ fn entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEntry, Reason
             "only the entries of a protocol: websocket endpoint take subprotocols or origins",
         ));
     }
+    let (path, query) = path_and_query(field, e, max)?;
     Ok(CompiledEntry {
+        methods: methods(&format!("{field}.methods"), &e.methods)?,
+        path,
+        query,
         subprotocols: None,
         origins: None,
-        methods: methods(&format!("{field}.methods"), &e.methods)?,
-        path: e
-            .path
-            .as_deref()
-            .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
-            .transpose()?,
-        query: if e.query.is_empty() {
-            Vec::new()
-        } else {
-            query::compile(&e.query, &format!("{field}.query"), max)?
-        },
     })
+}
+
+/// An entry's path glob and query constraints, which REST and websocket
+/// entries read alike.
+fn path_and_query(
+    field: &str,
+    e: &RuleEntry,
+    max: usize,
+) -> Result<(Option<Glob>, QueryConstraints), Reason> {
+    let path = e
+        .path
+        .as_deref()
+        .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
+        .transpose()?;
+    let query = if e.query.is_empty() {
+        Vec::new()
+    } else {
+        query::compile(&e.query, &format!("{field}.query"), max)?
+    };
+    Ok((path, query))
+}
+
+/// An endpoint's `rules` or `denyRules` (`list` names it), each compiled by
+/// `compile_one`.
+fn entries(
+    at: &str,
+    list: &str,
+    entries: &[RuleEntry],
+    max: usize,
+    compile_one: fn(&str, &RuleEntry, usize) -> Result<CompiledEntry, Reason>,
+) -> Result<Vec<CompiledEntry>, Reason> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| compile_one(&format!("{at}.{list}[{i}]"), e, max))
+        .collect()
 }
 
 fn filesystem_paths(field: &str, paths: &[String]) -> Result<Vec<String>, Reason> {
@@ -621,10 +663,7 @@ fn rest_kind(
     seen: &mut Seen,
 ) -> Result<EndpointKind, Reason> {
     if let Some(field) = mcp_field(endpoint) {
-        return Err(shape(
-            format!("{at}.{field}"),
-            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
-        ));
+        return Err(mcp_only(at, field));
     }
     if endpoint.access.is_some() && !endpoint.rules.is_empty() {
         return Err(shape(
@@ -632,61 +671,19 @@ fn rest_kind(
             "access and rules are exclusive",
         ));
     }
-    seen.entries += endpoint.rules.len() + endpoint.deny_rules.len();
-    if seen.entries > limits.entries {
-        return Err(Reason::at(
-            ReasonCode::ResourceLimit,
-            at,
-            format!("more than {} allow/deny entries", limits.entries),
-        ));
-    }
-    let scope = endpoint
-        .path
-        .as_deref()
-        .map(|p| {
-            glob_within(
-                GlobKind::Path,
-                &format!("{at}.path"),
-                p,
-                limits.pattern_bytes,
-            )
-        })
-        .transpose()?;
+    let scope = http_scope(at, endpoint, limits, seen)?;
+    let max = limits.pattern_bytes;
     let allow = match endpoint.access {
-        Some(AccessLevel::ReadOnly) => vec![CompiledEntry {
-            methods: MethodSet::of(READ_ONLY_METHODS),
-            path: None,
-            query: Vec::new(),
-            subprotocols: None,
-            origins: None,
-        }],
-        Some(AccessLevel::ReadWrite) => vec![CompiledEntry {
-            methods: MethodSet::of(READ_WRITE_METHODS),
-            path: None,
-            query: Vec::new(),
-            subprotocols: None,
-            origins: None,
-        }],
-        Some(AccessLevel::Full) => vec![CompiledEntry {
-            methods: MethodSet::Any,
-            path: None,
-            query: Vec::new(),
-            subprotocols: None,
-            origins: None,
-        }],
-        None => endpoint
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(&format!("{at}.rules[{i}]"), e, limits.pattern_bytes))
-            .collect::<Result<_, _>>()?,
+        Some(AccessLevel::ReadOnly) => {
+            vec![CompiledEntry::preset(MethodSet::of(READ_ONLY_METHODS))]
+        }
+        Some(AccessLevel::ReadWrite) => {
+            vec![CompiledEntry::preset(MethodSet::of(READ_WRITE_METHODS))]
+        }
+        Some(AccessLevel::Full) => vec![CompiledEntry::preset(MethodSet::Any)],
+        None => entries(at, "rules", &endpoint.rules, max, entry)?,
     };
-    let deny = endpoint
-        .deny_rules
-        .iter()
-        .enumerate()
-        .map(|(i, e)| entry(&format!("{at}.denyRules[{i}]"), e, limits.pattern_bytes))
-        .collect::<Result<_, _>>()?;
+    let deny = entries(at, "denyRules", &endpoint.deny_rules, max, entry)?;
     Ok(EndpointKind::Rest { scope, allow, deny })
 }
 
@@ -700,10 +697,7 @@ fn websocket_kind(
     seen: &mut Seen,
 ) -> Result<EndpointKind, Reason> {
     if let Some(field) = mcp_field(endpoint) {
-        return Err(shape(
-            format!("{at}.{field}"),
-            "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
-        ));
+        return Err(mcp_only(at, field));
     }
     if endpoint.access.is_some() {
         return Err(shape(
@@ -711,6 +705,31 @@ fn websocket_kind(
             "a websocket endpoint takes rules, not an access preset (an upgrade is a GET)",
         ));
     }
+    let scope = http_scope(at, endpoint, limits, seen)?;
+    let max = limits.pattern_bytes;
+    Ok(EndpointKind::Websocket {
+        scope,
+        allow: entries(at, "rules", &endpoint.rules, max, websocket_entry)?,
+        deny: entries(at, "denyRules", &endpoint.deny_rules, max, websocket_entry)?,
+    })
+}
+
+/// An MCP-only field on another endpoint.
+fn mcp_only(at: &str, field: &str) -> Reason {
+    shape(
+        format!("{at}.{field}"),
+        "only protocol: mcp endpoints take tools, denyTools, resources or prompts",
+    )
+}
+
+/// What `rest` and `websocket` endpoints share: their entries counted
+/// against the limit, and their path scope compiled.
+fn http_scope(
+    at: &str,
+    endpoint: &Endpoint,
+    limits: &Limits,
+    seen: &mut Seen,
+) -> Result<Option<Glob>, Reason> {
     seen.entries += endpoint.rules.len() + endpoint.deny_rules.len();
     if seen.entries > limits.entries {
         return Err(Reason::at(
@@ -719,24 +738,18 @@ fn websocket_kind(
             format!("more than {} allow/deny entries", limits.entries),
         ));
     }
-    let max = limits.pattern_bytes;
-    let scope = endpoint
+    endpoint
         .path
         .as_deref()
-        .map(|p| glob_within(GlobKind::Path, &format!("{at}.path"), p, max))
-        .transpose()?;
-    let compile_entries = |entries: &[RuleEntry], list: &str| {
-        entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| websocket_entry(&format!("{at}.{list}[{i}]"), e, max))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    Ok(EndpointKind::Websocket {
-        scope,
-        allow: compile_entries(&endpoint.rules, "rules")?,
-        deny: compile_entries(&endpoint.deny_rules, "denyRules")?,
-    })
+        .map(|p| {
+            glob_within(
+                GlobKind::Path,
+                &format!("{at}.path"),
+                p,
+                limits.pattern_bytes,
+            )
+        })
+        .transpose()
 }
 
 /// A websocket entry's `subprotocols` or `origins` (`list` names it): absent,
@@ -799,18 +812,11 @@ fn websocket_entry(field: &str, e: &RuleEntry, max: usize) -> Result<CompiledEnt
         }
         Ok(())
     })?;
+    let (path, query) = path_and_query(field, e, max)?;
     Ok(CompiledEntry {
         methods: MethodSet::of(&["GET"]),
-        path: e
-            .path
-            .as_deref()
-            .map(|p| glob_within(GlobKind::Path, &format!("{field}.path"), p, max))
-            .transpose()?,
-        query: if e.query.is_empty() {
-            Vec::new()
-        } else {
-            query::compile(&e.query, &format!("{field}.query"), max)?
-        },
+        path,
+        query,
         subprotocols,
         origins,
     })

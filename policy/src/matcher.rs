@@ -101,18 +101,24 @@ fn upgrade_matches(entry: &CompiledEntry, a: &NetworkAction) -> bool {
             .is_none_or(|c| c.admits(upgrade.and_then(|u| u.origin.as_deref())))
 }
 
+/// The layer whose actions an endpoint's allow and deny entries judge:
+/// requests for `rest`, upgrades for `websocket` (docs/policy-semantics.md
+/// §4, §10.2); `None` for kinds without such entries.
+fn entries_layer(kind: &EndpointKind) -> Option<Layer> {
+    match kind {
+        EndpointKind::Rest { .. } => Some(Layer::Rest),
+        EndpointKind::Websocket { .. } => Some(Layer::Websocket),
+        EndpointKind::L4 | EndpointKind::Mcp(_) => None,
+    }
+}
+
 /// The layer, method and path part of `allows_E(a)`. An `mcp` endpoint
 /// allows only MCP actions, never a request it cannot read as one.
 fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
     match &e.kind {
         EndpointKind::L4 => true,
-        EndpointKind::Rest { scope, allow, .. } => {
-            a.layer == Layer::Rest
-                && scope.as_ref().is_none_or(|g| g.matches(&a.path))
-                && allow.iter().any(|entry| entry_matches(entry, a))
-        }
-        EndpointKind::Websocket { scope, allow, .. } => {
-            a.layer == Layer::Websocket
+        EndpointKind::Rest { scope, allow, .. } | EndpointKind::Websocket { scope, allow, .. } => {
+            Some(a.layer) == entries_layer(&e.kind)
                 && scope.as_ref().is_none_or(|g| g.matches(&a.path))
                 && allow.iter().any(|entry| entry_matches(entry, a))
         }
@@ -124,11 +130,9 @@ fn endpoint_kind_allows(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
 fn endpoint_kind_denies(e: &CompiledEndpoint, a: &NetworkAction) -> bool {
     match &e.kind {
         EndpointKind::L4 | EndpointKind::Mcp(_) => false,
-        EndpointKind::Rest { deny, .. } => {
-            a.layer == Layer::Rest && deny.iter().any(|entry| entry_matches(entry, a))
-        }
-        EndpointKind::Websocket { deny, .. } => {
-            a.layer == Layer::Websocket && deny.iter().any(|entry| entry_matches(entry, a))
+        EndpointKind::Rest { deny, .. } | EndpointKind::Websocket { deny, .. } => {
+            Some(a.layer) == entries_layer(&e.kind)
+                && deny.iter().any(|entry| entry_matches(entry, a))
         }
     }
 }

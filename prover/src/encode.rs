@@ -1318,39 +1318,29 @@ impl ComponentFormulas<'_, '_> {
             ]);
             match &e.kind {
                 EndpointKind::L4 => allows.push(connection),
-                EndpointKind::Rest { scope, allow, deny } => {
+                EndpointKind::Rest { scope, allow, deny }
+                | EndpointKind::Websocket { scope, allow, deny } => {
+                    // A request's entries speak of methods, an upgrade's of
+                    // subprotocols and origins (§4, §10.2).
+                    let (layer, entry): (Formula, fn(&Self, &CompiledEntry) -> Formula) = match &e
+                        .kind
+                    {
+                        EndpointKind::Websocket { .. } => (self.websocket(), Self::upgrade_entry),
+                        _ => (self.rest(), Self::entry),
+                    };
                     if !allow.is_empty() {
-                        let mut terms = vec![connection.clone(), self.rest()];
+                        let mut terms = vec![connection.clone(), layer.clone()];
                         if let Some(scope) = scope {
                             terms.push(self.path(scope));
                         }
-                        terms.push(Formula::or(allow.iter().map(|a| self.entry(a)).collect()));
+                        terms.push(Formula::or(allow.iter().map(|a| entry(self, a)).collect()));
                         allows.push(Formula::and(terms));
                     }
                     if !deny.is_empty() {
                         denies.push(Formula::and(vec![
                             connection,
-                            self.rest(),
-                            Formula::or(deny.iter().map(|d| self.entry(d)).collect()),
-                        ]));
-                    }
-                }
-                EndpointKind::Websocket { scope, allow, deny } => {
-                    if !allow.is_empty() {
-                        let mut terms = vec![connection.clone(), self.websocket()];
-                        if let Some(scope) = scope {
-                            terms.push(self.path(scope));
-                        }
-                        terms.push(Formula::or(
-                            allow.iter().map(|a| self.upgrade_entry(a)).collect(),
-                        ));
-                        allows.push(Formula::and(terms));
-                    }
-                    if !deny.is_empty() {
-                        denies.push(Formula::and(vec![
-                            connection,
-                            self.websocket(),
-                            Formula::or(deny.iter().map(|d| self.upgrade_entry(d)).collect()),
+                            layer,
+                            Formula::or(deny.iter().map(|d| entry(self, d)).collect()),
                         ]));
                     }
                 }

@@ -1111,11 +1111,7 @@ network:
                 }
                 let binary = Binary(Some(a.binary.clone()));
                 let matcher = decide_network(&compiled, a).allow;
-                let target = if a.query.is_empty() {
-                    a.path.clone()
-                } else {
-                    format!("{}?{}", a.path, agentgate_policy::query::to_target(&a.query))
-                };
+                let target = target_of(a);
                 let judged = judge_connection(&s, &binary, &a.host, a.port).is_ok()
                     && judge_request(&s, &binary, &a.host, a.port, &a.method, &target, None).is_ok();
                 prop_assert_eq!(judged, matcher, "{} as {}", a, target);
@@ -1157,17 +1153,26 @@ network:
                 let handshake = websocket_head(&http::Method::GET, http::Version::HTTP_11, &headers)
                     .unwrap()
                     .unwrap();
-                let target = if a.query.is_empty() {
-                    a.path.clone()
-                } else {
-                    format!("{}?{}", a.path, agentgate_policy::query::to_target(&a.query))
-                };
+                let target = target_of(a);
                 let binary = Binary(Some(a.binary.clone()));
                 let matcher = decide_network(&compiled, a).allow;
                 let judged = judge_connection(&s, &binary, &a.host, a.port).is_ok()
                     && judge_upgrade(&s, &binary, &a.host, a.port, &target, &handshake, None).is_ok();
                 prop_assert_eq!(judged, matcher, "{} as {}", a, target);
             }
+        }
+    }
+
+    /// The request target an action's path and query are read from.
+    fn target_of(a: &NetworkAction) -> String {
+        if a.query.is_empty() {
+            a.path.clone()
+        } else {
+            format!(
+                "{}?{}",
+                a.path,
+                agentgate_policy::query::to_target(&a.query)
+            )
         }
     }
 

@@ -733,6 +733,46 @@ impl Proxy {
                 "content through an l4 tunnel is not recorded; the session's record now counts as evicted"
             );
         }
+        let revoked = |snapshot: &Snapshot| {
+            (!matches!(
+                judge_connection(snapshot, &binary, &host, port),
+                Ok(Admitted::Tunnel(_))
+            ))
+            .then(|| {
+                Refusal::new(
+                    RefusalCode::Revoked,
+                    format!(
+                        "connect {host}:{port} by {}: the new policy no longer allows this tunnel",
+                        binary.shown()
+                    ),
+                )
+            })
+        };
+        let open = Opened {
+            stage: "connect",
+            binary: &binary,
+            host: &host,
+            port,
+        };
+        self.relay_until_revoked(client, upstream, policy, &open, revoked)
+            .await;
+    }
+
+    /// Relays bytes both ways until either side closes, or a policy
+    /// change makes `revoked` answer with a refusal: then both sides are
+    /// closed, and the refusal counted and logged as `open` says. A tunnel
+    /// and a WebSocket after its `101` end the same way.
+    pub(super) async fn relay_until_revoked<C, U>(
+        &self,
+        mut client: C,
+        mut upstream: U,
+        mut policy: watch::Receiver<Arc<Snapshot>>,
+        open: &Opened<'_>,
+        revoked: impl Fn(&Snapshot) -> Option<Refusal>,
+    ) where
+        C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let mut copy =
             tokio::spawn(
                 async move { tokio::io::copy_bidirectional(&mut client, &mut upstream).await },
@@ -746,11 +786,10 @@ impl Proxy {
                         return;
                     }
                     let snapshot = policy.borrow_and_update().clone();
-                    if !matches!(judge_connection(&snapshot, &binary, &host, port), Ok(Admitted::Tunnel(_))) {
+                    if let Some(refusal) = revoked(&snapshot) {
                         copy.abort();
                         self.metrics.tunnel_revoked();
-                        let refusal = Refusal::new(RefusalCode::Revoked, format!("connect {host}:{port} by {}: the new policy no longer allows this tunnel", binary.shown()));
-                        self.log_refusal("connect", &binary, &host, port, &refusal);
+                        self.log_refusal(open.stage, open.binary, open.host, open.port, &refusal);
                         return;
                     }
                 }
@@ -890,6 +929,15 @@ impl Carrying {
         });
         refusal_response(&refusal)
     }
+}
+
+/// Who opened a relayed stream, and where, as its refusal is logged.
+pub(super) struct Opened<'a> {
+    /// `connect` for a tunnel, `upgrade` for a WebSocket.
+    pub(super) stage: &'static str,
+    pub(super) binary: &'a Binary,
+    pub(super) host: &'a str,
+    pub(super) port: u16,
 }
 
 /// A client connection whose requests are judged one by one.

@@ -35,6 +35,19 @@ pub(super) struct UpstreamKey {
     pub(super) port: u16,
 }
 
+impl UpstreamKey {
+    /// The authority requests to it name: the host, with the port unless
+    /// it is the scheme's default.
+    pub(super) fn authority(&self) -> String {
+        let default_port = if self.tls { 443 } else { 80 };
+        if self.port == default_port {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
 /// Kept upstream connections, shared by every client connection of the
 /// proxy: an HTTP/2 upstream carries the streams of all of them, and idle
 /// HTTP/1.1 connections wait for the next request to the same place, so
@@ -161,12 +174,7 @@ impl Inspected {
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| "/".into());
         let scheme = if key.tls { "https" } else { "http" };
-        let default_port = if key.tls { 443 } else { 80 };
-        let authority = if key.port == default_port {
-            key.host.clone()
-        } else {
-            format!("{}:{}", key.host, key.port)
-        };
+        let authority = key.authority();
         let sent = match sender {
             Sender::H2(mut sender) => {
                 let uri = Uri::builder()

@@ -128,7 +128,7 @@ impl Inspected {
     /// Relays frames between the client's socket and the server until
     /// either closes, or a policy change no longer allows every action the
     /// handshake was judged as (then both are closed, as a revoked tunnel).
-    pub(super) async fn relay<S>(&self, mut client: S, relay: Relay)
+    pub(super) async fn relay<S>(&self, client: S, relay: Relay)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -139,34 +139,32 @@ impl Inspected {
             host,
             port,
         } = relay;
-        let mut policy = proxy.policy.clone();
-        let mut copy = tokio::spawn(async move {
-            let mut upstream = TokioIo::new(upstream);
-            tokio::io::copy_bidirectional(&mut client, &mut upstream).await
-        });
-        loop {
-            tokio::select! {
-                _ = &mut copy => return,
-                changed = policy.changed() => {
-                    if changed.is_err() {
-                        copy.abort();
-                        return;
-                    }
-                    let snapshot = policy.borrow_and_update().clone();
-                    let refused = actions.iter().find(|a| !still_allowed(&snapshot, &self.binary, a));
-                    if let Some(action) = refused {
-                        copy.abort();
-                        proxy.metrics.tunnel_revoked();
-                        let refusal = Refusal::new(
-                            RefusalCode::Revoked,
-                            format!("{action}: the new policy no longer allows this WebSocket"),
-                        );
-                        proxy.log_refusal("upgrade", &self.binary, &host, port, &refusal);
-                        return;
-                    }
-                }
-            }
-        }
+        let revoked = |snapshot: &Snapshot| {
+            actions
+                .iter()
+                .find(|a| !still_allowed(snapshot, &self.binary, a))
+                .map(|action| {
+                    Refusal::new(
+                        RefusalCode::Revoked,
+                        format!("{action}: the new policy no longer allows this WebSocket"),
+                    )
+                })
+        };
+        let open = Opened {
+            stage: "upgrade",
+            binary: &self.binary,
+            host: &host,
+            port,
+        };
+        proxy
+            .relay_until_revoked(
+                client,
+                TokioIo::new(upstream),
+                proxy.policy.clone(),
+                &open,
+                revoked,
+            )
+            .await;
     }
 }
 
@@ -199,16 +197,10 @@ async fn send_upgrade(
         error_response(StatusCode::BAD_REQUEST, "bad_request", &e.to_string())
     })?;
     parts.version = Version::HTTP_11;
-    if !parts.headers.contains_key(header::HOST) {
-        let default_port = if key.tls { 443 } else { 80 };
-        let authority = if key.port == default_port {
-            key.host.clone()
-        } else {
-            format!("{}:{}", key.host, key.port)
-        };
-        if let Ok(value) = HeaderValue::from_str(&authority) {
-            parts.headers.insert(header::HOST, value);
-        }
+    if !parts.headers.contains_key(header::HOST)
+        && let Ok(value) = HeaderValue::from_str(&key.authority())
+    {
+        parts.headers.insert(header::HOST, value);
     }
     let sent = tokio::time::timeout(
         proxy.limits.response_timeout,

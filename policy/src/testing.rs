@@ -622,6 +622,22 @@ pub fn query_entry() -> impl Strategy<Value = RuleEntry> {
         })
 }
 
+/// Up to three rules of `gh` (or any binary), each with one or two
+/// endpoints drawn from `endpoint`.
+fn gh_document(endpoint: impl Strategy<Value = Endpoint>) -> impl Strategy<Value = PolicyDocument> {
+    proptest::collection::vec(
+        (
+            strings(&["/usr/bin/gh"], 1),
+            proptest::collection::vec(endpoint, 1..=2),
+        ),
+        0..=3,
+    )
+    .prop_map(|rules| PolicyDocument {
+        network: named_rules(rules),
+        ..PolicyDocument::default()
+    })
+}
+
 /// A random policy whose REST entries may constrain query parameters.
 pub fn query_document() -> impl Strategy<Value = PolicyDocument> {
     let endpoint = (
@@ -648,17 +664,7 @@ pub fn query_document() -> impl Strategy<Value = PolicyDocument> {
             e.deny_rules = deny_rules;
             e
         });
-    proptest::collection::vec(
-        (
-            strings(&["/usr/bin/gh"], 1),
-            proptest::collection::vec(endpoint, 1..=2),
-        ),
-        0..=3,
-    )
-    .prop_map(|rules| PolicyDocument {
-        network: named_rules(rules),
-        ..PolicyDocument::default()
-    })
+    gh_document(endpoint)
 }
 
 /// Every request of a small alphabet with every combination of the query
@@ -773,17 +779,7 @@ pub fn websocket_document() -> impl Strategy<Value = PolicyDocument> {
             }
             e
         });
-    proptest::collection::vec(
-        (
-            strings(&["/usr/bin/gh"], 1),
-            proptest::collection::vec(endpoint, 1..=2),
-        ),
-        0..=3,
-    )
-    .prop_map(|rules| PolicyDocument {
-        network: named_rules(rules),
-        ..PolicyDocument::default()
-    })
+    gh_document(endpoint)
 }
 
 /// Upgrades of a small alphabet with every combination of path, query,

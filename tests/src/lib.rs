@@ -32,3 +32,38 @@ pub fn rejection_with(yaml: &str, role: Role, limits: &Limits) -> Reason {
         },
     }
 }
+
+/// The counterexample of `candidate ⊆ ceiling`, which must be Exceeds,
+/// checked here as every conformance suite checks it: canonical, allowed
+/// by the candidate, not by the ceiling (docs/policy-semantics.md §5).
+#[track_caller]
+pub fn replayed_counterexample(
+    candidate: &CompiledPolicy,
+    ceiling: &CompiledPolicy,
+) -> agentgate_policy::Action {
+    use agentgate_policy::matcher::allows;
+    use agentgate_prover::{Outcome, Prover};
+    match Prover::default().containment(candidate, ceiling).outcome {
+        Outcome::Exceeds { counterexample } => {
+            if let Err(e) = counterexample.check_canonical() {
+                panic!("counterexample {counterexample} is not canonical: {e}");
+            }
+            assert!(allows(candidate, &counterexample), "{counterexample}");
+            assert!(!allows(ceiling, &counterexample), "{counterexample}");
+            counterexample
+        }
+        other => panic!("expected Exceeds, got {other:?}"),
+    }
+}
+
+/// [`replayed_counterexample`], which must be a network action.
+#[track_caller]
+pub fn network_counterexample(
+    candidate: &CompiledPolicy,
+    ceiling: &CompiledPolicy,
+) -> agentgate_policy::NetworkAction {
+    match replayed_counterexample(candidate, ceiling) {
+        agentgate_policy::Action::Network(a) => a,
+        other => panic!("expected a network counterexample, got {other}"),
+    }
+}

@@ -16,7 +16,7 @@ use agentgate_policy::matcher::{
 };
 use agentgate_policy::model::Region;
 use agentgate_prover::{Outcome, Prover};
-use agentgate_tests::{policy, rejection_with};
+use agentgate_tests::{policy, rejection_with, replayed_counterexample as counterexample};
 
 const GH: &str = "/usr/bin/gh";
 const CURL: &str = "/usr/bin/curl";
@@ -82,19 +82,6 @@ network:
     endpoints:
       - {host: api.github.com, port: 443, protocol: rest, access: full}
 "#;
-
-#[track_caller]
-fn counterexample(candidate: &CompiledPolicy, ceiling: &CompiledPolicy) -> Action {
-    match Prover::default().containment(candidate, ceiling).outcome {
-        Outcome::Exceeds { counterexample } => {
-            assert!(counterexample.check_canonical().is_ok(), "{counterexample}");
-            assert!(allows(candidate, &counterexample), "{counterexample}");
-            assert!(!allows(ceiling, &counterexample), "{counterexample}");
-            counterexample
-        }
-        other => panic!("expected exceeds, got {other:?}"),
-    }
-}
 
 #[track_caller]
 fn within(candidate: &CompiledPolicy, ceiling: &CompiledPolicy) {

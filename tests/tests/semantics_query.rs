@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 use agentgate_policy::action::{Action, Layer, NetworkAction};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role};
 use agentgate_policy::error::ReasonCode;
-use agentgate_policy::matcher::{allows, decide_network};
+use agentgate_policy::matcher::decide_network;
 use agentgate_policy::query::{Plus, Query, QueryError, parse, readings, to_target};
 use agentgate_prover::{Outcome, Prover};
-use agentgate_tests::{policy, rejection_with};
+use agentgate_tests::{network_counterexample as counterexample, policy, rejection_with};
 
 const CURL: &str = "/usr/bin/curl";
 
@@ -56,22 +56,6 @@ fn search(entry: &str) -> String {
 
 fn allowed(p: &CompiledPolicy, a: &NetworkAction) -> bool {
     decide_network(p, a).allow
-}
-
-#[track_caller]
-fn counterexample(candidate: &CompiledPolicy, ceiling: &CompiledPolicy) -> NetworkAction {
-    match Prover::default().containment(candidate, ceiling).outcome {
-        Outcome::Exceeds { counterexample } => {
-            let Action::Network(a) = &counterexample else {
-                panic!("expected a network counterexample, got {counterexample}");
-            };
-            a.check_canonical().unwrap();
-            assert!(allows(candidate, &counterexample), "{counterexample}");
-            assert!(!allows(ceiling, &counterexample), "{counterexample}");
-            a.clone()
-        }
-        other => panic!("expected Exceeds, got {other:?}"),
-    }
 }
 
 #[track_caller]

@@ -9,10 +9,10 @@
 use agentgate_policy::action::{Action, Layer, NetworkAction, Upgrade};
 use agentgate_policy::compile::{CompiledPolicy, Limits, Role, compile_region};
 use agentgate_policy::error::ReasonCode;
-use agentgate_policy::matcher::{allows, decide_network, region_holds};
+use agentgate_policy::matcher::{decide_network, region_holds};
 use agentgate_policy::model::Region;
 use agentgate_prover::{Outcome, Prover};
-use agentgate_tests::{policy, rejection_with};
+use agentgate_tests::{network_counterexample as counterexample, policy, rejection_with};
 
 fn sandbox(yaml: &str) -> CompiledPolicy {
     policy(yaml, Role::Sandbox)
@@ -49,22 +49,6 @@ fn on_rt(endpoint: &str) -> String {
 
 fn allowed(p: &CompiledPolicy, a: &NetworkAction) -> bool {
     decide_network(p, a).allow
-}
-
-#[track_caller]
-fn counterexample(candidate: &CompiledPolicy, ceiling: &CompiledPolicy) -> NetworkAction {
-    match Prover::default().containment(candidate, ceiling).outcome {
-        Outcome::Exceeds { counterexample } => {
-            let Action::Network(a) = &counterexample else {
-                panic!("expected a network counterexample, got {counterexample}");
-            };
-            a.check_canonical().unwrap();
-            assert!(allows(candidate, &counterexample), "{counterexample}");
-            assert!(!allows(ceiling, &counterexample), "{counterexample}");
-            a.clone()
-        }
-        other => panic!("expected Exceeds, got {other:?}"),
-    }
 }
 
 #[test]
